@@ -1,0 +1,1 @@
+"""Typer command-line interface: parse, call core, map errors to exit codes."""

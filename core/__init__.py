@@ -1,0 +1,1 @@
+"""Model, prompts, generation engine, manifests and output writing."""

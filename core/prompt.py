@@ -1,0 +1,155 @@
+"""Text -> prompt: tokenization, row normalisation, and the talker's prefill embeddings.
+
+Owns the prompt layout of QWEN3_TTS.md §3 (CustomVoice and VoiceDesign use the non-streaming layout,
+as the official wrapper does). Embeddings are computed with the same slices and projection calls as the
+official code so that they are bitwise equal. Knows token ids and the model's embedding tables; knows
+nothing of files, batching or sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from qtts.core.config import ModelConfig
+
+# Template slices (Qwen2 tokenizer, no BOS/EOS added).
+ROLE = slice(0, 3)  # "<|im_start|>assistant\n"
+TEXT = slice(3, -5)  # the text itself; "<|im_end|>\n<|im_start|>assistant\n" follows
+
+
+def assistant_template(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_template(instruct: str) -> str:
+    return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The checkpoint's Qwen2 BPE tokenizer, loaded as the official wrapper loads it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir), fix_mistral_regex=True)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text)["input_ids"])
+
+
+def normalize_row(
+    config: ModelConfig, speaker: str | None, language: str | None, instruct: str | None
+) -> tuple[str | None, str, str | None, str | None]:
+    """Validate one row's voice fields -> (speaker, language, instruct, warning or None).
+
+    Case-insensitive like the official wrapper. Raises ValueError naming what the model supports.
+    """
+    language = (language or "auto").strip().lower()
+    if language not in config.supported_languages():
+        raise ValueError(
+            f"unknown language {language!r}; this model supports: "
+            + ", ".join(config.supported_languages())
+        )
+    speaker = (speaker or "").strip().lower() or None
+    if config.uses_speaker:
+        if speaker is None:
+            raise ValueError(
+                "speaker is required for CustomVoice models; choose one of: "
+                + ", ".join(config.supported_speakers())
+            )
+        if speaker not in config.talker.spk_id:
+            raise ValueError(
+                f"unknown speaker {speaker!r}; this model has: "
+                + ", ".join(config.supported_speakers())
+            )
+    elif speaker is not None and config.tts_model_type == "voice_design":
+        speaker = None  # VoiceDesign takes no speaker; the voice comes from instruct
+    instruct = instruct if instruct and instruct.strip() else None
+    warning = None
+    if instruct is not None and not config.honours_instruct:
+        instruct, warning = None, "instruct ignored: 0.6B CustomVoice models do not support it"
+    return speaker, language, instruct, warning
+
+
+@dataclass(frozen=True)
+class PromptTokens:
+    """Everything the prompt needs, as ids. No tensors."""
+
+    text_ids: list[int]  # the full assistant template
+    instruct_ids: list[int] | None
+    codec_prefix: list[int]  # [think, think_bos, lang, think_eos] or [nothink, think_bos, think_eos]
+    speaker_id: int | None  # codec id of a CustomVoice speaker
+
+
+def prompt_tokens(
+    config: ModelConfig, tokenizer, text: str, speaker: str | None, language: str,
+    instruct: str | None,
+) -> PromptTokens:
+    """Ids for one normalised row (see normalize_row)."""
+    t = config.talker
+    lang_id = None if language == "auto" else t.codec_language_id[language]
+    # Dialect speakers override "chinese" and "auto" with their dialect (official behaviour).
+    dialect = t.spk_is_dialect.get(speaker) if speaker else None
+    if language in ("chinese", "auto") and dialect:
+        lang_id = t.codec_language_id[str(dialect).lower()]
+    if lang_id is None:
+        prefix = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
+    else:
+        prefix = [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
+    return PromptTokens(
+        text_ids=encode(tokenizer, assistant_template(text)),
+        instruct_ids=encode(tokenizer, instruct_template(instruct)) if instruct else None,
+        codec_prefix=prefix,
+        speaker_id=t.spk_id[speaker] if speaker and config.uses_speaker else None,
+    )
+
+
+@dataclass
+class Prompt:
+    embeds: torch.Tensor  # [L, H] prefill inputs
+    trailing: torch.Tensor  # [Tt, H] text rows added to decode steps 0..Tt-1 (tts_pad after)
+
+
+@torch.no_grad()
+def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
+    """Non-streaming prefill layout (QWEN3_TTS.md §3), built with the official slices."""
+    dev = talker.codec_head.weight.device
+
+    def ids(values: list[int]) -> torch.Tensor:
+        return torch.tensor([values], dtype=torch.long, device=dev)  # [1, n]
+
+    t = config.talker
+    text_ids = ids(tokens.text_ids)
+    special = ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
+    tts_bos, tts_eos, tts_pad = talker.embed_text(special).chunk(3, dim=1)  # 3 x [1, 1, H]
+
+    codec = [talker.embed_codec(ids(tokens.codec_prefix))]
+    if tokens.speaker_id is not None:
+        speaker = talker.embed_codec(torch.tensor(tokens.speaker_id, device=dev))  # [H]
+        codec.append(speaker.view(1, 1, -1))
+    codec.append(talker.embed_codec(ids([t.codec_pad_id, t.codec_bos_id])))
+    codec = torch.cat(codec, dim=1)  # [1, Lc, H]
+
+    role = talker.embed_text(text_ids[:, ROLE])  # [1, 3, H]
+    # tts_pad under the codec prefix/speaker, tts_bos on the C(pad) position.
+    pads = tts_pad.expand(-1, codec.shape[1] - 2, -1)
+    head = torch.cat((pads, tts_bos), dim=1) + codec[:, :-1]  # [1, Lc-1, H]
+    text = talker.embed_text(text_ids[:, TEXT])  # [1, N, H]
+    n = text.shape[1] + 1
+    body = torch.cat((text, tts_eos), dim=1) + talker.embed_codec(ids([t.codec_pad_id] * n))
+    tail = tts_pad + talker.embed_codec(ids([t.codec_bos_id]))  # [1, 1, H]
+    parts = [role, head, body, tail]
+    if tokens.instruct_ids is not None:
+        parts.insert(0, talker.embed_text(ids(tokens.instruct_ids)))
+    embeds = torch.cat(parts, dim=1)[0]  # [L, H]
+    return Prompt(embeds=embeds, trailing=tts_pad[0])  # trailing [1, H]
+
+
+def pad_embedding(talker, config: ModelConfig) -> torch.Tensor:
+    """P(tts_pad) [H], added to every decode step past a row's trailing text. Computed inside the
+    same [bos, eos, pad] batch as embed_prompt so the values are bitwise identical."""
+    dev = talker.codec_head.weight.device
+    special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
+    return talker.embed_text(torch.tensor([special], dtype=torch.long, device=dev))[0, 2]

@@ -1,0 +1,128 @@
+"""Token selection: the pure-torch twin of kernels/sampling.py, and the dispatch between them.
+
+Semantics follow the official (Hugging Face) logits processors, in this order: repetition penalty over
+the row's previously generated ids -> EOS blocked while fewer than `min_new_tokens` were generated ->
+suppressed ids -> (greedy rows: argmax here) -> temperature -> top-k (ties with the k-th value kept)
+-> top-p (only when < 1) -> draw. The draw is Gumbel-max with noise that is a pure function of
+(request seed, frame index, codebook index, vocab index), so a request's tokens do not depend on its
+batch, slot, device or a resume. Every per-row parameter is a device tensor (graph-safe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class RowParams:
+    """Per-row sampling parameters for one sampling site, as device tensors of length B."""
+
+    greedy: torch.Tensor  # bool [B]
+    temperature: torch.Tensor  # float32 [B]
+    top_k: torch.Tensor  # int64 [B]; 0 = off
+    top_p: torch.Tensor  # float32 [B]; >= 1 = off
+    penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
+
+    @classmethod
+    def fill(cls, n: int, device, *, greedy: bool, temperature: float, top_k: int, top_p: float,
+             penalty: float = 1.0) -> RowParams:
+        def full(v, dtype):
+            return torch.full((n,), v, dtype=dtype, device=device)
+
+        return cls(full(greedy, torch.bool), full(temperature, torch.float32),
+                   full(top_k, torch.int64), full(top_p, torch.float32),
+                   full(penalty, torch.float32))
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for uint32 values held in int64, without int64 overflow."""
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & _MASK32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer finaliser (lowbias32); the Triton kernel computes the same in uint32."""
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_keys(seeds: torch.Tensor, frames: torch.Tensor, codebook: int) -> torch.Tensor:
+    """A 32-bit key per row from (seed, frame, codebook). seeds/frames int64 [B] -> int64 [B]."""
+    k = mix32(frames * 32 + codebook)
+    k = mix32(k ^ ((seeds >> 32) & _MASK32))
+    return mix32(k ^ (seeds & _MASK32))
+
+
+def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """u in (0, 1) per (row, vocab index): float32 [B, V]."""
+    v = torch.arange(vocab, dtype=torch.int64, device=keys.device)
+    bits = mix32(keys[:, None] ^ mix32(v + 0x9E3779B9)[None, :])  # [B, V]
+    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
+
+
+def apply_penalties(
+    logits: torch.Tensor,  # float32 [B, V]
+    penalty: torch.Tensor,  # float32 [B]
+    seen: torch.Tensor | None,  # bool [B, V]: ids this row generated before
+    block_eos: torch.Tensor | None,  # bool [B]: row has generated < min_new_tokens ids
+    eos_id: int,
+    suppress: torch.Tensor | None,  # bool [V]
+) -> torch.Tensor:
+    """The value-changing processors (applied to greedy and sampled rows alike)."""
+    out = logits
+    if seen is not None:
+        p = penalty[:, None]
+        penalised = torch.where(out < 0, out * p, out / p)
+        out = torch.where(seen, penalised, out)
+    neg_inf = torch.tensor(float("-inf"), device=out.device)
+    if block_eos is not None:
+        col = torch.zeros_like(out, dtype=torch.bool)
+        col[:, eos_id] = True
+        out = torch.where(col & block_eos[:, None], neg_inf, out)
+    if suppress is not None:
+        out = torch.where(suppress[None, :], neg_inf, out)
+    return out
+
+
+def filter_top_k_top_p(scores: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor):
+    """HF TopK then TopP warpers with per-row parameters. scores float32 [B, V]."""
+    neg_inf = torch.tensor(float("-inf"), device=scores.device)
+    vocab = scores.shape[-1]
+    sorted_desc = scores.sort(dim=-1, descending=True).values  # [B, V]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), vocab)
+    kth = sorted_desc.gather(1, (k - 1)[:, None])  # [B, 1]
+    scores = torch.where(scores < kth, neg_inf, scores)
+
+    sorted_asc, order = scores.sort(dim=-1, descending=False)  # [B, V]
+    cum = sorted_asc.softmax(dim=-1).cumsum(dim=-1)
+    remove = cum <= (1 - top_p)[:, None]
+    remove[:, -1] = False  # keep at least one token
+    remove = remove & (top_p < 1.0)[:, None]
+    remove = remove.scatter(1, order, remove)
+    return torch.where(remove, neg_inf, scores)
+
+
+def select_tokens(
+    scores: torch.Tensor,  # float32 [B, V], after apply_penalties
+    params: RowParams,
+    seeds: torch.Tensor,  # int64 [B]
+    frames: torch.Tensor,  # int64 [B]: the row's own frame index
+    codebook: int,
+) -> torch.Tensor:
+    """Greedy rows: argmax. Sampled rows: temperature, top-k, top-p, seeded Gumbel-max draw."""
+    greedy_ids = scores.argmax(dim=-1)
+    warped = scores / params.temperature[:, None]
+    warped = filter_top_k_top_p(warped, params.top_k, params.top_p)
+    u = uniform_noise(row_keys(seeds, frames, codebook), scores.shape[-1])
+    gumbel = -torch.log(-torch.log(u))
+    drawn = (warped + gumbel).argmax(dim=-1)
+    return torch.where(params.greedy, greedy_ids, drawn)

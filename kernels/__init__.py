@@ -1,0 +1,1 @@
+"""Triton kernels, each with a pure-torch twin; importable without triton."""

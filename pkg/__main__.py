@@ -1,0 +1,3 @@
+from qtts.cli.app import main
+
+main()
