@@ -115,7 +115,7 @@ class Prompt:
 @torch.no_grad()
 def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
     """Non-streaming prefill layout (QWEN3_TTS.md §3), built with the official slices."""
-    dev = talker.codec_head.weight.device
+    dev = talker.model.codec_embedding.weight.device
 
     def ids(values: list[int]) -> torch.Tensor:
         return torch.tensor([values], dtype=torch.long, device=dev)  # [1, n]
@@ -150,6 +150,6 @@ def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
 def pad_embedding(talker, config: ModelConfig) -> torch.Tensor:
     """P(tts_pad) [H], added to every decode step past a row's trailing text. Computed inside the
     same [bos, eos, pad] batch as embed_prompt so the values are bitwise identical."""
-    dev = talker.codec_head.weight.device
+    dev = talker.model.codec_embedding.weight.device
     special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
     return talker.embed_text(torch.tensor([special], dtype=torch.long, device=dev))[0, 2]

@@ -1,0 +1,131 @@
+"""The torch sampling twin: HF processor semantics, seeded draws, distribution."""
+
+import math
+
+import pytest
+import torch
+
+from qtts.core.sampling import (
+    RowParams,
+    apply_penalties,
+    filter_top_k_top_p,
+    mix32,
+    row_keys,
+    select_tokens,
+    uniform_noise,
+)
+
+
+def _lowbias32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_mix32_matches_python_integer_reference():
+    xs = [0, 1, 2, 0xDEADBEEF, 0xFFFFFFFF, 123456789, 2**31]
+    got = mix32(torch.tensor(xs, dtype=torch.int64)).tolist()
+    assert got == [_lowbias32(x) for x in xs]
+
+
+def test_noise_is_in_open_unit_interval_and_depends_on_every_key_part():
+    base = uniform_noise(row_keys(torch.tensor([5]), torch.tensor([3]), 2), 4096)
+    assert float(base.min()) > 0 and float(base.max()) < 1
+    for seeds, frames, cb in [([6], [3], 2), ([5], [4], 2), ([5], [3], 3)]:
+        other = uniform_noise(row_keys(torch.tensor(seeds), torch.tensor(frames), cb), 4096)
+        assert not torch.equal(base, other)
+    # 64-bit seeds: the high half matters too.
+    hi = uniform_noise(row_keys(torch.tensor([5 + (1 << 40)]), torch.tensor([3]), 2), 64)
+    assert not torch.equal(base[:, :64], hi)
+
+
+def test_repetition_penalty_divides_positive_multiplies_negative():
+    logits = torch.tensor([[2.0, -2.0, 1.0, -1.0]])
+    seen = torch.tensor([[True, True, False, False]])
+    out = apply_penalties(logits, torch.tensor([2.0]), seen, None, eos_id=0, suppress=None)
+    assert out.tolist() == [[1.0, -4.0, 1.0, -1.0]]
+
+
+def test_eos_block_and_suppression():
+    logits = torch.zeros(2, 6)
+    suppress = torch.tensor([False, False, False, True, True, False])
+    block = torch.tensor([True, False])
+    out = apply_penalties(logits, torch.ones(2), None, block, eos_id=5, suppress=suppress)
+    assert out[0].tolist() == [0, 0, 0, -math.inf, -math.inf, -math.inf]
+    assert out[1].tolist() == [0, 0, 0, -math.inf, -math.inf, 0]
+
+
+def _params(n, **kw):
+    base = dict(greedy=False, temperature=1.0, top_k=0, top_p=1.0)
+    base.update(kw)
+    return RowParams.fill(n, "cpu", **base)
+
+
+def test_greedy_is_argmax_whatever_the_seed():
+    scores = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
+    for seed in range(5):
+        tok = select_tokens(scores, _params(4, greedy=True), torch.full((4,), seed),
+                            torch.zeros(4, dtype=torch.long), 0)
+        assert torch.equal(tok, scores.argmax(-1))
+
+
+@pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)])
+def test_degenerate_filters_reduce_to_argmax(kw):
+    scores = torch.randn(8, 301, generator=torch.Generator().manual_seed(1))
+    tok = select_tokens(scores, _params(8, **kw), torch.arange(8), torch.zeros(8).long(), 4)
+    assert torch.equal(tok, scores.argmax(-1))
+
+
+def test_top_k_keeps_ties_with_kth_value_like_hf():
+    scores = torch.tensor([[3.0, 2.0, 2.0, 1.0]])
+    out = filter_top_k_top_p(scores, torch.tensor([2]), torch.tensor([1.0]))
+    assert out.tolist() == [[3.0, 2.0, 2.0, -math.inf]]
+
+
+def test_top_p_keeps_smallest_prefix_reaching_mass():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    out = filter_top_k_top_p(probs.log(), torch.tensor([0]), torch.tensor([0.7]))
+    assert torch.isfinite(out).tolist() == [[True, True, False, False]]
+
+
+def test_only_eos_allowed_row_picks_eos():
+    logits = torch.randn(3, 3072)
+    suppress = torch.zeros(3072, dtype=torch.bool)
+    suppress[2048:] = True
+    suppress[2150] = False
+    logits[:, :2048] = -math.inf  # nothing else left
+    scores = apply_penalties(logits, torch.ones(3), None, None, 2150, suppress)
+    tok = select_tokens(scores, _params(3, top_k=50, top_p=0.9), torch.arange(3),
+                        torch.zeros(3).long(), 0)
+    assert tok.tolist() == [2150, 2150, 2150]
+
+
+def test_draw_depends_only_on_row_seed_frame_codebook():
+    gen = torch.Generator().manual_seed(2)
+    scores = torch.randn(16, 2048, generator=gen)
+    seeds, frames = torch.arange(100, 116), torch.arange(16) * 3
+    batch = select_tokens(scores, _params(16, top_k=50), seeds, frames, 7)
+    for i in [0, 5, 15]:
+        alone = select_tokens(scores[i : i + 1], _params(1, top_k=50), seeds[i : i + 1],
+                              frames[i : i + 1], 7)
+        assert int(alone) == int(batch[i])
+
+
+def test_samples_follow_the_filtered_distribution_chi_squared():
+    logits = torch.tensor([1.0, 0.5, 0.0, -0.5, -1.0, 2.0, -3.0, 0.2])
+    params = _params(1, temperature=0.8, top_k=6, top_p=0.95)
+    expected = filter_top_k_top_p(logits[None] / 0.8, params.top_k, params.top_p).softmax(-1)[0]
+    n = 20000
+    scores = logits.expand(n, -1)
+    big = RowParams.fill(n, "cpu", greedy=False, temperature=0.8, top_k=6, top_p=0.95)
+    toks = select_tokens(scores, big, torch.arange(n), torch.zeros(n).long(), 0)
+    counts = torch.bincount(toks, minlength=8).float()
+    support = expected > 0
+    assert counts[~support].sum() == 0  # filtered tokens are never drawn
+    exp_counts = expected[support] * n
+    chi2 = float(((counts[support] - exp_counts) ** 2 / exp_counts).sum())
+    dof = int(support.sum()) - 1
+    assert chi2 < {3: 16.27, 4: 18.47, 5: 20.52}[dof]  # p = 0.001 critical values
