@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from qtts.core.hub import ModelLoadError, _one_line, check_layout, resolve_model_dir
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import Tensor, nn
+
+from qtts.core.hub import ModelLoadError, _one_line, check_layout, resolve_model_dir
 
 __all__ = [
     "ModelLoadError",

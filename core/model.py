@@ -4,7 +4,8 @@ Module names mirror the checkpoint's state-dict names (QWEN3_TTS.md §1), so a s
 renaming. Knows tensors and token ids, not text, files or sampling.
 
 Attention follows the official SDPA dispatch so greedy codes match bit for bit on CPU: without a
-padding mask, SDPA runs causal with native GQA; with one, K/V are repeated and a boolean mask is used.
+padding mask, SDPA runs causal with native GQA; with one, K/V are repeated and a boolean mask is
+used.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from qtts.core.config import DecoderStackConfig, ModelConfig, TalkerConfig
 
 
 class KVCache(Protocol):
-    """Per-layer key/value store. `update` appends (or writes) and returns everything attended to."""
+    """Per-layer K/V store: `update` appends (or writes) and returns all keys/values to attend."""
 
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
@@ -54,6 +55,12 @@ class RotaryEmbedding(nn.Module):
         freqs = positions[..., None].float() * self.inv_freq.float()  # [B, T, D/2], fp32
         emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
         return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def embedding(num: int, dim: int) -> nn.Embedding:
+    """An embedding whose weight is left uninitialised: checkpoints overwrite it, and the default
+    init on the meta device costs seconds (it imports torch._dynamo)."""
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -104,7 +111,9 @@ def attend(q, k, v, mask: torch.Tensor | None, scale: float, n_rep: int) -> torc
         causal = q.shape[2] > 1
         if causal and k.shape[2] > q.shape[2]:
             raise ValueError("an unmasked causal query block must start at position 0")
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=True
+        )
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
@@ -153,8 +162,8 @@ class DecoderStack(nn.Module):
 class TalkerModel(DecoderStack):
     def __init__(self, cfg: TalkerConfig):
         super().__init__(cfg)
-        self.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
+        self.codec_embedding = embedding(cfg.vocab_size, cfg.hidden_size)
+        self.text_embedding = embedding(cfg.text_vocab_size, cfg.text_hidden_size)
 
 
 class TextProjection(nn.Module):
@@ -175,7 +184,7 @@ class CodePredictorModel(DecoderStack):
         # Embeddings for codebooks 1..G-1 live at TALKER width: the talker sums them too.
         n = cfg.num_code_groups - 1
         self.codec_embedding = nn.ModuleList(
-            nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(n)
+            embedding(cfg.vocab_size, talker_hidden) for _ in range(n)
         )
 
 

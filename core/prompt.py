@@ -1,9 +1,9 @@
 """Text -> prompt: tokenization, row normalisation, and the talker's prefill embeddings.
 
 Owns the prompt layout of QWEN3_TTS.md §3 (CustomVoice and VoiceDesign use the non-streaming layout,
-as the official wrapper does). Embeddings are computed with the same slices and projection calls as the
-official code so that they are bitwise equal. Knows token ids and the model's embedding tables; knows
-nothing of files, batching or sampling.
+as the official wrapper does). Embeddings are computed with the same slices and projection calls as
+the official code so that they are bitwise equal. Knows token ids and the model's embedding tables;
+knows nothing of files, batching or sampling.
 """
 
 from __future__ import annotations
@@ -31,8 +31,15 @@ def instruct_template(instruct: str) -> str:
 def load_tokenizer(model_dir: str | Path):
     """The checkpoint's Qwen2 BPE tokenizer, loaded as the official wrapper loads it."""
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
-    return AutoTokenizer.from_pretrained(str(model_dir), fix_mistral_regex=True)
+    # AutoTokenizer reads config.json, does not know model_type qwen3_tts, and warns; harmless.
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir), fix_mistral_regex=True)
+    finally:
+        hf_logging.set_verbosity(previous)
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -79,12 +86,18 @@ class PromptTokens:
 
     text_ids: list[int]  # the full assistant template
     instruct_ids: list[int] | None
-    codec_prefix: list[int]  # [think, think_bos, lang, think_eos] or [nothink, think_bos, think_eos]
+    codec_prefix: list[
+        int
+    ]  # [think, think_bos, lang, think_eos] or [nothink, think_bos, think_eos]
     speaker_id: int | None  # codec id of a CustomVoice speaker
 
 
 def prompt_tokens(
-    config: ModelConfig, tokenizer, text: str, speaker: str | None, language: str,
+    config: ModelConfig,
+    tokenizer,
+    text: str,
+    speaker: str | None,
+    language: str,
     instruct: str | None,
 ) -> PromptTokens:
     """Ids for one normalised row (see normalize_row)."""
@@ -153,3 +166,11 @@ def pad_embedding(talker, config: ModelConfig) -> torch.Tensor:
     dev = talker.model.codec_embedding.weight.device
     special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
     return talker.embed_text(torch.tensor([special], dtype=torch.long, device=dev))[0, 2]
+
+
+def prompt_length(tokens: PromptTokens) -> int:
+    """Prefill positions embed_prompt produces for these ids (sizes caches before embedding)."""
+    instruct = len(tokens.instruct_ids) if tokens.instruct_ids else 0
+    codec = len(tokens.codec_prefix) + (tokens.speaker_id is not None) + 2  # + [pad, bos]
+    text = len(tokens.text_ids) - 8  # the template adds 3 ids before the text and 5 after
+    return instruct + 3 + (codec - 1) + (text + 1) + 1

@@ -1,15 +1,17 @@
 """Token selection: the pure-torch twin of kernels/sampling.py, and the dispatch between them.
 
-Semantics follow the official (Hugging Face) logits processors, in this order: repetition penalty over
-the row's previously generated ids -> EOS blocked while fewer than `min_new_tokens` were generated ->
-suppressed ids -> (greedy rows: argmax here) -> temperature -> top-k (ties with the k-th value kept)
--> top-p (only when < 1) -> draw. The draw is Gumbel-max with noise that is a pure function of
-(request seed, frame index, codebook index, vocab index), so a request's tokens do not depend on its
-batch, slot, device or a resume. Every per-row parameter is a device tensor (graph-safe).
+Semantics follow the official (Hugging Face) logits processors, in this order: repetition penalty
+over the row's previously generated ids -> EOS blocked while fewer than `min_new_tokens` were
+generated -> suppressed ids -> (greedy rows: argmax here) -> temperature -> top-k (ties with the
+k-th value kept) -> top-p (only when < 1) -> draw. The draw is Gumbel-max with noise that is a pure
+function of (request seed, frame index, codebook index, vocab index), so a request's tokens do not
+depend on its batch, slot, device or a resume. Every per-row parameter is a device tensor (graph-
+safe).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -28,14 +30,27 @@ class RowParams:
     penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
 
     @classmethod
-    def fill(cls, n: int, device, *, greedy: bool, temperature: float, top_k: int, top_p: float,
-             penalty: float = 1.0) -> RowParams:
+    def fill(
+        cls,
+        n: int,
+        device,
+        *,
+        greedy: bool,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        penalty: float = 1.0,
+    ) -> RowParams:
         def full(v, dtype):
             return torch.full((n,), v, dtype=dtype, device=device)
 
-        return cls(full(greedy, torch.bool), full(temperature, torch.float32),
-                   full(top_k, torch.int64), full(top_p, torch.float32),
-                   full(penalty, torch.float32))
+        return cls(
+            full(greedy, torch.bool),
+            full(temperature, torch.float32),
+            full(top_k, torch.int64),
+            full(top_p, torch.float32),
+            full(penalty, torch.float32),
+        )
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -126,3 +141,53 @@ def select_tokens(
     gumbel = -torch.log(-torch.log(u))
     drawn = (warped + gumbel).argmax(dim=-1)
     return torch.where(params.greedy, greedy_ids, drawn)
+
+
+def sampler_backend(device: torch.device) -> str:
+    """The sampler for logits on `device`, "triton" or "torch": QTTS_SAMPLER forces one; by default
+    the kernel serves CUDA tensors when triton is importable and the twin serves the rest."""
+    forced = os.environ.get("QTTS_SAMPLER", "").strip().lower()
+    if forced not in ("", "torch", "triton"):
+        raise ValueError(f"QTTS_SAMPLER must be 'torch' or 'triton', got {forced!r}")
+    if forced:
+        return forced
+    if device.type != "cuda":
+        return "torch"
+    from qtts.kernels.sampling import TRITON_AVAILABLE
+
+    return "triton" if TRITON_AVAILABLE else "torch"
+
+
+def choose_tokens(
+    logits: torch.Tensor,  # float32 [B, V]
+    params: RowParams,
+    seeds: torch.Tensor,  # int64 [B]
+    frames: torch.Tensor,  # int64 [B]: each row's own frame index
+    codebook: int,
+    *,
+    seen: torch.Tensor | None = None,  # bool [B, V]
+    block_eos: torch.Tensor | None = None,  # bool [B]
+    eos_id: int = -1,
+    suppress: torch.Tensor | None = None,  # bool [V]
+    out: torch.Tensor | None = None,  # int64 [B]; written when given
+) -> torch.Tensor:
+    """apply_penalties + select_tokens, by the Triton kernel or by this twin (sampler_backend).
+    Returns int64 [B] token ids (`out` itself when given)."""
+    if sampler_backend(logits.device) == "triton":
+        from qtts.kernels.sampling import TRITON_AVAILABLE, sample_tokens
+
+        if not TRITON_AVAILABLE:
+            raise ValueError("QTTS_SAMPLER=triton but triton is not importable: install it")
+        if out is None:
+            out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
+        return sample_tokens(
+            logits, out, greedy=params.greedy, temperature=params.temperature,
+            top_k=params.top_k, top_p=params.top_p, penalty=params.penalty, seen=seen,
+            block_eos=block_eos, eos_id=eos_id, suppress=suppress, seeds=seeds, frames=frames,
+            codebook=codebook,
+        )  # fmt: skip
+    scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
+    tokens = select_tokens(scores, params, seeds, frames, codebook)
+    if out is None:
+        return tokens
+    return out.copy_(tokens)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from qtts.core.config import GenerationDefaults, ModelConfig
@@ -51,8 +52,9 @@ def open_text_model(model: str) -> CheckpointText:
     return CheckpointText(model, model_dir)
 
 
-def load_synthesizer(text_model: CheckpointText, device: str, dtype: str):
-    from qtts.core.synthesizer import ReferenceSynthesizer
+def load_synthesizer(text_model: CheckpointText, device: str, dtype: str, batch_size: int = 16):
+    """Weights on the device. QTTS_GENERATOR=reference runs the yardstick instead of the engine."""
+    from qtts.core.synthesizer import Synthesizer
 
-    return ReferenceSynthesizer.load(text_model, device, dtype)
-
+    generator = os.environ.get("QTTS_GENERATOR", "engine")
+    return Synthesizer.load(text_model, device, dtype, batch_size=batch_size, generator=generator)

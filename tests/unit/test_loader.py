@@ -12,6 +12,9 @@ import pytest
 import torch
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+from safetensors.torch import save_file
+from torch import nn
+
 from qtts.core import hub, loader
 from qtts.core.loader import (
     ModelLoadError,
@@ -22,8 +25,6 @@ from qtts.core.loader import (
     read_safetensors,
     resolve_model_dir,
 )
-from safetensors.torch import save_file
-from torch import nn
 
 REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 

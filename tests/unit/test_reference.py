@@ -18,7 +18,9 @@ def _prompts(tiny, rows=ROWS):
     out = []
     for text, spk, lang, ins in rows:
         spk, lang, ins, _ = normalize_row(config, spk, lang, ins)
-        out.append(embed_prompt(model.talker, config, prompt_tokens(config, tok, text, spk, lang, ins)))
+        out.append(
+            embed_prompt(model.talker, config, prompt_tokens(config, tok, text, spk, lang, ins))
+        )
     return out
 
 
@@ -28,9 +30,15 @@ def _generate(tiny, prompts, budgets, *, greedy=True, seeds=None):
     n = len(prompts)
     seeds = seeds or [11] * n
     params = dict(greedy=greedy, temperature=0.9, top_k=50, top_p=0.9)
-    return gen.generate(GenerationInputs(
-        prompts, budgets, seeds, RowParams.fill(n, "cpu", penalty=1.05, **params),
-        RowParams.fill(n, "cpu", **params)))
+    return gen.generate(
+        GenerationInputs(
+            prompts,
+            budgets,
+            seeds,
+            RowParams.fill(n, "cpu", penalty=1.05, **params),
+            RowParams.fill(n, "cpu", **params),
+        )
+    )
 
 
 def test_batched_equals_single_greedy_and_sampled(tiny):
@@ -109,3 +117,13 @@ def test_kv_cached_talker_matches_naive_recompute(tiny):
         for t in range(8, 12):
             parts.append(talker.model(seq[:, t : t + 1], pos[:, t : t + 1], None, cache))
     torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_prompt_length_matches_embedding(tiny):
+    from qtts.core.prompt import prompt_length
+
+    config, model, tok = tiny
+    for text, spk, lang, ins in ROWS:
+        spk, lang, ins, _ = normalize_row(config, spk, lang, ins)
+        tokens = prompt_tokens(config, tok, text, spk, lang, ins)
+        assert prompt_length(tokens) == embed_prompt(model.talker, config, tokens).embeds.shape[0]

@@ -67,8 +67,13 @@ def _params(n, **kw):
 def test_greedy_is_argmax_whatever_the_seed():
     scores = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
     for seed in range(5):
-        tok = select_tokens(scores, _params(4, greedy=True), torch.full((4,), seed),
-                            torch.zeros(4, dtype=torch.long), 0)
+        tok = select_tokens(
+            scores,
+            _params(4, greedy=True),
+            torch.full((4,), seed),
+            torch.zeros(4, dtype=torch.long),
+            0,
+        )
         assert torch.equal(tok, scores.argmax(-1))
 
 
@@ -98,8 +103,9 @@ def test_only_eos_allowed_row_picks_eos():
     suppress[2150] = False
     logits[:, :2048] = -math.inf  # nothing else left
     scores = apply_penalties(logits, torch.ones(3), None, None, 2150, suppress)
-    tok = select_tokens(scores, _params(3, top_k=50, top_p=0.9), torch.arange(3),
-                        torch.zeros(3).long(), 0)
+    tok = select_tokens(
+        scores, _params(3, top_k=50, top_p=0.9), torch.arange(3), torch.zeros(3).long(), 0
+    )
     assert tok.tolist() == [2150, 2150, 2150]
 
 
@@ -109,8 +115,9 @@ def test_draw_depends_only_on_row_seed_frame_codebook():
     seeds, frames = torch.arange(100, 116), torch.arange(16) * 3
     batch = select_tokens(scores, _params(16, top_k=50), seeds, frames, 7)
     for i in [0, 5, 15]:
-        alone = select_tokens(scores[i : i + 1], _params(1, top_k=50), seeds[i : i + 1],
-                              frames[i : i + 1], 7)
+        alone = select_tokens(
+            scores[i : i + 1], _params(1, top_k=50), seeds[i : i + 1], frames[i : i + 1], 7
+        )
         assert int(alone) == int(batch[i])
 
 

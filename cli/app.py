@@ -1,0 +1,53 @@
+"""The `qtts` Typer app and its entry point `main()` (console script and `python -m qtts`).
+
+Registers the commands of qtts.cli.commands; help carries examples and the exit-code table.
+Imports no torch and no core module: `qtts --help` is instant.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from qtts.cli import commands
+from qtts.cli.errors import EXIT_CODES
+
+EXAMPLES = """\
+Examples:
+  qtts synth lines.txt --speaker vivian --out-dir out/
+  qtts batch manifest.parquet --model DIR --out-dir out/ --save-codes
+  qtts info Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"""
+
+OUTPUTS = """\
+Outputs: OUT/{id}.wav (24 kHz mono, 16-bit), OUT/results.parquet (one row per input row:
+status ok|failed|skipped, error, hit_frame_budget, ...), OUT/metadata.jsonl (Hugging Face
+AudioFolder). stdout: the final one-line JSON summary; stderr: logs, warnings, progress.
+A rerun on the same out dir resumes (rows already done are skipped); --overwrite redoes all."""
+
+
+def _epilog(*blocks: str) -> str:
+    # "\b" keeps Click from re-wrapping a block; blank lines separate blocks.
+    return "\n\n".join("\b\n" + b for b in blocks)
+
+
+app = typer.Typer(
+    name="qtts",
+    help="Batch text-to-speech with the Qwen3-TTS 12 Hz models.",
+    epilog=_epilog(EXAMPLES, OUTPUTS, EXIT_CODES),
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+app.command(epilog=_epilog(EXIT_CODES))(commands.synth)
+app.command(epilog=_epilog(EXIT_CODES))(commands.batch)
+app.command()(commands.info)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Exceptions -> one line `Error: ...` on stderr and an exit code. QTTS_DEBUG=1 adds the traceback.
+
+Owns the exit-code table of DESIGN.md. Imports no core module at import time (qtts --help stays
+instant); core exception classes are recognised by name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_USAGE = 2
+EXIT_ROWS_FAILED = 3
+EXIT_LOCKED = 75
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+EXIT_CODES = """\
+Exit codes:
+  0    all rows ok, or skipped as already done
+  1    fatal: model load failed, disk full (undone rows stay pending), out dir unwritable
+  2    usage or input error (bad option, unreadable/invalid input, duplicate ids); nothing done
+  3    finished, but some rows failed (or --fail-fast/--max-failures stopped the job)
+  75   another qtts run holds OUT/.qtts.lock
+  130  interrupted by SIGINT (Ctrl-C), after flushing finished rows
+  143  interrupted by SIGTERM, after flushing finished rows"""
+
+# Core exceptions whose message is written for users: no type name, no traceback needed.
+_KNOWN = {
+    "ManifestError": EXIT_USAGE,
+    "LockHeldError": EXIT_LOCKED,
+    "ModelLoadError": EXIT_FATAL,
+    "DiskFullError": EXIT_FATAL,
+    "OutputError": EXIT_FATAL,
+}
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("QTTS_DEBUG", "").strip() not in ("", "0", "false", "no")
+
+
+def exit_code_for(exc: BaseException) -> int:
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_SIGINT
+    exit_code = getattr(exc, "exit_code", None)  # qtts.core.interrupt.Interrupted
+    if isinstance(exit_code, int):
+        return exit_code
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _KNOWN:
+            return _KNOWN[cls.__name__]
+    return EXIT_FATAL
+
+
+def message_for(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    known = any(cls.__name__ in _KNOWN for cls in type(exc).__mro__)
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror if known else f"{exc.strerror}: {exc.filename}"
+        if exc.filename is None:
+            text = exc.strerror
+    else:
+        text = str(exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if known or isinstance(exc, OSError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def fail(exc: BaseException) -> typer.Exit:
+    """Print `Error: ...` (and the traceback with QTTS_DEBUG=1); the Exit to raise."""
+    if debug_enabled():
+        traceback.print_exception(exc, file=sys.stderr)
+    typer.echo(f"Error: {message_for(exc)}", err=True)
+    return typer.Exit(exit_code_for(exc))
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Wrap a command body: any exception becomes one line on stderr and its exit code."""
+    try:
+        yield
+    except (typer.Exit, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 -- the CLI's last line of defence
+        raise fail(exc) from None

@@ -1,0 +1,129 @@
+"""Shared command-line options as Annotated aliases, so synth and batch spell them once.
+
+Defaults for sampling are None: None keeps the checkpoint's generation_config.json value.
+No core imports here (qtts --help must not import torch).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # = qtts.core.jobs.DEFAULT_MODEL
+
+MODEL_PANEL = "Model and device"
+VOICE_PANEL = "Voice"
+SAMPLING_PANEL = "Sampling (defaults: the checkpoint's generation_config.json)"
+OUTPUT_PANEL = "Output and job control"
+
+
+class Dtype(str, Enum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class AudioFormat(str, Enum):
+    wav = "wav"
+    flac = "flac"
+
+
+class OnBudget(str, Enum):
+    ok = "ok"
+    fail = "fail"
+
+
+def _opt(*names: str, panel: str, **kw):
+    return typer.Option(*names, rich_help_panel=panel, **kw)
+
+
+OutDir = Annotated[
+    Path, _opt("--out-dir", "-o", panel=OUTPUT_PANEL, help="Folder for audio files and results.")
+]
+Model = Annotated[
+    str, _opt("--model", "-m", panel=MODEL_PANEL, help="Local checkpoint dir or HF repo id.")
+]
+Device = Annotated[str, _opt("--device", panel=MODEL_PANEL, help="auto, cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[
+    Dtype, _opt("--dtype", panel=MODEL_PANEL, help="auto = bfloat16 on CUDA, float32 on CPU.")
+]
+BatchSize = Annotated[
+    int, _opt("--batch-size", "-b", min=1, panel=MODEL_PANEL, help="Rows per batch.")
+]
+MaxNewTokens = Annotated[
+    int | None,
+    _opt(
+        "--max-new-tokens",
+        min=1,
+        panel=MODEL_PANEL,
+        help="Talker steps per row, used exactly (a row that never stops gets N-1 frames at "
+        "12.5 Hz). Default: min(generation_config max_new_tokens, 100 + 8 x text tokens).",
+    ),
+]
+Speaker = Annotated[
+    str | None, _opt("--speaker", panel=VOICE_PANEL, help="Speaker (CustomVoice models).")
+]
+Language = Annotated[str, _opt("--language", panel=VOICE_PANEL, help="Language, or auto.")]
+Instruct = Annotated[
+    str | None, _opt("--instruct", panel=VOICE_PANEL, help="Style instruction (1.7B, VoiceDesign).")
+]
+Seed = Annotated[
+    int, _opt("--seed", min=0, panel=VOICE_PANEL, help="Seed; a manifest seed column overrides.")
+]
+Greedy = Annotated[
+    bool, _opt("--greedy", panel=SAMPLING_PANEL, help="No sampling anywhere (argmax).")
+]
+Temperature = Annotated[float | None, _opt("--temperature", panel=SAMPLING_PANEL)]
+TopK = Annotated[int | None, _opt("--top-k", min=0, panel=SAMPLING_PANEL)]
+TopP = Annotated[float | None, _opt("--top-p", panel=SAMPLING_PANEL)]
+RepetitionPenalty = Annotated[float | None, _opt("--repetition-penalty", panel=SAMPLING_PANEL)]
+SubTemperature = Annotated[float | None, _opt("--subtalker-temperature", panel=SAMPLING_PANEL)]
+SubTopK = Annotated[int | None, _opt("--subtalker-top-k", min=0, panel=SAMPLING_PANEL)]
+SubTopP = Annotated[float | None, _opt("--subtalker-top-p", panel=SAMPLING_PANEL)]
+Format = Annotated[
+    AudioFormat, _opt("--format", "-f", panel=OUTPUT_PANEL, help="Audio files (16-bit PCM).")
+]
+SaveCodes = Annotated[
+    bool,
+    _opt("--save-codes", panel=OUTPUT_PANEL, help="Also write {id}.codes.npy, int [frames, 16]."),
+]
+Overwrite = Annotated[
+    bool,
+    _opt(
+        "--overwrite",
+        panel=OUTPUT_PANEL,
+        help="Redo every row. Default: resume, skipping rows already done (file decodes).",
+    ),
+]
+FailFast = Annotated[
+    bool,
+    _opt("--fail-fast/--no-fail-fast", panel=OUTPUT_PANEL, help="Stop at the first failed row."),
+]
+MaxFailures = Annotated[
+    int | None,
+    _opt("--max-failures", min=1, panel=OUTPUT_PANEL, help="Stop after N failed rows (exit 3)."),
+]
+OnBudgetOpt = Annotated[
+    OnBudget,
+    _opt(
+        "--on-budget",
+        panel=OUTPUT_PANEL,
+        help="A row that uses its whole frame budget without EOS: ok (kept, flagged "
+        "hit_frame_budget in results) or fail.",
+    ),
+]
+LogInterval = Annotated[
+    float,
+    _opt(
+        "--log-interval",
+        min=1.0,
+        panel=OUTPUT_PANEL,
+        help="Seconds between progress log lines when stderr is not a terminal.",
+    ),
+]
+Quiet = Annotated[bool, _opt("--quiet", "-q", panel=OUTPUT_PANEL, help="Warnings and errors only.")]
+Verbose = Annotated[bool, _opt("--verbose", "-v", panel=OUTPUT_PANEL, help="Debug logging.")]

@@ -1,0 +1,65 @@
+"""The frame budget of one row: how many talker steps (max_new_tokens) it may take.
+
+Policy: an explicit --max-new-tokens is used exactly, for every row (the official semantics: a row
+that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
+min(generation_config max_new_tokens, a runaway guard from the text length), so a sample that
+never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
+check and the frame estimate the scheduler sorts by. Pure arithmetic: knows no model and no tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FRAME_RATE_HZ = 12.5
+# Runaway guard: 8 s for any text, plus 8 frames (0.64 s) per text token. Normal speech runs at
+# 2-5 frames per text token, so the guard is about twice the slowest normal delivery.
+GUARD_BASE_FRAMES = 100
+GUARD_FRAMES_PER_TOKEN = 8
+# Fast speech needs about 2 frames per text token; below 1.5 no model can say the whole text.
+MIN_FRAMES_PER_TOKEN = 1.5
+# What the scheduler sorts by: a typical delivery.
+EST_FRAMES_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class FrameBudget:
+    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens (None when not given)."""
+
+    cap: int
+    explicit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.explicit is not None and self.explicit < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {self.explicit}")
+        if self.cap < 1:
+            raise ValueError(f"generation_config.json: max_new_tokens must be >= 1, got {self.cap}")
+
+    def max_new_tokens(self, text_tokens: int) -> int:
+        """The talker step budget for a text of `text_tokens` tokens."""
+        if self.explicit is not None:
+            return self.explicit
+        guard = GUARD_BASE_FRAMES + GUARD_FRAMES_PER_TOKEN * text_tokens
+        return min(self.cap, guard)
+
+    def too_long(self, text_tokens: int) -> str | None:
+        """Reason the text cannot be spoken within the checkpoint's budget, or None.
+
+        An explicit --max-new-tokens is the operator's call and is not second-guessed: a row that
+        runs out of steps is flagged hit_frame_budget instead (see --on-budget).
+        """
+        if self.explicit is not None:
+            return None
+        needed = int(MIN_FRAMES_PER_TOKEN * text_tokens)
+        frames = self.cap - 1  # the last step's token never gets its residual codes
+        if needed > frames:
+            return (
+                f"text too long for the frame budget: {text_tokens} text tokens need about "
+                f"{needed} frames, the model allows {frames} (max_new_tokens {self.cap}); "
+                "split the text"
+            )
+        return None
+
+    def estimate_frames(self, text_tokens: int) -> int:
+        """Expected frames, for sorting rows into batches of similar length."""
+        return min(EST_FRAMES_PER_TOKEN * max(text_tokens, 1), self.max_new_tokens(text_tokens))

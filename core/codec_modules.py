@@ -1,0 +1,169 @@
+"""Convolutional layers of the speech-tokenizer decoder: RVQ lookup, causal convs, upsampling.
+
+Owns the layers that turn code indices into latent frames and latent frames into samples
+(QWEN3_TTS.md §6 steps 1, 2, 4, 5). Attribute names mirror the checkpoint's tensor names so the
+decoder's state_dict loads strictly. Knows nothing of chunking, batching of utterances or files.
+All layers are causal: output sample t depends only on inputs at or before t, which is what lets
+padded batches and chunked decoding reproduce single-utterance output.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Floor for a codebook entry's usage count when normalising its running sum (official value).
+CODEBOOK_USAGE_EPS = 1e-5
+# Keeps SnakeBeta finite when exp(beta) underflows (official value).
+SNAKE_EPS = 1e-9
+
+
+class CausalConv1d(nn.Module):
+    """Stride-1 Conv1d padded with (kernel - 1) * dilation zeros on the left only."""
+
+    def __init__(self, in_ch: int, out_ch: int, kernel: int, dilation: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_ch, out_ch, kernel, dilation=dilation, groups=groups)
+        self.left_pad = (kernel - 1) * dilation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T] -> [B, C', T]
+        return self.conv(F.pad(x, (self.left_pad, 0)))
+
+
+class CausalConvTranspose1d(nn.Module):
+    """ConvTranspose1d whose right overhang (kernel - stride samples) is cut: T -> T * stride."""
+
+    def __init__(self, in_ch: int, out_ch: int, kernel: int, stride: int):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(in_ch, out_ch, kernel, stride=stride)
+        self.right_trim = kernel - stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T] -> [B, C', T * stride]
+        y = self.conv(x)  # [B, C', (T - 1) * stride + kernel]
+        if self.right_trim > 0:
+            y = y[..., : y.shape[-1] - self.right_trim]
+        return y
+
+
+class SnakeBeta(nn.Module):
+    """x + sin^2(x * e^alpha) / (e^beta + eps), per channel (alpha, beta stored in log space)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
+        alpha = self.alpha.exp()[None, :, None]  # [1, C, 1]
+        inv_beta = 1.0 / (self.beta.exp()[None, :, None] + SNAKE_EPS)  # [1, C, 1]
+        return x + inv_beta * torch.sin(x * alpha).pow(2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Causal depthwise conv (k=7), LayerNorm, Linear x4, GELU, Linear, x gamma; plus input."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()  # exact (erf) GELU, as the official block
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
+        h = self.dwconv(x).transpose(1, 2)  # [B, T, C]
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))  # [B, T, C]
+        return x + (self.gamma * h).transpose(1, 2)  # [B, C, T]
+
+
+class ResidualUnit(nn.Module):
+    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, + input."""
+
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
+        return self.conv2(self.act2(self.conv1(self.act1(x)))) + x
+
+
+class DecoderBlock(nn.Module):
+    """SnakeBeta -> causal transposed conv (x rate, channels halved) -> residual units (1, 3, 9)."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int):
+        super().__init__()
+        units = [ResidualUnit(out_dim, d) for d in (1, 3, 9)]
+        self.block = nn.ModuleList(
+            [SnakeBeta(in_dim), CausalConvTranspose1d(in_dim, out_dim, 2 * rate, rate), *units]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T] -> [B, C / 2, T * rate]
+        for layer in self.block:
+            x = layer(x)
+        return x
+
+
+class Codebook(nn.Module):
+    """One VQ codebook stored as running sums and usage counts (entry = sum / max(usage, eps))."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+
+    def lookup(self, codes: torch.Tensor) -> torch.Tensor:  # [B, T] -> [B, T, D]
+        table = self.embedding_sum / self.cluster_usage.clamp(min=CODEBOOK_USAGE_EPS)[:, None]
+        return F.embedding(codes, table)
+
+
+class _CodebookSlot(nn.Module):
+    """Holds one codebook under the checkpoint's `layers.N._codebook` name."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+
+class _CodebookList(nn.Module):
+    def __init__(self, count: int, size: int, dim: int):
+        super().__init__()
+        self.layers = nn.ModuleList([_CodebookSlot(size, dim) for _ in range(count)])
+
+
+class ResidualCodebooks(nn.Module):
+    """A group of residual codebooks: summed lookups, then a 1x1 conv up to the output width.
+
+    `input_proj` is the encoder-side projection; decoding never uses it, but the checkpoint holds
+    it, so it is kept for a strict state_dict load.
+    """
+
+    def __init__(self, count: int, size: int, dim: int, io_dim: int):
+        super().__init__()
+        self.input_proj = nn.Conv1d(io_dim, dim, 1, bias=False)
+        self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
+        self.vq = _CodebookList(count, size, dim)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:  # [B, K, T] -> [B, io_dim, T]
+        summed = None
+        for k, slot in enumerate(self.vq.layers):  # sequential sum, in the official order
+            q = slot._codebook.lookup(codes[:, k])  # [B, T, D]
+            summed = q if summed is None else summed + q
+        return self.output_proj(summed.transpose(1, 2))  # [B, io_dim, T]
+
+
+class SplitResidualCodebooks(nn.Module):
+    """Codebook 0 (semantic) and codebooks 1..Q-1 (acoustic) decoded apart and added."""
+
+    def __init__(self, num_quantizers: int, size: int, io_dim: int):
+        super().__init__()
+        dim = io_dim // 2
+        self.rvq_first = ResidualCodebooks(1, size, dim, io_dim)
+        self.rvq_rest = ResidualCodebooks(num_quantizers - 1, size, dim, io_dim)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:  # [B, Q, T] -> [B, io_dim, T]
+        return self.rvq_first.decode(codes[:, :1]) + self.rvq_rest.decode(codes[:, 1:])

@@ -1,0 +1,197 @@
+"""The fast path: slot state on the device, one decode step as a pure function of it, slot prefill.
+
+Be paranoid about adding lines to `decode_step`: it runs once per frame for every slot and is what a
+CUDA graph captures. It must not call .item(), branch on tensor values or read host state; every
+per-slot quantity (lengths, counters, sampling parameters, seeds) is a device tensor updated in
+place. Finished and empty slots keep computing (masked no-ops) until the host loop refills them.
+Knows token ids and tensors; no text, no files.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from qtts.core.config import MIN_NEW_TOKENS, ModelConfig
+from qtts.core.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.prompt import Prompt
+from qtts.core.sampling import RowParams, choose_tokens
+
+
+class SlotState:
+    """Everything one decode step reads and writes, for `slots` rows."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        slots: int,
+        max_len: int,
+        max_frames: int,
+        max_trailing: int,
+        *,
+        dtype: torch.dtype,
+        device,
+    ):
+        t, cp = config.talker, config.code_predictor
+        h, g, dev = t.hidden_size, t.num_code_groups, device
+
+        def zeros(*shape, dt=torch.long):
+            return torch.zeros(shape, dtype=dt, device=dev)
+
+        self.slots, self.max_frames = slots, max_frames
+        self.kv = TalkerKVCache(
+            t.num_hidden_layers,
+            slots,
+            t.num_key_value_heads,
+            max_len,
+            t.head_dim,
+            dtype=dtype,
+            device=dev,
+        )
+        self.cp_kv = PredictorKVCache(
+            cp.num_hidden_layers,
+            slots,
+            cp.num_key_value_heads,
+            g,
+            cp.head_dim,
+            dtype=dtype,
+            device=dev,
+        )
+        self.c0 = zeros(slots)  # last sampled codebook-0 token
+        self.past_hidden = zeros(slots, h, dt=dtype)  # talker state that produced c0
+        self.num_tokens = zeros(slots)  # c0 tokens sampled so far
+        self.budget = zeros(slots)  # max_new_tokens per slot
+        self.finished = torch.ones(slots, dtype=torch.bool, device=dev)  # empty slots are done
+        self.hit_budget = zeros(slots, dt=torch.bool)
+        self.num_frames = zeros(slots)  # valid once finished
+        self.seeds = zeros(slots)
+        self.seen = zeros(slots, t.vocab_size, dt=torch.bool)  # c0 ids sampled (penalty)
+        self.codes = zeros(slots, max_frames, g)  # [B, F, G] the output buffer
+        self.trailing = zeros(slots, max_trailing, h, dt=dtype)  # [B, Tt, H]
+        self.trailing_len = zeros(slots)
+        self.talker = RowParams.fill(
+            slots, dev, greedy=True, temperature=1.0, top_k=0, top_p=1.0, penalty=1.0
+        )
+        self.subtalker = RowParams.fill(
+            slots, dev, greedy=True, temperature=1.0, top_k=0, top_p=1.0
+        )
+
+
+class Engine:
+    def __init__(self, model, config: ModelConfig, state: SlotState, tts_pad: torch.Tensor):
+        self.talker, self.config, self.state = model.talker, config, state
+        self.tts_pad = tts_pad  # [H]
+        t = config.talker
+        self.eos = t.codec_eos_token_id
+        dev = tts_pad.device
+        self.suppress = torch.zeros(t.vocab_size, dtype=torch.bool, device=dev)  # [V]
+        self.suppress[t.suppress_start :] = True
+        self.suppress[self.eos] = False
+        self.cp_positions = torch.arange(t.num_code_groups, device=dev)  # frame-local positions
+
+    # -- prefill (eager, outside any graph) ---------------------------------------------------
+    @torch.no_grad()
+    def prefill(
+        self,
+        slot: int,
+        prompt: Prompt,
+        *,
+        budget: int,
+        seed: int,
+        talker: RowParams,
+        subtalker: RowParams,
+    ) -> None:
+        """Run one prompt into `slot` and sample its first c0. talker/subtalker: 1-row params."""
+        s = self.state
+        if prompt.trailing.shape[0] > s.trailing.shape[1]:
+            raise ValueError("trailing text longer than the engine's buffer")
+        n = prompt.embeds.shape[0]
+        pos = torch.arange(n, device=prompt.embeds.device)[None]  # [1, L]
+        hidden = self.talker.model(prompt.embeds[None], pos, None, s.kv.slot_writer(slot))
+        logits = self.talker.codec_head(hidden)[:, -1].float()  # [1, V]
+        for dst, src in ((s.talker, talker), (s.subtalker, subtalker)):
+            for name in ("greedy", "temperature", "top_k", "top_p", "penalty"):
+                getattr(dst, name)[slot] = getattr(src, name)[0]
+        s.seeds[slot] = seed
+        s.seen[slot] = False
+        c0 = choose_tokens(
+            logits,
+            _row(s.talker, slot),
+            s.seeds[slot : slot + 1],
+            torch.zeros_like(s.seeds[:1]),
+            0,
+            seen=s.seen[slot : slot + 1],
+            block_eos=torch.ones_like(s.finished[:1]),
+            eos_id=self.eos,
+            suppress=self.suppress,
+        )
+        s.seen[slot, c0] = True
+        s.c0[slot], s.past_hidden[slot] = c0[0], hidden[0, -1]
+        s.kv.lengths[slot], s.num_tokens[slot], s.budget[slot] = n, 1, budget
+        s.trailing[slot, : prompt.trailing.shape[0]] = prompt.trailing
+        s.trailing_len[slot] = prompt.trailing.shape[0]
+        done = budget <= 1  # no talker step left: zero frames
+        s.finished[slot], s.hit_budget[slot], s.num_frames[slot] = done, done, 0
+
+    # -- one decode step (graph-capturable) -----------------------------------------------------
+    @torch.no_grad()
+    def decode_step(self, view_len: int) -> None:
+        s, talker = self.state, self.talker
+        active = ~s.finished  # [B]
+        frame = s.num_tokens - 1  # the frame whose residual codes we predict now
+        codes = self._predict_codes(frame)  # [B, G]
+        s.codes[s.kv.rows, frame.clamp(0, s.max_frames - 1)] = codes
+        has_text = frame < s.trailing_len
+        text = s.trailing[s.kv.rows, frame.clamp(0, s.trailing.shape[1] - 1)]  # [B, H]
+        x = talker.embed_frame(codes) + torch.where(has_text[:, None], text, self.tts_pad)
+        mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
+        pos = s.kv.lengths[:, None]  # [B, 1]
+        hidden = talker.model(x[:, None], pos, mask, s.kv.decode_view(view_len))  # [B, 1, H]
+        logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
+        c0 = choose_tokens(
+            logits,
+            s.talker,
+            s.seeds,
+            s.num_tokens,
+            0,
+            seen=s.seen,
+            block_eos=s.num_tokens < MIN_NEW_TOKENS,
+            eos_id=self.eos,
+            suppress=self.suppress,
+        )
+        s.seen[s.kv.rows, c0] |= active
+        s.c0.copy_(torch.where(active, c0, s.c0))
+        s.past_hidden.copy_(torch.where(active[:, None], hidden[:, 0], s.past_hidden))
+        s.kv.lengths.add_(active.long())
+        s.num_tokens.add_(active.long())
+        is_eos = c0 == self.eos
+        stop = active & (is_eos | (s.num_tokens >= s.budget))
+        s.num_frames.copy_(torch.where(stop, s.num_tokens - 1, s.num_frames))
+        s.hit_budget.copy_(torch.where(stop, ~is_eos, s.hit_budget))
+        s.finished.logical_or_(stop)
+
+    def _predict_codes(self, frame: torch.Tensor) -> torch.Tensor:
+        """Codebooks 1..G-1 for every slot: 2-token prefill then one token per step, KV cached."""
+        s, cp = self.state, self.talker.code_predictor
+        x = torch.cat((s.past_hidden[:, None], self.talker.embed_codec(s.c0[:, None])), dim=1)
+        b = x.shape[0]
+        codes = [s.c0]
+        s.cp_kv.start = 0
+        for j in range(len(cp.lm_head)):
+            n = x.shape[1]
+            pos = self.cp_positions[s.cp_kv.start : s.cp_kv.start + n].expand(b, n)  # [B, n]
+            hidden = cp.model(cp.small_to_mtp_projection(x), pos, None, s.cp_kv)  # [B, n, Hc]
+            logits = cp.lm_head[j](hidden)[:, -1].float()  # [B, vocab]
+            code = choose_tokens(logits, s.subtalker, s.seeds, frame, j + 1)
+            codes.append(code)
+            s.cp_kv.start += n
+            x = cp.model.codec_embedding[j](code[:, None])  # [B, 1, Ht]
+        return torch.stack(codes, dim=1)  # [B, G]
+
+
+def _row(params: RowParams, i: int) -> RowParams:
+    return RowParams(
+        *(
+            getattr(params, f)[i : i + 1]
+            for f in ("greedy", "temperature", "top_k", "top_p", "penalty")
+        )
+    )

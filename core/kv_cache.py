@@ -1,0 +1,98 @@
+"""Static KV caches for the engine: fixed buffers updated by index, so a decode step never
+allocates.
+
+The talker cache holds one row per slot, [layers, slots, kv_heads, max_len, head_dim], and per-slot
+lengths on the device. A slot is prefilled alone (its prompt at positions 0..L-1, exactly the
+official single-request computation); a decode step writes each slot's new key at its own length and
+attends over a length-bucketed view with a per-slot mask, never over the whole max_len buffer. The
+predictor cache is tiny and positional (16 positions per frame), so static slices need no mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TalkerKVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        slots: int,
+        kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device,
+    ):
+        shape = (num_layers, slots, kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)  # [Ly, B, Hk, T, D]
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.lengths = torch.zeros(slots, dtype=torch.long, device=device)  # positions held
+        self.rows = torch.arange(slots, device=device)  # [B]
+        self.max_len = max_len
+
+    def slot_writer(self, slot: int) -> _SlotPrefill:
+        return _SlotPrefill(self, slot)
+
+    def decode_view(self, view_len: int) -> _DecodeView:
+        return _DecodeView(self, view_len)
+
+    def decode_mask(self, view_len: int) -> torch.Tensor:
+        """bool [B, 1, 1, S]: each slot sees its own positions 0..length (the new one included)."""
+        span = torch.arange(view_len, device=self.lengths.device)
+        return (span[None, :] <= self.lengths[:, None])[:, None, None, :]
+
+
+class _SlotPrefill:
+    """Writes one slot's prompt K/V at positions [0, L) and attends over exactly those."""
+
+    def __init__(self, cache: TalkerKVCache, slot: int):
+        self.cache, self.slot = cache, slot
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        n = k.shape[2]  # k/v [1, Hk, L, D]
+        if n > self.cache.max_len:
+            raise ValueError(f"prompt of {n} positions exceeds the cache ({self.cache.max_len})")
+        self.cache.k[layer, self.slot, :, :n] = k[0]
+        self.cache.v[layer, self.slot, :, :n] = v[0]
+        return k, v
+
+
+class _DecodeView:
+    """Writes each slot's new K/V at its own length; returns the first `view_len` positions."""
+
+    def __init__(self, cache: TalkerKVCache, view_len: int):
+        self.cache, self.view_len = cache, view_len
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        c = self.cache  # k/v [B, Hk, 1, D]
+        c.k[layer, c.rows, :, c.lengths] = k[:, :, 0]  # index_put: graph-safe, no host sync
+        c.v[layer, c.rows, :, c.lengths] = v[:, :, 0]
+        return c.k[layer, :, :, : self.view_len], c.v[layer, :, :, : self.view_len]
+
+
+class PredictorKVCache:
+    """[layers, B, Hk, positions, D]; frame-local positions 0..G-1, written by static slices."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        slots: int,
+        kv_heads: int,
+        positions: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device,
+    ):
+        shape = (num_layers, slots, kv_heads, positions, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.start = 0  # first position the next update writes (a Python int: static per step)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        end = self.start + k.shape[2]
+        self.k[layer, :, :, self.start : end] = k
+        self.v[layer, :, :, self.start : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]

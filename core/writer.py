@@ -1,0 +1,198 @@
+"""Output files: atomic writes (temp file in the same folder, fsync, os.replace), WAV/FLAC audio,
+codes .npy, and a small thread pool so synthesis never waits on the disk.
+
+A reader of the out dir sees either no file or a whole file, never a partial one; a temp file left
+by a kill -9 is removed by the next run (cleanup_temp_files) and by a second Ctrl-C
+(remove_live_temps). New files get 0666 & ~umask, like any other program's output.
+Knows file formats and the out-dir naming rule; knows no tensors, models or row semantics.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+TEMP_MARK = ".qtts-tmp-"
+AUDIO_FORMATS = ("wav", "flac")
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+_counter = itertools.count()
+_live_temps: set[str] = set()
+_live_lock = threading.Lock()
+
+
+class DiskFullError(OSError):
+    """No space (ENOSPC) or quota (EDQUOT) left: fatal; undone rows stay pending for a rerun."""
+
+
+class OutputError(OSError):
+    """The out dir cannot be written (permissions, I/O error): fatal."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
+
+
+def atomic_write(
+    final: Path,
+    write: Callable[[BinaryIO], None],
+    before_replace: Callable[[], None] | None = None,
+) -> None:
+    """Write `final` through a temp file in the same folder: whole file or nothing.
+
+    before_replace runs once the temp file is durable, just before it takes the final name (the
+    job journals the row there, so no finished file ever lacks its journal line)."""
+    tmp = final.parent / f".{final.name}{TEMP_MARK}{os.getpid()}-{next(_counter)}"
+    with _live_lock:
+        _live_temps.add(str(tmp))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, final)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    finally:
+        with _live_lock:
+            _live_temps.discard(str(tmp))
+
+
+def atomic_write_bytes(
+    final: Path, data: bytes, before_replace: Callable[[], None] | None = None
+) -> None:
+    atomic_write(final, lambda f: f.write(data), before_replace)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames inside `path` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def cleanup_temp_files(out_dir: Path) -> int:
+    """Remove temp files an earlier, killed run left in out_dir. Call with the lock held."""
+    removed = 0
+    for p in out_dir.glob(f".*{TEMP_MARK}*"):
+        if p.is_file():
+            _unlink_quietly(p)
+            removed += 1
+    return removed
+
+
+def remove_live_temps() -> None:
+    """Best effort, for an immediate exit: remove the temp files being written right now."""
+    with _live_lock:
+        paths = list(_live_temps)
+    for p in paths:
+        _unlink_quietly(Path(p))
+
+
+def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    """float [-1, 1] mono -> WAV or FLAC bytes, 16-bit PCM."""
+    import soundfile as sf
+
+    if fmt not in AUDIO_FORMATS:
+        raise ValueError(f"unknown audio format {fmt!r}; choose wav or flac")
+    pcm = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)  # 16-bit wraps, it does not clip
+    buf = io.BytesIO()
+    sf.write(buf, pcm, sample_rate, subtype="PCM_16", format=fmt.upper())
+    return buf.getvalue()
+
+
+def encode_codes(codes: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(codes), allow_pickle=False)
+    return buf.getvalue()
+
+
+def audio_decodes(path: Path, num_samples: int | None = None) -> bool:
+    """True when soundfile opens `path`, its length matches, and its last sample can be read."""
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(str(path)) as f:
+            frames = f.frames
+            if num_samples is not None and frames != num_samples:
+                return False
+            if frames:
+                f.seek(frames - 1)
+                return len(f.read(1)) == 1
+            return True
+    except (OSError, RuntimeError, ValueError):  # LibsndfileError is a RuntimeError
+        return False
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    id: str
+    audio: np.ndarray  # float32 [samples]
+    sample_rate: int
+    codes: np.ndarray | None  # int [frames, 16]; None unless --save-codes
+    before_replace: Callable[[], None] | None = None  # runs before the audio file appears
+
+
+class OutputWriter:
+    """Writes one row's files on a small thread pool; the future returns the audio file's name."""
+
+    def __init__(self, out_dir: Path, fmt: str, *, workers: int = 2) -> None:
+        if fmt not in AUDIO_FORMATS:
+            raise ValueError(f"unknown audio format {fmt!r}; choose wav or flac")
+        self.out_dir = out_dir
+        self.fmt = fmt
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qtts-writer")
+
+    def audio_path(self, row_id: str) -> Path:
+        return self.out_dir / f"{row_id}.{self.fmt}"
+
+    def codes_path(self, row_id: str) -> Path:
+        return self.out_dir / f"{row_id}.codes.npy"
+
+    def submit(self, job: WriteJob) -> Future[str]:
+        return self._pool.submit(self._write, job)
+
+    def _write(self, job: WriteJob) -> str:
+        path = self.audio_path(job.id)
+        try:
+            if job.codes is not None:
+                atomic_write_bytes(self.codes_path(job.id), encode_codes(job.codes))
+            # The audio file goes last: it is what resume checks for.
+            data = encode_audio(job.audio, job.sample_rate, self.fmt)
+            atomic_write_bytes(path, data, job.before_replace)
+        except OSError as e:
+            if is_disk_full(e):
+                raise DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}") from e
+            raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from e
+        return path.name
+
+    def close(self, *, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

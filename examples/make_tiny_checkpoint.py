@@ -1,0 +1,67 @@
+"""Write a tiny random Qwen3-TTS checkpoint (published layout) for trying qtts without a download.
+
+    python examples/make_tiny_checkpoint.py /tmp/tiny-cv --greedy
+    qtts synth lines.txt --model /tmp/tiny-cv --speaker vivian --max-new-tokens 20 --out-dir out
+
+The audio is noise (random weights); the files, shapes and token ids are those of a real checkpoint.
+`--preset small` (or dims like `--hidden 256 --layers 4`) gives a model for CPU speed tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from qtts.core.tiny_checkpoint import TinyDims, make_tiny_checkpoint
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out_dir", help="directory to write (created; existing files are replaced)")
+    p.add_argument("--model-type", choices=["custom_voice", "voice_design"], default="custom_voice")
+    p.add_argument(
+        "--size",
+        choices=["1b7", "0b6"],
+        default="1b7",
+        help="1b7: predictor narrower than the talker (projection); 0b6: equal widths",
+    )
+    p.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="storage dtype of model.safetensors (the speech tokenizer stays float32)",
+    )
+    p.add_argument(
+        "--greedy",
+        action="store_true",
+        help="generation_config.json with do_sample/subtalker_dosample false",
+    )
+    for f in dataclasses.fields(TinyDims):
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=int,
+            default=None,
+            dest=f.name,
+            help="override the preset's " + f.name,
+        )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    names = [f.name for f in dataclasses.fields(TinyDims)]
+    dims = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    try:
+        out = make_tiny_checkpoint(
+            args.out_dir, model_type=args.model_type, size=args.size, seed=args.seed,
+            greedy=args.greedy, dtype=args.dtype, preset=args.preset, **dims,
+        )  # fmt: skip
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

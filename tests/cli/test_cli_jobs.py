@@ -1,0 +1,289 @@
+"""qtts synth / batch / info in-process (CliRunner) on the fake model (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import json
+
+import fakes
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+from typer.testing import CliRunner
+
+from qtts.cli.app import app
+from qtts.core.requests import Request
+
+pytestmark = pytest.mark.usefixtures("fake_model")
+
+
+def qtts(*args, input=None):
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def summary(result) -> dict:
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def results(out) -> dict[str, dict]:
+    return {r["id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
+
+
+def test_synth_writes_files_results_and_summary(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_text("Hello world.\n\nSecond line.\n")
+    out = tmp_path / "out"
+    r = qtts("synth", src, "--speaker", "Vivian", "-o", out, "--save-codes", "--seed", "3")
+    assert r.exit_code == 0, r.stderr
+    s = summary(r)
+    assert (s["ok"], s["failed"], s["total"], s["exit_code"]) == (2, 0, 2, 0)
+    res = results(out)
+    assert sorted(res) == ["000001", "000003"]
+    row = res["000003"]
+    assert (row["status"], row["text"], row["speaker"], row["seed"]) == ("ok", "Second line.",
+                                                                           "vivian", 3)  # fmt: skip
+    audio, sr = sf.read(row["path"])
+    assert sr == 24000 and len(audio) == row["num_samples"] == row["num_frames"] * 1920
+    want = fakes.fake_codes(
+        Request(id="x", text="Second line.", row=3, seed=3, max_new_tokens=10**6)
+    )
+    np.testing.assert_array_equal(np.load(out / "000003.codes.npy"), want)
+    meta = [json.loads(x) for x in (out / "metadata.jsonl").read_text().splitlines()]
+    assert [m["file_name"] for m in meta] == ["000001.wav", "000003.wav"]
+
+
+def test_synth_from_stdin_flac(tmp_path):
+    out = tmp_path / "out"
+    r = qtts("synth", "-", "--speaker", "ryan", "-o", out, "-f", "flac", input="a b\n\nc\n")
+    assert r.exit_code == 0, r.stderr
+    assert sorted(p.name for p in out.glob("*.flac")) == ["000001.flac", "000003.flac"]
+
+
+def test_invalid_utf8_exit_2_names_the_line(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_bytes(b"fine\n\nbro\xffken\n")
+    r = qtts("synth", src, "--speaker", "ryan", "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("Error: ") and "line 3" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_speaker_for_every_line_is_a_usage_error(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_text("hello\n")
+    r = qtts("synth", src, "--speaker", "nobody", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "unknown speaker 'nobody'" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_batch_bad_rows_fail_alone(tmp_path, write_manifest):
+    m = write_manifest(
+        [
+            {"id": "good", "text": "fine words", "speaker": "ryan", "language": "English"},
+            {"id": "empty", "text": "  ", "speaker": "ryan", "language": None},
+            {"id": "../evil", "text": "escape", "speaker": "ryan", "language": None},
+            {"id": "who", "text": "hi", "speaker": "nobody", "language": None},
+            {"id": "lang", "text": "hi", "speaker": None, "language": "klingon"},
+            {"id": "boom", "text": "x [fail]", "speaker": None, "language": None},
+            {"id": "nan", "text": "x [nan]", "speaker": None, "language": None},
+        ]
+    )
+    out = tmp_path / "out"
+    r = qtts("batch", m, "-o", out, "--speaker", "vivian")
+    assert r.exit_code == 3, r.stderr
+    res = results(out)
+    assert res["good"]["status"] == "ok" and (out / "good.wav").exists()
+    reasons = {k: v["error"] for k, v in res.items() if v["status"] == "failed"}
+    assert reasons["empty"] == "empty text"
+    assert "path separator" in reasons["../evil"] and not (tmp_path / "evil.wav").exists()
+    assert "unknown speaker 'nobody'" in reasons["who"]
+    assert "unknown language 'klingon'" in reasons["lang"]
+    assert reasons["boom"] == "fake failure for this row"
+    assert "non-finite audio" in reasons["nan"] and not (out / "nan.wav").exists()
+    assert summary(r)["failed"] == 6
+
+
+def test_duplicate_ids_exit_2_nothing_written(tmp_path, write_manifest):
+    m = write_manifest(
+        [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}, {"id": "a", "text": "z"}]
+    )
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan")
+    assert r.exit_code == 2 and "duplicate id 'a' (rows 1 and 3)" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_column_exit_2(tmp_path, write_manifest):
+    r = qtts("batch", write_manifest([{"id": "a"}]), "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "missing required column(s) text" in r.stderr
+
+
+def test_model_load_error_is_one_line_exit_1(tmp_path, monkeypatch):
+    src = tmp_path / "lines.txt"
+    src.write_text("hello\n")
+    r = qtts("synth", src, "--model", "missing-model", "-o", tmp_path / "out")
+    assert r.exit_code == 1
+    assert r.stderr.strip() == "Error: model not found: missing-model (fake)"
+    monkeypatch.setenv("QTTS_DEBUG", "1")
+    r = qtts("synth", src, "--model", "missing-model", "-o", tmp_path / "out")
+    assert r.exit_code == 1 and "Traceback" in r.stderr
+
+
+def test_weights_load_error_exit_1_results_still_written(tmp_path, monkeypatch, write_manifest):
+    monkeypatch.setenv("QTTS_FAKE_LOAD_FAIL", "1")
+    m = write_manifest([{"id": "a", "text": "x"}, {"id": "b", "text": ""}])
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan")
+    assert r.exit_code == 1 and "Error: cannot load weights (fake)" in r.stderr
+    assert results(tmp_path / "out")["b"]["status"] == "failed"
+
+
+def _mtimes(out):
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("*.wav")}
+
+
+def test_resume_skips_done_rows_and_redoes_the_rest(tmp_path, write_manifest):
+    rows = [{"id": f"u{i}", "text": f"text number {i}"} for i in range(5)]
+    m = write_manifest(rows)
+    out = tmp_path / "out"
+    assert qtts("batch", m, "-o", out, "--speaker", "ryan", "-b", "2").exit_code == 0
+    before = _mtimes(out)
+    (out / "u1.wav").unlink()
+    (out / "u2.wav").write_bytes(b"garbage")
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "-b", "2")
+    assert r.exit_code == 0, r.stderr
+    s = summary(r)
+    assert (s["ok"], s["skipped"]) == (2, 3)
+    after = _mtimes(out)
+    for name in ("u0.wav", "u3.wav", "u4.wav"):
+        assert after[name] == before[name]  # finished files untouched
+    res = results(out)
+    assert {k: v["status"] for k, v in res.items()} == {
+        "u0": "skipped", "u1": "ok", "u2": "ok", "u3": "skipped", "u4": "skipped"}  # fmt: skip
+    assert all(sf.read(v["path"])[0].size for v in res.values())
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--overwrite")
+    assert summary(r)["ok"] == 5
+    assert all(_mtimes(out)[n] != before[n] for n in ("u0.wav", "u3.wav"))
+
+
+def test_changed_text_is_redone(tmp_path, write_manifest):
+    out = tmp_path / "out"
+    qtts("batch", write_manifest([{"id": "a", "text": "one"}]), "-o", out, "--speaker", "ryan")
+    r = qtts("batch", write_manifest([{"id": "a", "text": "two"}]), "-o", out, "--speaker", "ryan")
+    assert summary(r)["ok"] == 1 and results(out)["a"]["text"] == "two"
+
+
+def test_fail_fast_and_max_failures_leave_rows_pending(tmp_path, write_manifest):
+    rows = [{"id": f"u{i}", "text": "word [fail]" if i < 3 else "word"} for i in range(6)]
+    m = write_manifest(rows)
+    r = qtts("batch", m, "-o", tmp_path / "a", "--speaker", "ryan", "-b", "1", "--fail-fast")
+    s = summary(r)
+    assert r.exit_code == 3 and s["status"] == "aborted" and s["failed"] == 1 and s["pending"] > 0
+    r = qtts(
+        "batch", m, "-o", tmp_path / "b", "--speaker", "ryan", "-b", "1", "--max-failures", "3"
+    )
+    s = summary(r)
+    assert r.exit_code == 3 and s["failed"] == 3
+    r = qtts("batch", m, "-o", tmp_path / "c", "--speaker", "ryan", "-b", "1")
+    assert summary(r)["failed"] == 3 and summary(r)["ok"] == 3
+
+
+@pytest.mark.parametrize("mode, status, code", [("ok", "ok", 0), ("fail", "failed", 3)])
+def test_on_budget(tmp_path, write_manifest, mode, status, code):
+    m = write_manifest([{"id": "a", "text": "runs on [runaway]"}])
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan", "--on-budget", mode)
+    assert r.exit_code == code
+    row = results(tmp_path / "out")["a"]
+    assert row["status"] == status
+    if mode == "ok":
+        assert row["hit_frame_budget"] is True and "whole frame budget" in r.stderr
+        assert summary(r)["hit_frame_budget"] == 1
+    else:
+        assert "hit the frame budget" in row["error"]
+
+
+def test_max_new_tokens_is_exact(tmp_path, write_manifest):
+    m = write_manifest([{"id": "a", "text": " ".join(["long"] * 50)}])
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan", "--max-new-tokens", "5")
+    row = results(tmp_path / "out")["a"]
+    assert r.exit_code == 0 and row["num_frames"] == 4 and row["hit_frame_budget"] is True
+
+
+def test_disk_full_is_fatal_and_rows_stay_pending(tmp_path, write_manifest, monkeypatch):
+    from qtts.core import writer
+
+    real = writer.atomic_write_bytes
+    calls = {"n": 0}
+
+    def flaky(path, data, *rest):
+        if path.suffix == ".wav":
+            calls["n"] += 1
+            if calls["n"] > 2:
+                raise OSError(28, "No space left on device")
+        return real(path, data, *rest)
+
+    m = write_manifest([{"id": f"u{i}", "text": f"w {i}"} for i in range(6)])
+    out = tmp_path / "out"
+    monkeypatch.setattr(writer, "atomic_write_bytes", flaky)
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "-b", "2")
+    assert r.exit_code == 1 and "Error: disk full writing" in r.stderr
+    res = results(out)
+    assert all(v["status"] == "ok" for v in res.values()) and len(res) == 2
+    assert not [p for p in out.iterdir() if ".qtts-tmp-" in p.name]
+    monkeypatch.setattr(writer, "atomic_write_bytes", real)
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "-b", "2")
+    assert r.exit_code == 0 and (summary(r)["ok"], summary(r)["skipped"]) == (4, 2)
+
+
+def test_empty_input_is_fine(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_text("\n\n")
+    r = qtts("synth", src, "--speaker", "ryan", "-o", tmp_path / "out")
+    assert r.exit_code == 0 and summary(r)["total"] == 0
+
+
+def test_bad_option_values_exit_2(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_text("hi\n")
+    r = qtts("synth", src, "--speaker", "ryan", "--top-p", "1.5", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "top-p" in r.stderr
+    r = qtts("synth", src, "--batch-size", "0")
+    assert r.exit_code == 2
+    r = qtts("synth", src, "--speaker", "ryan", "--device", "gpu", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "--device must be" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_info_human_and_json():
+    r = qtts("info", "fake-1.7b")
+    assert r.exit_code == 0 and "speakers: eric, ryan, vivian" in r.stdout
+    assert "languages: auto, chinese, english, german" in r.stdout
+    d = json.loads(qtts("info", "fake-0.6b", "--json").stdout)
+    assert d["size"] == "0.6B" and d["talker_sampling"]["repetition_penalty"] == 1.05
+    assert d["instruct"].startswith("ignored")
+    r = qtts("info", "missing")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: model not found")
+
+
+def test_stale_temp_files_are_removed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".000001.wav.qtts-tmp-99-1").write_bytes(b"half")
+    src = tmp_path / "lines.txt"
+    src.write_text("hi\n")
+    assert qtts("synth", src, "--speaker", "ryan", "-o", out).exit_code == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [".qtts-journal.jsonl", ".qtts.lock", "000001.wav", "metadata.jsonl",
+                     "results.parquet"]  # fmt: skip
+
+
+def test_run_job_sends_sorted_batches_and_tolerates_any_completion_order(tmp_path, write_manifest):
+    from qtts.core.jobs import JobSpec, run_job
+    from qtts.core.validation import RowDefaults
+
+    texts = ["a", "a b c d e", "a b", "a b c d e f g h", "a b c"]
+    m = write_manifest([{"id": f"r{i}", "text": t} for i, t in enumerate(texts)])
+    synth = fakes.FakeSynthesizer()
+    spec = JobSpec(kind="batch", source=str(m), out_dir=tmp_path / "out", batch_size=2,
+                   row_defaults=RowDefaults(speaker="ryan"))  # fmt: skip
+    s = run_job(spec, fakes.open_text_model, lambda *a: synth)
+    assert s.exit_code == 0 and s.ok == 5
+    assert synth.calls == [["r3", "r1"], ["r4", "r2"], ["r0"]]  # longest first

@@ -1,0 +1,43 @@
+"""Shared fixtures: Parquet manifests, the fake model (tests/fakes.py) for in-process and
+subprocess CLI runs. tests/ is on sys.path (rootdir conftest), so tests `import fakes` directly."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from fakes import fake_env, qtts_cmd
+
+
+@pytest.fixture
+def write_manifest(tmp_path):
+    """write_manifest(rows, name="m.parquet", schema=None) -> path of a Parquet manifest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def write(rows: list[dict], name: str = "m.parquet", schema=None):
+        path = tmp_path / name
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def fake_model(monkeypatch):
+    """In-process CLI runs (CliRunner) use the fake model."""
+    monkeypatch.setenv("QTTS_FAKE_SYNTH", "fakes")
+    for key in ("QTTS_FAKE_DELAY", "QTTS_FAKE_LOAD_FAIL", "QTTS_FAKE_MAX_NEW_TOKENS", "QTTS_DEBUG"):
+        monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture
+def run_qtts():
+    """run_qtts(*args, input=None, **env) -> CompletedProcess of `python -m qtts ...`."""
+
+    def run(*args, input: bytes | None = None, timeout: float = 60, **env: str):
+        return subprocess.run(
+            qtts_cmd(*args), input=input, capture_output=True, env=fake_env(**env), timeout=timeout
+        )
+
+    return run

@@ -1,0 +1,173 @@
+"""A fake model for job-layer and CLI tests: deterministic codes, a sine for audio, no weights.
+
+Selected in a subprocess with QTTS_FAKE_SYNTH=fakes (and tests/ on PYTHONPATH). Model strings pick
+the kind: containing "base" -> Base, "design" -> VoiceDesign, "0.6b" -> 0.6B; "missing" fails to
+load. Markers in a row's text steer it: "[fail]" -> RowFailure, "[nan]" -> NaN audio,
+"[runaway]" -> hits the frame budget, "[slow]" -> sleeps QTTS_FAKE_SLOW seconds, "[stubborn]" ->
+sleeps and ignores the first interrupt (a synthesizer stuck in native code); both touch the file
+QTTS_FAKE_MARK names, if set, when they start.
+QTTS_FAKE_DELAY adds seconds per row to every row. Rows come back in reverse order, so the job
+layer never relies on completion order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from qtts.core.config import GenerationDefaults, ModelConfig
+from qtts.core.requests import GenerationOptions, Request, RowFailure, Utterance
+
+SPEAKERS = {"vivian": 3065, "ryan": 3061, "eric": 2875}
+LANGUAGES = {"english": 2050, "chinese": 2055, "german": 2053}
+SAMPLES_PER_FRAME = 1920
+
+
+def _stack(hidden: int, vocab: int) -> dict:
+    return {"hidden_size": hidden, "intermediate_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+            "vocab_size": vocab}  # fmt: skip
+
+
+def make_config(model_type: str = "custom_voice", size: str = "1b7") -> ModelConfig:
+    talker = {**_stack(32, 3072), "code_predictor_config": _stack(32, 2048)}
+    if model_type == "custom_voice":
+        talker["spk_id"] = SPEAKERS
+    talker["codec_language_id"] = LANGUAGES
+    return ModelConfig.from_dict(
+        {
+            "model_type": "qwen3_tts",
+            "tts_model_type": model_type,
+            "tts_model_size": size,
+            "talker_config": talker,
+        }  # fmt: skip
+    )
+
+
+class FakeTextModel:
+    sample_rate = 24000
+
+    def __init__(self, name: str) -> None:
+        lowered = name.lower()
+        kind = "base" if "base" in lowered else "voice_design" if "design" in lowered else None
+        self.name = name
+        self.config = make_config(kind or "custom_voice", "0b6" if "0.6b" in lowered else "1b7")
+        cap = int(os.environ.get("QTTS_FAKE_MAX_NEW_TOKENS", "2048"))
+        self.defaults = GenerationDefaults(max_new_tokens=cap)
+
+    def normalize_row(self, speaker, language, instruct):
+        language = (language or "auto").strip().lower()
+        if language not in self.config.supported_languages():
+            langs = ", ".join(self.config.supported_languages())
+            raise ValueError(f"unknown language {language!r}; this model supports: {langs}")
+        speaker = (speaker or "").strip().lower() or None
+        if self.config.uses_speaker and speaker not in SPEAKERS:
+            what = "speaker is required" if speaker is None else f"unknown speaker {speaker!r}"
+            raise ValueError(f"{what}; this model has: {', '.join(sorted(SPEAKERS))}")
+        instruct = instruct if instruct and instruct.strip() else None
+        if instruct is not None and not self.config.honours_instruct:
+            return speaker, language, None, "instruct ignored: 0.6B CustomVoice models"
+        return speaker, language, instruct, None
+
+    def count_text_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def fake_codes(request: Request) -> np.ndarray:
+    """Deterministic in (seed, text): int64 [frames, 16]."""
+    frames = min(2 + len(request.text) // 4, max(request.max_new_tokens - 1, 0))
+    if "[runaway]" in request.text:
+        frames = max(request.max_new_tokens - 1, 0)
+    key = zlib.crc32(request.text.encode()) ^ request.seed
+    return np.random.default_rng(key).integers(0, 2048, size=(frames, 16), dtype=np.int64)
+
+
+def fake_audio(codes: np.ndarray, sample_rate: int = 24000) -> np.ndarray:
+    t = np.arange(len(codes) * SAMPLES_PER_FRAME, dtype=np.float32) / sample_rate
+    pitch = 200.0 + float(codes[0, 0]) / 8 if len(codes) else 200.0
+    return (0.5 * np.sin(2 * np.pi * pitch * t)).astype(np.float32)
+
+
+class FakeSynthesizer:
+    def __init__(self, sample_rate: int = 24000) -> None:
+        self.sample_rate = sample_rate
+        self.calls: list[list[str]] = []
+
+    def synthesize(
+        self, requests: Sequence[Request], options: GenerationOptions
+    ) -> Iterator[Utterance | RowFailure]:
+        self.calls.append([r.id for r in requests])
+        delay = float(os.environ.get("QTTS_FAKE_DELAY", "0"))
+        for r in reversed(list(requests)):
+            time.sleep(delay)
+            if "[slow]" in r.text or "[stubborn]" in r.text:
+                _mark_busy()
+            if "[slow]" in r.text:
+                time.sleep(float(os.environ.get("QTTS_FAKE_SLOW", "30")))
+            if "[stubborn]" in r.text:
+                _sleep_through_interrupts(60)
+            if "[fail]" in r.text:
+                yield RowFailure(r.id, "fake failure for this row")
+                continue
+            codes = fake_codes(r)
+            audio = fake_audio(codes, self.sample_rate)
+            if "[nan]" in r.text and audio.size:
+                audio[len(audio) // 2] = np.nan
+            hit = "[runaway]" in r.text or len(codes) >= r.max_new_tokens - 1
+            yield Utterance(r.id, codes, audio, self.sample_rate, hit_frame_budget=hit)
+
+
+def _mark_busy() -> None:
+    """Tell a waiting test that synthesis is under way (QTTS_FAKE_MARK names a file)."""
+    mark = os.environ.get("QTTS_FAKE_MARK")
+    if mark:
+        Path(mark).touch()
+
+
+def _sleep_through_interrupts(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            time.sleep(0.05)
+        except BaseException:  # noqa: BLE001 -- deliberately deaf, like a stuck CUDA call
+            pass
+
+
+def open_text_model(model: str) -> FakeTextModel:
+    if "missing" in model:
+        from qtts.core.hub import ModelLoadError
+
+        raise ModelLoadError(f"model not found: {model} (fake)")
+    return FakeTextModel(model)
+
+
+def load_synthesizer(
+    text_model: FakeTextModel, device: str, dtype: str, batch_size: int = 16
+) -> FakeSynthesizer:
+    if os.environ.get("QTTS_FAKE_LOAD_FAIL"):
+        from qtts.core.hub import ModelLoadError
+
+        raise ModelLoadError("cannot load weights (fake)")
+    return FakeSynthesizer(text_model.sample_rate)
+
+
+def fake_env(**extra: str) -> dict[str, str]:
+    """Environment for a subprocess `qtts` run on this fake model."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    env["QTTS_FAKE_SYNTH"] = "fakes"
+    for key in ("QTTS_FAKE_DELAY", "QTTS_FAKE_LOAD_FAIL", "QTTS_FAKE_MAX_NEW_TOKENS", "QTTS_DEBUG"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def qtts_cmd(*args) -> list[str]:
+    return [sys.executable, "-m", "qtts", *map(str, args)]

@@ -1,0 +1,37 @@
+"""Frame budget: explicit --max-new-tokens exact, runaway guard, too-long check."""
+
+import pytest
+
+from qtts.core.budget import GUARD_BASE_FRAMES, GUARD_FRAMES_PER_TOKEN, FrameBudget
+
+
+def test_explicit_is_used_exactly():
+    b = FrameBudget(cap=8192, explicit=10)
+    assert b.max_new_tokens(1) == 10 and b.max_new_tokens(10_000) == 10
+    assert b.too_long(10_000) is None
+
+
+def test_guard_grows_with_text_and_stops_at_the_cap():
+    b = FrameBudget(cap=8192)
+    assert b.max_new_tokens(0) == GUARD_BASE_FRAMES
+    assert b.max_new_tokens(10) == GUARD_BASE_FRAMES + 10 * GUARD_FRAMES_PER_TOKEN
+    assert b.max_new_tokens(5000) == 8192
+
+
+def test_too_long_for_the_checkpoint_budget():
+    b = FrameBudget(cap=100)
+    assert b.too_long(10) is None
+    msg = b.too_long(1000)
+    assert "text too long for the frame budget" in msg and "1000 text tokens" in msg
+
+
+def test_estimate_never_exceeds_the_budget():
+    b = FrameBudget(cap=8192, explicit=5)
+    assert b.estimate_frames(100) == 5
+    assert FrameBudget(8192).estimate_frames(10) < FrameBudget(8192).estimate_frames(20)
+
+
+@pytest.mark.parametrize("cap, explicit", [(8192, 0), (0, None)])
+def test_nonsense_budgets_are_refused(cap, explicit):
+    with pytest.raises(ValueError, match="must be >= 1"):
+        FrameBudget(cap=cap, explicit=explicit)
