@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import typer
 
-from qtts.cli import commands
+from qtts.cli import bench_command, commands
 from qtts.cli.errors import EXIT_CODES
 
 EXAMPLES = """\
 Examples:
   qtts synth lines.txt --speaker vivian --out-dir out/
   qtts batch manifest.parquet --model DIR --out-dir out/ --save-codes
-  qtts info Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"""
+  qtts info Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice
+  qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare"""
 
 OUTPUTS = """\
 Outputs: OUT/{id}.wav (24 kHz mono, 16-bit), OUT/results.parquet (one row per input row:
@@ -43,6 +44,7 @@ app = typer.Typer(
 app.command(epilog=_epilog(EXIT_CODES))(commands.synth)
 app.command(epilog=_epilog(EXIT_CODES))(commands.batch)
 app.command()(commands.info)
+app.command()(bench_command.bench)
 
 
 def main() -> None:

@@ -74,6 +74,8 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
                 audio_format=a["format"].value, save_codes=a["save_codes"],
                 overwrite=a["overwrite"], max_failures=min(limits) if limits else None,
                 on_budget=a["on_budget"].value,
+                ref_audio=None if a["ref_audio"] is None else str(a["ref_audio"]),
+                ref_text=a["ref_text"], x_vector_only=a["x_vector_only"],
             )  # fmt: skip
         except ValueError as e:
             raise ManifestError(str(e)) from None
@@ -102,6 +104,9 @@ def synth(
     speaker: o.Speaker = None,
     language: o.Language = "auto",
     instruct: o.Instruct = None,
+    ref_audio: o.RefAudio = None,
+    ref_text: o.RefText = None,
+    x_vector_only: o.XVectorOnly = False,
     seed: o.Seed = 0,
     greedy: o.Greedy = False,
     temperature: o.Temperature = None,
@@ -138,6 +143,9 @@ def batch(
     speaker: o.Speaker = None,
     language: o.Language = "auto",
     instruct: o.Instruct = None,
+    ref_audio: o.RefAudio = None,
+    ref_text: o.RefText = None,
+    x_vector_only: o.XVectorOnly = False,
     seed: o.Seed = 0,
     greedy: o.Greedy = False,
     temperature: o.Temperature = None,

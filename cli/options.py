@@ -71,6 +71,26 @@ Language = Annotated[str, _opt("--language", panel=VOICE_PANEL, help="Language, 
 Instruct = Annotated[
     str | None, _opt("--instruct", panel=VOICE_PANEL, help="Style instruction (1.7B, VoiceDesign).")
 ]
+RefAudio = Annotated[
+    Path | None,
+    _opt("--ref-audio", panel=VOICE_PANEL, help="Reference clip to clone (Base models)."),
+]
+RefText = Annotated[
+    str | None,
+    _opt(
+        "--ref-text",
+        panel=VOICE_PANEL,
+        help="Transcript of the reference clip: in-context cloning. Without it: x-vector only.",
+    ),
+]
+XVectorOnly = Annotated[
+    bool,
+    _opt(
+        "--x-vector-only",
+        panel=VOICE_PANEL,
+        help="Clone from the speaker embedding alone, ignoring any ref_text.",
+    ),
+]
 Seed = Annotated[
     int, _opt("--seed", min=0, panel=VOICE_PANEL, help="Seed; a manifest seed column overrides.")
 ]

@@ -9,6 +9,8 @@ Knows token ids and tensors; no text, no files.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from qtts.core.config import MIN_NEW_TOKENS, ModelConfig
@@ -28,6 +30,8 @@ class SlotState:
         max_frames: int,
         max_trailing: int,
         *,
+        talker: RowParams,
+        subtalker: RowParams,
         dtype: torch.dtype,
         device,
     ):
@@ -68,12 +72,10 @@ class SlotState:
         self.codes = zeros(slots, max_frames, g)  # [B, F, G] the output buffer
         self.trailing = zeros(slots, max_trailing, h, dt=dtype)  # [B, Tt, H]
         self.trailing_len = zeros(slots)
-        self.talker = RowParams.fill(
-            slots, dev, greedy=True, temperature=1.0, top_k=0, top_p=1.0, penalty=1.0
-        )
-        self.subtalker = RowParams.fill(
-            slots, dev, greedy=True, temperature=1.0, top_k=0, top_p=1.0
-        )
+        # Per-slot sampling parameters, started from the job's templates (their host hints hold
+        # for every slot: prefill refuses parameters whose hints differ).
+        self.talker = _expand(talker, slots)
+        self.subtalker = _expand(subtalker, slots)
 
 
 class Engine:
@@ -109,7 +111,9 @@ class Engine:
         hidden = self.talker.model(prompt.embeds[None], pos, None, s.kv.slot_writer(slot))
         logits = self.talker.codec_head(hidden)[:, -1].float()  # [1, V]
         for dst, src in ((s.talker, talker), (s.subtalker, subtalker)):
-            for name in ("greedy", "temperature", "top_k", "top_p", "penalty"):
+            if _hints(src) != _hints(dst):
+                raise ValueError("a job's sampling hints differ from the engine's")
+            for name in _TENSORS:
                 getattr(dst, name)[slot] = getattr(src, name)[0]
         s.seeds[slot] = seed
         s.seen[slot] = False
@@ -188,10 +192,20 @@ class Engine:
         return torch.stack(codes, dim=1)  # [B, G]
 
 
-def _row(params: RowParams, i: int) -> RowParams:
-    return RowParams(
-        *(
-            getattr(params, f)[i : i + 1]
-            for f in ("greedy", "temperature", "top_k", "top_p", "penalty")
-        )
+_TENSORS = ("greedy", "temperature", "top_k", "top_p", "penalty")
+
+
+def _hints(p: RowParams) -> tuple:
+    return p.all_greedy, p.max_top_k, p.top_p_off
+
+
+def _expand(template: RowParams, n: int) -> RowParams:
+    """A 1-row template repeated for n slots (own storage, written per slot later)."""
+    return dataclasses.replace(
+        template, **{f: getattr(template, f).expand(n).clone() for f in _TENSORS}
     )
+
+
+def _row(params: RowParams, i: int) -> RowParams:
+    """Row i of params as a 1-row RowParams (views), hints kept."""
+    return dataclasses.replace(params, **{f: getattr(params, f)[i : i + 1] for f in _TENSORS})

@@ -68,6 +68,9 @@ class JobSpec:
     overwrite: bool = False
     max_failures: int | None = None  # stop after this many failed rows; 1 = --fail-fast
     on_budget: str = "ok"  # a row that hits the frame budget: "ok" (flagged) or "fail"
+    ref_audio: str | None = None  # Base: reference clip for rows without one
+    ref_text: str | None = None  # Base: its transcript (ICL); none -> x-vector only
+    x_vector_only: bool = False  # Base: ignore every ref_text (x-vector cloning)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
@@ -131,6 +134,23 @@ def read_rows(spec: JobSpec) -> list[InputRow]:
     return rows
 
 
+def apply_reference_defaults(rows: list[InputRow], spec: JobSpec) -> list[InputRow]:
+    """--ref-audio/--ref-text fill rows without their own; --x-vector-only drops every ref_text.
+    A command-line path is relative to the working directory (a manifest's to the manifest)."""
+    if spec.ref_audio is None and spec.ref_text is None and not spec.x_vector_only:
+        return rows
+    audio = str(Path(spec.ref_audio).expanduser().absolute()) if spec.ref_audio else None
+    out = []
+    for r in rows:
+        text = None if spec.x_vector_only else _or(r.ref_text, spec.ref_text)
+        out.append(replace(r, ref_audio=_or(r.ref_audio, audio), ref_text=text))
+    return out
+
+
+def _or(value, default):
+    return value if value is not None else default
+
+
 def check_shared_voice(rows: list[InputRow], model: TextModel, defaults: RowDefaults) -> None:
     """When every row takes the command-line voice, a bad --speaker/--language is a usage error."""
     per_row = any(r.speaker or r.language or r.instruct for r in rows)
@@ -149,7 +169,7 @@ def run_job(
 ) -> JobSummary:
     """Run one job. Raises ManifestError (exit 2) before anything is written, LockHeldError (75),
     ModelLoadError / DiskFullError / OutputError (1); otherwise returns the summary."""
-    rows = read_rows(spec)
+    rows = apply_reference_defaults(read_rows(spec), spec)
     text_model = open_text_model(spec.model)
     check_shared_voice(rows, text_model, spec.row_defaults)
     try:

@@ -47,9 +47,13 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         # Computed on the CPU explicitly: cheap, and a meta-device build (weights loaded after)
         # keeps a real table, which the loader then moves to the device.
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float()
-        inv_freq = 1.0 / (theta ** (exponents / head_dim))  # [D/2]
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", self.table("cpu"), persistent=False)
+
+    def table(self, device) -> torch.Tensor:
+        """inv_freq [D/2] in fp32, computed as the official code does."""
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float()
+        return 1.0 / (self.theta ** (exponents / self.head_dim))
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype):
         freqs = positions[..., None].float() * self.inv_freq.float()  # [B, T, D/2], fp32

@@ -8,7 +8,7 @@ knows nothing of files, batching or sampling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,6 +22,11 @@ TEXT = slice(3, -5)  # the text itself; "<|im_end|>\n<|im_start|>assistant\n" fo
 
 def assistant_template(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def reference_template(ref_text: str) -> str:
+    """ICL reference text; its ids[3:-2] are the text itself."""
+    return f"<|im_start|>assistant\n{ref_text}<|im_end|>\n"
 
 
 def instruct_template(instruct: str) -> str:
@@ -71,10 +76,12 @@ def normalize_row(
                 f"unknown speaker {speaker!r}; this model has: "
                 + ", ".join(config.supported_speakers())
             )
-    elif speaker is not None and config.tts_model_type == "voice_design":
-        speaker = None  # VoiceDesign takes no speaker; the voice comes from instruct
+    elif speaker is not None and config.tts_model_type in ("voice_design", "base"):
+        speaker = None  # the voice comes from instruct (VoiceDesign) or the reference (Base)
     instruct = instruct if instruct and instruct.strip() else None
     warning = None
+    if instruct is not None and config.tts_model_type == "base":
+        instruct, warning = None, "instruct ignored: Base (voice clone) models do not take one"
     if instruct is not None and not config.honours_instruct:
         instruct, warning = None, "instruct ignored: 0.6B CustomVoice models do not support it"
     return speaker, language, instruct, warning
@@ -90,6 +97,12 @@ class PromptTokens:
         int
     ]  # [think, think_bos, lang, think_eos] or [nothink, think_bos, think_eos]
     speaker_id: int | None  # codec id of a CustomVoice speaker
+    # Base voice clone (streaming layout, x-vector in the speaker slot); ICL adds the reference.
+    clone: bool = False
+    ref_ids: list[int] | None = None  # ICL: the reference template ids
+    ref_frames: int = 0  # ICL: frames of the reference codes
+    ref_audio: str | None = None  # the reference this prompt clones (looked up by the caller)
+    ref_text: str | None = None
 
 
 def prompt_tokens(
@@ -160,6 +173,56 @@ def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
     return Prompt(embeds=embeds, trailing=tts_pad[0])  # trailing [1, H]
 
 
+@torch.no_grad()
+def embed_clone_prompt(
+    talker,
+    config: ModelConfig,
+    tokens: PromptTokens,
+    x_vector: torch.Tensor,
+    ref_code: torch.Tensor | None,
+) -> Prompt:
+    """Voice-clone prefill in the streaming layout the official clone path uses (§3): the x-vector
+    [H] in the speaker slot; x-vector only: P(T0) + C(bos), trailing [P(T1..), tts_eos]; ICL
+    (ref_code [F, G]): the text stream [P(ref + text), tts_eos] over [C(bos), frame sums]."""
+    dev = talker.model.codec_embedding.weight.device
+
+    def ids(values) -> torch.Tensor:
+        return torch.as_tensor(values, dtype=torch.long, device=dev)[None]  # [1, n]
+
+    t = config.talker
+    text_ids = ids(tokens.text_ids)
+    special = ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
+    tts_bos, tts_eos, tts_pad = talker.embed_text(special).chunk(3, dim=1)  # 3 x [1, 1, H]
+    codec = torch.cat(
+        (
+            talker.embed_codec(ids(tokens.codec_prefix)),
+            x_vector.to(tts_pad.dtype).view(1, 1, -1),
+            talker.embed_codec(ids([t.codec_pad_id, t.codec_bos_id])),
+        ),
+        dim=1,
+    )  # [1, Lc, H]
+    pads = tts_pad.expand(-1, codec.shape[1] - 2, -1)
+    head = torch.cat((pads, tts_bos), dim=1) + codec[:, :-1]  # [1, Lc-1, H]
+    parts = [talker.embed_text(text_ids[:, ROLE]), head]
+    if ref_code is None:
+        parts.append(talker.embed_text(text_ids[:, 3:4]) + codec[:, -1:])
+        trailing = torch.cat((talker.embed_text(text_ids[:, 4:-5]), tts_eos), dim=1)
+    else:
+        both = torch.cat((ids(tokens.ref_ids)[:, 3:-2], text_ids[:, TEXT]), dim=-1)
+        text = torch.cat((talker.embed_text(both), tts_eos), dim=1)  # [1, T1, H]
+        frames = talker.embed_frame(ref_code.to(dev))[None]  # [1, F, H]
+        stream = torch.cat((talker.embed_codec(ids([t.codec_bos_id])), frames), dim=1)  # [1, T2, H]
+        n = stream.shape[1]
+        if text.shape[1] > n:
+            parts.append(text[:, :n] + stream)
+            trailing = text[:, n:]
+        else:
+            padded = torch.cat([text] + [tts_pad] * (n - text.shape[1]), dim=1)  # [1, T2, H]
+            parts.append(padded + stream)
+            trailing = tts_pad
+    return Prompt(embeds=torch.cat(parts, dim=1)[0], trailing=trailing[0])
+
+
 def pad_embedding(talker, config: ModelConfig) -> torch.Tensor:
     """P(tts_pad) [H], added to every decode step past a row's trailing text. Computed inside the
     same [bos, eos, pad] batch as embed_prompt so the values are bitwise identical."""
@@ -168,9 +231,36 @@ def pad_embedding(talker, config: ModelConfig) -> torch.Tensor:
     return talker.embed_text(torch.tensor([special], dtype=torch.long, device=dev))[0, 2]
 
 
+def clone_tokens(
+    tokens: PromptTokens, tokenizer, ref_text: str | None, ref_frames: int
+) -> PromptTokens:
+    """Voice-clone ids: x-vector only when ref_text is None, else ICL over `ref_frames` codes."""
+    if ref_text is None:
+        return replace(tokens, clone=True)
+    ref_ids = encode(tokenizer, reference_template(ref_text))
+    return replace(tokens, clone=True, ref_ids=ref_ids, ref_frames=ref_frames)
+
+
 def prompt_length(tokens: PromptTokens) -> int:
-    """Prefill positions embed_prompt produces for these ids (sizes caches before embedding)."""
+    """Prefill positions embed_prompt / embed_clone_prompt produce (sizes caches up front)."""
     instruct = len(tokens.instruct_ids) if tokens.instruct_ids else 0
-    codec = len(tokens.codec_prefix) + (tokens.speaker_id is not None) + 2  # + [pad, bos]
+    speaker = tokens.speaker_id is not None or tokens.clone
+    codec = len(tokens.codec_prefix) + speaker + 2  # + [pad, bos]
     text = len(tokens.text_ids) - 8  # the template adds 3 ids before the text and 5 after
-    return instruct + 3 + (codec - 1) + (text + 1) + 1
+    head = instruct + 3 + (codec - 1)
+    if not tokens.clone:
+        return head + (text + 1) + 1
+    if tokens.ref_ids is None:
+        return head + 1  # first text token + C(bos)
+    return head + 1 + tokens.ref_frames  # [C(bos), ref frames] under the text stream
+
+
+def trailing_length(tokens: PromptTokens) -> int:
+    """Rows of Prompt.trailing for these ids (sizes the engine's per-slot text buffer)."""
+    if not tokens.clone:
+        return 1
+    text = len(tokens.text_ids) - 8
+    if tokens.ref_ids is None:
+        return text  # T1..T_{N-1} and tts_eos
+    stream = (len(tokens.ref_ids) - 5) + text + 1  # ref text, text, tts_eos
+    return max(stream - (1 + tokens.ref_frames), 1)

@@ -28,6 +28,12 @@ class RowParams:
     top_k: torch.Tensor  # int64 [B]; 0 = off
     top_p: torch.Tensor  # float32 [B]; >= 1 = off
     penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
+    # Host-side facts true of EVERY row for the whole job (None = unknown). They only let the twin
+    # skip work no row needs; results are identical with or without them. Static per job, so a
+    # graph may bake them in; the per-row values above stay device tensors.
+    all_greedy: bool | None = None
+    max_top_k: int | None = None  # every row has 0 < top_k <= max_top_k
+    top_p_off: bool | None = None  # every row has top_p >= 1
 
     @classmethod
     def fill(
@@ -50,6 +56,9 @@ class RowParams:
             full(top_k, torch.int64),
             full(top_p, torch.float32),
             full(penalty, torch.float32),
+            all_greedy=greedy,
+            max_top_k=top_k if top_k > 0 else None,
+            top_p_off=top_p >= 1.0,
         )
 
 
@@ -98,7 +107,7 @@ def apply_penalties(
         p = penalty[:, None]
         penalised = torch.where(out < 0, out * p, out / p)
         out = torch.where(seen, penalised, out)
-    neg_inf = torch.tensor(float("-inf"), device=out.device)
+    neg_inf = out.new_full((), float("-inf"))  # a fill, not a host copy: graph-capturable
     if block_eos is not None:
         col = torch.zeros_like(out, dtype=torch.bool)
         col[:, eos_id] = True
@@ -108,14 +117,26 @@ def apply_penalties(
     return out
 
 
-def filter_top_k_top_p(scores: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor):
-    """HF TopK then TopP warpers with per-row parameters. scores float32 [B, V]."""
-    neg_inf = torch.tensor(float("-inf"), device=scores.device)
+def filter_top_k_top_p(
+    scores: torch.Tensor,  # float32 [B, V]
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    *,
+    max_top_k: int | None = None,
+    top_p_off: bool | None = None,
+) -> torch.Tensor:
+    """HF TopK then TopP warpers with per-row parameters (hints: see RowParams)."""
+    neg_inf = scores.new_full((), float("-inf"))
     vocab = scores.shape[-1]
-    sorted_desc = scores.sort(dim=-1, descending=True).values  # [B, V]
     k = torch.where(top_k > 0, top_k.clamp(max=vocab), vocab)
-    kth = sorted_desc.gather(1, (k - 1)[:, None])  # [B, 1]
+    if max_top_k is not None:  # every row filters: the k-th value needs only a top-k, no sort
+        largest = scores.topk(min(max_top_k, vocab), dim=-1).values  # [B, kmax]
+        kth = largest.gather(1, (k.clamp(max=largest.shape[1]) - 1)[:, None])  # [B, 1]
+    else:
+        kth = scores.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
     scores = torch.where(scores < kth, neg_inf, scores)
+    if top_p_off:
+        return scores
 
     sorted_asc, order = scores.sort(dim=-1, descending=False)  # [B, V]
     cum = sorted_asc.softmax(dim=-1).cumsum(dim=-1)
@@ -135,8 +156,11 @@ def select_tokens(
 ) -> torch.Tensor:
     """Greedy rows: argmax. Sampled rows: temperature, top-k, top-p, seeded Gumbel-max draw."""
     greedy_ids = scores.argmax(dim=-1)
+    if params.all_greedy:
+        return greedy_ids
     warped = scores / params.temperature[:, None]
-    warped = filter_top_k_top_p(warped, params.top_k, params.top_p)
+    warped = filter_top_k_top_p(warped, params.top_k, params.top_p, max_top_k=params.max_top_k,
+                                top_p_off=params.top_p_off)  # fmt: skip
     u = uniform_noise(row_keys(seeds, frames, codebook), scores.shape[-1])
     gumbel = -torch.log(-torch.log(u))
     drawn = (warped + gumbel).argmax(dim=-1)
@@ -181,11 +205,21 @@ def choose_tokens(
         if out is None:
             out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
         return sample_tokens(
-            logits, out, greedy=params.greedy, temperature=params.temperature,
-            top_k=params.top_k, top_p=params.top_p, penalty=params.penalty, seen=seen,
-            block_eos=block_eos, eos_id=eos_id, suppress=suppress, seeds=seeds, frames=frames,
+            logits,
+            out,
+            greedy=params.greedy,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            penalty=params.penalty,
+            seen=seen,
+            block_eos=block_eos,
+            eos_id=eos_id,
+            suppress=suppress,
+            seeds=seeds,
+            frames=frames,
             codebook=codebook,
-        )  # fmt: skip
+        )
     scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
     tokens = select_tokens(scores, params, seeds, frames, codebook)
     if out is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -19,7 +20,14 @@ from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterance
 from qtts.core.hub import ModelLoadError
 from qtts.core.loader import load_strict, parse_device, parse_dtype, read_safetensors
 from qtts.core.model import build_model
-from qtts.core.prompt import embed_prompt, pad_embedding, prompt_length, prompt_tokens
+from qtts.core.prompt import (
+    embed_clone_prompt,
+    embed_prompt,
+    pad_embedding,
+    prompt_length,
+    prompt_tokens,
+    trailing_length,
+)
 from qtts.core.requests import GenerationOptions, Request, RowFailure, Utterance
 from qtts.core.sampling import RowParams
 
@@ -30,8 +38,6 @@ GENERATORS = ("engine", "reference")
 def load_weights(text_model, device: torch.device, dtype: torch.dtype):
     """(model, decoder) with every tensor checked against the checkpoint, on `device` in `dtype`."""
     model_dir, config = text_model.model_dir, text_model.config
-    if config.tts_model_type == "base":
-        raise ModelLoadError("Base (voice clone) checkpoints are not supported yet")
     with torch.device("meta"):
         model = build_model(config)
     load_strict(
@@ -94,6 +100,15 @@ class Synthesizer:
         self.model, self.decoder, self.device = model, decoder, device
         self.batch_size, self.generator = batch_size, generator
         self.tts_pad = pad_embedding(model.talker, self.config)
+        self.references = None  # Base: reference prompts, each computed once per job
+        if self.config.tts_model_type == "base":
+            from qtts.core.voice_clone import ReferenceCache, SpeechEncoder
+
+            st_dir = text_model.model_dir / "speech_tokenizer"
+            st_config = json.loads((st_dir / "config.json").read_text("utf-8"))
+            self.references = ReferenceCache(
+                model.speaker_encoder, lambda: SpeechEncoder(st_dir, st_config, device)
+            )
 
     @classmethod
     def load(cls, text_model, device: str, dtype: str, **kwargs) -> Synthesizer:
@@ -117,6 +132,15 @@ class Synthesizer:
             )
             for r in requests
         ]
+        if self.references is not None:  # Base: resolve references; bad ones fail their rows
+            from qtts.core.voice_clone import clone_inputs
+
+            requests, tokens, failed = clone_inputs(
+                self.references, self.text_model.tokenizer, requests, tokens
+            )
+            yield from failed
+            if not requests:
+                return
         if self.generator == "reference":
             finished = self._reference(requests, tokens, options)
         else:
@@ -125,6 +149,10 @@ class Synthesizer:
             yield from self._vocode(group)
 
     def _prompt(self, tokens):
+        if tokens.clone:
+            ref = self.references.get(tokens.ref_audio, tokens.ref_text)
+            talker = self.model.talker
+            return embed_clone_prompt(talker, self.config, tokens, ref.x_vector, ref.ref_code)
         return embed_prompt(self.model.talker, self.config, tokens)
 
     def _reference(self, requests, tokens, options):
@@ -146,20 +174,44 @@ class Synthesizer:
             yield [(r, o.codes, o.hit_budget) for r, o in zip(batch, out, strict=True)]
 
     def _engine(self, requests, tokens, options):
+        """Continuous batching; on CUDA out-of-memory, halve the slots and rerun what is unfinished
+        (seeded draws make the rerun produce what the first attempt would have)."""
+        pending = set(range(len(requests)))
+        slots = min(self.batch_size, len(requests))
+        while True:
+            try:
+                for done in self._engine_pass(requests, tokens, sorted(pending), slots, options):
+                    pending.difference_update(d.key for d in done)
+                    yield [(requests[d.key], d.codes, d.hit_budget) for d in done]
+                return
+            except torch.OutOfMemoryError:
+                if slots == 1:
+                    raise
+                slots //= 2
+                log.warning("CUDA out of memory: retrying with %d slots", slots)
+                torch.cuda.empty_cache()
+
+    def _engine_pass(self, requests, tokens, order: list[int], slots: int, options):
         from qtts.core.engine import Engine, SlotState
         from qtts.core.runner import EngineJob, run_continuous
 
-        slots = min(self.batch_size, len(requests))
-        max_len = max(
-            prompt_length(t) + r.max_new_tokens for t, r in zip(tokens, requests, strict=True)
-        )
-        max_frames = max(r.max_new_tokens for r in requests)
+        todo = [(i, requests[i], tokens[i]) for i in order]
+        max_len = max(prompt_length(t) + r.max_new_tokens for _, r, t in todo) + 1
+        max_frames = max(r.max_new_tokens for _, r, _ in todo)
         dtype = self.model.talker.codec_head.weight.dtype
+        talker, sub = row_params(options, 1, self.device)
         state = SlotState(
-            self.config, slots, max_len + 1, max_frames, 1, dtype=dtype, device=self.device
+            self.config,
+            min(slots, len(todo)),
+            max_len,
+            max_frames,
+            max(trailing_length(t) for _, _, t in todo),  # clone prompts trail text rows
+            talker=talker,
+            subtalker=sub,
+            dtype=dtype,
+            device=self.device,
         )
         engine = Engine(self.model, self.config, state, self.tts_pad)
-        talker, sub = row_params(options, 1, self.device)
         jobs = (
             EngineJob(
                 key=i,
@@ -169,19 +221,40 @@ class Synthesizer:
                 talker=talker,
                 subtalker=sub,
             )
-            for i, (r, t) in enumerate(zip(requests, tokens, strict=True))
+            for i, r, t in todo
         )
-        check_every = 1 if self.device.type == "cpu" else 8  # a CPU sync costs nothing
-        bucket = 64 if self.device.type == "cpu" else 256
-        for done in run_continuous(engine, jobs, check_every=check_every, view_bucket=bucket):
-            yield [(requests[d.key], d.codes, d.hit_budget) for d in done]
+        cuda = self.device.type == "cuda"
+        step = None
+        if cuda and os.environ.get("QTTS_CUDA_GRAPHS", "1") != "0":
+            from qtts.core.graphs import GraphedDecodeStep
+
+            step = GraphedDecodeStep(engine)
+        # A CPU "sync" costs nothing, so check every step there; on GPU every 8 steps.
+        yield from run_continuous(
+            engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step
+        )
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
-        audio = decode_utterances(self.decoder, [codes.to(self.device) for _, codes, _ in group])
-        for (req, codes, hit), wav in zip(group, audio, strict=True):
+        # ICL rows decode reference ++ generated codes; the reference part is cut off after.
+        refs = [self._ref_code(req) for req, _, _ in group]
+        full = [
+            codes if ref is None else torch.cat((ref.to(codes.device), codes))
+            for (_, codes, _), ref in zip(group, refs, strict=True)
+        ]
+        audio = decode_utterances(self.decoder, [codes.to(self.device) for codes in full])
+        for (req, codes, hit), wav, ref, whole in zip(group, audio, refs, full, strict=True):
             wav = wav.float().cpu().numpy()
+            if ref is not None:
+                from qtts.core.voice_clone import cut_reference
+
+                wav = cut_reference(wav, int(ref.shape[0]), int(whole.shape[0]))
             if not np.isfinite(wav).all():
                 yield RowFailure(req.id, "non-finite audio (NaN or inf) from the decoder")
                 continue
             codes = codes.cpu().numpy().astype(np.int64)
             yield Utterance(req.id, codes, wav, self.text_model.sample_rate, hit)
+
+    def _ref_code(self, req: Request) -> torch.Tensor | None:
+        if self.references is None:
+            return None
+        return self.references.get(req.ref_audio, req.ref_text).ref_code

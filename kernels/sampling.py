@@ -40,18 +40,23 @@ if TRITON_AVAILABLE:
             return a + b
 
     @triton.jit
+    def _order_key(x):
+        """float32 -> int32 (as int64) in the same order, -0.0 read as +0.0 so ties stay ties."""
+        bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+        return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
+
+    @triton.jit
     def _key_to_float(key):
-        """Inverse of the order key below, for one int64 key in the int32 range."""
+        """Inverse of _order_key, for one key in the int32 range."""
         bits = key.to(tl.int32)
         return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
     @triton.jit
     def _kth_largest(w, k, SEARCH_BITS: tl.constexpr):
-        """The k-th largest value of w (1 <= k <= V), by radix search on an int32 order key
-        (-0.0 read as +0.0): the largest key t with count(key >= t) >= k. Each step counts
-        2^SEARCH_BITS thresholds at once and keeps the slice [lo, lo + step) holding t."""
-        bits = tl.where(w == 0.0, 0.0, w).to(tl.int32, bitcast=True)
-        key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # [BLOCK_V], same order as w
+        """The k-th largest value of w (1 <= k <= V): the largest key t with count(key >= t) >= k,
+        by radix search over the int32 range. Each step counts 2^SEARCH_BITS thresholds at once
+        and keeps the slice [lo, lo + step) that holds t; exact, no sort."""
+        key = _order_key(w)  # [BLOCK_V]
         j = tl.arange(0, 2**SEARCH_BITS).to(tl.int64)
         lo = tl.full([], -(2**31), tl.int64)  # invariant: count(key >= lo) >= k
         for i in range(32 // SEARCH_BITS):
@@ -65,12 +70,12 @@ if TRITON_AVAILABLE:
     def _top_p_floor(w, limit, SEARCH_BITS: tl.constexpr):
         """The smallest value HF top-p keeps. HF sorts ascending and drops each position whose
         cumulative probability is <= limit (= 1 - top_p), except the last; that cumsum at x is
-        the mass of all values <= x, so this is the smallest t with mass(<= t) > limit (or the
-        maximum, when rounding leaves none). Same radix search as _kth_largest."""
-        e = tl.exp(w - tl.max(w, axis=0))
-        probs = e * (1.0 / tl.reduce(e, 0, _add))  # softmax, as the twin's
-        bits = tl.where(w == 0.0, 0.0, w).to(tl.int32, bitcast=True)
-        key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # [BLOCK_V]
+        the mass of all values <= x, so this is the smallest t with mass(<= t) > limit, or the
+        maximum when rounding leaves none. Same radix search as _kth_largest."""
+        top = tl.max(w, axis=0)
+        e = tl.exp(w - top)
+        probs = tl.math.div_rn(e, tl.reduce(e, 0, _add))  # softmax
+        key = _order_key(w)  # [BLOCK_V]
         j = tl.arange(0, 2**SEARCH_BITS).to(tl.int64)
         lo = tl.full([], -(2**31), tl.int64)  # invariant: mass(key <= lo) <= limit (-inf only)
         for i in range(32 // SEARCH_BITS):
@@ -78,7 +83,7 @@ if TRITON_AVAILABLE:
             below = key[None, :] <= (lo + j * step)[:, None]  # [2^SEARCH_BITS, BLOCK_V]
             mass = tl.reduce(tl.where(below, probs[None, :], 0.0), 1, _add)
             lo += (tl.reduce((mass <= limit).to(tl.int32), 0, _add) - 1) * step  # mass[0] ok
-        return tl.minimum(_key_to_float(lo + 1), tl.max(w, axis=0))
+        return _key_to_float(tl.minimum(lo + 1, _order_key(top)))
 
     @triton.jit
     def _gumbel_noise(offs, seed, frame, codebook):
@@ -142,7 +147,7 @@ if TRITON_AVAILABLE:
         if HAS_SEEN:
             p = tl.load(penalty_ptr + row)
             seen = tl.load(seen_ptr + row * seen_stride + offs, mask=in_vocab, other=0) != 0
-            x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
+            x = tl.where(seen, tl.where(x < 0, x * p, tl.math.div_rn(x, p)), x)
         if HAS_BLOCK_EOS:
             blocked = tl.load(block_eos_ptr + row) != 0
             x = tl.where((offs == eos_id) & blocked, float("-inf"), x)
@@ -151,9 +156,10 @@ if TRITON_AVAILABLE:
             x = tl.where(sup, float("-inf"), x)
 
         # select_tokens: temperature, top-k (ties with the k-th kept), top-p, Gumbel-max draw.
-        # Greedy rows skip the filters and take the argmax of x itself.
+        # Greedy rows skip the filters and take the argmax of x itself. Divisions are IEEE
+        # (div_rn) as torch's are: plain `/` compiles to the 2-ulp div.full.f32 on CUDA.
         sampled = tl.load(greedy_ptr + row) == 0
-        w = x / tl.load(temperature_ptr + row)
+        w = tl.math.div_rn(x, tl.load(temperature_ptr + row))
         k = tl.load(top_k_ptr + row)
         if sampled & (k > 0) & (k < vocab_size):
             w = tl.where(w < _kth_largest(w, k, SEARCH_BITS), float("-inf"), w)
@@ -250,17 +256,28 @@ def sample_tokens(
     block_v = triton.next_power_of_2(vocab)
     as_bytes = greedy.view(torch.uint8)  # also the placeholder for absent optional inputs
     _sample_kernel[(batch,)](
-        logits, logits.stride(0), out, as_bytes, temperature, top_k, top_p, penalty,
+        logits,
+        logits.stride(0),
+        out,
+        as_bytes,
+        temperature,
+        top_k,
+        top_p,
+        penalty,
         seen.view(torch.uint8) if seen is not None else as_bytes,
         seen.stride(0) if seen is not None else 0,
         block_eos.view(torch.uint8) if block_eos is not None else as_bytes,
         suppress.view(torch.uint8) if suppress is not None else as_bytes,
-        seeds, frames, eos_id, codebook, vocab,
+        seeds,
+        frames,
+        eos_id,
+        codebook,
+        vocab,
         BLOCK_V=block_v,
         HAS_SEEN=seen is not None,
         HAS_BLOCK_EOS=block_eos is not None,
         HAS_SUPPRESS=suppress is not None,
         SEARCH_BITS=SEARCH_BITS,
         num_warps=4 if block_v <= 2048 else 8,
-    )  # fmt: skip
+    )
     return out

@@ -13,7 +13,7 @@ from qtts.core.hub import check_layout
 from qtts.core.loader import read_safetensors
 from qtts.core.requests import GenerationOptions, Request
 from qtts.core.session import CheckpointText
-from qtts.core.synthesizer import ReferenceSynthesizer, load_weights
+from qtts.core.synthesizer import Synthesizer, load_weights
 from qtts.core.tiny_checkpoint import LANGUAGES, SPEAKERS, make_tiny_checkpoint, resolve_dims
 from qtts.core.tiny_tokenizer import SPECIAL_TOKENS
 
@@ -37,7 +37,7 @@ def cv17(tmp_path_factory, one_thread):
 def _synthesize(model_dir, budget):
     text = CheckpointText("tiny", model_dir)
     model, decoder = load_weights(text, torch.device("cpu"), torch.float32)
-    synth = ReferenceSynthesizer(text, model, decoder, torch.device("cpu"))
+    synth = Synthesizer(text, model, decoder, torch.device("cpu"), generator="reference")
     opts = GenerationOptions(text.defaults.talker, text.defaults.subtalker)
     reqs = [
         Request(f"r{i}", t, i + 1, speaker=s, language=lang, max_new_tokens=budget)

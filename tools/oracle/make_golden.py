@@ -2,7 +2,7 @@
 
 Run in the oracle venv (see tools/oracle/README.md):
     /work/oracle/bin/python tools/oracle/make_golden.py [--only STAGE ...]
-    STAGE: speech_tokenizer | cv17 | cv06 | vd | codec_long (default: all, in that order)
+    STAGE: speech_tokenizer | cv17 | cv06 | vd | codec_long | base (default: all, in that order)
 
 Owns: the order of work (speech tokenizer -> each checkpoint: draw, trajectories, aim EOS,
 rewrite, run cases -> codec_long) and writing cases.json / cases/<name>.npz.
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=None, help="stage(s) to run")
     args = parser.parse_args(argv)
-    stages = args.only or ["speech_tokenizer", "cv17", "cv06", "vd", "codec_long"]
+    stages = args.only or ["speech_tokenizer", "cv17", "cv06", "vd", "codec_long", "base"]
     torch.set_num_threads(2)
     for stage in stages:
         if stage == "speech_tokenizer":
@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> None:
             from codec_long import write_codec_long
 
             write_codec_long(GOLDEN)
+        elif stage == "base":  # voice clone (clone_golden.py); needs speech_tokenizer first
+            from clone_golden import build_base
+
+            build_base()
         elif stage in K.SPECS:
             build_checkpoint(stage)
         else:

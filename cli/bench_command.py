@@ -1,0 +1,97 @@
+"""`qtts bench`: parse options, run qtts.core.bench per batch size, print a table and a JSON line."""
+
+from __future__ import annotations
+
+import json
+import platform
+from typing import Annotated
+
+import typer
+
+from qtts.cli.errors import cli_errors
+
+
+def _parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--batch-sizes {text!r}: use a comma list like 1,16,64") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter("--batch-sizes: give positive integers")
+    return sizes
+
+
+def bench(
+    size: Annotated[str, typer.Option(help="Model dimensions: 0.6b, 1.7b or small.")] = "0.6b",
+    batch_sizes: Annotated[str, typer.Option(help="Comma list of slot counts.")] = "1,16",
+    frames: Annotated[int, typer.Option(help="Frames per request (fixed: EOS ignored).")] = 128,
+    requests: Annotated[
+        int | None, typer.Option(help="Requests per batch size [default: 2 x batch size].")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Also run the eager path; print graph/eager ratios.")
+    ] = False,
+    write: Annotated[bool, typer.Option(help="Encode each utterance as WAV (timed).")] = True,
+) -> None:
+    """Throughput on random weights of the real model sizes (no download): audio-s/s, frames/s,
+    RTF, per-phase time, ms per decode step, peak GPU memory. The last stdout line is JSON."""
+    from qtts.cli.commands import setup_logging
+
+    setup_logging(quiet=False, verbose=False)
+    sizes = _parse_sizes(batch_sizes)
+    if size not in ("0.6b", "1.7b", "small"):
+        raise typer.BadParameter(f"--size {size!r}: use 0.6b, 1.7b or small")
+    with cli_errors():
+        rows = _run(size, sizes, frames, requests, device, dtype, compare, write)
+    typer.echo(json.dumps({"bench": rows, "machine": _machine(device)}))
+
+
+def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[dict]:
+    import torch
+
+    from qtts.core.bench import random_models, run_one
+    from qtts.core.loader import parse_device, parse_dtype
+
+    dev = parse_device(device)
+    dt = parse_dtype(dtype, dev)
+    config, model, decoder = random_models(size, dev, dt)
+    modes = [dev.type == "cuda"] + ([False] if compare and dev.type == "cuda" else [])
+    rows = []
+    typer.echo(f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
+               f"{'step ms':>9}{'peak GB':>9}")  # fmt: skip
+    for b in sizes:
+        by_mode = {}
+        for graphs in modes:
+            try:
+                r = run_one(size, config, model, decoder, batch=b, requests=requests or 2 * b,
+                            frames=frames, device=dev, graphs=graphs, write=write)  # fmt: skip
+            except torch.OutOfMemoryError:
+                typer.echo(f"{size:6}{b:>6}  out of GPU memory")
+                torch.cuda.empty_cache()
+                break
+            step = r.step_ms.get("graph_step", r.step_ms["eager_step"])
+            typer.echo(f"{size:6}{b:>6}{r.mode:>7}{r.audio_s_per_s:>11.2f}{r.frames_per_s:>10.1f}"
+                       f"{r.rtf:>8.4f}{step:>9.2f}{r.peak_mem_gb or 0:>9.2f}")  # fmt: skip
+            typer.echo(f"      phases (s): {r.phases_s}  step split (ms): {r.step_ms}")
+            by_mode[r.mode] = r.row()
+            rows.append(r.row())
+        if "graph" in by_mode and "eager" in by_mode:
+            ratio = by_mode["graph"]["audio_s_per_s"] / by_mode["eager"]["audio_s_per_s"]
+            typer.echo(f"      graph / eager: {ratio:.2f}x")
+    if compare and dev.type != "cuda":
+        typer.echo("      (--compare: the eager path is what ran; CUDA graphs need a GPU)")
+    if compare:
+        typer.echo("      official qwen-tts: not run here; see tools/compare_official_cpu.py")
+    return rows
+
+
+def _machine(device: str) -> dict:
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "cpu_threads": torch.get_num_threads()}  # fmt: skip
+    if torch.cuda.is_available() and device != "cpu":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
