@@ -1,4 +1,4 @@
-"""`qtts bench`: parse options, run qtts.core.bench per batch size, print a table and a JSON line."""
+"""`qtts bench`: parse options, run qtts.core.bench per batch size, print a table + JSON line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Side by side on CPU: `qtts batch` vs the official qwen-tts doing the same job, as whole processes.
+"""Side by side on CPU: `qtts batch` vs the official qwen-tts on the same job, as whole processes.
 
 Same small random checkpoint (made by examples/make_tiny_checkpoint.py --preset small: hidden 256,
 4 talker layers), same 64 requests, batch 16, greedy (random weights never pick EOS, so every row
