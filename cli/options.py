@@ -52,7 +52,14 @@ DtypeOpt = Annotated[
     Dtype, _opt("--dtype", panel=MODEL_PANEL, help="auto = bfloat16 on CUDA, float32 on CPU.")
 ]
 BatchSize = Annotated[
-    int, _opt("--batch-size", "-b", min=1, panel=MODEL_PANEL, help="Rows per batch.")
+    int,
+    _opt(
+        "--batch-size",
+        "-b",
+        min=1,
+        panel=MODEL_PANEL,
+        help="Rows decoded together (engine slots; freed slots are refilled at once).",
+    ),
 ]
 MaxNewTokens = Annotated[
     int | None,

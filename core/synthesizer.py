@@ -30,6 +30,7 @@ from qtts.core.prompt import (
 )
 from qtts.core.requests import GenerationOptions, Request, RowFailure, Utterance
 from qtts.core.sampling import RowParams
+from qtts.core.vocoder import overlapped
 
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "reference")
@@ -145,8 +146,9 @@ class Synthesizer:
             finished = self._reference(requests, tokens, options)
         else:
             finished = self._engine(requests, tokens, options)
-        for group in finished:  # [(request, codes [F, G] tensor, hit_budget)]
-            yield from self._vocode(group)
+        # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
+        for items in overlapped(finished, lambda group: list(self._vocode(group)), self.device):
+            yield from items
 
     def _prompt(self, tokens):
         if tokens.clone:

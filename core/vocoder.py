@@ -1,0 +1,54 @@
+"""Overlap the vocoder with decoding: finished groups are decoded to audio on a worker thread.
+
+The decode loop hands over each group of finished utterances and goes straight back to stepping the
+engine; a single worker thread runs the speech decoder (on its own CUDA stream on GPU, after waiting
+for the step that produced the codes) and results come back in hand-over order. A bounded queue
+keeps audio from piling up when the decoder is the slower side. Knows nothing of text or files.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+import torch
+
+G = TypeVar("G")
+R = TypeVar("R")
+
+
+def overlapped(
+    groups: Iterable[G],
+    work: Callable[[G], R],
+    device: torch.device,
+    *,
+    max_pending: int = 4,
+) -> Iterator[R]:
+    """work(group) per group on one worker thread, overlapping the producer; results in order."""
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def run(group: G, ready: torch.cuda.Event | None) -> R:
+        if stream is None:
+            return work(group)
+        with torch.cuda.stream(stream):
+            stream.wait_event(ready)  # the codes were written on the producer's stream
+            return work(group)
+
+    pending: deque[Future[R]] = deque()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-vocoder") as pool:
+        try:
+            for group in groups:
+                ready = None
+                if stream is not None:
+                    ready = torch.cuda.Event()
+                    ready.record()
+                pending.append(pool.submit(run, group, ready))
+                while pending and (pending[0].done() or len(pending) > max_pending):
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:  # an early stop (interrupt): drop work not yet started
+                f.cancel()

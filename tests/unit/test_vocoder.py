@@ -1,0 +1,57 @@
+"""The vocoder overlap: results in hand-over order, bounded queue, errors surface, work overlaps."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from qtts.core.vocoder import overlapped
+
+CPU = torch.device("cpu")
+
+
+def test_results_keep_hand_over_order_despite_uneven_work():
+    def work(g):
+        time.sleep(0.02 if g % 2 == 0 else 0.0)
+        return g * 10
+
+    assert list(overlapped(range(8), work, CPU)) == [g * 10 for g in range(8)]
+
+
+def test_work_runs_beside_the_producer_on_another_thread():
+    seen = []
+
+    out = list(
+        overlapped(iter(range(3)), lambda g: seen.append(threading.current_thread().name), CPU)
+    )
+    assert len(out) == 3 and all(name.startswith("qtts-vocoder") for name in seen)
+
+
+def test_queue_is_bounded():
+    produced, started = [], threading.Event()
+
+    def producer():
+        for g in range(20):
+            produced.append(g)
+            yield g
+
+    def slow(g):
+        started.set()
+        time.sleep(0.01)
+        return g
+
+    gen = overlapped(producer(), slow, CPU, max_pending=2)
+    first = next(gen)
+    assert first == 0 and len(produced) <= 4  # the producer waited for the consumer
+    assert list(gen) == list(range(1, 20))
+
+
+def test_worker_errors_reach_the_caller():
+    def work(g):
+        if g == 2:
+            raise RuntimeError("decoder failed")
+        return g
+
+    with pytest.raises(RuntimeError, match="decoder failed"):
+        list(overlapped(range(5), work, CPU))
