@@ -275,7 +275,9 @@ def test_stale_temp_files_are_removed(tmp_path):
                      "results.parquet"]  # fmt: skip
 
 
-def test_run_job_sends_sorted_batches_and_tolerates_any_completion_order(tmp_path, write_manifest):
+def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):
+    """One synthesize call with the whole job, longest first: the engine keeps --batch-size slots
+    busy and refills each as it frees (continuous batching)."""
     from qtts.core.jobs import JobSpec, run_job
     from qtts.core.validation import RowDefaults
 
@@ -286,4 +288,4 @@ def test_run_job_sends_sorted_batches_and_tolerates_any_completion_order(tmp_pat
                    row_defaults=RowDefaults(speaker="ryan"))  # fmt: skip
     s = run_job(spec, fakes.open_text_model, lambda *a: synth)
     assert s.exit_code == 0 and s.ok == 5
-    assert synth.calls == [["r3", "r1"], ["r4", "r2"], ["r0"]]  # longest first
+    assert synth.calls == [["r3", "r1", "r4", "r2", "r0"]]  # longest first, one stream
