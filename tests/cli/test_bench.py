@@ -1,0 +1,28 @@
+"""`qtts bench` runs end to end on CPU and ends with one JSON line (no timing is asserted)."""
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_small_cpu_prints_table_and_json():
+    proc = subprocess.run(
+        [sys.executable, "-m", "qtts", "bench", "--size", "small", "--batch-sizes", "2",
+         "--frames", "6", "--requests", "3", "--device", "cpu", "--compare"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    report = json.loads(lines[-1])
+    (row,) = report["bench"]
+    assert row["batch"] == 2 and row["requests"] == 3 and row["mode"] == "eager"
+    assert row["audio_s"] == 3 * 6 * 1920 / 24000  # every request ran the fixed length
+    assert row["audio_s_per_s"] > 0 and set(row["phases_s"]) >= {"prefill", "vocoder"}
+    assert {"eager_step", "predictor", "sampling_talker"} <= set(row["step_ms"])
+    assert any("audio-s/s" in line for line in lines[:-1])  # the table
+
+
+def test_bench_rejects_bad_batch_sizes():
+    proc = subprocess.run([sys.executable, "-m", "qtts", "bench", "--batch-sizes", "0,x"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
