@@ -41,10 +41,11 @@ def load_weights(text_model, device: torch.device, dtype: torch.dtype):
     model_dir, config = text_model.model_dir, text_model.config
     with torch.device("meta"):
         model = build_model(config)
+    single = model_dir / "model.safetensors"
     load_strict(
         model,
         read_safetensors(model_dir),
-        source=str(model_dir / "model.safetensors"),
+        source=str(single if single.exists() else model_dir / "model.safetensors.index.json"),
         dtype=dtype,
         device=device,
     )
