@@ -191,8 +191,9 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, gr
         return sum(int(d.codes.shape[0]) for d in done)
 
     finished = run_continuous(
-        engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step
-    )
+        engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step,
+        prefill_group=64 if cuda else 1,
+    )  # fmt: skip
     for frames_done in overlapped(finished, vocode, dev):
         total_frames += frames_done
     _sync(dev)
@@ -212,12 +213,14 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, gr
 
 def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     """ms per decode step with every slot active, and the eager split into its parts."""
+    from qtts.core.engine import SlotFill
     from qtts.core.sampling import choose_tokens
 
     s = engine.state
     dev = s.c0.device
-    for slot, p in enumerate(prompts):
-        engine.prefill(slot, p, budget=10**6, seed=slot, talker=params, subtalker=params)
+    engine.prefill(
+        [SlotFill(slot, p, 10**6, slot, params, params) for slot, p in enumerate(prompts)]
+    )
     view = min(s.kv.max_len, 256)
 
     def clock(fn) -> float:

@@ -10,6 +10,7 @@ Knows token ids and tensors; no text, no files.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -17,6 +18,18 @@ from qtts.core.config import MIN_NEW_TOKENS, ModelConfig
 from qtts.core.kv_cache import PredictorKVCache, TalkerKVCache
 from qtts.core.prompt import Prompt
 from qtts.core.sampling import RowParams, choose_tokens
+
+
+@dataclass
+class SlotFill:
+    """One prompt to run into a free slot."""
+
+    slot: int
+    prompt: Prompt
+    budget: int  # max_new_tokens
+    seed: int
+    talker: RowParams  # one row
+    subtalker: RowParams  # one row
 
 
 class SlotState:
@@ -92,49 +105,47 @@ class Engine:
 
     # -- prefill (eager, outside any graph) ---------------------------------------------------
     @torch.no_grad()
-    def prefill(
-        self,
-        slot: int,
-        prompt: Prompt,
-        *,
-        budget: int,
-        seed: int,
-        talker: RowParams,
-        subtalker: RowParams,
-    ) -> None:
-        """Run one prompt into `slot` and sample its first c0. talker/subtalker: 1-row params."""
-        s = self.state
-        if prompt.trailing.shape[0] > s.trailing.shape[1]:
-            raise ValueError("trailing text longer than the engine's buffer")
-        n = prompt.embeds.shape[0]
-        pos = torch.arange(n, device=prompt.embeds.device)[None]  # [1, L]
-        hidden = self.talker.model(prompt.embeds[None], pos, None, s.kv.slot_writer(slot))
-        logits = self.talker.codec_head(hidden)[:, -1].float()  # [1, V]
-        for dst, src in ((s.talker, talker), (s.subtalker, subtalker)):
-            if _hints(src) != _hints(dst):
-                raise ValueError("a job's sampling hints differ from the engine's")
-            for name in _TENSORS:
-                getattr(dst, name)[slot] = getattr(src, name)[0]
-        s.seeds[slot] = seed
-        s.seen[slot] = False
-        c0 = choose_tokens(
-            logits,
-            _row(s.talker, slot),
-            s.seeds[slot : slot + 1],
-            torch.zeros_like(s.seeds[:1]),
-            0,
-            seen=s.seen[slot : slot + 1],
-            block_eos=torch.ones_like(s.finished[:1]),
-            eos_id=self.eos,
-            suppress=self.suppress,
-        )
-        s.seen[slot, c0] = True
-        s.c0[slot], s.past_hidden[slot] = c0[0], hidden[0, -1]
-        s.kv.lengths[slot], s.num_tokens[slot], s.budget[slot] = n, 1, budget
-        s.trailing[slot, : prompt.trailing.shape[0]] = prompt.trailing
-        s.trailing_len[slot] = prompt.trailing.shape[0]
-        done = budget <= 1  # no talker step left: zero frames
-        s.finished[slot], s.hit_budget[slot], s.num_frames[slot] = done, done, 0
+    def prefill(self, fills: list[SlotFill]) -> None:
+        """Run prompts into their slots and sample each one's first c0.
+
+        One fill runs unpadded: exactly the official single-request computation (what the CPU path
+        uses, for bitwise parity). Several run as one right-padded, masked batch: one pass instead
+        of one per slot (what the GPU path uses; padded query rows still see real keys, no NaN)."""
+        s, dev = self.state, self.state.c0.device
+        for f in fills:
+            if f.prompt.trailing.shape[0] > s.trailing.shape[1]:
+                raise ValueError("trailing text longer than the engine's buffer")
+            for dst, src in ((s.talker, f.talker), (s.subtalker, f.subtalker)):
+                if _hints(src) != _hints(dst):
+                    raise ValueError("a job's sampling hints differ from the engine's")
+        m = len(fills)
+        slots = torch.tensor([f.slot for f in fills], device=dev)  # [m]
+        lengths = torch.tensor([f.prompt.embeds.shape[0] for f in fills], device=dev)  # [m]
+        width = int(max(f.prompt.embeds.shape[0] for f in fills))
+        x, mask = _padded(fills, width) if m > 1 else (fills[0].prompt.embeds[None], None)
+        pos = torch.arange(width, device=dev).expand(m, width)  # [m, L]
+        hidden = self.talker.model(x, pos, mask, s.kv.prefill_writer(slots))  # [m, L, H]
+        rows = torch.arange(m, device=dev)
+        logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [m, V]
+        for f in fills:
+            for dst, src in ((s.talker, f.talker), (s.subtalker, f.subtalker)):
+                for name in _TENSORS:
+                    getattr(dst, name)[f.slot] = getattr(src, name)[0]
+        budgets = torch.tensor([f.budget for f in fills], device=dev)
+        s.seeds[slots] = torch.tensor([f.seed for f in fills], device=dev)
+        s.seen[slots] = False
+        first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
+        c0 = choose_tokens(logits, _rows(s.talker, slots), s.seeds[slots], torch.zeros_like(slots),
+                           0, seen=s.seen[slots], block_eos=first, eos_id=self.eos,
+                           suppress=self.suppress)  # fmt: skip
+        s.seen[slots, c0] = True
+        s.c0[slots], s.past_hidden[slots] = c0, hidden[rows, lengths - 1]
+        s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, budgets
+        for f in fills:
+            s.trailing[f.slot, : f.prompt.trailing.shape[0]] = f.prompt.trailing
+            s.trailing_len[f.slot] = f.prompt.trailing.shape[0]
+        done = budgets <= 1  # no talker step left: zero frames
+        s.finished[slots], s.hit_budget[slots], s.num_frames[slots] = done, done, 0
 
     # -- one decode step (graph-capturable) -----------------------------------------------------
     @torch.no_grad()
@@ -206,6 +217,19 @@ def _expand(template: RowParams, n: int) -> RowParams:
     )
 
 
-def _row(params: RowParams, i: int) -> RowParams:
-    """Row i of params as a 1-row RowParams (views), hints kept."""
-    return dataclasses.replace(params, **{f: getattr(params, f)[i : i + 1] for f in _TENSORS})
+def _rows(params: RowParams, index: torch.Tensor) -> RowParams:
+    """The rows `index` of params (copies), hints kept."""
+    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in _TENSORS})
+
+
+def _padded(fills: list[SlotFill], width: int):
+    """Right-padded prompts [m, L, H] and their mask bool [m, 1, L, L] (causal, real keys only)."""
+    first = fills[0].prompt.embeds
+    x = first.new_zeros(len(fills), width, first.shape[1])
+    lengths = torch.tensor([f.prompt.embeds.shape[0] for f in fills], device=first.device)
+    for i, f in enumerate(fills):
+        x[i, : f.prompt.embeds.shape[0]] = f.prompt.embeds
+    keys = torch.arange(width, device=first.device)
+    real = keys[None, :] < lengths[:, None]  # [m, L]
+    causal = keys[None, :] <= keys[:, None]  # [L, L]
+    return x, (causal[None] & real[:, None, :])[:, None]

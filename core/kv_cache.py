@@ -32,8 +32,8 @@ class TalkerKVCache:
         self.rows = torch.arange(slots, device=device)  # [B]
         self.max_len = max_len
 
-    def slot_writer(self, slot: int) -> _SlotPrefill:
-        return _SlotPrefill(self, slot)
+    def prefill_writer(self, slots: torch.Tensor) -> _SlotPrefill:
+        return _SlotPrefill(self, slots)
 
     def decode_view(self, view_len: int) -> _DecodeView:
         return _DecodeView(self, view_len)
@@ -45,17 +45,18 @@ class TalkerKVCache:
 
 
 class _SlotPrefill:
-    """Writes one slot's prompt K/V at positions [0, L) and attends over exactly those."""
+    """Writes prompts' K/V into their slots at positions [0, L) and attends over exactly those.
+    Rows of a padded batch also write their padding; decode masks and then overwrites it."""
 
-    def __init__(self, cache: TalkerKVCache, slot: int):
-        self.cache, self.slot = cache, slot
+    def __init__(self, cache: TalkerKVCache, slots: torch.Tensor):
+        self.cache, self.slots = cache, slots  # slots: int64 [m]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        n = k.shape[2]  # k/v [1, Hk, L, D]
+        n = k.shape[2]  # k/v [m, Hk, L, D]
         if n > self.cache.max_len:
             raise ValueError(f"prompt of {n} positions exceeds the cache ({self.cache.max_len})")
-        self.cache.k[layer, self.slot, :, :n] = k[0]
-        self.cache.v[layer, self.slot, :, :n] = v[0]
+        self.cache.k[layer, self.slots, :, :n] = k
+        self.cache.v[layer, self.slots, :, :n] = v
         return k, v
 
 

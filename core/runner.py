@@ -1,10 +1,10 @@
 """The host loop: continuous batching over the engine's slots.
 
-Fills free slots with waiting work (one prefill each), replays decode steps, and every `check_every`
-steps copies the finished flags to the host (the only host/device sync in the loop), hands finished
-codes back and refills the freed slots. The host tracks an upper bound on every slot's KV length
-without reading the device, so it can pick a length-bucketed attention view per stretch. Knows slots
-and tensors; no text, no files.
+Fills free slots with waiting work (prefilled alone or in padded groups), replays decode steps, and
+every `check_every` steps copies the finished flags to the host (the only host/device sync in the
+loop), hands finished codes back and refills the freed slots. The host tracks an upper bound on
+every slot's KV length without reading the device, so it can pick a length-bucketed attention view
+per stretch. Knows slots and tensors; no text, no files.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from qtts.core.engine import Engine
+from qtts.core.engine import Engine, SlotFill
 from qtts.core.prompt import Prompt
 from qtts.core.sampling import RowParams
 
@@ -49,8 +49,10 @@ def run_continuous(
     check_every: int = 8,
     view_bucket: int = 256,
     step: Callable[[int], None] | None = None,
+    prefill_group: int = 1,
 ) -> Iterator[list[EngineResult]]:
-    """Yields the results finished at each check (completion order)."""
+    """Yields the results finished at each check (completion order). prefill_group: prompts run
+    together per prefill pass (1 = each alone, the official single-request numerics)."""
     state = engine.state
     step = step or engine.decode_step
     waiting = iter(jobs)
@@ -58,6 +60,7 @@ def run_continuous(
     bound = [0] * state.slots  # host-side upper bound of each slot's KV length
     exhausted = False
     while True:
+        fills = []
         for slot in range(state.slots):
             if occupant[slot] is None and not exhausted:
                 job = next(waiting, None)
@@ -65,15 +68,12 @@ def run_continuous(
                     exhausted = True
                     break
                 prompt = job.prompt() if callable(job.prompt) else job.prompt
-                engine.prefill(
-                    slot,
-                    prompt,
-                    budget=job.budget,
-                    seed=job.seed,
-                    talker=job.talker,
-                    subtalker=job.subtalker,
+                fills.append(
+                    SlotFill(slot, prompt, job.budget, job.seed, job.talker, job.subtalker)
                 )
                 occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
+        for start in range(0, len(fills), prefill_group):
+            engine.prefill(fills[start : start + prefill_group])
         if all(o is None for o in occupant):
             return
         view = view_length(max(bound) + check_every + 1, view_bucket, state.kv.max_len)

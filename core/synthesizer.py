@@ -234,8 +234,9 @@ class Synthesizer:
             step = GraphedDecodeStep(engine)
         # A CPU "sync" costs nothing, so check every step there; on GPU every 8 steps.
         yield from run_continuous(
-            engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step
-        )
+            engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step,
+            prefill_group=64 if cuda else 1,  # GPU: refills run through one padded pass per group
+        )  # fmt: skip
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.
