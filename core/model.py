@@ -118,8 +118,20 @@ def attend(q, k, v, mask: torch.Tensor | None, scale: float, n_rep: int) -> torc
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=causal, scale=scale, enable_gqa=True
         )
+    if q.is_cuda and q.shape[2] == 1 and n_rep > 1:
+        return attend_grouped(q, k, v, mask, scale, n_rep)
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def attend_grouped(q, k, v, mask: torch.Tensor, scale: float, n_rep: int) -> torch.Tensor:
+    """One-query masked attention without repeating K/V: the n_rep query heads that share a KV
+    head become that head's n_rep query rows (same keys, same mask). Used on GPU, where repeating
+    the cache view would copy [B, H, S, D] per layer per step."""
+    b, h, _, d = q.shape  # q [B, H, 1, D]; k/v [B, Hk, S, D]; mask [B, 1, 1, S]
+    grouped = q.view(b, h // n_rep, n_rep, d)  # head j*n_rep + r -> KV head j, row r
+    out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask, scale=scale)
+    return out.view(b, h, 1, d)  # [B, H, 1, D]
 
 
 class MLP(nn.Module):
