@@ -10,11 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from golden import GOLDEN, assert_matches_case, greedy_utterances
 
-from qtts.core.requests import GenerationOptions, Request, Utterance
-
-GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
-AUDIO_ATOL = 1e-4
+from qtts.core.requests import Request
 
 
 def _cases() -> list[dict]:
@@ -56,19 +54,10 @@ def _requests(text_model, case: dict) -> list[Request]:
 def test_clone_matches_official(case, generator, base):
     text_model, synth = base
     synth.generator, synth.batch_size = generator, len(case["rows"])
-    d = text_model.defaults
-    assert not d.talker.do_sample and not d.subtalker.do_sample
     requests = _requests(text_model, case)
-    got = {u.id: u for u in synth.synthesize(requests, GenerationOptions(d.talker, d.subtalker))}
+    got = greedy_utterances(text_model, synth, requests)
     expected = np.load(GOLDEN / "base_cases" / f"{case['name']}.npz")
-    for i in range(len(requests)):
-        utt = got[str(i)]
-        assert isinstance(utt, Utterance), utt
-        want = expected[f"codes_{i}"]
-        assert utt.codes.shape == want.shape, f"row {i}: frames differ"
-        np.testing.assert_array_equal(utt.codes, want, err_msg=f"row {i}: codes differ")
-        assert utt.audio.shape == expected[f"audio_{i}"].shape, f"row {i}: reference cut differs"
-        np.testing.assert_allclose(utt.audio, expected[f"audio_{i}"], atol=AUDIO_ATOL, rtol=0)
+    assert_matches_case(got, expected, len(requests))  # audio length: the reference cut
     assert sorted(case["num_frames"]) == sorted(int(u.codes.shape[0]) for u in got.values())
 
 

@@ -5,15 +5,12 @@ the library path the CLI uses (open_text_model -> synthesizer) on CPU in fp32.
 """
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from golden import GOLDEN, assert_matches_case, greedy_utterances
 
-from qtts.core.requests import GenerationOptions, Request, Utterance
-
-GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
-AUDIO_ATOL = 1e-4  # fp32 CPU; the official decoder runs the same ops
+from qtts.core.requests import Request
 
 
 def _cases() -> list[dict]:
@@ -69,20 +66,8 @@ def test_codes_and_audio_match_official(case, generator, synthesizers):
     text_model, synth = synthesizers(case["checkpoint"], generator)
     synth.batch_size = len(case["rows"])
     requests = _requests(text_model, case)
-    # The fixtures' generation_config.json is greedy; its repetition penalty (1.05) still applies.
-    d = text_model.defaults
-    assert not d.talker.do_sample and not d.subtalker.do_sample
-    got = {u.id: u for u in synth.synthesize(requests, GenerationOptions(d.talker, d.subtalker))}
-    expected = np.load(GOLDEN / "cases" / f"{case['name']}.npz")
-    for i in range(len(requests)):
-        utt = got[str(i)]
-        assert isinstance(utt, Utterance), utt
-        want = expected[f"codes_{i}"]
-        assert utt.codes.shape == want.shape, f"row {i}: frames differ"
-        np.testing.assert_array_equal(utt.codes, want, err_msg=f"row {i}: codes differ")
-        ref_audio = expected[f"audio_{i}"]
-        assert utt.audio.shape == ref_audio.shape
-        np.testing.assert_allclose(utt.audio, ref_audio, atol=AUDIO_ATOL, rtol=0)
+    got = greedy_utterances(text_model, synth, requests)
+    assert_matches_case(got, np.load(GOLDEN / "cases" / f"{case['name']}.npz"), len(requests))
 
 
 @pytest.mark.skipif(not _cases(), reason="golden fixtures missing (tools/oracle/README.md)")

@@ -173,16 +173,11 @@ def tokenizer_ids() -> tuple[dict, int]:
     return ids, vocab["assistant"]
 
 
-def build_model(spec: Spec):
-    """Official model with re-drawn weights, rounded through the storage dtype."""
+def widen_paths_(model) -> None:
+    """After redraw_: scale the paths that random std-0.1 weights leave too weak to matter, and zero
+    the EOS row of the codec head (aimed later; never wins at zero). Shared by every checkpoint."""
     import torch
-    from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
 
-    tok_ids, assistant_id = tokenizer_ids()
-    cfg_dict = model_config(spec, tok_ids, assistant_id)
-    cfg = Qwen3TTSConfig(**{k: v for k, v in cfg_dict.items() if k != "model_type"})
-    model = Qwen3TTSForConditionalGeneration(cfg).eval()
-    redraw_(model, spec.seed)
     with torch.no_grad():
         # Text must matter next to the codec stream: widen the text path (P(ids) ~ O(1)).
         model.talker.model.text_embedding.weight.mul_(10.0)
@@ -196,7 +191,20 @@ def build_model(spec: Spec):
         proj = model.talker.code_predictor.small_to_mtp_projection
         if isinstance(proj, torch.nn.Linear):
             proj.weight.mul_(3.0)
-        model.talker.codec_head.weight[CODEC_EOS].zero_()  # aimed later; never wins at zero
+        model.talker.codec_head.weight[CODEC_EOS].zero_()
+
+
+def build_model(spec: Spec):
+    """Official model with re-drawn weights, rounded through the storage dtype."""
+    import torch
+    from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
+
+    tok_ids, assistant_id = tokenizer_ids()
+    cfg_dict = model_config(spec, tok_ids, assistant_id)
+    cfg = Qwen3TTSConfig(**{k: v for k, v in cfg_dict.items() if k != "model_type"})
+    model = Qwen3TTSForConditionalGeneration(cfg).eval()
+    redraw_(model, spec.seed)
+    widen_paths_(model)
     round_through_(model, getattr(torch, spec.storage_dtype))
     return model, cfg_dict
 

@@ -44,17 +44,10 @@ def build_model():
     cfg = Qwen3TTSConfig(**{k: v for k, v in cfg_dict.items() if k != "model_type"})
     model = Qwen3TTSForConditionalGeneration(cfg).eval()
     redraw_(model, SPEC.seed)
+    K.widen_paths_(model)
     with torch.no_grad():
-        model.talker.model.text_embedding.weight.mul_(10.0)
-        model.talker.text_projection.linear_fc1.weight.mul_(3.0)
-        model.talker.text_projection.linear_fc2.weight.mul_(3.0)
-        model.talker.model.codec_embedding.weight.mul_(3.0)
-        for emb in model.talker.code_predictor.model.codec_embedding:
-            emb.weight.mul_(5.0)
-        model.talker.code_predictor.small_to_mtp_projection.weight.mul_(3.0)
         # The x-vector takes a codec slot: give it codec-embedding scale so it matters.
         model.speaker_encoder.fc.weight.mul_(5.0)
-        model.talker.codec_head.weight[K.CODEC_EOS].zero_()
     round_through_(model, getattr(torch, SPEC.storage_dtype))
     return model, cfg_dict
 
