@@ -3,7 +3,8 @@
 Builds the talker + code predictor + speech decoder at the published 0.6B / 1.7B sizes (or a small
 test size) with random weights in memory, forces a fixed number of frames per request (EOS
 suppressed), and measures the same path `qtts batch` runs: slot prefill, decode steps (CUDA graphs
-or eager), batched vocoder, and optionally WAV encoding. Knows no manifests and no checkpoints.
+on GPU, packed weights on CPU, or the eager module path), batched vocoder, and optionally WAV
+encoding. Knows no manifests and no checkpoints.
 """
 
 from __future__ import annotations
@@ -90,13 +91,21 @@ def random_models(size: str, device, dtype):
     return config, model.eval(), decoder.eval()
 
 
+MODES = ("graph", "packed", "eager")
+
+
+def fast_mode(device) -> str:
+    """The default path qtts batch takes on this device."""
+    return "graph" if torch.device(device).type == "cuda" else "packed"
+
+
 @dataclass
 class BenchResult:
     size: str
     batch: int
     requests: int
     frames: int
-    mode: str  # "graph" | "eager"
+    mode: str  # "graph" (CUDA graphs) | "packed" (CPU packed weights) | "eager" (module path)
     wall_s: float = 0.0
     audio_s: float = 0.0
     audio_s_per_s: float = 0.0
@@ -121,13 +130,15 @@ def _prompt_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
     return PromptTokens([1, 6, 7, *text, 2, 8, 1, 6, 7], None, [2154, 2156, 2050, 2157], 3065)
 
 
-def run_one(size, config, model, decoder, *, batch, requests, frames, device, graphs,
+def run_one(size, config, model, decoder, *, batch, requests, frames, device, mode,
             write=False, text_len=24) -> BenchResult:  # fmt: skip
     from qtts.core.engine import Engine, SlotState
     from qtts.core.runner import EngineJob, run_continuous
 
     dev = torch.device(device)
-    res = BenchResult(size, batch, requests, frames, "graph" if graphs else "eager")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    res = BenchResult(size, batch, requests, frames, mode)
     talker = model.talker
     dtype = talker.codec_head.weight.dtype
     tts_pad = pad_embedding(talker, config)
@@ -150,11 +161,11 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, gr
         dtype=dtype,
         device=dev,
     )
-    engine = Engine(model, config, state, tts_pad)
+    engine = Engine(model, config, state, tts_pad, packed=mode == "packed")
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
     step = None
-    if graphs:
+    if mode == "graph":
         from qtts.core.graphs import GraphedDecodeStep
 
         step = GraphedDecodeStep(engine)
@@ -232,7 +243,7 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
         _sync(dev)
         return (time.perf_counter() - t) / repeats * 1e3
 
-    out = {"eager_step": clock(lambda: engine.decode_step(view))}
+    out = {"step": clock(lambda: engine.decode_step(view))}  # no graph: packed or module path
     if step is not None:
         out["graph_step"] = clock(lambda: step(view))
     frame = s.num_tokens - 1

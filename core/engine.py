@@ -16,6 +16,7 @@ import torch
 
 from qtts.core.config import MIN_NEW_TOKENS, ModelConfig
 from qtts.core.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.packed_stack import PackedStack
 from qtts.core.prompt import Prompt
 from qtts.core.sampling import RowParams, choose_tokens
 
@@ -92,9 +93,24 @@ class SlotState:
 
 
 class Engine:
-    def __init__(self, model, config: ModelConfig, state: SlotState, tts_pad: torch.Tensor):
+    def __init__(
+        self,
+        model,
+        config: ModelConfig,
+        state: SlotState,
+        tts_pad: torch.Tensor,
+        *,
+        packed: bool | None = None,
+    ):
         self.talker, self.config, self.state = model.talker, config, state
         self.tts_pad = tts_pad  # [H]
+        # One-token steps through packed weights (qtts.core.packed_stack): the default on CPU,
+        # where op dispatch dominates; the GPU replays the module path inside a CUDA graph.
+        if packed is None:
+            packed = tts_pad.device.type == "cpu"
+        self.talker_step = PackedStack(self.talker.model) if packed else self.talker.model
+        cp = self.talker.code_predictor.model
+        self.predictor_step = PackedStack(cp) if packed else cp
         t = config.talker
         self.eos = t.codec_eos_token_id
         dev = tts_pad.device
@@ -160,7 +176,7 @@ class Engine:
         x = talker.embed_frame(codes) + torch.where(has_text[:, None], text, self.tts_pad)
         mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
         pos = s.kv.lengths[:, None]  # [B, 1]
-        hidden = talker.model(x[:, None], pos, mask, s.kv.decode_view(view_len))  # [B, 1, H]
+        hidden = self.talker_step(x[:, None], pos, mask, s.kv.decode_view(view_len))  # [B, 1, H]
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
         c0 = choose_tokens(
             logits,
@@ -194,7 +210,8 @@ class Engine:
         for j in range(len(cp.lm_head)):
             n = x.shape[1]
             pos = self.cp_positions[s.cp_kv.start : s.cp_kv.start + n].expand(b, n)  # [B, n]
-            hidden = cp.model(cp.small_to_mtp_projection(x), pos, None, s.cp_kv)  # [B, n, Hc]
+            stack = cp.model if n > 1 else self.predictor_step  # the 2-token start: module path
+            hidden = stack(cp.small_to_mtp_projection(x), pos, None, s.cp_kv)  # [B, n, Hc]
             logits = cp.lm_head[j](hidden)[:, -1].float()  # [B, vocab]
             code = choose_tokens(logits, s.subtalker, s.seeds, frame, j + 1)
             codes.append(code)

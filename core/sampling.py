@@ -159,12 +159,51 @@ def select_tokens(
     if params.all_greedy:
         return greedy_ids
     warped = scores / params.temperature[:, None]
-    warped = filter_top_k_top_p(warped, params.top_k, params.top_p, max_top_k=params.max_top_k,
-                                top_p_off=params.top_p_off)  # fmt: skip
-    u = uniform_noise(row_keys(seeds, frames, codebook), scores.shape[-1])
-    gumbel = -torch.log(-torch.log(u))
-    drawn = (warped + gumbel).argmax(dim=-1)
+    keys = row_keys(seeds, frames, codebook)
+    drawn = None
+    if params.max_top_k is not None and params.top_p_off and scores.device.type == "cpu":
+        drawn = draw_among_top_k(warped, params.top_k, params.max_top_k, keys)
+    if drawn is None:
+        warped = filter_top_k_top_p(
+            warped, params.top_k, params.top_p, max_top_k=params.max_top_k,
+            top_p_off=params.top_p_off,
+        )  # fmt: skip
+        u = uniform_noise(keys, scores.shape[-1])
+        drawn = (warped + gumbel(u)).argmax(dim=-1)
     return torch.where(params.greedy, greedy_ids, drawn)
+
+
+def gumbel(u: torch.Tensor) -> torch.Tensor:
+    return -torch.log(-torch.log(u))
+
+
+def draw_among_top_k(
+    warped: torch.Tensor,  # float32 [B, V], temperature applied
+    top_k: torch.Tensor,  # int64 [B], every row 0 < top_k <= max_top_k
+    max_top_k: int,
+    keys: torch.Tensor,  # int64 [B], row_keys
+) -> torch.Tensor | None:
+    """The full-vocabulary draw computed on each row's top-k candidates only (CPU fast path).
+
+    Tokens outside the top-k are -inf after filtering, so the Gumbel-max winner is among the
+    candidates, and the noise is a function of the vocab index: drawing among them with their own
+    noise gives the same token. Exact ties are resolved to the lowest vocab index, as argmax over
+    the vocabulary does. Returns None when ties at the k-th value would keep more tokens than the
+    candidates hold, or a row has no finite candidate (the caller then takes the full path): that
+    check reads a flag on the host, so this path is for CPU tensors (no graph) only."""
+    vocab = warped.shape[-1]
+    values, index = warped.topk(min(max_top_k, vocab), dim=-1)  # [B, kmax], descending
+    k = top_k.clamp(max=values.shape[1])
+    kth = values.gather(1, (k - 1)[:, None])  # [B, 1]
+    kept = (warped >= kth).sum(dim=-1)  # what the full filter keeps (ties included)
+    if bool(((kept > values.shape[1]) | ~torch.isfinite(kth[:, 0])).any()):
+        return None
+    noise = mix32(keys[:, None] ^ mix32(index + 0x9E3779B9))  # as uniform_noise, at `index`
+    u = ((noise >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
+    neg_inf = warped.new_full((), float("-inf"))
+    scored = torch.where(values >= kth, values + gumbel(u), neg_inf)  # [B, kmax]
+    best = scored.max(dim=-1, keepdim=True).values
+    return torch.where(scored == best, index, vocab).min(dim=-1).values  # lowest index on ties
 
 
 def sampler_backend(device: torch.device) -> str:

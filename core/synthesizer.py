@@ -214,7 +214,9 @@ class Synthesizer:
             dtype=dtype,
             device=self.device,
         )
-        engine = Engine(self.model, self.config, state, self.tts_pad)
+        # QTTS_PACKED=0: the module path on CPU too (the packed step's twin, for debugging).
+        packed = False if os.environ.get("QTTS_PACKED", "1") == "0" else None
+        engine = Engine(self.model, self.config, state, self.tts_pad, packed=packed)
         jobs = (
             EngineJob(
                 key=i,

@@ -14,12 +14,16 @@ def test_bench_small_cpu_prints_table_and_json():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     report = json.loads(lines[-1])
-    (row,) = report["bench"]
-    assert row["batch"] == 2 and row["requests"] == 3 and row["mode"] == "eager"
+    packed, eager = report["bench"]  # --compare on CPU: the default packed path, then eager
+    assert packed["mode"] == "packed" and eager["mode"] == "eager"
+    row = packed
+    assert row["batch"] == 2 and row["requests"] == 3
     assert row["audio_s"] == 3 * 6 * 1920 / 24000  # every request ran the fixed length
     assert row["audio_s_per_s"] > 0 and set(row["phases_s"]) >= {"prefill", "vocoder"}
-    assert {"eager_step", "predictor", "sampling_talker"} <= set(row["step_ms"])
+    assert {"step", "predictor", "sampling_talker"} <= set(row["step_ms"])
+    assert eager["audio_s"] == row["audio_s"]
     assert any("audio-s/s" in line for line in lines[:-1])  # the table
+    assert any("packed / eager:" in line for line in lines[:-1])  # the side-by-side ratio
 
 
 def test_bench_rejects_bad_batch_sizes():

@@ -8,6 +8,7 @@ import torch
 from qtts.core.sampling import (
     RowParams,
     apply_penalties,
+    draw_among_top_k,
     filter_top_k_top_p,
     mix32,
     row_keys,
@@ -136,3 +137,36 @@ def test_samples_follow_the_filtered_distribution_chi_squared():
     chi2 = float(((counts[support] - exp_counts) ** 2 / exp_counts).sum())
     dof = int(support.sum()) - 1
     assert chi2 < {3: 16.27, 4: 18.47, 5: 20.52}[dof]  # p = 0.001 critical values
+
+
+def _full_vocab_draw(warped, top_k, keys):
+    """The draw over the whole vocabulary (what the kernel and the GPU twin compute)."""
+    top_p = torch.ones(warped.shape[0])
+    filtered = filter_top_k_top_p(warped, top_k, top_p, top_p_off=True)
+    u = uniform_noise(keys, warped.shape[-1])
+    return (filtered - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+def test_top_k_candidate_draw_equals_the_full_vocabulary_draw():
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(200):
+        batch, vocab = 6, 300
+        warped = torch.randn(batch, vocab, generator=gen) * 3
+        warped[0, 250:] = float("-inf")  # suppressed tail, as the talker's
+        top_k = torch.randint(1, 40, (batch,), generator=gen)
+        keys = row_keys(torch.arange(batch) + 1000 * trial, torch.full((batch,), trial), 1)
+        got = draw_among_top_k(warped, top_k, 40, keys)
+        assert got is not None
+        assert torch.equal(got, _full_vocab_draw(warped, top_k, keys))
+
+
+def test_top_k_candidate_draw_defers_on_ties_beyond_the_candidates():
+    warped = torch.zeros(2, 64)  # all tied: the full filter keeps all 64
+    warped[1, :3] = 1.0
+    keys = row_keys(torch.tensor([1, 2]), torch.tensor([0, 0]), 1)
+    assert draw_among_top_k(warped, torch.tensor([4, 4]), 8, keys) is None
+    # Ties that fit inside the candidates are fine and match the full draw.
+    warped = torch.randn(2, 64)
+    warped[:, 10:13] = 5.0  # a three-way tie at the top, top_k = 2 keeps all three
+    got = draw_among_top_k(warped, torch.tensor([2, 2]), 8, keys)
+    assert torch.equal(got, _full_vocab_draw(warped, torch.tensor([2, 2]), keys))

@@ -1,0 +1,106 @@
+"""The packed one-token step (CPU fast path) against its twin, the module forward: same hidden
+states up to float rounding, same K/V written, and the same codes through the engine."""
+
+import copy
+
+import pytest
+import torch
+
+from qtts.core.engine import Engine, SlotState
+from qtts.core.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.packed_stack import PackedStack
+from qtts.core.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
+from qtts.core.runner import EngineJob, run_continuous
+from qtts.core.sampling import RowParams
+
+
+def _predictor_caches(stack, batch, dtype):
+    attn = stack.layers[0].self_attn
+    shape = (len(stack.layers), batch, attn.num_kv_heads, 16, attn.head_dim)
+    return [PredictorKVCache(*shape, dtype=dtype, device="cpu") for _ in range(2)]
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_predictor_step_matches_module(tiny, batch):
+    stack = tiny[1].talker.code_predictor.model
+    width = stack.norm.weight.shape[0]
+    gen = torch.Generator().manual_seed(batch)
+    start = torch.randn(batch, 2, width, generator=gen)
+    module_kv, packed_kv = _predictor_caches(stack, batch, torch.float32)
+    packed = PackedStack(stack)
+    for cache in (module_kv, packed_kv):  # both start from the same 2-token prefill
+        stack(start, torch.arange(2).expand(batch, 2), None, cache)
+        cache.start = 2
+    for _ in range(5):  # a few steps, each reading what the previous ones cached
+        x = torch.randn(batch, 1, width, generator=gen)
+        pos = torch.full((batch, 1), module_kv.start)
+        want = stack(x, pos, None, module_kv)
+        got = packed(x, pos, None, packed_kv)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        module_kv.start += 1
+        packed_kv.start += 1
+    torch.testing.assert_close(packed_kv.k, module_kv.k, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(packed_kv.v, module_kv.v, atol=1e-6, rtol=1e-5)
+
+
+def test_talker_step_matches_module_with_per_slot_lengths(tiny):
+    stack = tiny[1].talker.model
+    attn = stack.layers[0].self_attn
+    batch, width = 4, stack.norm.weight.shape[0]
+    gen = torch.Generator().manual_seed(7)
+    caches = []
+    for _ in range(2):
+        cache = TalkerKVCache(len(stack.layers), batch, attn.num_kv_heads, 32, attn.head_dim,
+                              dtype=torch.float32, device="cpu")  # fmt: skip
+        caches.append(cache)
+    filled = torch.randn(caches[0].k.shape, generator=gen)
+    for cache in caches:
+        cache.k.copy_(filled)
+        cache.v.copy_(filled.flip(-1))
+        cache.lengths.copy_(torch.tensor([3, 9, 1, 14]))  # slots at different lengths
+    x = torch.randn(batch, 1, width, generator=gen)
+    pos = caches[0].lengths[:, None]
+    mask = caches[0].decode_mask(16)
+    want = stack(x, pos, mask, caches[0].decode_view(16))
+    got = PackedStack(stack)(x, pos, mask, caches[1].decode_view(16))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-6, rtol=1e-5)
+
+
+def test_bfloat16_stack_follows_the_module(tiny):
+    stack = copy.deepcopy(tiny[1].talker.code_predictor.model).to(torch.bfloat16)
+    width = stack.norm.weight.shape[0]
+    module_kv, packed_kv = _predictor_caches(stack, 2, torch.bfloat16)
+    x = torch.randn(2, 1, width, dtype=torch.bfloat16)
+    pos = torch.zeros(2, 1, dtype=torch.long)
+    want = stack(x, pos, None, module_kv)
+    got = PackedStack(stack)(x, pos, None, packed_kv)
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+
+def _codes(tiny, packed: bool, greedy: bool):
+    config, model, tok = tiny
+    params = RowParams.fill(1, "cpu", greedy=greedy, temperature=0.9, top_k=50, top_p=1.0,
+                            penalty=1.05)  # fmt: skip
+    state = SlotState(config, 3, 128, 16, 1, talker=params, subtalker=params,
+                      dtype=torch.float32, device="cpu")  # fmt: skip
+    engine = Engine(model, config, state, pad_embedding(model.talker, config), packed=packed)
+    assert isinstance(engine.predictor_step, PackedStack) == packed
+    jobs = []
+    for i, text in enumerate(["Hi.", "A longer sentence for the test.", "Mid line.", "Ok."]):
+        spk, lang, ins, _ = normalize_row(config, "vivian", "english", None)
+        tokens = prompt_tokens(config, tok, text, spk, lang, ins)
+        prompt = embed_prompt(model.talker, config, tokens)
+        jobs.append(EngineJob(i, prompt, 8 + i, 50 + i, params, params))
+    out = {}
+    for done in run_continuous(engine, jobs, check_every=2, view_bucket=16):
+        out.update({d.key: d.codes for d in done})
+    return out
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_engine_codes_packed_equal_module(tiny, greedy):
+    packed, module = _codes(tiny, True, greedy), _codes(tiny, False, greedy)
+    assert sorted(packed) == [0, 1, 2, 3]
+    for key in module:
+        assert torch.equal(packed[key], module[key]), key
