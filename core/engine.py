@@ -104,11 +104,12 @@ class Engine:
     ):
         self.talker, self.config, self.state = model.talker, config, state
         self.tts_pad = tts_pad  # [H]
-        # One-token steps through packed weights (qtts.core.packed_stack): the default on CPU,
-        # where op dispatch dominates; the GPU replays the module path inside a CUDA graph.
+        # The predictor's one-token steps through packed weights (qtts.core.packed_stack): the
+        # default on CPU, where op dispatch dominates its 75 small layer passes per frame. The
+        # packed copy is small (5 predictor layers); the talker, most of the weights, is not
+        # duplicated. The GPU replays the module path inside a CUDA graph.
         if packed is None:
             packed = tts_pad.device.type == "cpu"
-        self.talker_step = PackedStack(self.talker.model) if packed else self.talker.model
         cp = self.talker.code_predictor.model
         self.predictor_step = PackedStack(cp) if packed else cp
         t = config.talker
@@ -176,7 +177,7 @@ class Engine:
         x = talker.embed_frame(codes) + torch.where(has_text[:, None], text, self.tts_pad)
         mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
         pos = s.kv.lengths[:, None]  # [B, 1]
-        hidden = self.talker_step(x[:, None], pos, mask, s.kv.decode_view(view_len))  # [B, 1, H]
+        hidden = talker.model(x[:, None], pos, mask, s.kv.decode_view(view_len))  # [B, 1, H]
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
         c0 = choose_tokens(
             logits,

@@ -1,13 +1,14 @@
-"""The one-token decoder-stack step with packed weights: the CPU fast path of DecoderStack.forward.
+"""The code predictor's one-token step with packed weights: the CPU fast path of its forward.
 
 On a CPU a decode step is a long chain of small ops (75 predictor layer passes per frame), where
 per-op dispatch and awkward matmul layouts cost more than the arithmetic. This twin of
-`DecoderStack.forward` for one new token per row packs each layer's weights once: q/k/v and
-gate/up fused into one matmul each, every weight pre-transposed to [in, out] (a much faster layout
-for a few rows), RMSNorm as one fused call, RoPE as a roll, attention over the cached keys as two
-small matmuls. It reads the same KV caches (the KVCache protocol) and returns the same hidden states
-as the module path up to float rounding; tests/unit/test_packed_stack.py ties the two together.
-Knows tensors only; the GPU path keeps the module forward (captured in a CUDA graph).
+`DecoderStack.forward` for one new token per row, no padding mask, packs each layer's weights once:
+q/k/v and gate/up fused into one matmul each, every weight pre-transposed to [in, out] (a much
+faster layout for a few rows), RMSNorm as one fused call, RoPE as a roll, attention over the cached
+keys as two small matmuls. It reads the same KV cache (the KVCache protocol) and returns the same
+hidden states as the module path up to float rounding; tests/unit/test_packed_stack.py ties the
+two together. The packed copy doubles only the predictor's weights (5 layers). Knows tensors only;
+the GPU path keeps the module forward (captured in a CUDA graph).
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ class PackedStack:
 
     @torch.no_grad()
     def __call__(
-        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache: KVCache
+        self, x: torch.Tensor, positions: torch.Tensor, mask: None, cache: KVCache
     ) -> torch.Tensor:
-        """x [B, 1, H], positions [B, 1], mask bool [B, 1, 1, S] or None -> final-norm [B, 1, H]."""
+        """x [B, 1, H], positions [B, 1] -> final-norm hidden [B, 1, H]. Every row attends to all
+        the keys the cache returns (mask is None, as for the code predictor)."""
+        if mask is not None:
+            raise ValueError("the packed step attends without a padding mask")
         b, d, half = x.shape[0], self.head_dim, self.head_dim // 2
         cos, sin = self.rotary(positions, x.dtype)  # [B, 1, D]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, 1, D] against [B, heads, 1, D]
@@ -51,8 +55,6 @@ class PackedStack:
             keys, values = cache.update(index, k, v)  # [B, Hk, S, D]
             # The rep query heads sharing a KV head are that head's rep query rows.
             scores = (q.reshape(b, self.kv_heads, rep, d) @ keys.transpose(-1, -2)) * self.scale
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))  # [B, Hk, rep, S]
             out = (scores.softmax(-1) @ values).reshape(b, 1, q_width)
             x = x + out @ w.o
             gate_up = w.post_norm(x) @ w.gate_up  # [B, 1, 2I]

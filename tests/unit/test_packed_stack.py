@@ -1,5 +1,5 @@
-"""The packed one-token step (CPU fast path) against its twin, the module forward: same hidden
-states up to float rounding, same K/V written, and the same codes through the engine."""
+"""The packed one-token predictor step (CPU fast path) against its twin, the module forward: same
+hidden states up to float rounding, same K/V written, and the same codes through the engine."""
 
 import copy
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qtts.core.engine import Engine, SlotState
-from qtts.core.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.kv_cache import PredictorKVCache
 from qtts.core.packed_stack import PackedStack
 from qtts.core.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 from qtts.core.runner import EngineJob, run_continuous
@@ -41,30 +41,6 @@ def test_predictor_step_matches_module(tiny, batch):
         packed_kv.start += 1
     torch.testing.assert_close(packed_kv.k, module_kv.k, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(packed_kv.v, module_kv.v, atol=1e-6, rtol=1e-5)
-
-
-def test_talker_step_matches_module_with_per_slot_lengths(tiny):
-    stack = tiny[1].talker.model
-    attn = stack.layers[0].self_attn
-    batch, width = 4, stack.norm.weight.shape[0]
-    gen = torch.Generator().manual_seed(7)
-    caches = []
-    for _ in range(2):
-        cache = TalkerKVCache(len(stack.layers), batch, attn.num_kv_heads, 32, attn.head_dim,
-                              dtype=torch.float32, device="cpu")  # fmt: skip
-        caches.append(cache)
-    filled = torch.randn(caches[0].k.shape, generator=gen)
-    for cache in caches:
-        cache.k.copy_(filled)
-        cache.v.copy_(filled.flip(-1))
-        cache.lengths.copy_(torch.tensor([3, 9, 1, 14]))  # slots at different lengths
-    x = torch.randn(batch, 1, width, generator=gen)
-    pos = caches[0].lengths[:, None]
-    mask = caches[0].decode_mask(16)
-    want = stack(x, pos, mask, caches[0].decode_view(16))
-    got = PackedStack(stack)(x, pos, mask, caches[1].decode_view(16))
-    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(caches[1].k, caches[0].k, atol=1e-6, rtol=1e-5)
 
 
 def test_bfloat16_stack_follows_the_module(tiny):
