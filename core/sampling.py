@@ -89,7 +89,12 @@ def row_keys(seeds: torch.Tensor, frames: torch.Tensor, codebook: int) -> torch.
 def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """u in (0, 1) per (row, vocab index): float32 [B, V]."""
     v = torch.arange(vocab, dtype=torch.int64, device=keys.device)
-    bits = mix32(keys[:, None] ^ mix32(v + 0x9E3779B9)[None, :])  # [B, V]
+    return noise_at(keys, v[None, :])
+
+
+def noise_at(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """uniform_noise's u at vocab ids `index` (int64 [B, n] or [1, n]): float32 [B, n]."""
+    bits = mix32(keys[:, None] ^ mix32(index + 0x9E3779B9))
     return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
 
 
@@ -198,10 +203,8 @@ def draw_among_top_k(
     kept = (warped >= kth).sum(dim=-1)  # what the full filter keeps (ties included)
     if bool(((kept > values.shape[1]) | ~torch.isfinite(kth[:, 0])).any()):
         return None
-    noise = mix32(keys[:, None] ^ mix32(index + 0x9E3779B9))  # as uniform_noise, at `index`
-    u = ((noise >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
     neg_inf = warped.new_full((), float("-inf"))
-    scored = torch.where(values >= kth, values + gumbel(u), neg_inf)  # [B, kmax]
+    scored = torch.where(values >= kth, values + gumbel(noise_at(keys, index)), neg_inf)
     best = scored.max(dim=-1, keepdim=True).values
     return torch.where(scored == best, index, vocab).min(dim=-1).values  # lowest index on ties
 
