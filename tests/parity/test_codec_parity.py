@@ -14,24 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from golden import AUDIO_ATOL, GOLDEN, golden_file
 from safetensors.torch import load_file
 
 from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 TOKENIZER = GOLDEN / "speech_tokenizer"
-TOL = 1e-5  # fp32 max |err| vs the official decode
-
-pytestmark = pytest.mark.skipif(
-    not (TOKENIZER / "model.safetensors").is_file(),
-    reason=f"golden speech tokenizer missing ({TOKENIZER}); run tools/oracle/make_golden.py",
-)
+TOL = AUDIO_ATOL  # fp32 max |err| vs the official decode (named and justified in tests/golden.py)
 
 
 @pytest.fixture(scope="module")
 def decoder() -> SpeechDecoder:
     cfg = SpeechDecoderConfig.from_dict(json.loads((TOKENIZER / "config.json").read_text()))
-    weights = load_file(str(TOKENIZER / "model.safetensors"))
+    weights = load_file(str(golden_file("speech_tokenizer", "model.safetensors")))
     state = {k.removeprefix("decoder."): v for k, v in weights.items() if k.startswith("decoder.")}
     model = SpeechDecoder(cfg).eval()
     model.load_state_dict(state, strict=True)
@@ -45,10 +40,7 @@ def _max_err(ours: torch.Tensor, theirs: np.ndarray) -> float:
 
 @pytest.mark.slow  # ~2M samples through the decoder: seconds on 2 CPUs
 def test_long_chunked_batch_matches_official(decoder):
-    path = GOLDEN / "codec_long.npz"
-    if not path.is_file():
-        pytest.skip(f"{path} missing; run tools/oracle/make_golden.py")
-    z = np.load(path)
+    z = np.load(golden_file("codec_long.npz"))
     codes = [torch.from_numpy(z[f"codes_{i}"]) for i in range(len(z["num_samples"]))]
     audio = decode_utterances(decoder, codes)  # one batched call, like the official one
     assert [a.shape[0] for a in audio] == z["num_samples"].tolist()
@@ -61,7 +53,10 @@ def test_long_chunked_batch_matches_official(decoder):
 
 
 def _cases() -> list[Path]:
-    return sorted((GOLDEN / "cases").glob("*.npz"))
+    cases = sorted(golden_file("cases").glob("*.npz"))
+    if not cases:
+        raise FileNotFoundError(f"no golden cases in {GOLDEN / 'cases'}")
+    return cases
 
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda p: p.stem)

@@ -4,20 +4,15 @@ Each case is one official call (single row or a batch); we run the same rows as 
 the library path the CLI uses (open_text_model -> synthesizer) on CPU in fp32.
 """
 
-import json
-
 import numpy as np
 import pytest
-from golden import GOLDEN, assert_matches_case, greedy_utterances
+from golden import GOLDEN, assert_matches_case, golden_cases, greedy_utterances
 
 from qtts.core.requests import Request
 
 
 def _cases() -> list[dict]:
-    path = GOLDEN / "cases.json"
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())
+    return golden_cases("cases.json")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +52,6 @@ def _requests(text_model, case: dict) -> list[Request]:
     return out
 
 
-@pytest.mark.skipif(not _cases(), reason="golden fixtures missing (tools/oracle/README.md)")
 @pytest.mark.parametrize("generator", ["engine", "reference"])
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
 def test_codes_and_audio_match_official(case, generator, synthesizers):
@@ -70,7 +64,6 @@ def test_codes_and_audio_match_official(case, generator, synthesizers):
     assert_matches_case(got, np.load(GOLDEN / "cases" / f"{case['name']}.npz"), len(requests))
 
 
-@pytest.mark.skipif(not _cases(), reason="golden fixtures missing (tools/oracle/README.md)")
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
 def test_tokenization_matches_official(case, synthesizers):
     from qtts.core.prompt import assistant_template, encode, instruct_template
