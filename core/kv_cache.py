@@ -10,6 +10,8 @@ predictor cache is tiny and positional (16 positions per frame), so static slice
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -35,8 +37,9 @@ class TalkerKVCache:
     def prefill_writer(self, slots: torch.Tensor) -> _SlotPrefill:
         return _SlotPrefill(self, slots)
 
-    def decode_view(self, view_len: int) -> _DecodeView:
-        return _DecodeView(self, view_len)
+    def decode_view(self, view_len: int, attend: Callable | None = None) -> _DecodeView:
+        """A view of the first view_len positions; `attend` replaces the model's attention."""
+        return _DecodeView(self, view_len, attend)
 
     def decode_mask(self, view_len: int) -> torch.Tensor:
         """bool [B, 1, 1, S]: each slot sees its own positions 0..length (the new one included)."""
@@ -63,8 +66,10 @@ class _SlotPrefill:
 class _DecodeView:
     """Writes each slot's new K/V at its own length; returns the first `view_len` positions."""
 
-    def __init__(self, cache: TalkerKVCache, view_len: int):
+    def __init__(self, cache: TalkerKVCache, view_len: int, attend: Callable | None):
         self.cache, self.view_len = cache, view_len
+        if attend is not None:
+            self.attend = attend  # picked up by the model's Attention (KVCache protocol)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         c = self.cache  # k/v [B, Hk, 1, D]

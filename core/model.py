@@ -5,7 +5,8 @@ renaming. Knows tensors and token ids, not text, files or sampling.
 
 Attention follows the official SDPA dispatch so greedy codes match bit for bit on CPU: without a
 padding mask, SDPA runs causal with native GQA; with one, K/V are repeated and a boolean mask is
-used.
+used. A KV cache may bring its own `attend` (the engine's decode view does, for its GPU path); the
+model itself has no device-specific branches.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from qtts.core.config import DecoderStackConfig, ModelConfig, TalkerConfig
 
 
 class KVCache(Protocol):
-    """Per-layer K/V store: `update` appends (or writes) and returns all keys/values to attend."""
+    """Per-layer K/V store: `update` appends (or writes) and returns all keys/values to attend.
+    It may also define `attend` (same signature as `attend` below) to replace the default."""
 
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
@@ -103,9 +105,12 @@ class Attention(nn.Module):
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        attention = attend
         if cache is not None:
             k, v = cache.update(self.layer, k, v)  # [B, Hk, S, D]
-        out = attend(q, k, v, mask, self.scale, self.num_heads // self.num_kv_heads)
+            attention = getattr(cache, "attend", attend)
+        out = attention(q, k, v, mask, self.scale, self.num_heads // self.num_kv_heads)
+        # reshape, not view: CUDA SDPA kernels return [B, H, T, D] laid out as [B, T, H, D].
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -118,20 +123,8 @@ def attend(q, k, v, mask: torch.Tensor | None, scale: float, n_rep: int) -> torc
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=causal, scale=scale, enable_gqa=True
         )
-    if q.is_cuda and q.shape[2] == 1 and n_rep > 1:
-        return attend_grouped(q, k, v, mask, scale, n_rep)
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-
-def attend_grouped(q, k, v, mask: torch.Tensor, scale: float, n_rep: int) -> torch.Tensor:
-    """One-query masked attention without repeating K/V: the n_rep query heads that share a KV
-    head become that head's n_rep query rows (same keys, same mask). Used on GPU, where repeating
-    the cache view would copy [B, H, S, D] per layer per step."""
-    b, h, _, d = q.shape  # q [B, H, 1, D]; k/v [B, Hk, S, D]; mask [B, 1, 1, S]
-    grouped = q.view(b, h // n_rep, n_rep, d)  # head j*n_rep + r -> KV head j, row r
-    out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask, scale=scale)
-    return out.view(b, h, 1, d)  # [B, H, 1, D]
 
 
 class MLP(nn.Module):

@@ -9,7 +9,9 @@ from qtts.core.prompt import load_tokenizer
 from qtts.core.tiny_tokenizer import write_tiny_tokenizer
 
 
-def tiny_config(ids: dict, *, model_type="custom_voice", talker_hidden=16) -> ModelConfig:
+def tiny_config(
+    ids: dict, *, model_type="custom_voice", talker_hidden=16, heads=2, kv_heads=1
+) -> ModelConfig:
     return ModelConfig.from_dict(
         {
             "model_type": "qwen3_tts",
@@ -24,8 +26,8 @@ def tiny_config(ids: dict, *, model_type="custom_voice", talker_hidden=16) -> Mo
                 "hidden_size": talker_hidden,
                 "intermediate_size": 32,
                 "num_hidden_layers": 2,
-                "num_attention_heads": 2,
-                "num_key_value_heads": 1,
+                "num_attention_heads": heads,
+                "num_key_value_heads": kv_heads,
                 "head_dim": 16,
                 "vocab_size": 3072,
                 "text_vocab_size": ids["vocab_size"],
@@ -39,8 +41,8 @@ def tiny_config(ids: dict, *, model_type="custom_voice", talker_hidden=16) -> Mo
                     "hidden_size": 8,
                     "intermediate_size": 16,
                     "num_hidden_layers": 2,
-                    "num_attention_heads": 2,
-                    "num_key_value_heads": 1,
+                    "num_attention_heads": heads,
+                    "num_key_value_heads": kv_heads,
                     "head_dim": 8,
                     "vocab_size": 2048,
                     "num_code_groups": 16,
@@ -50,15 +52,26 @@ def tiny_config(ids: dict, *, model_type="custom_voice", talker_hidden=16) -> Mo
     )
 
 
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    """(config, model, tokenizer) with random weights, std 0.1."""
+def _tiny(tmp_path_factory, **dims):
     tok_dir = tmp_path_factory.mktemp("tok")
     ids = write_tiny_tokenizer(tok_dir)
-    config = tiny_config(ids)
+    config = tiny_config(ids, **dims)
     torch.manual_seed(0)
     model = build_model(config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.1)
     return config, model, load_tokenizer(tok_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """(config, model, tokenizer) with random weights, std 0.1."""
+    return _tiny(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def tiny_gqa(tmp_path_factory):
+    """As `tiny`, with 4 query heads over 2 KV heads (the real models have 16 over 8): layouts
+    that merge or split the KV-head axis only break with more than one KV head."""
+    return _tiny(tmp_path_factory, heads=4, kv_heads=2)

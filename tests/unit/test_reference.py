@@ -127,20 +127,3 @@ def test_prompt_length_matches_embedding(tiny):
         spk, lang, ins, _ = normalize_row(config, spk, lang, ins)
         tokens = prompt_tokens(config, tok, text, spk, lang, ins)
         assert prompt_length(tokens) == embed_prompt(model.talker, config, tokens).embeds.shape[0]
-
-
-def test_grouped_decode_attention_equals_repeated_kv():
-    """The GPU decode path (no K/V repeat) == the repeat path, per slot mask included."""
-    import torch.nn.functional as F
-
-    from qtts.core.model import attend_grouped, repeat_kv
-
-    g = torch.Generator().manual_seed(0)
-    b, hk, rep, s, d = 3, 2, 4, 9, 8
-    q = torch.randn(b, hk * rep, 1, d, generator=g)
-    k, v = torch.randn(b, hk, s, d, generator=g), torch.randn(b, hk, s, d, generator=g)
-    lengths = torch.tensor([3, 9, 5])
-    mask = (torch.arange(s)[None] < lengths[:, None])[:, None, None]  # [B, 1, 1, S]
-    want = F.scaled_dot_product_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), attn_mask=mask,
-                                          scale=0.3)  # fmt: skip
-    torch.testing.assert_close(attend_grouped(q, k, v, mask, 0.3, rep), want)

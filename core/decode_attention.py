@@ -1,0 +1,32 @@
+"""Attention for the engine's one-token decode step: grouped query rows instead of repeated K/V.
+
+The model's default masked attention repeats each KV head's keys for its n_rep query heads, which
+on a static cache view copies [B, H, S, D] per layer per step. Here the n_rep query heads that
+share a KV head become that head's n_rep query rows (same keys, same per-slot mask), so SDPA reads
+the cache view in place. Same result as the repeat path up to float rounding
+(tests/unit/test_decode_attention.py ties the two); the engine uses it on GPU.
+
+Independent of SDPA's output layout: CUDA's flash and memory-efficient kernels return
+[B, H, T, D] laid out as [B, T, H, D], so results are reshaped, never viewed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def attend_grouped(
+    q: torch.Tensor,  # [B, H, 1, D]
+    k: torch.Tensor,  # [B, Hk, S, D]
+    v: torch.Tensor,  # [B, Hk, S, D]
+    mask: torch.Tensor | None,  # bool [B, 1, 1, S] (True = attend) or None
+    scale: float,
+    n_rep: int,  # H // Hk
+) -> torch.Tensor:
+    b, h, t, d = q.shape
+    if t != 1:
+        raise ValueError(f"grouped decode attention takes one query per row, got {t}")
+    grouped = q.reshape(b, h // n_rep, n_rep, d)  # head j*n_rep + r -> KV head j, row r
+    out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask, scale=scale)
+    return out.reshape(b, h, 1, d)  # [B, H, 1, D]; copies only if SDPA's layout needs it
