@@ -9,17 +9,18 @@ encoding. Knows no manifests and no checkpoints.
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
 
 from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
-from qtts.core.config import ModelConfig
+from qtts.core.config import ModelConfig, SamplingParams
+from qtts.core.engine_settings import EngineSettings
 from qtts.core.model import build_model
 from qtts.core.prompt import PromptTokens, embed_prompt, pad_embedding
-from qtts.core.sampling import RowParams
 from qtts.core.vocoder import overlapped
 
 SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
@@ -99,6 +100,16 @@ def fast_mode(device) -> str:
     return "graph" if torch.device(device).type == "cuda" else "packed"
 
 
+def mode_settings(mode: str, device) -> EngineSettings:
+    """qtts batch's settings for `device`, with the fast path on ("graph"/"packed") or off."""
+    base = EngineSettings.for_device(device)
+    if mode == "eager":  # the twin: no CUDA graphs, no packed predictor weights
+        return replace(base, cuda_graphs=False, packed_predictor=False)
+    if mode != fast_mode(device):
+        raise ValueError(f"mode {mode!r} does not run on {torch.device(device).type}")
+    return replace(base, cuda_graphs=mode == "graph", packed_predictor=mode == "packed")
+
+
 @dataclass
 class BenchResult:
     size: str
@@ -133,7 +144,7 @@ def _prompt_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
 def run_one(size, config, model, decoder, *, batch, requests, frames, device, mode,
             write=False, text_len=24) -> BenchResult:  # fmt: skip
     from qtts.core.engine import Engine, SlotState
-    from qtts.core.runner import EngineJob, run_continuous
+    from qtts.core.runner import EngineJob, run_continuous, view_lengths
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -147,9 +158,7 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
         for i in range(requests)
     ]
     max_len = max(p.embeds.shape[0] for p in prompts) + frames + 2
-    params = RowParams.fill(
-        1, dev, greedy=False, temperature=0.9, top_k=50, top_p=1.0, penalty=1.05
-    )  # the checkpoints' sampling defaults
+    params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     state = SlotState(
         config,
         batch,
@@ -161,14 +170,15 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
         dtype=dtype,
         device=dev,
     )
-    engine = Engine(model, config, state, tts_pad, packed=mode == "packed")
+    settings = mode_settings(mode, dev)
+    engine = Engine(model, config, state, tts_pad, settings)
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
     step = None
-    if mode == "graph":
+    if settings.cuda_graphs:  # captured up front, before the vocoder thread exists (as qtts batch)
         from qtts.core.graphs import GraphedDecodeStep
 
-        step = GraphedDecodeStep(engine)
+        step = GraphedDecodeStep(engine, view_lengths(settings.view_bucket, max_len))
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
     prefill = engine.prefill
 
@@ -186,6 +196,7 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
     start = time.perf_counter()
     total_frames = 0
     cuda = dev.type == "cuda"
+    gate = threading.Lock()
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
         t = time.perf_counter()
@@ -201,11 +212,8 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
             timers["writing"] += time.perf_counter() - t
         return sum(int(d.codes.shape[0]) for d in done)
 
-    finished = run_continuous(
-        engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step,
-        prefill_group=64 if cuda else 1,
-    )  # fmt: skip
-    for frames_done in overlapped(finished, vocode, dev):
+    finished = run_continuous(engine, jobs, step=step)
+    for frames_done in overlapped(finished, vocode, dev, gate=gate):
         total_frames += frames_done
     _sync(dev)
     res.wall_s = time.perf_counter() - start
@@ -225,14 +233,16 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
 def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     """ms per decode step with every slot active, and the eager split into its parts."""
     from qtts.core.engine import SlotFill
+    from qtts.core.runner import view_length
     from qtts.core.sampling import choose_tokens
 
     s = engine.state
     dev = s.c0.device
     engine.prefill(
-        [SlotFill(slot, p, 10**6, slot, params, params) for slot, p in enumerate(prompts)]
+        [SlotFill(slot, p, s.max_frames, slot, params, params) for slot, p in enumerate(prompts)]
     )
-    view = min(s.kv.max_len, 256)
+    longest = max(p.embeds.shape[0] for p in prompts)
+    view = view_length(longest + 1, engine.settings.view_bucket, s.kv.max_len)  # a captured one
 
     def clock(fn) -> float:
         fn()
@@ -251,5 +261,6 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     logits = torch.randn(s.slots, engine.suppress.shape[0], device=dev)
     out["sampling_talker"] = clock(lambda: choose_tokens(
         logits, s.talker, s.seeds, s.num_tokens, 0, seen=s.seen, block_eos=s.finished,
-        eos_id=engine.eos, suppress=engine.suppress))  # fmt: skip
+        eos_id=engine.eos, suppress=engine.suppress,
+        allow_host_sync=engine.settings.allow_host_sync))  # fmt: skip
     return {k: round(v, 3) for k, v in out.items()}

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
-from qtts.core.config import MIN_NEW_TOKENS, ModelConfig
+from qtts.core.config import MIN_NEW_TOKENS, ModelConfig, SamplingParams
+from qtts.core.decode_attention import attend_grouped
+from qtts.core.engine_settings import EngineSettings
 from qtts.core.kv_cache import PredictorKVCache, TalkerKVCache
 from qtts.core.packed_stack import PackedStack
 from qtts.core.prompt import Prompt
-from qtts.core.sampling import RowParams, choose_tokens
+from qtts.core.refill import SITE_FIELDS, pack_refill
+from qtts.core.sampling import RowParams, choose_tokens, hints_of
 
 
 @dataclass
@@ -29,8 +32,8 @@ class SlotFill:
     prompt: Prompt
     budget: int  # max_new_tokens
     seed: int
-    talker: RowParams  # one row
-    subtalker: RowParams  # one row
+    talker: SamplingParams  # this row's talker sampling (host values)
+    subtalker: SamplingParams
 
 
 class SlotState:
@@ -44,8 +47,8 @@ class SlotState:
         max_frames: int,
         max_trailing: int,
         *,
-        talker: RowParams,
-        subtalker: RowParams,
+        talker: SamplingParams,
+        subtalker: SamplingParams,
         dtype: torch.dtype,
         device,
     ):
@@ -86,10 +89,10 @@ class SlotState:
         self.codes = zeros(slots, max_frames, g)  # [B, F, G] the output buffer
         self.trailing = zeros(slots, max_trailing, h, dt=dtype)  # [B, Tt, H]
         self.trailing_len = zeros(slots)
-        # Per-slot sampling parameters, started from the job's templates (their host hints hold
-        # for every slot: prefill refuses parameters whose hints differ).
-        self.talker = _expand(talker, slots)
-        self.subtalker = _expand(subtalker, slots)
+        # Per-slot sampling parameters, started from the job's (their host hints hold for every
+        # slot: prefill refuses a row whose parameters would change a hint).
+        self.talker = RowParams.from_sampling(talker, slots, dev)
+        self.subtalker = RowParams.from_sampling(subtalker, slots, dev)
 
 
 class Engine:
@@ -99,19 +102,19 @@ class Engine:
         config: ModelConfig,
         state: SlotState,
         tts_pad: torch.Tensor,
-        *,
-        packed: bool | None = None,
+        settings: EngineSettings | None = None,
     ):
         self.talker, self.config, self.state = model.talker, config, state
         self.tts_pad = tts_pad  # [H]
+        self.settings = settings or EngineSettings.for_device(tts_pad.device)
         # The predictor's one-token steps through packed weights (qtts.core.packed_stack): the
-        # default on CPU, where op dispatch dominates its 75 small layer passes per frame. The
+        # CPU default, where op dispatch dominates its 75 small layer passes per frame. The
         # packed copy is small (5 predictor layers); the talker, most of the weights, is not
         # duplicated. The GPU replays the module path inside a CUDA graph.
-        if packed is None:
-            packed = tts_pad.device.type == "cpu"
         cp = self.talker.code_predictor.model
-        self.predictor_step = PackedStack(cp) if packed else cp
+        self.predictor_step = PackedStack(cp) if self.settings.packed_predictor else cp
+        # GPU: attend over the cache view without repeating K/V (qtts.core.decode_attention).
+        self.decode_attend = attend_grouped if self.settings.grouped_attention else None
         t = config.talker
         self.eos = t.codec_eos_token_id
         dev = tts_pad.device
@@ -127,42 +130,73 @@ class Engine:
 
         One fill runs unpadded: exactly the official single-request computation (what the CPU path
         uses, for bitwise parity). Several run as one right-padded, masked batch: one pass instead
-        of one per slot (what the GPU path uses; padded query rows still see real keys, no NaN)."""
-        s, dev = self.state, self.state.c0.device
+        of one per slot (what the GPU path uses; padded query rows still see real keys, no NaN).
+        Every host value reaches the device in one non-blocking copy (qtts.core.refill) and each
+        per-slot field is written for all fills at once, so the cost does not grow per slot."""
+        s = self.state
+        self._check(fills)
+        m = len(fills)
+        table = pack_refill(fills, s.c0.device)
+        slots, lengths = table.slot, table.length  # int64 [m]
+        width = max(f.prompt.embeds.shape[0] for f in fills)
+        if m == 1:
+            x, mask = fills[0].prompt.embeds[None], None  # [1, L, H]
+        else:
+            x, mask = self._padded(fills, table, width)
+        pos = torch.arange(width, device=x.device).expand(m, width)  # [m, L]
+        hidden = self.talker.model(x, pos, mask, s.kv.prefill_writer(slots))  # [m, L, H]
+        rows = torch.arange(m, device=x.device)
+        logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [m, V]
+        for dst, src in ((s.talker, table.talker), (s.subtalker, table.subtalker)):
+            for name in SITE_FIELDS:
+                getattr(dst, name)[slots] = src[name]
+        s.seeds[slots] = table.seed
+        s.seen[slots] = False
+        first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
+        c0 = choose_tokens(logits, _rows(s.talker, slots), table.seed, torch.zeros_like(slots),
+                           0, seen=s.seen[slots], block_eos=first, eos_id=self.eos,
+                           suppress=self.suppress,
+                           allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
+        s.seen[slots, c0] = True
+        s.c0[slots], s.past_hidden[slots] = c0, hidden[rows, lengths - 1]
+        s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, table.budget
+        trailing = torch.cat([f.prompt.trailing for f in fills])  # [sum Tt, H]
+        s.trailing[table.trailing_slot, table.trailing_pos] = trailing
+        s.trailing_len[slots] = table.trailing_len
+        done = table.budget <= 1  # no talker step left: zero frames
+        s.finished[slots], s.hit_budget[slots], s.num_frames[slots] = done, done, 0
+
+    def _check(self, fills: list[SlotFill]) -> None:
+        """Host-side checks before anything is written (a refused fill leaves the state as is)."""
+        s = self.state
+        if not fills:
+            raise ValueError("prefill needs at least one fill")
+        if len({f.slot for f in fills}) != len(fills):
+            raise ValueError("prefill: two fills for one slot")
         for f in fills:
+            if not 0 <= f.slot < s.slots:
+                raise ValueError(f"prefill: slot {f.slot} outside 0..{s.slots - 1}")
+            # A slot writes K/V at positions < prompt + budget (finished slots keep writing at
+            # their length until harvested) and codes at frames < budget: both must fit.
+            if f.prompt.embeds.shape[0] + f.budget > s.kv.max_len or f.budget > s.max_frames:
+                raise ValueError("prompt + budget exceed the engine's KV cache or code buffer")
             if f.prompt.trailing.shape[0] > s.trailing.shape[1]:
                 raise ValueError("trailing text longer than the engine's buffer")
             for dst, src in ((s.talker, f.talker), (s.subtalker, f.subtalker)):
-                if _hints(src) != _hints(dst):
+                if hints_of(src) != dst.hints():
                     raise ValueError("a job's sampling hints differ from the engine's")
-        m = len(fills)
-        slots = torch.tensor([f.slot for f in fills], device=dev)  # [m]
-        lengths = torch.tensor([f.prompt.embeds.shape[0] for f in fills], device=dev)  # [m]
-        width = int(max(f.prompt.embeds.shape[0] for f in fills))
-        x, mask = _padded(fills, width) if m > 1 else (fills[0].prompt.embeds[None], None)
-        pos = torch.arange(width, device=dev).expand(m, width)  # [m, L]
-        hidden = self.talker.model(x, pos, mask, s.kv.prefill_writer(slots))  # [m, L, H]
-        rows = torch.arange(m, device=dev)
-        logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [m, V]
-        for f in fills:
-            for dst, src in ((s.talker, f.talker), (s.subtalker, f.subtalker)):
-                for name in _TENSORS:
-                    getattr(dst, name)[f.slot] = getattr(src, name)[0]
-        budgets = torch.tensor([f.budget for f in fills], device=dev)
-        s.seeds[slots] = torch.tensor([f.seed for f in fills], device=dev)
-        s.seen[slots] = False
-        first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
-        c0 = choose_tokens(logits, _rows(s.talker, slots), s.seeds[slots], torch.zeros_like(slots),
-                           0, seen=s.seen[slots], block_eos=first, eos_id=self.eos,
-                           suppress=self.suppress)  # fmt: skip
-        s.seen[slots, c0] = True
-        s.c0[slots], s.past_hidden[slots] = c0, hidden[rows, lengths - 1]
-        s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, budgets
-        for f in fills:
-            s.trailing[f.slot, : f.prompt.trailing.shape[0]] = f.prompt.trailing
-            s.trailing_len[f.slot] = f.prompt.trailing.shape[0]
-        done = budgets <= 1  # no talker step left: zero frames
-        s.finished[slots], s.hit_budget[slots], s.num_frames[slots] = done, done, 0
+
+    @staticmethod
+    def _padded(fills: list[SlotFill], table, width: int):
+        """Right-padded prompts [m, L, H] and their mask bool [m, 1, L, L] (causal, real keys
+        only), scattered by one indexed write."""
+        first = fills[0].prompt.embeds
+        x = first.new_zeros(len(fills), width, first.shape[1])  # [m, L, H]
+        x[table.prompt_row, table.prompt_pos] = torch.cat([f.prompt.embeds for f in fills])
+        keys = torch.arange(width, device=first.device)
+        real = keys[None, :] < table.length[:, None]  # [m, L]
+        causal = keys[None, :] <= keys[:, None]  # [L, L]
+        return x, (causal[None] & real[:, None, :])[:, None]
 
     # -- one decode step (graph-capturable) -----------------------------------------------------
     @torch.no_grad()
@@ -177,7 +211,8 @@ class Engine:
         x = talker.embed_frame(codes) + torch.where(has_text[:, None], text, self.tts_pad)
         mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
         pos = s.kv.lengths[:, None]  # [B, 1]
-        hidden = talker.model(x[:, None], pos, mask, s.kv.decode_view(view_len))  # [B, 1, H]
+        view = s.kv.decode_view(view_len, self.decode_attend)
+        hidden = talker.model(x[:, None], pos, mask, view)  # [B, 1, H]
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
         c0 = choose_tokens(
             logits,
@@ -189,6 +224,7 @@ class Engine:
             block_eos=s.num_tokens < MIN_NEW_TOKENS,
             eos_id=self.eos,
             suppress=self.suppress,
+            allow_host_sync=self.settings.allow_host_sync,
         )
         s.seen[s.kv.rows, c0] |= active
         s.c0.copy_(torch.where(active, c0, s.c0))
@@ -214,40 +250,14 @@ class Engine:
             stack = cp.model if n > 1 else self.predictor_step  # the 2-token start: module path
             hidden = stack(cp.small_to_mtp_projection(x), pos, None, s.cp_kv)  # [B, n, Hc]
             logits = cp.lm_head[j](hidden)[:, -1].float()  # [B, vocab]
-            code = choose_tokens(logits, s.subtalker, s.seeds, frame, j + 1)
+            code = choose_tokens(logits, s.subtalker, s.seeds, frame, j + 1,
+                                 allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
             codes.append(code)
             s.cp_kv.start += n
             x = cp.model.codec_embedding[j](code[:, None])  # [B, 1, Ht]
         return torch.stack(codes, dim=1)  # [B, G]
 
 
-_TENSORS = ("greedy", "temperature", "top_k", "top_p", "penalty")
-
-
-def _hints(p: RowParams) -> tuple:
-    return p.all_greedy, p.max_top_k, p.top_p_off
-
-
-def _expand(template: RowParams, n: int) -> RowParams:
-    """A 1-row template repeated for n slots (own storage, written per slot later)."""
-    return dataclasses.replace(
-        template, **{f: getattr(template, f).expand(n).clone() for f in _TENSORS}
-    )
-
-
 def _rows(params: RowParams, index: torch.Tensor) -> RowParams:
     """The rows `index` of params (copies), hints kept."""
-    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in _TENSORS})
-
-
-def _padded(fills: list[SlotFill], width: int):
-    """Right-padded prompts [m, L, H] and their mask bool [m, 1, L, L] (causal, real keys only)."""
-    first = fills[0].prompt.embeds
-    x = first.new_zeros(len(fills), width, first.shape[1])
-    lengths = torch.tensor([f.prompt.embeds.shape[0] for f in fills], device=first.device)
-    for i, f in enumerate(fills):
-        x[i, : f.prompt.embeds.shape[0]] = f.prompt.embeds
-    keys = torch.arange(width, device=first.device)
-    real = keys[None, :] < lengths[:, None]  # [m, L]
-    causal = keys[None, :] <= keys[:, None]  # [L, L]
-    return x, (causal[None] & real[:, None, :])[:, None]
+    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in SITE_FIELDS})

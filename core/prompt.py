@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from qtts.core.config import ModelConfig
+from qtts.core.host_copy import ids_to_device
 
 # Template slices (Qwen2 tokenizer, no BOS/EOS added).
 ROLE = slice(0, 3)  # "<|im_start|>assistant\n"
@@ -138,37 +139,48 @@ class Prompt:
     trailing: torch.Tensor  # [Tt, H] text rows added to decode steps 0..Tt-1 (tts_pad after)
 
 
+def _special_ids(config: ModelConfig) -> list[int]:
+    """[tts_bos, tts_eos, tts_pad]: embedded together, as the official code does (bitwise)."""
+    return [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
+
+
 @torch.no_grad()
 def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
-    """Non-streaming prefill layout (QWEN3_TTS.md §3), built with the official slices."""
-    dev = talker.model.codec_embedding.weight.device
-
-    def ids(values: list[int]) -> torch.Tensor:
-        return torch.tensor([values], dtype=torch.long, device=dev)  # [1, n]
-
+    """Non-streaming prefill layout (QWEN3_TTS.md §3), built with the official slices. Every id
+    reaches the device in one non-blocking copy (qtts.core.host_copy)."""
     t = config.talker
-    text_ids = ids(tokens.text_ids)
-    special = ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
-    tts_bos, tts_eos, tts_pad = talker.embed_text(special).chunk(3, dim=1)  # 3 x [1, 1, H]
+    n = len(tokens.text_ids) - 8 + 1  # text tokens + tts_eos
+    ids = ids_to_device(
+        {
+            "text": tokens.text_ids,
+            "special": _special_ids(config),
+            "prefix": tokens.codec_prefix,
+            "speaker": [] if tokens.speaker_id is None else [tokens.speaker_id],
+            "pad_bos": [t.codec_pad_id, t.codec_bos_id],
+            "pads": [t.codec_pad_id] * n,
+            "bos": [t.codec_bos_id],
+            "instruct": tokens.instruct_ids or [],
+        },
+        talker.model.codec_embedding.weight.device,
+    )  # name -> [1, n]
+    tts_bos, tts_eos, tts_pad = talker.embed_text(ids["special"]).chunk(3, dim=1)  # 3 x [1, 1, H]
 
-    codec = [talker.embed_codec(ids(tokens.codec_prefix))]
+    codec = [talker.embed_codec(ids["prefix"])]
     if tokens.speaker_id is not None:
-        speaker = talker.embed_codec(torch.tensor(tokens.speaker_id, device=dev))  # [H]
-        codec.append(speaker.view(1, 1, -1))
-    codec.append(talker.embed_codec(ids([t.codec_pad_id, t.codec_bos_id])))
+        codec.append(talker.embed_codec(ids["speaker"]))  # [1, 1, H]
+    codec.append(talker.embed_codec(ids["pad_bos"]))
     codec = torch.cat(codec, dim=1)  # [1, Lc, H]
 
-    role = talker.embed_text(text_ids[:, ROLE])  # [1, 3, H]
+    role = talker.embed_text(ids["text"][:, ROLE])  # [1, 3, H]
     # tts_pad under the codec prefix/speaker, tts_bos on the C(pad) position.
     pads = tts_pad.expand(-1, codec.shape[1] - 2, -1)
     head = torch.cat((pads, tts_bos), dim=1) + codec[:, :-1]  # [1, Lc-1, H]
-    text = talker.embed_text(text_ids[:, TEXT])  # [1, N, H]
-    n = text.shape[1] + 1
-    body = torch.cat((text, tts_eos), dim=1) + talker.embed_codec(ids([t.codec_pad_id] * n))
-    tail = tts_pad + talker.embed_codec(ids([t.codec_bos_id]))  # [1, 1, H]
+    text = talker.embed_text(ids["text"][:, TEXT])  # [1, N, H]
+    body = torch.cat((text, tts_eos), dim=1) + talker.embed_codec(ids["pads"])  # [1, N+1, H]
+    tail = tts_pad + talker.embed_codec(ids["bos"])  # [1, 1, H]
     parts = [role, head, body, tail]
     if tokens.instruct_ids is not None:
-        parts.insert(0, talker.embed_text(ids(tokens.instruct_ids)))
+        parts.insert(0, talker.embed_text(ids["instruct"]))
     embeds = torch.cat(parts, dim=1)[0]  # [L, H]
     return Prompt(embeds=embeds, trailing=tts_pad[0])  # trailing [1, H]
 
@@ -185,19 +197,25 @@ def embed_clone_prompt(
     [H] in the speaker slot; x-vector only: P(T0) + C(bos), trailing [P(T1..), tts_eos]; ICL
     (ref_code [F, G]): the text stream [P(ref + text), tts_eos] over [C(bos), frame sums]."""
     dev = talker.model.codec_embedding.weight.device
-
-    def ids(values) -> torch.Tensor:
-        return torch.as_tensor(values, dtype=torch.long, device=dev)[None]  # [1, n]
-
     t = config.talker
-    text_ids = ids(tokens.text_ids)
-    special = ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
-    tts_bos, tts_eos, tts_pad = talker.embed_text(special).chunk(3, dim=1)  # 3 x [1, 1, H]
+    ids = ids_to_device(
+        {
+            "text": tokens.text_ids,
+            "special": _special_ids(config),
+            "prefix": tokens.codec_prefix,
+            "pad_bos": [t.codec_pad_id, t.codec_bos_id],
+            "bos": [t.codec_bos_id],
+            "ref": tokens.ref_ids or [],
+        },
+        dev,
+    )  # name -> [1, n]
+    text_ids = ids["text"]
+    tts_bos, tts_eos, tts_pad = talker.embed_text(ids["special"]).chunk(3, dim=1)  # 3 x [1, 1, H]
     codec = torch.cat(
         (
-            talker.embed_codec(ids(tokens.codec_prefix)),
+            talker.embed_codec(ids["prefix"]),
             x_vector.to(tts_pad.dtype).view(1, 1, -1),
-            talker.embed_codec(ids([t.codec_pad_id, t.codec_bos_id])),
+            talker.embed_codec(ids["pad_bos"]),
         ),
         dim=1,
     )  # [1, Lc, H]
@@ -208,10 +226,10 @@ def embed_clone_prompt(
         parts.append(talker.embed_text(text_ids[:, 3:4]) + codec[:, -1:])
         trailing = torch.cat((talker.embed_text(text_ids[:, 4:-5]), tts_eos), dim=1)
     else:
-        both = torch.cat((ids(tokens.ref_ids)[:, 3:-2], text_ids[:, TEXT]), dim=-1)
+        both = torch.cat((ids["ref"][:, 3:-2], text_ids[:, TEXT]), dim=-1)
         text = torch.cat((talker.embed_text(both), tts_eos), dim=1)  # [1, T1, H]
         frames = talker.embed_frame(ref_code.to(dev))[None]  # [1, F, H]
-        stream = torch.cat((talker.embed_codec(ids([t.codec_bos_id])), frames), dim=1)  # [1, T2, H]
+        stream = torch.cat((talker.embed_codec(ids["bos"]), frames), dim=1)  # [1, T2, H]
         n = stream.shape[1]
         if text.shape[1] > n:
             parts.append(text[:, :n] + stream)
@@ -227,8 +245,8 @@ def pad_embedding(talker, config: ModelConfig) -> torch.Tensor:
     """P(tts_pad) [H], added to every decode step past a row's trailing text. Computed inside the
     same [bos, eos, pad] batch as embed_prompt so the values are bitwise identical."""
     dev = talker.model.codec_embedding.weight.device
-    special = [config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]
-    return talker.embed_text(torch.tensor([special], dtype=torch.long, device=dev))[0, 2]
+    special = ids_to_device({"special": _special_ids(config)}, dev)["special"]  # [1, 3]
+    return talker.embed_text(special)[0, 2]
 
 
 def clone_tokens(

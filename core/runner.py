@@ -2,32 +2,34 @@
 
 Fills free slots with waiting work (prefilled alone or in padded groups), replays decode steps, and
 every `check_every` steps copies the finished flags to the host (the only host/device sync in the
-loop), hands finished codes back and refills the freed slots. The host tracks an upper bound on
-every slot's KV length without reading the device, so it can pick a length-bucketed attention view
-per stretch. Knows slots and tensors; no text, no files.
+loop), hands finished codes back and refills the freed slots. While the device runs the steps just
+queued, the host builds the next prompts ahead, so a refill only launches its prefill. The host
+tracks an upper bound on every slot's KV length without reading the device, so it can pick a
+length-bucketed attention view per stretch. Knows slots and tensors; no text, no files.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from qtts.core.config import SamplingParams
 from qtts.core.engine import Engine, SlotFill
 from qtts.core.prompt import Prompt
-from qtts.core.sampling import RowParams
 
 
 @dataclass
 class EngineJob:
     key: Any  # the caller's handle, returned with the result
-    prompt: Prompt | Callable[[], Prompt]  # built lazily when a slot frees up
+    prompt: Prompt | Callable[[], Prompt]  # built when the loop looks ahead to it
     budget: int  # max_new_tokens
     seed: int
-    talker: RowParams  # one row
-    subtalker: RowParams  # one row
+    talker: SamplingParams
+    subtalker: SamplingParams
 
 
 @dataclass
@@ -42,46 +44,47 @@ def view_length(bound: int, bucket: int, max_len: int) -> int:
     return min(max_len, -(-bound // bucket) * bucket)
 
 
+def view_lengths(bucket: int, max_len: int) -> list[int]:
+    """Every length view_length can return for this cache: the decode graphs to capture."""
+    return [view_length(k * bucket, bucket, max_len) for k in range(1, -(-max_len // bucket) + 1)]
+
+
 def run_continuous(
-    engine: Engine,
-    jobs: Iterable[EngineJob],
-    *,
-    check_every: int = 8,
-    view_bucket: int = 256,
-    step: Callable[[int], None] | None = None,
-    prefill_group: int = 1,
+    engine: Engine, jobs: Iterable[EngineJob], *, step: Callable[[int], None] | None = None
 ) -> Iterator[list[EngineResult]]:
-    """Yields the results finished at each check (completion order). prefill_group: prompts run
-    together per prefill pass (1 = each alone, the official single-request numerics)."""
-    state = engine.state
+    """Yields the results finished at each check (completion order). `step(view_len)` runs one
+    decode step (default: the engine's eager step; a GraphedDecodeStep replays graphs)."""
+    state, settings = engine.state, engine.settings
     step = step or engine.decode_step
     waiting = iter(jobs)
+    ready: deque[tuple[EngineJob, Prompt]] = deque()  # prompts built ahead, in job order
+    lookahead = min(state.slots, settings.prefill_group)
+
+    def prepare(n: int) -> None:
+        while len(ready) < n and (job := next(waiting, None)) is not None:
+            ready.append((job, job.prompt() if callable(job.prompt) else job.prompt))
+
     occupant: list[EngineJob | None] = [None] * state.slots
     bound = [0] * state.slots  # host-side upper bound of each slot's KV length
-    exhausted = False
     while True:
+        free = [slot for slot, job in enumerate(occupant) if job is None]
+        prepare(len(free))
         fills = []
-        for slot in range(state.slots):
-            if occupant[slot] is None and not exhausted:
-                job = next(waiting, None)
-                if job is None:
-                    exhausted = True
-                    break
-                prompt = job.prompt() if callable(job.prompt) else job.prompt
-                fills.append(
-                    SlotFill(slot, prompt, job.budget, job.seed, job.talker, job.subtalker)
-                )
-                occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
-        for start in range(0, len(fills), prefill_group):
-            engine.prefill(fills[start : start + prefill_group])
-        if all(o is None for o in occupant):
+        for slot in free[: len(ready)]:
+            job, prompt = ready.popleft()
+            fills.append(SlotFill(slot, prompt, job.budget, job.seed, job.talker, job.subtalker))
+            occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
+        group = settings.prefill_group
+        for start in range(0, len(fills), group):
+            engine.prefill(fills[start : start + group])
+        if all(job is None for job in occupant):
             return
-        view = view_length(max(bound) + check_every + 1, view_bucket, state.kv.max_len)
-        for _ in range(check_every):
+        check = settings.check_every
+        view = view_length(max(bound) + check + 1, settings.view_bucket, state.kv.max_len)
+        for _ in range(check):
             step(view)
-        bound = [
-            b + check_every if o is not None else 0 for b, o in zip(bound, occupant, strict=True)
-        ]
+        prepare(lookahead)  # host work that overlaps the steps just queued
+        bound = [b + check if j is not None else 0 for b, j in zip(bound, occupant, strict=True)]
         finished, frames, hit = _host_flags(state)
         done = []
         for slot, job in enumerate(occupant):

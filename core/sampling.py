@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from qtts.core.config import SamplingParams
+
 _MASK32 = 0xFFFFFFFF
 
 
@@ -50,16 +52,43 @@ class RowParams:
         def full(v, dtype):
             return torch.full((n,), v, dtype=dtype, device=device)
 
+        all_greedy, max_top_k, top_p_off = _hints(greedy, top_k, top_p)
         return cls(
             full(greedy, torch.bool),
             full(temperature, torch.float32),
             full(top_k, torch.int64),
             full(top_p, torch.float32),
             full(penalty, torch.float32),
-            all_greedy=greedy,
-            max_top_k=top_k if top_k > 0 else None,
-            top_p_off=top_p >= 1.0,
+            all_greedy=all_greedy,
+            max_top_k=max_top_k,
+            top_p_off=top_p_off,
         )
+
+    @classmethod
+    def from_sampling(cls, params: SamplingParams, n: int, device) -> RowParams:
+        """n rows of one site's job-wide sampling parameters (host hints included)."""
+        return cls.fill(
+            n,
+            device,
+            greedy=not params.do_sample,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            penalty=params.repetition_penalty,
+        )
+
+    def hints(self) -> tuple:
+        return self.all_greedy, self.max_top_k, self.top_p_off
+
+
+def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:
+    """(all_greedy, max_top_k, top_p_off) of rows that all share these values."""
+    return greedy, (top_k if top_k > 0 else None), top_p >= 1.0
+
+
+def hints_of(params: SamplingParams) -> tuple:
+    """The host hints RowParams.from_sampling derives from `params` (compared, never guessed)."""
+    return _hints(not params.do_sample, params.top_k, params.top_p)
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -158,15 +187,19 @@ def select_tokens(
     seeds: torch.Tensor,  # int64 [B]
     frames: torch.Tensor,  # int64 [B]: the row's own frame index
     codebook: int,
+    *,
+    allow_host_sync: bool = False,
 ) -> torch.Tensor:
-    """Greedy rows: argmax. Sampled rows: temperature, top-k, top-p, seeded Gumbel-max draw."""
+    """Greedy rows: argmax. Sampled rows: temperature, top-k, top-p, seeded Gumbel-max draw.
+    allow_host_sync: the caller runs eagerly on the CPU, so the top-k candidate draw (which reads
+    one flag on the host) may replace the full-vocabulary draw; never inside a graph."""
     greedy_ids = scores.argmax(dim=-1)
     if params.all_greedy:
         return greedy_ids
     warped = scores / params.temperature[:, None]
     keys = row_keys(seeds, frames, codebook)
     drawn = None
-    if params.max_top_k is not None and params.top_p_off and scores.device.type == "cpu":
+    if allow_host_sync and params.max_top_k is not None and params.top_p_off:
         drawn = draw_among_top_k(warped, params.top_k, params.max_top_k, keys)
     if drawn is None:
         warped = filter_top_k_top_p(
@@ -236,6 +269,7 @@ def choose_tokens(
     eos_id: int = -1,
     suppress: torch.Tensor | None = None,  # bool [V]
     out: torch.Tensor | None = None,  # int64 [B]; written when given
+    allow_host_sync: bool = False,  # see select_tokens
 ) -> torch.Tensor:
     """apply_penalties + select_tokens, by the Triton kernel or by this twin (sampler_backend).
     Returns int64 [B] token ids (`out` itself when given)."""
@@ -263,7 +297,7 @@ def choose_tokens(
             codebook=codebook,
         )
     scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
-    tokens = select_tokens(scores, params, seeds, frames, codebook)
+    tokens = select_tokens(scores, params, seeds, frames, codebook, allow_host_sync=allow_host_sync)
     if out is None:
         return tokens
     return out.copy_(tokens)

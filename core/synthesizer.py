@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
+from qtts.core.engine_settings import EngineSettings
 from qtts.core.hub import ModelLoadError
 from qtts.core.loader import load_strict, parse_device, parse_dtype, read_safetensors
 from qtts.core.model import build_model
@@ -67,20 +68,10 @@ def load_weights(text_model, device: torch.device, dtype: torch.dtype):
 
 
 def row_params(options: GenerationOptions, n: int, device) -> tuple[RowParams, RowParams]:
-    t, s = options.talker, options.subtalker
-    talker = RowParams.fill(
-        n,
-        device,
-        greedy=not t.do_sample,
-        temperature=t.temperature,
-        top_k=t.top_k,
-        top_p=t.top_p,
-        penalty=t.repetition_penalty,
+    return (
+        RowParams.from_sampling(options.talker, n, device),
+        RowParams.from_sampling(options.subtalker, n, device),
     )
-    sub = RowParams.fill(
-        n, device, greedy=not s.do_sample, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p
-    )
-    return talker, sub
 
 
 class Synthesizer:
@@ -103,6 +94,9 @@ class Synthesizer:
         self.batch_size, self.generator = batch_size, generator
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
+        # Held by the vocoder thread while it works and by graph capture: no device work from
+        # another thread may run while a CUDA graph is being captured.
+        self.device_gate = threading.Lock()
         if self.config.tts_model_type == "base":
             from qtts.core.voice_clone import ReferenceCache, SpeechEncoder
 
@@ -148,7 +142,8 @@ class Synthesizer:
         else:
             finished = self._engine(requests, tokens, options)
         # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
-        for items in overlapped(finished, lambda group: list(self._vocode(group)), self.device):
+        work = lambda group: list(self._vocode(group))  # noqa: E731
+        for items in overlapped(finished, work, self.device, gate=self.device_gate):
             yield from items
 
     def _prompt(self, tokens):
@@ -196,49 +191,45 @@ class Synthesizer:
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, options):
         from qtts.core.engine import Engine, SlotState
-        from qtts.core.runner import EngineJob, run_continuous
+        from qtts.core.runner import EngineJob, run_continuous, view_lengths
 
         todo = [(i, requests[i], tokens[i]) for i in order]
         max_len = max(prompt_length(t) + r.max_new_tokens for _, r, t in todo) + 1
         max_frames = max(r.max_new_tokens for _, r, _ in todo)
         dtype = self.model.talker.codec_head.weight.dtype
-        talker, sub = row_params(options, 1, self.device)
         state = SlotState(
             self.config,
             min(slots, len(todo)),
             max_len,
             max_frames,
             max(trailing_length(t) for _, _, t in todo),  # clone prompts trail text rows
-            talker=talker,
-            subtalker=sub,
+            talker=options.talker,
+            subtalker=options.subtalker,
             dtype=dtype,
             device=self.device,
         )
-        # QTTS_PACKED=0: the module path on CPU too (the packed step's twin, for debugging).
-        packed = False if os.environ.get("QTTS_PACKED", "1") == "0" else None
-        engine = Engine(self.model, self.config, state, self.tts_pad, packed=packed)
+        settings = EngineSettings.for_device(self.device)
+        engine = Engine(self.model, self.config, state, self.tts_pad, settings)
+        step = None
+        if settings.cuda_graphs:
+            from qtts.core.graphs import GraphedDecodeStep
+
+            # Every graph this pass can need, before its first prefill, with no vocoder work in
+            # flight (the vocoder thread holds the same gate while it works).
+            with self.device_gate:
+                step = GraphedDecodeStep(engine, view_lengths(settings.view_bucket, max_len))
         jobs = (
             EngineJob(
                 key=i,
                 prompt=lambda t=t: self._prompt(t),
                 budget=r.max_new_tokens,
                 seed=r.seed,
-                talker=talker,
-                subtalker=sub,
+                talker=options.talker,
+                subtalker=options.subtalker,
             )
             for i, r, t in todo
         )
-        cuda = self.device.type == "cuda"
-        step = None
-        if cuda and os.environ.get("QTTS_CUDA_GRAPHS", "1") != "0":
-            from qtts.core.graphs import GraphedDecodeStep
-
-            step = GraphedDecodeStep(engine)
-        # A CPU "sync" costs nothing, so check every step there; on GPU every 8 steps.
-        yield from run_continuous(
-            engine, jobs, check_every=8 if cuda else 1, view_bucket=256 if cuda else 64, step=step,
-            prefill_group=64 if cuda else 1,  # GPU: refills run through one padded pass per group
-        )  # fmt: skip
+        yield from run_continuous(engine, jobs, step=step)
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.

@@ -3,7 +3,9 @@
 The decode loop hands over each group of finished utterances and goes straight back to stepping the
 engine; a single worker thread runs the speech decoder (on its own CUDA stream on GPU, after waiting
 for the step that produced the codes) and results come back in hand-over order. A bounded queue
-keeps audio from piling up when the decoder is the slower side. Knows nothing of text or files.
+keeps audio from piling up when the decoder is the slower side. The worker holds `gate` while it
+works, so the producer can take the gate to keep the device free of other threads' work (CUDA
+graph capture needs that). Knows nothing of text or files.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 import torch
@@ -25,16 +28,20 @@ def overlapped(
     device: torch.device,
     *,
     max_pending: int = 4,
+    gate: AbstractContextManager | None = None,
 ) -> Iterator[R]:
-    """work(group) per group on one worker thread, overlapping the producer; results in order."""
+    """work(group) per group on one worker thread, overlapping the producer; results in order.
+    gate: held by the worker around each work(group) (a threading.Lock the producer shares)."""
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    gate = gate if gate is not None else nullcontext()
 
     def run(group: G, ready: torch.cuda.Event | None) -> R:
-        if stream is None:
-            return work(group)
-        with torch.cuda.stream(stream):
-            stream.wait_event(ready)  # the codes were written on the producer's stream
-            return work(group)
+        with gate:
+            if stream is None:
+                return work(group)
+            with torch.cuda.stream(stream):
+                stream.wait_event(ready)  # the codes were written on the producer's stream
+                return work(group)
 
     pending: deque[Future[R]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-vocoder") as pool:

@@ -3,15 +3,12 @@ hidden states up to float rounding, same K/V written, and the same codes through
 
 import copy
 
+import engines
 import pytest
 import torch
 
-from qtts.core.engine import Engine, SlotState
 from qtts.core.kv_cache import PredictorKVCache
 from qtts.core.packed_stack import PackedStack
-from qtts.core.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
-from qtts.core.runner import EngineJob, run_continuous
-from qtts.core.sampling import RowParams
 
 
 def _predictor_caches(stack, batch, dtype):
@@ -55,23 +52,10 @@ def test_bfloat16_stack_follows_the_module(tiny):
 
 
 def _codes(tiny, packed: bool, greedy: bool):
-    config, model, tok = tiny
-    params = RowParams.fill(1, "cpu", greedy=greedy, temperature=0.9, top_k=50, top_p=1.0,
-                            penalty=1.05)  # fmt: skip
-    state = SlotState(config, 3, 128, 16, 1, talker=params, subtalker=params,
-                      dtype=torch.float32, device="cpu")  # fmt: skip
-    engine = Engine(model, config, state, pad_embedding(model.talker, config), packed=packed)
-    assert isinstance(engine.predictor_step, PackedStack) == packed
-    jobs = []
-    for i, text in enumerate(["Hi.", "A longer sentence for the test.", "Mid line.", "Ok."]):
-        spk, lang, ins, _ = normalize_row(config, "vivian", "english", None)
-        tokens = prompt_tokens(config, tok, text, spk, lang, ins)
-        prompt = embed_prompt(model.talker, config, tokens)
-        jobs.append(EngineJob(i, prompt, 8 + i, 50 + i, params, params))
-    out = {}
-    for done in run_continuous(engine, jobs, check_every=2, view_bucket=16):
-        out.update({d.key: d.codes for d in done})
-    return out
+    eng = engines.engine(tiny, 3, greedy, engines.cpu_settings(packed_predictor=packed))
+    assert isinstance(eng.predictor_step, PackedStack) == packed
+    texts = ["Hi.", "A longer sentence for the test.", "Mid line.", "Ok."]
+    return engines.run_codes(eng, engines.jobs(engines.prompts(tiny, texts), greedy, 8, 50))
 
 
 @pytest.mark.parametrize("greedy", [True, False])

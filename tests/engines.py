@@ -1,0 +1,74 @@
+"""Engines on the tiny in-memory model (tests/unit/conftest.py `tiny`) for CPU tests: prompts,
+settings, and a continuous-batching run to codes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from qtts.core.config import SamplingParams
+from qtts.core.engine import Engine, SlotState
+from qtts.core.engine_settings import EngineSettings
+from qtts.core.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
+from qtts.core.runner import EngineJob, run_continuous
+
+TEXTS = ["Hi.", "A somewhat longer sentence to pad against.", "Mid length line here.",
+         "Short one.", "Another fairly long line of text for the test.", "Ok."]  # fmt: skip
+
+
+def sampling(greedy: bool) -> SamplingParams:
+    """The checkpoints' defaults (top-k 50, penalty 1.05), greedy or sampled."""
+    return SamplingParams(not greedy, 0.9, 50, 1.0, 1.05)
+
+
+def cpu_settings(**overrides) -> EngineSettings:
+    """The CPU defaults (environment ignored), checking every 2 steps with 16-position views so
+    that refills and view growth happen within a few frames."""
+    base = EngineSettings.for_device("cpu", env={})
+    return replace(base, **{"check_every": 2, "view_bucket": 16, **overrides})
+
+
+def prompts(tiny, texts=TEXTS) -> list:
+    config, model, tok = tiny
+    out = []
+    for text in texts:
+        spk, lang, ins, _ = normalize_row(config, "vivian", "english", None)
+        out.append(
+            embed_prompt(model.talker, config, prompt_tokens(config, tok, text, spk, lang, ins))
+        )
+    return out
+
+
+def engine(
+    tiny,
+    slots: int,
+    greedy: bool,
+    settings: EngineSettings | None = None,
+    *,
+    max_len: int = 128,
+    max_frames: int = 16,
+    device="cpu",
+    dtype=torch.float32,
+) -> Engine:
+    config, model, _ = tiny
+    params = sampling(greedy)
+    state = SlotState(config, slots, max_len, max_frames, 1, talker=params, subtalker=params,
+                      dtype=dtype, device=device)  # fmt: skip
+    return Engine(model, config, state, pad_embedding(model.talker, config),
+                  settings or cpu_settings())  # fmt: skip
+
+
+def jobs(prompt_list, greedy: bool, budget0: int = 6, seed0: int = 100) -> list[EngineJob]:
+    """Job i: budget budget0 + i (so rows finish at different steps), seed seed0 + i."""
+    p = sampling(greedy)
+    return [EngineJob(i, pr, budget0 + i, seed0 + i, p, p) for i, pr in enumerate(prompt_list)]
+
+
+def run_codes(eng: Engine, job_list, step=None) -> dict:
+    out = {}
+    for done in run_continuous(eng, job_list, step=step):
+        for d in done:
+            assert d.key not in out, f"job {d.key} came back twice"
+            out[d.key] = d.codes
+    return out
