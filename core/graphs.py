@@ -30,6 +30,7 @@ from qtts.core.engine import Engine
 # Small per-slot tensors a decode step changes. Warm-up runs real steps, so these are saved and
 # restored around it; the KV and code buffers need no restore (the next real step rewrites the same
 # positions, since lengths and counters are restored).
+Step = Callable[[int], None]  # Engine.decode_step(view_len)
 _MUTATED = ("c0", "past_hidden", "num_tokens", "finished", "hit_budget", "num_frames", "seen")
 
 
@@ -43,19 +44,20 @@ class CudaGraphs:
     def __init__(self):
         self.pool = torch.cuda.graph_pool_handle()
 
-    def warmup(self, run: Callable[[], None], steps: int) -> None:
+    def warmup(self, step: Step, view_len: int, steps: int) -> None:
         # Lazy inits, Triton compilation and cuBLAS workspaces happen here, outside any capture.
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(steps):
-                run()
+                step(view_len)
         torch.cuda.current_stream().wait_stream(side)
 
-    def capture(self, run: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    def capture(self, step: Step, view_len: int) -> torch.cuda.CUDAGraph:
+        """A graph of one step(view_len) call."""
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            run()
+            step(view_len)
         return graph
 
 
@@ -63,22 +65,25 @@ class EagerGraphs:
     """The twin backend: a "graph" runs the step eagerly. Lets CPU tests drive the capture
     order, the error paths and the host loop's use of graphs without a GPU."""
 
-    def warmup(self, run: Callable[[], None], steps: int) -> None:
+    def warmup(self, step: Step, view_len: int, steps: int) -> None:
         for _ in range(steps):
-            run()
+            step(view_len)
 
-    def capture(self, run: Callable[[], None]) -> SimpleNamespace:
-        return SimpleNamespace(replay=run)
+    def capture(self, step: Step, view_len: int) -> SimpleNamespace:
+        return SimpleNamespace(replay=lambda: step(view_len))
+
+
+def default_backend(engine: Engine) -> CudaGraphs:
+    if engine.tts_pad.device.type != "cuda":
+        raise ValueError("CUDA graphs need the engine on a CUDA device")
+    return CudaGraphs()
 
 
 class GraphedDecodeStep:
     """Callable like Engine.decode_step(view_len), replaying the graph captured for view_len."""
 
     def __init__(self, engine: Engine, view_lens: Iterable[int], backend=None, warmup_steps=2):
-        if backend is None:
-            if engine.tts_pad.device.type != "cuda":
-                raise ValueError("CUDA graphs need the engine on a CUDA device")
-            backend = CudaGraphs()
+        backend = backend or default_backend(engine)
         self.engine, self.backend = engine, backend
         self.graphs: dict[int, object] = {}
         views = sorted(set(view_lens), reverse=True)  # largest first: it sizes the shared pool
@@ -87,10 +92,10 @@ class GraphedDecodeStep:
         saved_lengths = state.kv.lengths.clone()
         view = views[0]
         try:
-            backend.warmup(lambda: engine.decode_step(view), warmup_steps)
+            backend.warmup(engine.decode_step, view, warmup_steps)
             self._restore(saved, saved_lengths)
             for view in views:
-                self.graphs[view] = backend.capture(lambda v=view: engine.decode_step(v))
+                self.graphs[view] = backend.capture(engine.decode_step, view)
         except Exception as e:
             self.graphs.clear()
             try:

@@ -22,6 +22,13 @@ def sampling(greedy: bool) -> SamplingParams:
     return SamplingParams(not greedy, 0.9, 50, 1.0, 1.05)
 
 
+def gpu_settings(**overrides) -> EngineSettings:
+    """The GPU defaults (grouped attention, padded group prefill, no host sync, module predictor)
+    without CUDA graphs, for CPU or meta tensors; environment ignored."""
+    base = EngineSettings.for_device("cuda", env={})
+    return replace(base, **{"cuda_graphs": False, **overrides})
+
+
 def cpu_settings(**overrides) -> EngineSettings:
     """The CPU defaults (environment ignored), checking every 2 steps with 16-position views so
     that refills and view growth happen within a few frames."""

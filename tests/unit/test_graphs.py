@@ -1,0 +1,107 @@
+"""Decode graphs captured before decoding (qtts.core.graphs), driven on CPU by a recording backend
+whose "graphs" run the eager step: every view the host loop asks for was captured up front,
+largest first, before any replay; codes equal the plain eager loop; a failed capture drops every
+graph and restores the slot state, and an out-of-memory one surfaces as torch.OutOfMemoryError.
+"""
+
+import engines
+import pytest
+import torch
+
+from qtts.core.engine import SlotFill
+from qtts.core.graphs import EagerGraphs, GraphCaptureError, GraphedDecodeStep
+from qtts.core.runner import view_lengths
+
+
+class Recording(EagerGraphs):
+    """EagerGraphs that logs ("capture", view) and ("replay", view), and can fail a capture."""
+
+    def __init__(self, fail_at: int | None = None, error: Exception | None = None):
+        self.log, self.fail_at, self.error = [], fail_at, error
+
+    def capture(self, step, view_len):
+        if len([e for e in self.log if e[0] == "capture"]) == self.fail_at:
+            raise self.error
+        self.log.append(("capture", view_len))
+        graph = super().capture(step, view_len)
+        return type(graph)(replay=lambda: (self.log.append(("replay", view_len)), graph.replay()))
+
+
+SETTINGS = engines.cpu_settings(allow_host_sync=False)  # as on GPU: nothing reads the host
+
+
+def _graphed_codes(tiny, backend, greedy=True):
+    eng = engines.engine(tiny, 3, greedy, SETTINGS, max_len=96, max_frames=48)
+    views = view_lengths(SETTINGS.view_bucket, eng.state.kv.max_len)
+    step = GraphedDecodeStep(eng, views, backend=backend)
+    jobs = engines.jobs(engines.prompts(tiny), greedy, budget0=20)  # KV grows across buckets
+    return engines.run_codes(eng, jobs, step=step), views
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy):
+    backend = Recording()
+    got, views = _graphed_codes(tiny, backend, greedy)
+    captures = [v for kind, v in backend.log if kind == "capture"]
+    replays = [v for kind, v in backend.log if kind == "replay"]
+    first_replay = next(i for i, (kind, _) in enumerate(backend.log) if kind == "replay")
+    assert captures == sorted(views, reverse=True) and len(captures) == first_replay
+    assert len(set(replays)) > 1, "the test should make the KV view grow"
+    eng = engines.engine(tiny, 3, greedy, SETTINGS, max_len=96, max_frames=48)
+    want = engines.run_codes(eng, engines.jobs(engines.prompts(tiny), greedy, budget0=20))
+    assert sorted(got) == sorted(want) == list(range(len(engines.TEXTS)))
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+
+
+def test_view_lengths_cover_every_view_the_loop_can_pick():
+    from qtts.core.runner import view_length
+
+    for bucket, max_len in ((16, 96), (16, 100), (256, 8400), (64, 64), (64, 10)):
+        views = view_lengths(bucket, max_len)
+        assert views == sorted(set(views)) and views[-1] == max_len
+        assert {view_length(b, bucket, max_len) for b in range(1, max_len + 40)} == set(views)
+
+
+def _state_copy(eng):
+    s = eng.state
+    names = ("c0", "past_hidden", "num_tokens", "finished", "hit_budget", "num_frames", "seen")
+    return {n: getattr(s, n).clone() for n in names} | {"lengths": s.kv.lengths.clone()}
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [
+        (
+            torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"),
+            torch.OutOfMemoryError,
+        ),
+        (RuntimeError("operation not permitted when stream is capturing"), GraphCaptureError),
+    ],
+)
+def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
+    eng = engines.engine(tiny, 3, True, SETTINGS, max_len=96, max_frames=48)
+    fills = engines.jobs(engines.prompts(tiny)[:2], True, budget0=20)
+    eng.prefill([SlotFill(j.key, j.prompt, j.budget, j.seed, j.talker, j.subtalker) for j in fills])
+    before = _state_copy(eng)
+    views = view_lengths(SETTINGS.view_bucket, eng.state.kv.max_len)
+    with pytest.raises(raised) as info:
+        GraphedDecodeStep(eng, views, backend=Recording(fail_at=2, error=error))
+    if raised is GraphCaptureError:
+        assert "KV view 64" in str(info.value) and "QTTS_CUDA_GRAPHS=0" in str(info.value)
+    after = _state_copy(eng)
+    for name, value in before.items():
+        assert torch.equal(after[name], value), name  # warm-up steps ran; the state is back
+
+
+def test_out_of_memory_in_the_chain_is_out_of_memory():
+    from qtts.core.graphs import _is_out_of_memory
+
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        except torch.OutOfMemoryError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error") from None
+    except RuntimeError as e:
+        assert _is_out_of_memory(e)
+    assert not _is_out_of_memory(RuntimeError("illegal memory access"))
