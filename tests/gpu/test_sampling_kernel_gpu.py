@@ -86,10 +86,22 @@ def test_kernel_matches_twin_on_cuda(vocab):
 
 
 def test_dispatcher_uses_the_kernel_on_cuda(monkeypatch):
+    """A spy on the kernel's launcher: equal outputs alone would also pass if the dispatcher
+    fell back to the twin (they agree by design)."""
+    from qtts.kernels import sampling as kernel_module
+
     monkeypatch.delenv("QTTS_SAMPLER", raising=False)
+    real, calls = kernel_module.sample_tokens, []
+
+    def spy(logits, out, **kwargs):
+        calls.append(logits.shape)
+        return real(logits, out, **kwargs)
+
+    monkeypatch.setattr(kernel_module, "sample_tokens", spy)
     c = _inputs(64, 2048, 1)
     kw = {k: c[k] for k in ("seen", "block_eos", "eos_id", "suppress")}
     got = choose_tokens(c["logits"], _params(c), c["seeds"], c["frames"], c["codebook"], **kw)
+    assert calls == [(64, 2048)], "choose_tokens did not launch the Triton kernel on CUDA"
     assert torch.equal(got, _kernel(c))
 
 
