@@ -146,7 +146,10 @@ class Engine:
         pos = torch.arange(width, device=x.device).expand(m, width)  # [m, L]
         hidden = self.talker.model(x, pos, mask, s.kv.prefill_writer(slots))  # [m, L, H]
         rows = torch.arange(m, device=x.device)
-        logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [m, V]
+        if m == 1:  # the official computation: logits at every position, then the last
+            logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [1, V]
+        else:  # only the last real position of each row: [m, H] -> [m, V]
+            logits = self.talker.codec_head(hidden[rows, lengths - 1]).float()
         for dst, src in ((s.talker, table.talker), (s.subtalker, table.subtalker)):
             for name in SITE_FIELDS:
                 getattr(dst, name)[slots] = src[name]
