@@ -56,8 +56,8 @@ def bench(
 def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[dict]:
     import torch
 
-    from qtts.core.bench import fast_mode, random_models, run_one
-    from qtts.core.loader import parse_device, parse_dtype
+    from qtts.core.bench.throughput import fast_mode, random_models, run_one
+    from qtts.core.model.loader import parse_device, parse_dtype
 
     dev = parse_device(device)
     dt = parse_dtype(dtype, dev)

@@ -1,9 +1,9 @@
 """The commands: synth (text lines), batch (Parquet manifest), info (a checkpoint's voices).
 
-Thin: parse options, build a JobSpec, call qtts.core.jobs.run_job with the model factories, print
-the one-line JSON summary on stdout, exit with its code. Core is imported inside the commands so
-`qtts --help` never imports torch. The ONE test hook lives here: QTTS_FAKE_SYNTH=<module> makes the
-factories come from that module (its open_text_model / load_synthesizer), for subprocess tests.
+Thin: parse options, build a JobSpec, call qtts.core.jobs.run.run_job with the model factories,
+print the one-line JSON summary on stdout, exit with its code. Core is imported inside the commands
+so `qtts --help` never imports torch. The ONE test hook lives here: QTTS_FAKE_SYNTH=<module> makes
+the factories come from that module (its open_text_model / load_synthesizer), for subprocess tests.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def factories():
     if name:
         module = importlib.import_module(name)
         return module.open_text_model, module.load_synthesizer
-    from qtts.core import session
+    from qtts.core.synthesis import session
 
     return session.open_text_model, session.load_synthesizer
 
@@ -54,9 +54,9 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
     """Shared body of synth and batch; `a` holds the command's parsed options."""
     setup_logging(a["quiet"], a["verbose"])
     with cli_errors():
-        from qtts.core.jobs import JobSpec, SamplingOverrides, run_job
-        from qtts.core.manifest import ManifestError
-        from qtts.core.validation import RowDefaults
+        from qtts.core.jobs.manifest import ManifestError
+        from qtts.core.jobs.run import JobSpec, SamplingOverrides, run_job
+        from qtts.core.jobs.validation import RowDefaults
 
         limits = [n for n in (1 if a["fail_fast"] else None, a["max_failures"]) if n is not None]
         try:

@@ -49,7 +49,7 @@ def debug_enabled() -> bool:
 def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_SIGINT
-    exit_code = getattr(exc, "exit_code", None)  # qtts.core.interrupt.Interrupted
+    exit_code = getattr(exc, "exit_code", None)  # qtts.core.jobs.interrupt.Interrupted
     if isinstance(exit_code, int):
         return exit_code
     for cls in type(exc).__mro__:

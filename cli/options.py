@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # = qtts.core.jobs.DEFAULT_MODEL
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # = qtts.core.jobs.run.DEFAULT_MODEL
 
 MODEL_PANEL = "Model and device"
 VOICE_PANEL = "Voice"

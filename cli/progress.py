@@ -1,7 +1,7 @@
 """Progress on stderr: a tqdm bar (rows, audio-s/s, ETA) when stderr is a terminal, otherwise a log
 line every N seconds for cron logs; nothing with -q. Never writes to stdout.
 
-Implements qtts.core.interfaces.ProgressSink; knows nothing of a job beyond rows and seconds.
+Implements qtts.core.jobs.interfaces.ProgressSink; knows nothing of a job beyond rows and seconds.
 """
 
 from __future__ import annotations

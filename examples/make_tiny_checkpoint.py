@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from qtts.core.tiny_checkpoint import TinyDims, make_tiny_checkpoint
+from qtts.core.tiny.checkpoint import TinyDims, make_tiny_checkpoint
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """The sampling kernel: penalties, filters and the seeded draw for one sampling site, one row per
-program. Semantics are those of the pure-torch twin in qtts/core/sampling.py (apply_penalties then
-select_tokens); tests/unit/test_sampling_kernel.py ties the two together.
+program. Semantics are those of the pure-torch twin in qtts/core/engine/sampling.py
+(apply_penalties then select_tokens); tests/unit/test_sampling_kernel.py ties the two together.
 
 The whole vocabulary of a row sits in one block (BLOCK_V = next power of two >= V, masked). No
 sort: the top-k threshold and the HF top-p cut are found by exact radix searches over an integer
@@ -239,7 +239,9 @@ def sample_tokens(
     read from their tensors at replay time. CPU tensors need TRITON_INTERPRET=1 set before this
     module is imported."""
     if not TRITON_AVAILABLE:
-        raise RuntimeError("sample_tokens needs triton; use qtts.core.sampling.choose_tokens")
+        raise RuntimeError(
+            "sample_tokens needs triton; use qtts.core.engine.sampling.choose_tokens"
+        )
     rows = {
         "greedy": (greedy, torch.bool),
         "temperature": (temperature, torch.float32),

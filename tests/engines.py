@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import torch
 
-from qtts.core.config import SamplingParams
-from qtts.core.engine import Engine, SlotState
-from qtts.core.engine_settings import EngineSettings
-from qtts.core.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
-from qtts.core.runner import EngineJob, run_continuous
+from qtts.core.engine.engine import Engine, SlotState
+from qtts.core.engine.runner import EngineJob, run_continuous
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.model.config import SamplingParams
+from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 
 TEXTS = ["Hi.", "A somewhat longer sentence to pad against.", "Mid length line here.",
          "Short one.", "Another fairly long line of text for the test.", "Ok."]  # fmt: skip

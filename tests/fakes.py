@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qtts.core.config import GenerationDefaults, ModelConfig
-from qtts.core.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.jobs.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.model.config import GenerationDefaults, ModelConfig
 
 SPEAKERS = {"vivian": 3065, "ryan": 3061, "eric": 2875}
 LANGUAGES = {"english": 2050, "chinese": 2055, "german": 2053}
@@ -141,7 +141,7 @@ def _sleep_through_interrupts(seconds: float) -> None:
 
 def open_text_model(model: str) -> FakeTextModel:
     if "missing" in model:
-        from qtts.core.hub import ModelLoadError
+        from qtts.core.model.hub import ModelLoadError
 
         raise ModelLoadError(f"model not found: {model} (fake)")
     return FakeTextModel(model)
@@ -151,7 +151,7 @@ def load_synthesizer(
     text_model: FakeTextModel, device: str, dtype: str, batch_size: int = 16
 ) -> FakeSynthesizer:
     if os.environ.get("QTTS_FAKE_LOAD_FAIL"):
-        from qtts.core.hub import ModelLoadError
+        from qtts.core.model.hub import ModelLoadError
 
         raise ModelLoadError("cannot load weights (fake)")
     return FakeSynthesizer(text_model.sample_rate)

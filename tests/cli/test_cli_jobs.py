@@ -12,7 +12,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.requests import Request
+from qtts.core.jobs.requests import Request
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
@@ -208,7 +208,7 @@ def test_max_new_tokens_is_exact(tmp_path, write_manifest):
 
 
 def test_disk_full_is_fatal_and_rows_stay_pending(tmp_path, write_manifest, monkeypatch):
-    from qtts.core import writer
+    from qtts.core.jobs import writer
 
     real = writer.atomic_write_bytes
     calls = {"n": 0}
@@ -278,8 +278,8 @@ def test_stale_temp_files_are_removed(tmp_path):
 def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):
     """One synthesize call with the whole job, longest first: the engine keeps --batch-size slots
     busy and refills each as it frees (continuous batching)."""
-    from qtts.core.jobs import JobSpec, run_job
-    from qtts.core.validation import RowDefaults
+    from qtts.core.jobs.run import JobSpec, run_job
+    from qtts.core.jobs.validation import RowDefaults
 
     texts = ["a", "a b c d e", "a b", "a b c d e f g h", "a b c"]
     m = write_manifest([{"id": f"r{i}", "text": t} for i, t in enumerate(texts)])

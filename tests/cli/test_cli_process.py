@@ -15,8 +15,8 @@ import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
 
-from qtts.core.journal import JOURNAL_NAME
-from qtts.core.lock import OutDirLock
+from qtts.core.jobs.journal import JOURNAL_NAME
+from qtts.core.jobs.lock import OutDirLock
 
 ROWS = 24
 

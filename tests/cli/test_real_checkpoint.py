@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from qtts.core.tiny_checkpoint import make_tiny_checkpoint
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", seed=5, greedy=True)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from qtts.core.requests import GenerationOptions, Request
+from qtts.core.jobs.requests import GenerationOptions, Request
 
 pytestmark = [
     pytest.mark.gpu,
@@ -32,13 +32,13 @@ def exact_fp32(monkeypatch):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from qtts.core.tiny_checkpoint import make_tiny_checkpoint
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ck") / "small", preset="small", seed=1)
 
 
 def _options(text_model, greedy: bool) -> GenerationOptions:
-    from qtts.core.config import SamplingParams
+    from qtts.core.model.config import SamplingParams
 
     d = text_model.defaults
     talker = SamplingParams(not greedy, d.talker.temperature, d.talker.top_k, d.talker.top_p,
@@ -54,7 +54,7 @@ def _requests():
 
 
 def _run(checkpoint, monkeypatch, dtype: str, graphs: bool, greedy: bool = True) -> dict:
-    from qtts.core.session import load_synthesizer, open_text_model
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     monkeypatch.setenv("QTTS_CUDA_GRAPHS", "1" if graphs else "0")
     text_model = open_text_model(str(checkpoint))
@@ -83,10 +83,10 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch):
 
     from teacher_forcing import agreement, forced_logits
 
-    from qtts.core.engine import Engine, SlotState
-    from qtts.core.engine_settings import EngineSettings
-    from qtts.core.prompt import prompt_tokens
-    from qtts.core.session import load_synthesizer, open_text_model
+    from qtts.core.engine.engine import Engine, SlotState
+    from qtts.core.engine.settings import EngineSettings
+    from qtts.core.synthesis.prompt import prompt_tokens
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     text_model = open_text_model(str(checkpoint))
     config, n, frames = text_model.config, 8, 64
@@ -114,7 +114,7 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch):
 def test_golden_fixtures_on_cuda_fp32():
     from golden import GOLDEN, assert_matches_case, golden_cases, greedy_utterances
 
-    from qtts.core.session import load_synthesizer, open_text_model
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     for case in golden_cases("cases.json"):
         text_model = open_text_model(str(GOLDEN / case["checkpoint"]))

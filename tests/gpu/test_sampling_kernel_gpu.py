@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from qtts.core.sampling import RowParams, apply_penalties, choose_tokens, select_tokens
+from qtts.core.engine.sampling import RowParams, apply_penalties, choose_tokens, select_tokens
 
 pytestmark = [
     pytest.mark.gpu,

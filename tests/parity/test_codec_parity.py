@@ -17,7 +17,7 @@ import torch
 from golden import AUDIO_ATOL, GOLDEN, golden_file
 from safetensors.torch import load_file
 
-from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 
 TOKENIZER = GOLDEN / "speech_tokenizer"
 TOL = AUDIO_ATOL  # fp32 max |err| vs the official decode (named and justified in tests/golden.py)

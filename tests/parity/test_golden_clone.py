@@ -20,7 +20,7 @@ from golden import (
     greedy_utterances,
 )
 
-from qtts.core.requests import Request
+from qtts.core.jobs.requests import Request
 
 
 def _cases() -> list[dict]:
@@ -29,7 +29,7 @@ def _cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def base():
-    from qtts.core.session import load_synthesizer, open_text_model
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     text_model = open_text_model(str(GOLDEN / "base"))
     return text_model, load_synthesizer(text_model, "cpu", "float32")
@@ -66,7 +66,7 @@ def test_clone_matches_official(case, generator, base):
 
 
 def test_reference_tokens_match_official(base):
-    from qtts.core.prompt import encode, reference_template
+    from qtts.core.synthesis.prompt import encode, reference_template
 
     text_model, _ = base
     for case in _cases():
@@ -79,8 +79,8 @@ def test_front_end_matches_official(base):
     """Slaney filterbank, log-mel and x-vector within their named tolerances; Mimi codes exact."""
     import torch
 
-    from qtts.core.speaker_encoder import log_mel, slaney_mel_filterbank, x_vector
-    from qtts.core.voice_clone import load_reference
+    from qtts.core.model.speaker_encoder import log_mel, slaney_mel_filterbank, x_vector
+    from qtts.core.synthesis.voice_clone import load_reference
 
     _, synth = base
     want = np.load(GOLDEN / "base_refs" / "refs.npz")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from golden import GOLDEN, assert_matches_case, golden_cases, greedy_utterances
 
-from qtts.core.requests import Request
+from qtts.core.jobs.requests import Request
 
 
 def _cases() -> list[dict]:
@@ -17,7 +17,7 @@ def _cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def synthesizers():
-    from qtts.core.session import load_synthesizer, open_text_model
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     cache = {}
 
@@ -66,7 +66,7 @@ def test_codes_and_audio_match_official(case, generator, synthesizers):
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
 def test_tokenization_matches_official(case, synthesizers):
-    from qtts.core.prompt import assistant_template, encode, instruct_template
+    from qtts.core.synthesis.prompt import assistant_template, encode, instruct_template
 
     text_model, _ = synthesizers(case["checkpoint"], "reference")
     for i, row in enumerate(case["rows"]):

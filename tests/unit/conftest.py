@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from qtts.core.config import ModelConfig
-from qtts.core.model import build_model
-from qtts.core.prompt import load_tokenizer
-from qtts.core.tiny_tokenizer import write_tiny_tokenizer
+from qtts.core.model.config import ModelConfig
+from qtts.core.model.talker import build_model
+from qtts.core.synthesis.prompt import load_tokenizer
+from qtts.core.tiny.tokenizer import write_tiny_tokenizer
 
 
 def tiny_config(

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qtts.core.requests import GenerationOptions, Request
+from qtts.core.jobs.requests import GenerationOptions, Request
 
 TEXTS = [f"The quick brown fox jumps over the lazy dog, take {i}." for i in range(16)]
 TARGET = Request("target", "Hello there, this is the target row.", 99, "ryan", "auto", None,
@@ -27,7 +27,7 @@ TARGET = Request("target", "Hello there, this is the target row.", 99, "ryan", "
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    from qtts.core.tiny_checkpoint import make_tiny_checkpoint
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", seed=3)
 
@@ -38,7 +38,7 @@ def _others() -> list[Request]:
 
 
 def _codes(checkpoint, requests, batch_size, generator="engine") -> dict[str, np.ndarray]:
-    from qtts.core.session import load_synthesizer, open_text_model
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     text_model = open_text_model(str(checkpoint))
     synth = load_synthesizer(text_model, "cpu", "float32", batch_size)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from qtts.core.budget import GUARD_BASE_FRAMES, GUARD_FRAMES_PER_TOKEN, FrameBudget
+from qtts.core.jobs.budget import GUARD_BASE_FRAMES, GUARD_FRAMES_PER_TOKEN, FrameBudget
 
 
 def test_explicit_is_used_exactly():

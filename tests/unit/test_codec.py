@@ -1,13 +1,13 @@
-"""Unit tests for the speech-tokenizer decoder (qtts.core.codec*) on a tiny random model."""
+"""Unit tests for the speech-tokenizer decoder (qtts.core.model.codec*) on a tiny random model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
-from qtts.core.codec_modules import Codebook
-from qtts.core.codec_transformer import CodecTransformer
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
+from qtts.core.model.codec_modules import Codebook
+from qtts.core.model.codec_transformer import CodecTransformer
 
 UP = 1920  # samples per frame (8 * 5 * 4 * 3 * 2 * 2)
 Q = 16

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qtts.core.decode_attention import attend_grouped
-from qtts.core.model import repeat_kv
+from qtts.core.engine.decode_attention import attend_grouped
+from qtts.core.model.talker import repeat_kv
 
 
 @pytest.fixture
@@ -78,8 +78,8 @@ def test_engine_codes_with_the_cuda_layout_and_gpu_attention(tiny_gqa, sdpa_bthd
 @pytest.fixture
 def codec():
     """A small random speech decoder, codes for two utterances and their audio (plain SDPA)."""
-    from qtts.core.bench import decoder_config
-    from qtts.core.codec import SpeechDecoder, decode_utterances
+    from qtts.core.bench.throughput import decoder_config
+    from qtts.core.model.codec import SpeechDecoder, decode_utterances
 
     torch.manual_seed(0)
     decoder = SpeechDecoder(decoder_config("small")).eval()
@@ -88,7 +88,7 @@ def codec():
 
 
 def test_codec_decoder_with_the_cuda_layout(codec, sdpa_bthd):
-    from qtts.core.codec import decode_utterances
+    from qtts.core.model.codec import decode_utterances
 
     decoder, codes, want = codec
     got = decode_utterances(decoder, codes)

@@ -15,8 +15,8 @@ pytest.importorskip("triton")
 
 SCRIPT = """
 import json, sys
-from qtts.core.session import load_synthesizer, open_text_model
-from qtts.core.requests import GenerationOptions, Request
+from qtts.core.synthesis.session import load_synthesizer, open_text_model
+from qtts.core.jobs.requests import GenerationOptions, Request
 tm = open_text_model(sys.argv[1])
 synth = load_synthesizer(tm, "cpu", "float32", 2)
 opts = GenerationOptions(tm.defaults.talker, tm.defaults.subtalker)  # sampling on
@@ -28,7 +28,7 @@ print(json.dumps({u.id: u.codes.tolist() for u in synth.synthesize(reqs, opts)})
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from qtts.core.tiny_checkpoint import make_tiny_checkpoint
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", seed=9)
 

@@ -1,5 +1,5 @@
-"""Decode graphs captured before decoding (qtts.core.graphs), driven on CPU by a recording backend
-whose "graphs" run the eager step: every view the host loop asks for was captured up front,
+"""Decode graphs captured before decoding (qtts.core.engine.graphs), driven on CPU by a recording
+backend whose "graphs" run the eager step: every view the host loop asks for was captured up front,
 largest first, before any replay; codes equal the plain eager loop; a failed capture drops every
 graph and restores the slot state, and an out-of-memory one surfaces as torch.OutOfMemoryError.
 """
@@ -8,9 +8,9 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine import SlotFill
-from qtts.core.graphs import EagerGraphs, GraphCaptureError, GraphedDecodeStep
-from qtts.core.runner import view_lengths
+from qtts.core.engine.engine import SlotFill
+from qtts.core.engine.graphs import EagerGraphs, GraphCaptureError, GraphedDecodeStep
+from qtts.core.engine.runner import view_lengths
 
 
 class Recording(EagerGraphs):
@@ -55,7 +55,7 @@ def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy)
 
 
 def test_view_lengths_cover_every_view_the_loop_can_pick():
-    from qtts.core.runner import view_length
+    from qtts.core.engine.runner import view_length
 
     for bucket, max_len in ((16, 96), (16, 100), (256, 8400), (64, 64), (64, 10)):
         views = view_lengths(bucket, max_len)
@@ -95,7 +95,7 @@ def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
 
 
 def test_out_of_memory_in_the_chain_is_out_of_memory():
-    from qtts.core.graphs import _is_out_of_memory
+    from qtts.core.engine.graphs import _is_out_of_memory
 
     try:
         try:

@@ -15,8 +15,8 @@ from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundEr
 from safetensors.torch import save_file
 from torch import nn
 
-from qtts.core import hub, loader
-from qtts.core.loader import (
+from qtts.core.model import hub, loader
+from qtts.core.model.loader import (
     ModelLoadError,
     check_layout,
     load_strict,
@@ -429,7 +429,8 @@ def test_resolve_repo_online_errors(monkeypatch):
 def test_hub_module_is_torch_free():
     """The CLI imports hub (for ModelLoadError) at top level; it must not pull in torch."""
     code = (
-        "import sys, qtts.core.hub; print('torch' in sys.modules, 'huggingface_hub' in sys.modules)"
+        "import sys, qtts.core.model.hub; "
+        "print('torch' in sys.modules, 'huggingface_hub' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -10,15 +10,15 @@ import fakes
 import pyarrow as pa
 import pytest
 
-from qtts.core.budget import FrameBudget
-from qtts.core.manifest import (
+from qtts.core.jobs.budget import FrameBudget
+from qtts.core.jobs.manifest import (
     ManifestError,
     check_unique_ids,
     id_problem,
     read_parquet_manifest,
     read_text_lines,
 )
-from qtts.core.validation import RowDefaults, validate_rows
+from qtts.core.jobs.validation import RowDefaults, validate_rows
 
 
 def test_text_lines_count_blank_lines_and_skip_them(tmp_path):
@@ -112,7 +112,7 @@ def test_safe_ids(row_id):
 
 
 def _rows(*ids):
-    from qtts.core.manifest import InputRow
+    from qtts.core.jobs.manifest import InputRow
 
     return [InputRow(row=i + 1, id=x, text="t") for i, x in enumerate(ids)]
 
@@ -137,7 +137,7 @@ def _validate(rows, model="fake", budget=FrameBudget(2048), defaults=RowDefaults
 
 
 def _row(**kw):
-    from qtts.core.manifest import InputRow
+    from qtts.core.jobs.manifest import InputRow
 
     return InputRow(**{"row": 1, "id": "r1", "text": "hello there", **kw})
 

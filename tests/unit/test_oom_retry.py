@@ -8,7 +8,7 @@ attempt would have, so the codes equal an undisturbed run.
 import pytest
 import torch
 
-from qtts.core.requests import GenerationOptions, Request
+from qtts.core.jobs.requests import GenerationOptions, Request
 
 
 @pytest.fixture(scope="module")
@@ -16,8 +16,8 @@ def synth():
     import tempfile
     from pathlib import Path
 
-    from qtts.core.session import load_synthesizer, open_text_model
-    from qtts.core.tiny_checkpoint import make_tiny_checkpoint
+    from qtts.core.synthesis.session import load_synthesizer, open_text_model
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     ck = make_tiny_checkpoint(Path(tempfile.mkdtemp()) / "tiny", seed=4)
     text_model = open_text_model(str(ck))
@@ -66,8 +66,8 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     import time
     from dataclasses import replace
 
-    from qtts.core import graphs
-    from qtts.core.engine_settings import EngineSettings
+    from qtts.core.engine import graphs
+    from qtts.core.engine.settings import EngineSettings
 
     text_model, s = synth
     expected, _ = _run(text_model, s)

@@ -11,13 +11,13 @@ import pytest
 import torch
 from op_log import OpLog
 
-from qtts.core.bench import _prompt_tokens, decoder_config, model_config
-from qtts.core.codec import SpeechDecoder, decode_utterances
-from qtts.core.config import SamplingParams
-from qtts.core.decode_attention import attend_grouped
-from qtts.core.engine import Engine, SlotFill, SlotState
-from qtts.core.model import build_model
-from qtts.core.prompt import embed_prompt, pad_embedding
+from qtts.core.bench.throughput import _prompt_tokens, decoder_config, model_config
+from qtts.core.engine.decode_attention import attend_grouped
+from qtts.core.engine.engine import Engine, SlotFill, SlotState
+from qtts.core.model.codec import SpeechDecoder, decode_utterances
+from qtts.core.model.config import SamplingParams
+from qtts.core.model.talker import build_model
+from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
 SLOTS, MAX_LEN, MAX_FRAMES = 8, 512, 96
 PARAMS = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # sampled: the full GPU sampler path

@@ -2,9 +2,9 @@
 
 import torch
 
-from qtts.core.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
-from qtts.core.reference import GenerationInputs, ReferenceGenerator
-from qtts.core.sampling import RowParams
+from qtts.core.engine.sampling import RowParams
+from qtts.core.synthesis.naive_generator import GenerationInputs, ReferenceGenerator
+from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 
 ROWS = [
     ("Hello world.", "Vivian", "English", None),
@@ -103,7 +103,7 @@ def test_eos_stops_one_row_early_others_run_on(tiny):
 
 def test_kv_cached_talker_matches_naive_recompute(tiny):
     """Prefill + cached single steps == one full forward over the whole sequence."""
-    from qtts.core.reference import ConcatKV
+    from qtts.core.synthesis.naive_generator import ConcatKV
 
     config, model, _ = tiny
     talker = model.talker
@@ -120,7 +120,7 @@ def test_kv_cached_talker_matches_naive_recompute(tiny):
 
 
 def test_prompt_length_matches_embedding(tiny):
-    from qtts.core.prompt import prompt_length
+    from qtts.core.synthesis.prompt import prompt_length
 
     config, model, tok = tiny
     for text, spk, lang, ins in ROWS:

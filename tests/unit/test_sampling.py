@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from qtts.core.sampling import (
+from qtts.core.engine.sampling import (
     RowParams,
     apply_penalties,
     draw_among_top_k,

@@ -1,4 +1,4 @@
-"""The Triton sampling kernel == its torch twin (qtts.core.sampling), under TRITON_INTERPRET=1.
+"""The Triton sampling kernel == its torch twin (core/engine/sampling.py), TRITON_INTERPRET=1.
 
 Triton fixes interpreter mode when it is first imported, process-wide, so the kernel runs in ONE
 subprocess (started with TRITON_INTERPRET=1) over every case built here; this process computes
@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from qtts.core.sampling import (
+from qtts.core.engine.sampling import (
     RowParams,
     apply_penalties,
     choose_tokens,
@@ -43,7 +43,7 @@ _DTYPES = dict(
 _WORKER = r"""
 import os, sys, torch
 import qtts.kernels.sampling as ks
-from qtts.core.sampling import RowParams, choose_tokens
+from qtts.core.engine.sampling import RowParams, choose_tokens
 assert ks.INTERPRETED, "TRITON_INTERPRET=1 did not reach triton"
 PARAMS = ("greedy", "temperature", "top_k", "top_p", "penalty")
 results = {}

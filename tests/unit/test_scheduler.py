@@ -2,8 +2,8 @@
 
 import pytest
 
-from qtts.core.requests import Request
-from qtts.core.scheduler import plan_batches
+from qtts.core.jobs.requests import Request
+from qtts.core.jobs.scheduler import plan_batches
 
 
 def _reqs(n):

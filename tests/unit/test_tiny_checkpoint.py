@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from qtts.core.config import GenerationDefaults, ModelConfig
-from qtts.core.hub import check_layout
-from qtts.core.loader import read_safetensors
-from qtts.core.requests import GenerationOptions, Request
-from qtts.core.session import CheckpointText
-from qtts.core.synthesizer import Synthesizer, load_weights
-from qtts.core.tiny_checkpoint import LANGUAGES, SPEAKERS, make_tiny_checkpoint, resolve_dims
-from qtts.core.tiny_tokenizer import SPECIAL_TOKENS
+from qtts.core.jobs.requests import GenerationOptions, Request
+from qtts.core.model.config import GenerationDefaults, ModelConfig
+from qtts.core.model.hub import check_layout
+from qtts.core.model.loader import read_safetensors
+from qtts.core.synthesis.session import CheckpointText
+from qtts.core.synthesis.synthesizer import Synthesizer, load_weights
+from qtts.core.tiny.checkpoint import LANGUAGES, SPEAKERS, make_tiny_checkpoint, resolve_dims
+from qtts.core.tiny.tokenizer import SPECIAL_TOKENS
 
 ROWS = [("Hello there, this is a test.", "vivian", "english"), ("Short", "eric", "auto")]
 

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from qtts.core.vocoder import overlapped
+from qtts.core.synthesis.decode_overlap import overlapped
 
 CPU = torch.device("cpu")
 

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from qtts.core.voice_clone import ReferenceCache, cut_reference, load_reference
+from qtts.core.synthesis.voice_clone import ReferenceCache, cut_reference, load_reference
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
 SR = 24000
@@ -119,10 +119,10 @@ def test_cut_reference_matches_the_official_rounding():
 
 @pytest.fixture(scope="module")
 def base_talker():
-    from qtts.core.config import ModelConfig
-    from qtts.core.loader import load_strict, read_safetensors
-    from qtts.core.model import build_model
-    from qtts.core.prompt import load_tokenizer
+    from qtts.core.model.config import ModelConfig
+    from qtts.core.model.loader import load_strict, read_safetensors
+    from qtts.core.model.talker import build_model
+    from qtts.core.synthesis.prompt import load_tokenizer
 
     config = ModelConfig.from_file(GOLDEN / "base" / "config.json")
     with torch.device("meta"):
@@ -139,7 +139,7 @@ def base_talker():
     ids=["icl-text-longer", "icl-codes-longer", "x-vector"],
 )  # fmt: skip
 def test_clone_prompt_sizes_match_the_embedding(base_talker, text, ref_text, frames):
-    from qtts.core.prompt import (
+    from qtts.core.synthesis.prompt import (
         clone_tokens,
         embed_clone_prompt,
         prompt_length,
@@ -156,8 +156,8 @@ def test_clone_prompt_sizes_match_the_embedding(base_talker, text, ref_text, fra
 
 
 def test_job_reference_defaults():
-    from qtts.core.jobs import JobSpec, apply_reference_defaults
-    from qtts.core.manifest import InputRow
+    from qtts.core.jobs.manifest import InputRow
+    from qtts.core.jobs.run import JobSpec, apply_reference_defaults
 
     rows = [InputRow(1, "a", "x"), InputRow(2, "b", "y", ref_audio="own.wav", ref_text="own")]
     spec = JobSpec("batch", "m.parquet", Path("o"), ref_audio="cli.wav", ref_text="cli text")

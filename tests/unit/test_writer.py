@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 
-from qtts.core import writer
-from qtts.core.journal import RESULT_FIELDS, Journal, write_metadata, write_results
-from qtts.core.lock import LockHeldError, OutDirLock
-from qtts.core.writer import (
+from qtts.core.jobs import writer
+from qtts.core.jobs.journal import RESULT_FIELDS, Journal, write_metadata, write_results
+from qtts.core.jobs.lock import LockHeldError, OutDirLock
+from qtts.core.jobs.writer import (
     TEMP_MARK,
     DiskFullError,
     OutputWriter,
@@ -134,7 +134,7 @@ def test_results_and_metadata(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from qtts.core.lock import OutDirLock
+from qtts.core.jobs.lock import OutDirLock
 with OutDirLock(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)

@@ -4,7 +4,7 @@ Run in the oracle venv (it has the official `qwen_tts`; qtts is imported from th
     /work/oracle/bin/python tools/oracle/check_codec.py [--fixture tests/fixtures/golden]
 
 Builds the official `Qwen3TTSTokenizerV2Decoder` with tiny dims (real upsample rates, 16 codebooks
-of 2048), re-draws its weights, loads them strictly into `qtts.core.codec.SpeechDecoder`, and
+of 2048), re-draws its weights, loads them strictly into `qtts.core.model.codec.SpeechDecoder`, and
 compares on random codes: single forwards, and the official list decode (the wrapper's
 `Qwen3TTSTokenizer.decode` -> `Qwen3TTSTokenizerV2Model.decode`, run unbound on a shim so no
 Mimi encoder is needed) against `decode_utterances`, for lengths up to > 600 frames and batched
@@ -64,7 +64,7 @@ from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (  # no
 )
 from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E402
 
-from qtts.core.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances  # noqa: E402
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances  # noqa: E402
 
 
 def tiny_config(kv_heads: int, theta: float) -> dict:

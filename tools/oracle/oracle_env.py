@@ -45,8 +45,8 @@ def install_torchaudio_stub() -> None:
 
 
 def load_tiny_tokenizer_module():
-    """Import core/tiny_tokenizer.py by path (qtts is not installed in the oracle venv)."""
-    path = REPO / "core" / "tiny_tokenizer.py"
+    """Import core/tiny/tokenizer.py by path (qtts is not installed in the oracle venv)."""
+    path = REPO / "core" / "tiny" / "tokenizer.py"
     spec = importlib.util.spec_from_file_location("qtts_tiny_tokenizer", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

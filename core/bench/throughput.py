@@ -1,0 +1,266 @@
+"""`qtts bench`: end-to-end throughput on random weights of the real model dimensions.
+
+Builds the talker + code predictor + speech decoder at the published 0.6B / 1.7B sizes (or a small
+test size) with random weights in memory, forces a fixed number of frames per request (EOS
+suppressed), and measures the same path `qtts batch` runs: slot prefill, decode steps (CUDA graphs
+on GPU, packed weights on CPU, or the eager module path), batched vocoder, and optionally WAV
+encoding. Knows no manifests and no checkpoints.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import torch
+
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
+from qtts.core.model.config import ModelConfig, SamplingParams
+from qtts.core.model.talker import build_model
+from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
+
+SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
+# (talker hidden, intermediate, layers, predictor hidden, decoder latent/decoder dims)
+SIZES = {
+    "0.6b": dict(hidden=1024, inter=3072, layers=28, heads=16, kv=8, cp=1024, cp_layers=5,
+                 text=2048, text_vocab=151936, latent=1024, dec=1536, dec_layers=8),
+    "1.7b": dict(hidden=2048, inter=6144, layers=28, heads=16, kv=8, cp=1024, cp_layers=5,
+                 text=2048, text_vocab=151936, latent=1024, dec=1536, dec_layers=8),
+    "small": dict(hidden=256, inter=768, layers=4, heads=4, kv=2, cp=128, cp_layers=2,
+                  text=256, text_vocab=4096, latent=64, dec=96, dec_layers=2),
+}  # fmt: skip
+
+
+def model_config(size: str) -> ModelConfig:
+    d = SIZES[size]
+    head_dim = 128 if size in ("0.6b", "1.7b") else d["hidden"] // d["heads"]
+    stack = dict(num_attention_heads=d["heads"], num_key_value_heads=d["kv"], head_dim=head_dim,
+                 rms_norm_eps=1e-6, rope_theta=1e6, num_code_groups=16)  # fmt: skip
+    return ModelConfig.from_dict({
+        "model_type": "qwen3_tts", "tts_model_type": "custom_voice",
+        "tts_model_size": "0b6" if size == "0.6b" else "1b7",
+        "im_start_token_id": 1, "im_end_token_id": 2, "tts_pad_token_id": 3,
+        "tts_bos_token_id": 4, "tts_eos_token_id": 5,
+        "talker_config": {
+            **stack, "hidden_size": d["hidden"], "intermediate_size": d["inter"],
+            "num_hidden_layers": d["layers"], "vocab_size": 3072, "text_hidden_size": d["text"],
+            "text_vocab_size": d["text_vocab"], "spk_id": {"vivian": 3065},
+            "spk_is_dialect": {"vivian": False}, "codec_language_id": {"english": 2050},
+            "code_predictor_config": {
+                **stack, "hidden_size": d["cp"], "intermediate_size": 3 * d["cp"],
+                "num_hidden_layers": d["cp_layers"], "vocab_size": 2048,
+                "head_dim": 128 if size in ("0.6b", "1.7b") else d["cp"] // d["heads"],
+            },
+        },
+    })  # fmt: skip
+
+
+def decoder_config(size: str) -> SpeechDecoderConfig:
+    d = SIZES[size]
+    real = size in ("0.6b", "1.7b")
+    return SpeechDecoderConfig.from_dict({"decoder_config": {
+        "codebook_dim": 512 if real else 32, "latent_dim": d["latent"], "decoder_dim": d["dec"],
+        "hidden_size": 512 if real else 32, "intermediate_size": 1024 if real else 64,
+        "num_attention_heads": 16 if real else 2, "num_key_value_heads": 16 if real else 2,
+        "num_hidden_layers": d["dec_layers"],
+    }})  # fmt: skip
+
+
+@torch.no_grad()
+def random_models(size: str, device, dtype):
+    """Talker + decoder at `size` with small random weights, built straight on the device."""
+    from qtts.core.model.talker import RotaryEmbedding
+
+    config = model_config(size)
+    dev = torch.device(device)
+    with torch.device("meta"):
+        model, decoder = build_model(config), SpeechDecoder(decoder_config(size))
+    model, decoder = model.to_empty(device=dev), decoder.to_empty(device=dev)
+    torch.manual_seed(0)
+    for module in (model, decoder):
+        for name, p in module.named_parameters():
+            fill = torch.ones if "cluster_usage" in name else torch.randn
+            scale = 1.0 if "cluster_usage" in name else 0.02
+            p.data = (fill(p.shape, device=dev) * scale).to(dtype)
+    for m in model.modules():
+        if isinstance(m, RotaryEmbedding):
+            m.inv_freq = m.table(dev)
+    return config, model.eval(), decoder.eval()
+
+
+MODES = ("graph", "packed", "eager")
+
+
+def fast_mode(device) -> str:
+    """The default path qtts batch takes on this device."""
+    return "graph" if torch.device(device).type == "cuda" else "packed"
+
+
+def mode_settings(mode: str, device) -> EngineSettings:
+    """qtts batch's settings for `device`, with the fast path on ("graph"/"packed") or off."""
+    base = EngineSettings.for_device(device)
+    if mode == "eager":  # the twin: no CUDA graphs, no packed predictor weights
+        return replace(base, cuda_graphs=False, packed_predictor=False)
+    if mode != fast_mode(device):
+        raise ValueError(f"mode {mode!r} does not run on {torch.device(device).type}")
+    return replace(base, cuda_graphs=mode == "graph", packed_predictor=mode == "packed")
+
+
+@dataclass
+class BenchResult:
+    size: str
+    batch: int
+    requests: int
+    frames: int
+    mode: str  # "graph" (CUDA graphs) | "packed" (CPU packed weights) | "eager" (module path)
+    wall_s: float = 0.0
+    audio_s: float = 0.0
+    audio_s_per_s: float = 0.0
+    frames_per_s: float = 0.0
+    rtf: float = 0.0  # wall seconds per audio second
+    phases_s: dict = field(default_factory=dict)  # prefill, decode_loop; vocoder+writing overlap
+    step_ms: dict = field(default_factory=dict)  # per decode step: total, predictor, ...
+    peak_mem_gb: float | None = None
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _prompt_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
+    rng = np.random.default_rng(i)
+    text = rng.integers(10, text_vocab, size=text_len).tolist()
+    return PromptTokens([1, 6, 7, *text, 2, 8, 1, 6, 7], None, [2154, 2156, 2050, 2157], 3065)
+
+
+def run_one(size, config, model, decoder, *, batch, requests, frames, device, mode,
+            write=False, text_len=24) -> BenchResult:  # fmt: skip
+    from qtts.core.engine.engine import Engine, SlotState
+    from qtts.core.engine.runner import EngineJob, run_continuous, view_lengths
+
+    dev = torch.device(device)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    res = BenchResult(size, batch, requests, frames, mode)
+    talker = model.talker
+    dtype = talker.codec_head.weight.dtype
+    tts_pad = pad_embedding(talker, config)
+    prompts = [
+        embed_prompt(talker, config, _prompt_tokens(i, config.talker.text_vocab_size, text_len))
+        for i in range(requests)
+    ]
+    max_len = max(p.embeds.shape[0] for p in prompts) + frames + 2
+    params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
+    state = SlotState(
+        config,
+        batch,
+        max_len,
+        frames + 1,
+        1,
+        talker=params,
+        subtalker=params,
+        dtype=dtype,
+        device=dev,
+    )
+    settings = mode_settings(mode, dev)
+    engine = Engine(model, config, state, tts_pad, settings)
+    engine.suppress[engine.eos] = True  # fixed length: EOS never wins
+    jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
+    step = None
+    if settings.cuda_graphs:  # captured up front, before the vocoder thread exists (as qtts batch)
+        from qtts.core.engine.graphs import GraphedDecodeStep
+
+        step = GraphedDecodeStep(engine, view_lengths(settings.view_bucket, max_len))
+    timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
+    prefill = engine.prefill
+
+    def timed_prefill(*a, **k):
+        _sync(dev)
+        t = time.perf_counter()
+        prefill(*a, **k)
+        _sync(dev)
+        timers["prefill"] += time.perf_counter() - t
+
+    engine.prefill = timed_prefill
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    _sync(dev)
+    start = time.perf_counter()
+    total_frames = 0
+    cuda = dev.type == "cuda"
+    gate = threading.Lock()
+
+    def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
+        t = time.perf_counter()
+        audio = decode_utterances(decoder, [d.codes for d in done])
+        wavs = [a.float().cpu().numpy() for a in audio]
+        timers["vocoder"] += time.perf_counter() - t
+        if write:
+            from qtts.core.jobs.writer import encode_audio
+
+            t = time.perf_counter()
+            for w in wavs:
+                encode_audio(w, SAMPLE_RATE, "wav")
+            timers["writing"] += time.perf_counter() - t
+        return sum(int(d.codes.shape[0]) for d in done)
+
+    finished = run_continuous(engine, jobs, step=step)
+    for frames_done in overlapped(finished, vocode, dev, gate=gate):
+        total_frames += frames_done
+    _sync(dev)
+    res.wall_s = time.perf_counter() - start
+    res.audio_s = total_frames * SAMPLES_PER_FRAME / SAMPLE_RATE
+    res.audio_s_per_s = res.audio_s / res.wall_s
+    res.frames_per_s = total_frames / res.wall_s
+    res.rtf = res.wall_s / max(res.audio_s, 1e-9)
+    # The vocoder and writing overlap the decode loop: "decode_loop" is the wall time after prefill.
+    timers["decode_loop"] = res.wall_s - timers["prefill"]
+    res.phases_s = {k: round(v, 4) for k, v in timers.items()}
+    if cuda:
+        res.peak_mem_gb = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    res.step_ms = profile_step(engine, step, prompts[:batch], params)
+    return res
+
+
+def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
+    """ms per decode step with every slot active, and the eager split into its parts."""
+    from qtts.core.engine.engine import SlotFill
+    from qtts.core.engine.runner import view_length
+    from qtts.core.engine.sampling import choose_tokens
+
+    s = engine.state
+    dev = s.c0.device
+    engine.prefill(
+        [SlotFill(slot, p, s.max_frames, slot, params, params) for slot, p in enumerate(prompts)]
+    )
+    longest = max(p.embeds.shape[0] for p in prompts)
+    view = view_length(longest + 1, engine.settings.view_bucket, s.kv.max_len)  # a captured one
+
+    def clock(fn) -> float:
+        fn()
+        _sync(dev)
+        t = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        _sync(dev)
+        return (time.perf_counter() - t) / repeats * 1e3
+
+    out = {"step": clock(lambda: engine.decode_step(view))}  # no graph: packed or module path
+    if step is not None:
+        out["graph_step"] = clock(lambda: step(view))
+    frame = s.num_tokens - 1
+    out["predictor"] = clock(lambda: engine._predict_codes(frame))
+    logits = torch.randn(s.slots, engine.suppress.shape[0], device=dev)
+    out["sampling_talker"] = clock(lambda: choose_tokens(
+        logits, s.talker, s.seeds, s.num_tokens, 0, seen=s.seen, block_eos=s.finished,
+        eos_id=engine.eos, suppress=engine.suppress,
+        allow_host_sync=engine.settings.allow_host_sync))  # fmt: skip
+    return {k: round(v, 3) for k, v in out.items()}

@@ -1,0 +1,266 @@
+"""The fast path: slot state on the device, one decode step as a pure function of it, slot prefill.
+
+Be paranoid about adding lines to `decode_step`: it runs once per frame for every slot and is what a
+CUDA graph captures. It must not call .item(), branch on tensor values or read host state; every
+per-slot quantity (lengths, counters, sampling parameters, seeds) is a device tensor updated in
+place. Finished and empty slots keep computing (masked no-ops) until the host loop refills them.
+Knows token ids and tensors; no text, no files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from qtts.core.engine.decode_attention import attend_grouped
+from qtts.core.engine.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.engine.packed_stack import PackedStack
+from qtts.core.engine.refill import SITE_FIELDS, pack_refill
+from qtts.core.engine.sampling import RowParams, choose_tokens, hints_of
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig, SamplingParams
+from qtts.core.synthesis.prompt import Prompt
+
+
+@dataclass
+class SlotFill:
+    """One prompt to run into a free slot."""
+
+    slot: int
+    prompt: Prompt
+    budget: int  # max_new_tokens
+    seed: int
+    talker: SamplingParams  # this row's talker sampling (host values)
+    subtalker: SamplingParams
+
+
+class SlotState:
+    """Everything one decode step reads and writes, for `slots` rows."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        slots: int,
+        max_len: int,
+        max_frames: int,
+        max_trailing: int,
+        *,
+        talker: SamplingParams,
+        subtalker: SamplingParams,
+        dtype: torch.dtype,
+        device,
+    ):
+        t, cp = config.talker, config.code_predictor
+        h, g, dev = t.hidden_size, t.num_code_groups, device
+
+        def zeros(*shape, dt=torch.long):
+            return torch.zeros(shape, dtype=dt, device=dev)
+
+        self.slots, self.max_frames = slots, max_frames
+        self.kv = TalkerKVCache(
+            t.num_hidden_layers,
+            slots,
+            t.num_key_value_heads,
+            max_len,
+            t.head_dim,
+            dtype=dtype,
+            device=dev,
+        )
+        self.cp_kv = PredictorKVCache(
+            cp.num_hidden_layers,
+            slots,
+            cp.num_key_value_heads,
+            g,
+            cp.head_dim,
+            dtype=dtype,
+            device=dev,
+        )
+        self.c0 = zeros(slots)  # last sampled codebook-0 token
+        self.past_hidden = zeros(slots, h, dt=dtype)  # talker state that produced c0
+        self.num_tokens = zeros(slots)  # c0 tokens sampled so far
+        self.budget = zeros(slots)  # max_new_tokens per slot
+        self.finished = torch.ones(slots, dtype=torch.bool, device=dev)  # empty slots are done
+        self.hit_budget = zeros(slots, dt=torch.bool)
+        self.num_frames = zeros(slots)  # valid once finished
+        self.seeds = zeros(slots)
+        self.seen = zeros(slots, t.vocab_size, dt=torch.bool)  # c0 ids sampled (penalty)
+        self.codes = zeros(slots, max_frames, g)  # [B, F, G] the output buffer
+        self.trailing = zeros(slots, max_trailing, h, dt=dtype)  # [B, Tt, H]
+        self.trailing_len = zeros(slots)
+        # Per-slot sampling parameters, started from the job's (their host hints hold for every
+        # slot: prefill refuses a row whose parameters would change a hint).
+        self.talker = RowParams.from_sampling(talker, slots, dev)
+        self.subtalker = RowParams.from_sampling(subtalker, slots, dev)
+
+
+class Engine:
+    def __init__(
+        self,
+        model,
+        config: ModelConfig,
+        state: SlotState,
+        tts_pad: torch.Tensor,
+        settings: EngineSettings | None = None,
+    ):
+        self.talker, self.config, self.state = model.talker, config, state
+        self.tts_pad = tts_pad  # [H]
+        self.settings = settings or EngineSettings.for_device(tts_pad.device)
+        # The predictor's one-token steps through packed weights (engine.packed_stack): the
+        # CPU default, where op dispatch dominates its 75 small layer passes per frame. The
+        # packed copy is small (5 predictor layers); the talker, most of the weights, is not
+        # duplicated. The GPU replays the module path inside a CUDA graph.
+        cp = self.talker.code_predictor.model
+        self.predictor_step = PackedStack(cp) if self.settings.packed_predictor else cp
+        # GPU: attend over the cache view without repeating K/V (qtts.core.engine.decode_attention).
+        self.decode_attend = attend_grouped if self.settings.grouped_attention else None
+        t = config.talker
+        self.eos = t.codec_eos_token_id
+        dev = tts_pad.device
+        self.suppress = torch.zeros(t.vocab_size, dtype=torch.bool, device=dev)  # [V]
+        self.suppress[t.suppress_start :] = True
+        self.suppress[self.eos] = False
+        self.cp_positions = torch.arange(t.num_code_groups, device=dev)  # frame-local positions
+
+    # -- prefill (eager, outside any graph) ---------------------------------------------------
+    @torch.no_grad()
+    def prefill(self, fills: list[SlotFill]) -> None:
+        """Run prompts into their slots and sample each one's first c0.
+
+        One fill runs unpadded: exactly the official single-request computation (what the CPU path
+        uses, for bitwise parity). Several run as one right-padded, masked batch: one pass instead
+        of one per slot (what the GPU path uses; padded query rows still see real keys, no NaN).
+        Every host value reaches the device in one non-blocking copy (engine.refill) and each
+        per-slot field is written for all fills at once, so the cost does not grow per slot."""
+        s = self.state
+        self._check(fills)
+        m = len(fills)
+        table = pack_refill(fills, s.c0.device)
+        slots, lengths = table.slot, table.length  # int64 [m]
+        width = max(f.prompt.embeds.shape[0] for f in fills)
+        if m == 1:
+            x, mask = fills[0].prompt.embeds[None], None  # [1, L, H]
+        else:
+            x, mask = self._padded(fills, table, width)
+        pos = torch.arange(width, device=x.device).expand(m, width)  # [m, L]
+        hidden = self.talker.model(x, pos, mask, s.kv.prefill_writer(slots))  # [m, L, H]
+        rows = torch.arange(m, device=x.device)
+        if m == 1:  # the official computation: logits at every position, then the last
+            logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [1, V]
+        else:  # only the last real position of each row: [m, H] -> [m, V]
+            logits = self.talker.codec_head(hidden[rows, lengths - 1]).float()
+        for dst, src in ((s.talker, table.talker), (s.subtalker, table.subtalker)):
+            for name in SITE_FIELDS:
+                getattr(dst, name)[slots] = src[name]
+        s.seeds[slots] = table.seed
+        s.seen[slots] = False
+        first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
+        c0 = choose_tokens(logits, _rows(s.talker, slots), table.seed, torch.zeros_like(slots),
+                           0, seen=s.seen[slots], block_eos=first, eos_id=self.eos,
+                           suppress=self.suppress,
+                           allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
+        s.seen[slots, c0] = True
+        s.c0[slots], s.past_hidden[slots] = c0, hidden[rows, lengths - 1]
+        s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, table.budget
+        trailing = torch.cat([f.prompt.trailing for f in fills])  # [sum Tt, H]
+        s.trailing[table.trailing_slot, table.trailing_pos] = trailing
+        s.trailing_len[slots] = table.trailing_len
+        done = table.budget <= 1  # no talker step left: zero frames
+        s.finished[slots], s.hit_budget[slots], s.num_frames[slots] = done, done, 0
+
+    def _check(self, fills: list[SlotFill]) -> None:
+        """Host-side checks before anything is written (a refused fill leaves the state as is)."""
+        s = self.state
+        if not fills:
+            raise ValueError("prefill needs at least one fill")
+        if len({f.slot for f in fills}) != len(fills):
+            raise ValueError("prefill: two fills for one slot")
+        for f in fills:
+            if not 0 <= f.slot < s.slots:
+                raise ValueError(f"prefill: slot {f.slot} outside 0..{s.slots - 1}")
+            # A slot writes K/V at positions < prompt + budget (finished slots keep writing at
+            # their length until harvested) and codes at frames < budget: both must fit.
+            if f.prompt.embeds.shape[0] + f.budget > s.kv.max_len or f.budget > s.max_frames:
+                raise ValueError("prompt + budget exceed the engine's KV cache or code buffer")
+            if f.prompt.trailing.shape[0] > s.trailing.shape[1]:
+                raise ValueError("trailing text longer than the engine's buffer")
+            for dst, src in ((s.talker, f.talker), (s.subtalker, f.subtalker)):
+                if hints_of(src) != dst.hints():
+                    raise ValueError("a job's sampling hints differ from the engine's")
+
+    @staticmethod
+    def _padded(fills: list[SlotFill], table, width: int):
+        """Right-padded prompts [m, L, H] and their mask bool [m, 1, L, L] (causal, real keys
+        only), scattered by one indexed write."""
+        first = fills[0].prompt.embeds
+        x = first.new_zeros(len(fills), width, first.shape[1])  # [m, L, H]
+        x[table.prompt_row, table.prompt_pos] = torch.cat([f.prompt.embeds for f in fills])
+        keys = torch.arange(width, device=first.device)
+        real = keys[None, :] < table.length[:, None]  # [m, L]
+        causal = keys[None, :] <= keys[:, None]  # [L, L]
+        return x, (causal[None] & real[:, None, :])[:, None]
+
+    # -- one decode step (graph-capturable) -----------------------------------------------------
+    @torch.no_grad()
+    def decode_step(self, view_len: int) -> None:
+        s, talker = self.state, self.talker
+        active = ~s.finished  # [B]
+        frame = s.num_tokens - 1  # the frame whose residual codes we predict now
+        codes = self._predict_codes(frame)  # [B, G]
+        s.codes[s.kv.rows, frame.clamp(0, s.max_frames - 1)] = codes
+        has_text = frame < s.trailing_len
+        text = s.trailing[s.kv.rows, frame.clamp(0, s.trailing.shape[1] - 1)]  # [B, H]
+        x = talker.embed_frame(codes) + torch.where(has_text[:, None], text, self.tts_pad)
+        mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
+        pos = s.kv.lengths[:, None]  # [B, 1]
+        view = s.kv.decode_view(view_len, self.decode_attend)
+        hidden = talker.model(x[:, None], pos, mask, view)  # [B, 1, H]
+        logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
+        c0 = choose_tokens(
+            logits,
+            s.talker,
+            s.seeds,
+            s.num_tokens,
+            0,
+            seen=s.seen,
+            block_eos=s.num_tokens < MIN_NEW_TOKENS,
+            eos_id=self.eos,
+            suppress=self.suppress,
+            allow_host_sync=self.settings.allow_host_sync,
+        )
+        s.seen[s.kv.rows, c0] |= active
+        s.c0.copy_(torch.where(active, c0, s.c0))
+        s.past_hidden.copy_(torch.where(active[:, None], hidden[:, 0], s.past_hidden))
+        s.kv.lengths.add_(active.long())
+        s.num_tokens.add_(active.long())
+        is_eos = c0 == self.eos
+        stop = active & (is_eos | (s.num_tokens >= s.budget))
+        s.num_frames.copy_(torch.where(stop, s.num_tokens - 1, s.num_frames))
+        s.hit_budget.copy_(torch.where(stop, ~is_eos, s.hit_budget))
+        s.finished.logical_or_(stop)
+
+    def _predict_codes(self, frame: torch.Tensor) -> torch.Tensor:
+        """Codebooks 1..G-1 for every slot: 2-token prefill then one token per step, KV cached."""
+        s, cp = self.state, self.talker.code_predictor
+        x = torch.cat((s.past_hidden[:, None], self.talker.embed_codec(s.c0[:, None])), dim=1)
+        b = x.shape[0]
+        codes = [s.c0]
+        s.cp_kv.start = 0
+        for j in range(len(cp.lm_head)):
+            n = x.shape[1]
+            pos = self.cp_positions[s.cp_kv.start : s.cp_kv.start + n].expand(b, n)  # [B, n]
+            stack = cp.model if n > 1 else self.predictor_step  # the 2-token start: module path
+            hidden = stack(cp.small_to_mtp_projection(x), pos, None, s.cp_kv)  # [B, n, Hc]
+            logits = cp.lm_head[j](hidden)[:, -1].float()  # [B, vocab]
+            code = choose_tokens(logits, s.subtalker, s.seeds, frame, j + 1,
+                                 allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
+            codes.append(code)
+            s.cp_kv.start += n
+            x = cp.model.codec_embedding[j](code[:, None])  # [B, 1, Ht]
+        return torch.stack(codes, dim=1)  # [B, G]
+
+
+def _rows(params: RowParams, index: torch.Tensor) -> RowParams:
+    """The rows `index` of params (copies), hints kept."""
+    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in SITE_FIELDS})

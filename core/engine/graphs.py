@@ -1,0 +1,132 @@
+"""CUDA graphs for the engine's decode step: one per KV view length, all captured before decoding.
+
+A decode step launches thousands of small kernels (talker layers, 15 predictor passes, sampling);
+replaying them as one graph removes the launch overhead that otherwise dominates at small batch.
+Every input the step reads lives in the engine's persistent SlotState, so a graph needs no input
+copies: the host loop picks the graph for the current view length and replays it.
+
+Every graph a pass can need (qtts.core.engine.runner.view_lengths: a bounded set, at most
+max_len / view_bucket) is captured up front, largest view first, into one shared memory pool (the
+graphs never run concurrently and keep no outputs; the largest sizes the pool and the rest reuse
+it), as nano-vllm does. Capturing mid-run would race the vocoder thread: under the default global
+capture mode, another thread's allocation or copy invalidates the capture. So the caller captures
+before its first prefill while holding the device gate that the vocoder's work also holds.
+
+A capture that runs out of memory raises torch.OutOfMemoryError (the synthesizer's retry halves the
+slots); any other failure raises GraphCaptureError naming the view. Either way every graph of the
+pass is dropped and the slot state is put back as it was. The eager twin is Engine.decode_step,
+and `EagerGraphs` replays through it (CPU tests of this module); tests/gpu ties graphs to eager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import SimpleNamespace
+
+import torch
+
+from qtts.core.engine.engine import Engine
+
+# Small per-slot tensors a decode step changes. Warm-up runs real steps, so these are saved and
+# restored around it; the KV and code buffers need no restore (the next real step rewrites the same
+# positions, since lengths and counters are restored).
+Step = Callable[[int], None]  # Engine.decode_step(view_len)
+_MUTATED = ("c0", "past_hidden", "num_tokens", "finished", "hit_budget", "num_frames", "seen")
+
+
+class GraphCaptureError(RuntimeError):
+    pass
+
+
+class CudaGraphs:
+    """The capture backend on CUDA: warm-up on a side stream, capture into one shared pool."""
+
+    def __init__(self):
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def warmup(self, step: Step, view_len: int, steps: int) -> None:
+        # Lazy inits, Triton compilation and cuBLAS workspaces happen here, outside any capture.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(steps):
+                step(view_len)
+        torch.cuda.current_stream().wait_stream(side)
+
+    def capture(self, step: Step, view_len: int) -> torch.cuda.CUDAGraph:
+        """A graph of one step(view_len) call."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            step(view_len)
+        return graph
+
+
+class EagerGraphs:
+    """The twin backend: a "graph" runs the step eagerly. Lets CPU tests drive the capture
+    order, the error paths and the host loop's use of graphs without a GPU."""
+
+    def warmup(self, step: Step, view_len: int, steps: int) -> None:
+        for _ in range(steps):
+            step(view_len)
+
+    def capture(self, step: Step, view_len: int) -> SimpleNamespace:
+        return SimpleNamespace(replay=lambda: step(view_len))
+
+
+def default_backend(engine: Engine) -> CudaGraphs:
+    if engine.tts_pad.device.type != "cuda":
+        raise ValueError("CUDA graphs need the engine on a CUDA device")
+    return CudaGraphs()
+
+
+class GraphedDecodeStep:
+    """Callable like Engine.decode_step(view_len), replaying the graph captured for view_len."""
+
+    def __init__(self, engine: Engine, view_lens: Iterable[int], backend=None, warmup_steps=2):
+        backend = backend or default_backend(engine)
+        self.engine, self.backend = engine, backend
+        self.graphs: dict[int, object] = {}
+        views = sorted(set(view_lens), reverse=True)  # largest first: it sizes the shared pool
+        state = engine.state
+        saved = {name: getattr(state, name).clone() for name in _MUTATED}
+        saved_lengths = state.kv.lengths.clone()
+        view = views[0]
+        try:
+            backend.warmup(engine.decode_step, view, warmup_steps)
+            self._restore(saved, saved_lengths)
+            for view in views:
+                self.graphs[view] = backend.capture(engine.decode_step, view)
+        except Exception as e:
+            self.graphs.clear()
+            try:
+                self._restore(saved, saved_lengths)
+            except Exception:  # the device may be unusable; the caller discards this pass anyway
+                pass
+            if _is_out_of_memory(e):
+                raise torch.OutOfMemoryError(f"out of memory capturing decode graphs: {e}") from e
+            raise GraphCaptureError(
+                f"CUDA graph capture failed at KV view {view}: {e} "
+                "(QTTS_CUDA_GRAPHS=0 runs the GPU without graphs)"
+            ) from e
+
+    def __call__(self, view_len: int) -> None:
+        graph = self.graphs.get(view_len)
+        if graph is None:  # a bug: the host loop asked for a view nobody captured
+            raise GraphCaptureError(f"no decode graph for KV view {view_len}")
+        graph.replay()
+
+    def _restore(self, saved: dict, saved_lengths: torch.Tensor) -> None:
+        state = self.engine.state
+        for name, value in saved.items():
+            getattr(state, name).copy_(value)
+        state.kv.lengths.copy_(saved_lengths)
+
+
+def _is_out_of_memory(error: BaseException | None) -> bool:
+    """An OOM anywhere in the chain: a failed capture often surfaces as the capture-end error,
+    with the allocator's OutOfMemoryError as its context."""
+    while error is not None:
+        if isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower():
+            return True
+        error = error.__cause__ or error.__context__
+    return False

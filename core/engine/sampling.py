@@ -1,0 +1,303 @@
+"""Token selection: the pure-torch twin of kernels/sampling.py, and the dispatch between them.
+
+Semantics follow the official (Hugging Face) logits processors, in this order: repetition penalty
+over the row's previously generated ids -> EOS blocked while fewer than `min_new_tokens` were
+generated -> suppressed ids -> (greedy rows: argmax here) -> temperature -> top-k (ties with the
+k-th value kept) -> top-p (only when < 1) -> draw. The draw is Gumbel-max with noise that is a pure
+function of (request seed, frame index, codebook index, vocab index), so a request's tokens do not
+depend on its batch, slot, device or a resume. Every per-row parameter is a device tensor (graph-
+safe).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from qtts.core.model.config import SamplingParams
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class RowParams:
+    """Per-row sampling parameters for one sampling site, as device tensors of length B."""
+
+    greedy: torch.Tensor  # bool [B]
+    temperature: torch.Tensor  # float32 [B]
+    top_k: torch.Tensor  # int64 [B]; 0 = off
+    top_p: torch.Tensor  # float32 [B]; >= 1 = off
+    penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
+    # Host-side facts true of EVERY row for the whole job (None = unknown). They only let the twin
+    # skip work no row needs; results are identical with or without them. Static per job, so a
+    # graph may bake them in; the per-row values above stay device tensors.
+    all_greedy: bool | None = None
+    max_top_k: int | None = None  # every row has 0 < top_k <= max_top_k
+    top_p_off: bool | None = None  # every row has top_p >= 1
+
+    @classmethod
+    def fill(
+        cls,
+        n: int,
+        device,
+        *,
+        greedy: bool,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        penalty: float = 1.0,
+    ) -> RowParams:
+        def full(v, dtype):
+            return torch.full((n,), v, dtype=dtype, device=device)
+
+        all_greedy, max_top_k, top_p_off = _hints(greedy, top_k, top_p)
+        return cls(
+            full(greedy, torch.bool),
+            full(temperature, torch.float32),
+            full(top_k, torch.int64),
+            full(top_p, torch.float32),
+            full(penalty, torch.float32),
+            all_greedy=all_greedy,
+            max_top_k=max_top_k,
+            top_p_off=top_p_off,
+        )
+
+    @classmethod
+    def from_sampling(cls, params: SamplingParams, n: int, device) -> RowParams:
+        """n rows of one site's job-wide sampling parameters (host hints included)."""
+        return cls.fill(
+            n,
+            device,
+            greedy=not params.do_sample,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            penalty=params.repetition_penalty,
+        )
+
+    def hints(self) -> tuple:
+        return self.all_greedy, self.max_top_k, self.top_p_off
+
+
+def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:
+    """(all_greedy, max_top_k, top_p_off) of rows that all share these values."""
+    return greedy, (top_k if top_k > 0 else None), top_p >= 1.0
+
+
+def hints_of(params: SamplingParams) -> tuple:
+    """The host hints RowParams.from_sampling derives from `params` (compared, never guessed)."""
+    return _hints(not params.do_sample, params.top_k, params.top_p)
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for uint32 values held in int64, without int64 overflow."""
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & _MASK32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer finaliser (lowbias32); the Triton kernel computes the same in uint32."""
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_keys(seeds: torch.Tensor, frames: torch.Tensor, codebook: int) -> torch.Tensor:
+    """A 32-bit key per row from (seed, frame, codebook). seeds/frames int64 [B] -> int64 [B]."""
+    k = mix32(frames * 32 + codebook)
+    k = mix32(k ^ ((seeds >> 32) & _MASK32))
+    return mix32(k ^ (seeds & _MASK32))
+
+
+def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """u in (0, 1) per (row, vocab index): float32 [B, V]."""
+    v = torch.arange(vocab, dtype=torch.int64, device=keys.device)
+    return noise_at(keys, v[None, :])
+
+
+def noise_at(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """uniform_noise's u at vocab ids `index` (int64 [B, n] or [1, n]): float32 [B, n]."""
+    bits = mix32(keys[:, None] ^ mix32(index + 0x9E3779B9))
+    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
+
+
+def apply_penalties(
+    logits: torch.Tensor,  # float32 [B, V]
+    penalty: torch.Tensor,  # float32 [B]
+    seen: torch.Tensor | None,  # bool [B, V]: ids this row generated before
+    block_eos: torch.Tensor | None,  # bool [B]: row has generated < min_new_tokens ids
+    eos_id: int,
+    suppress: torch.Tensor | None,  # bool [V]
+) -> torch.Tensor:
+    """The value-changing processors (applied to greedy and sampled rows alike)."""
+    out = logits
+    if seen is not None:
+        p = penalty[:, None]
+        penalised = torch.where(out < 0, out * p, out / p)
+        out = torch.where(seen, penalised, out)
+    neg_inf = out.new_full((), float("-inf"))  # a fill, not a host copy: graph-capturable
+    if block_eos is not None:
+        col = torch.zeros_like(out, dtype=torch.bool)
+        col[:, eos_id] = True
+        out = torch.where(col & block_eos[:, None], neg_inf, out)
+    if suppress is not None:
+        out = torch.where(suppress[None, :], neg_inf, out)
+    return out
+
+
+def filter_top_k_top_p(
+    scores: torch.Tensor,  # float32 [B, V]
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    *,
+    max_top_k: int | None = None,
+    top_p_off: bool | None = None,
+) -> torch.Tensor:
+    """HF TopK then TopP warpers with per-row parameters (hints: see RowParams)."""
+    neg_inf = scores.new_full((), float("-inf"))
+    vocab = scores.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), vocab)
+    if max_top_k is not None:  # every row filters: the k-th value needs only a top-k, no sort
+        largest = scores.topk(min(max_top_k, vocab), dim=-1).values  # [B, kmax]
+        kth = largest.gather(1, (k.clamp(max=largest.shape[1]) - 1)[:, None])  # [B, 1]
+    else:
+        kth = scores.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
+    scores = torch.where(scores < kth, neg_inf, scores)
+    if top_p_off:
+        return scores
+
+    sorted_asc, order = scores.sort(dim=-1, descending=False)  # [B, V]
+    cum = sorted_asc.softmax(dim=-1).cumsum(dim=-1)
+    remove = cum <= (1 - top_p)[:, None]
+    remove[:, -1] = False  # keep at least one token
+    remove = remove & (top_p < 1.0)[:, None]
+    remove = remove.scatter(1, order, remove)
+    return torch.where(remove, neg_inf, scores)
+
+
+def select_tokens(
+    scores: torch.Tensor,  # float32 [B, V], after apply_penalties
+    params: RowParams,
+    seeds: torch.Tensor,  # int64 [B]
+    frames: torch.Tensor,  # int64 [B]: the row's own frame index
+    codebook: int,
+    *,
+    allow_host_sync: bool = False,
+) -> torch.Tensor:
+    """Greedy rows: argmax. Sampled rows: temperature, top-k, top-p, seeded Gumbel-max draw.
+    allow_host_sync: the caller runs eagerly on the CPU, so the top-k candidate draw (which reads
+    one flag on the host) may replace the full-vocabulary draw; never inside a graph."""
+    greedy_ids = scores.argmax(dim=-1)
+    if params.all_greedy:
+        return greedy_ids
+    warped = scores / params.temperature[:, None]
+    keys = row_keys(seeds, frames, codebook)
+    drawn = None
+    if allow_host_sync and params.max_top_k is not None and params.top_p_off:
+        drawn = draw_among_top_k(warped, params.top_k, params.max_top_k, keys)
+    if drawn is None:
+        warped = filter_top_k_top_p(
+            warped, params.top_k, params.top_p, max_top_k=params.max_top_k,
+            top_p_off=params.top_p_off,
+        )  # fmt: skip
+        u = uniform_noise(keys, scores.shape[-1])
+        drawn = (warped + gumbel(u)).argmax(dim=-1)
+    return torch.where(params.greedy, greedy_ids, drawn)
+
+
+def gumbel(u: torch.Tensor) -> torch.Tensor:
+    return -torch.log(-torch.log(u))
+
+
+def draw_among_top_k(
+    warped: torch.Tensor,  # float32 [B, V], temperature applied
+    top_k: torch.Tensor,  # int64 [B], every row 0 < top_k <= max_top_k
+    max_top_k: int,
+    keys: torch.Tensor,  # int64 [B], row_keys
+) -> torch.Tensor | None:
+    """The full-vocabulary draw computed on each row's top-k candidates only (CPU fast path).
+
+    Tokens outside the top-k are -inf after filtering, so the Gumbel-max winner is among the
+    candidates, and the noise is a function of the vocab index: drawing among them with their own
+    noise gives the same token. Exact ties are resolved to the lowest vocab index, as argmax over
+    the vocabulary does. Returns None when ties at the k-th value would keep more tokens than the
+    candidates hold, or a row has no finite candidate (the caller then takes the full path): that
+    check reads a flag on the host, so this path is for CPU tensors (no graph) only."""
+    vocab = warped.shape[-1]
+    values, index = warped.topk(min(max_top_k, vocab), dim=-1)  # [B, kmax], descending
+    k = top_k.clamp(max=values.shape[1])
+    kth = values.gather(1, (k - 1)[:, None])  # [B, 1]
+    kept = (warped >= kth).sum(dim=-1)  # what the full filter keeps (ties included)
+    if bool(((kept > values.shape[1]) | ~torch.isfinite(kth[:, 0])).any()):
+        return None
+    neg_inf = warped.new_full((), float("-inf"))
+    scored = torch.where(values >= kth, values + gumbel(noise_at(keys, index)), neg_inf)
+    best = scored.max(dim=-1, keepdim=True).values
+    return torch.where(scored == best, index, vocab).min(dim=-1).values  # lowest index on ties
+
+
+def sampler_backend(device: torch.device) -> str:
+    """The sampler for logits on `device`, "triton" or "torch": QTTS_SAMPLER forces one; by default
+    the kernel serves CUDA tensors when triton is importable and the twin serves the rest."""
+    forced = os.environ.get("QTTS_SAMPLER", "").strip().lower()
+    if forced not in ("", "torch", "triton"):
+        raise ValueError(f"QTTS_SAMPLER must be 'torch' or 'triton', got {forced!r}")
+    if forced:
+        return forced
+    if device.type != "cuda":
+        return "torch"
+    from qtts.kernels.sampling import TRITON_AVAILABLE
+
+    return "triton" if TRITON_AVAILABLE else "torch"
+
+
+def choose_tokens(
+    logits: torch.Tensor,  # float32 [B, V]
+    params: RowParams,
+    seeds: torch.Tensor,  # int64 [B]
+    frames: torch.Tensor,  # int64 [B]: each row's own frame index
+    codebook: int,
+    *,
+    seen: torch.Tensor | None = None,  # bool [B, V]
+    block_eos: torch.Tensor | None = None,  # bool [B]
+    eos_id: int = -1,
+    suppress: torch.Tensor | None = None,  # bool [V]
+    out: torch.Tensor | None = None,  # int64 [B]; written when given
+    allow_host_sync: bool = False,  # see select_tokens
+) -> torch.Tensor:
+    """apply_penalties + select_tokens, by the Triton kernel or by this twin (sampler_backend).
+    Returns int64 [B] token ids (`out` itself when given)."""
+    if sampler_backend(logits.device) == "triton":
+        from qtts.kernels.sampling import TRITON_AVAILABLE, sample_tokens
+
+        if not TRITON_AVAILABLE:
+            raise ValueError("QTTS_SAMPLER=triton but triton is not importable: install it")
+        if out is None:
+            out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
+        return sample_tokens(
+            logits,
+            out,
+            greedy=params.greedy,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            penalty=params.penalty,
+            seen=seen,
+            block_eos=block_eos,
+            eos_id=eos_id,
+            suppress=suppress,
+            seeds=seeds,
+            frames=frames,
+            codebook=codebook,
+        )
+    scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
+    tokens = select_tokens(scores, params, seeds, frames, codebook, allow_host_sync=allow_host_sync)
+    if out is None:
+        return tokens
+    return out.copy_(tokens)

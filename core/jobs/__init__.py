@@ -1,0 +1,4 @@
+"""One dataset job end to end, without torch: read and validate rows, lock the out dir, resume,
+hand requests to a synthesizer (qtts.core.jobs.interfaces protocols), write files atomically,
+journal every row, rebuild results, react to signals. Imports no torch, so validation and
+`qtts --help` stay fast and the layer is testable with fakes."""

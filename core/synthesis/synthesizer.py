@@ -1,0 +1,257 @@
+"""Requests -> utterances on a loaded checkpoint: prompts, generation, vocoder, guards.
+
+Loads the talker and the speech-tokenizer decoder strictly from the checkpoint, builds prompts,
+generates codes with the fast engine (continuous batching over `batch_size` slots; the default) or
+the reference generator (static batches; the yardstick), decodes finished codes to audio in batches,
+and fails a row on its own (non-finite audio). Knows tensors and token ids; no manifests, no files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from qtts.core.engine.sampling import RowParams
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.jobs.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
+from qtts.core.model.hub import ModelLoadError
+from qtts.core.model.loader import load_strict, parse_device, parse_dtype, read_safetensors
+from qtts.core.model.talker import build_model
+from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.prompt import (
+    embed_clone_prompt,
+    embed_prompt,
+    pad_embedding,
+    prompt_length,
+    prompt_tokens,
+    trailing_length,
+)
+
+log = logging.getLogger("qtts")
+GENERATORS = ("engine", "reference")
+
+
+def load_weights(text_model, device: torch.device, dtype: torch.dtype):
+    """(model, decoder) with every tensor checked against the checkpoint, on `device` in `dtype`."""
+    model_dir, config = text_model.model_dir, text_model.config
+    with torch.device("meta"):
+        model = build_model(config)
+    single = model_dir / "model.safetensors"
+    load_strict(
+        model,
+        read_safetensors(model_dir),
+        source=str(single if single.exists() else model_dir / "model.safetensors.index.json"),
+        dtype=dtype,
+        device=device,
+    )
+    st_dir = model_dir / "speech_tokenizer"
+    st_config = json.loads((st_dir / "config.json").read_text("utf-8"))
+    with torch.device("meta"):
+        decoder = SpeechDecoder(SpeechDecoderConfig.from_dict(st_config))
+    # The decoder stays fp32 on CPU (as the official code runs it); on GPU it follows --dtype.
+    load_strict(
+        decoder,
+        read_safetensors(st_dir),
+        source=str(st_dir / "model.safetensors"),
+        dtype=torch.float32 if device.type == "cpu" else dtype,
+        device=device,
+        prefix="decoder.",
+        ignore_prefixes=("encoder.",),
+    )
+    return model.eval(), decoder.eval()
+
+
+def row_params(options: GenerationOptions, n: int, device) -> tuple[RowParams, RowParams]:
+    return (
+        RowParams.from_sampling(options.talker, n, device),
+        RowParams.from_sampling(options.subtalker, n, device),
+    )
+
+
+class Synthesizer:
+    """The Synthesizer protocol (qtts.core.jobs.interfaces) on a loaded checkpoint."""
+
+    def __init__(
+        self,
+        text_model,
+        model,
+        decoder,
+        device: torch.device,
+        *,
+        batch_size: int = 16,
+        generator: str = "engine",
+    ):
+        if generator not in GENERATORS:
+            raise ValueError(f"generator must be one of {GENERATORS}, not {generator!r}")
+        self.text_model, self.config = text_model, text_model.config
+        self.model, self.decoder, self.device = model, decoder, device
+        self.batch_size, self.generator = batch_size, generator
+        self.tts_pad = pad_embedding(model.talker, self.config)
+        self.references = None  # Base: reference prompts, each computed once per job
+        # Held by the vocoder thread while it works and by graph capture: no device work from
+        # another thread may run while a CUDA graph is being captured.
+        self.device_gate = threading.Lock()
+        if self.config.tts_model_type == "base":
+            from qtts.core.synthesis.voice_clone import ReferenceCache, SpeechEncoder
+
+            st_dir = text_model.model_dir / "speech_tokenizer"
+            st_config = json.loads((st_dir / "config.json").read_text("utf-8"))
+            self.references = ReferenceCache(
+                model.speaker_encoder, lambda: SpeechEncoder(st_dir, st_config, device)
+            )
+
+    @classmethod
+    def load(cls, text_model, device: str, dtype: str, **kwargs) -> Synthesizer:
+        try:
+            dev = parse_device(device)
+            dt = parse_dtype(dtype, dev)
+        except ValueError as e:
+            raise ModelLoadError(str(e)) from None
+        model, decoder = load_weights(text_model, dev, dt)
+        return cls(text_model, model, decoder, dev, **kwargs)
+
+    def synthesize(
+        self, requests: Sequence[Request], options: GenerationOptions
+    ) -> Iterator[Utterance | RowFailure]:
+        requests = list(requests)
+        if not requests:
+            return
+        tokens = [
+            prompt_tokens(
+                self.config, self.text_model.tokenizer, r.text, r.speaker, r.language, r.instruct
+            )
+            for r in requests
+        ]
+        if self.references is not None:  # Base: resolve references; bad ones fail their rows
+            from qtts.core.synthesis.voice_clone import clone_inputs
+
+            requests, tokens, failed = clone_inputs(
+                self.references, self.text_model.tokenizer, requests, tokens
+            )
+            yield from failed
+            if not requests:
+                return
+        if self.generator == "reference":
+            finished = self._reference(requests, tokens, options)
+        else:
+            finished = self._engine(requests, tokens, options)
+        # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
+        work = lambda group: list(self._vocode(group))  # noqa: E731
+        for items in overlapped(finished, work, self.device, gate=self.device_gate):
+            yield from items
+
+    def _prompt(self, tokens):
+        if tokens.clone:
+            ref = self.references.get(tokens.ref_audio, tokens.ref_text)
+            talker = self.model.talker
+            return embed_clone_prompt(talker, self.config, tokens, ref.x_vector, ref.ref_code)
+        return embed_prompt(self.model.talker, self.config, tokens)
+
+    def _reference(self, requests, tokens, options):
+        from qtts.core.synthesis.naive_generator import GenerationInputs, ReferenceGenerator
+
+        gen = ReferenceGenerator(self.model, self.config, self.tts_pad)
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start : start + self.batch_size]
+            talker, sub = row_params(options, len(batch), self.device)
+            out = gen.generate(
+                GenerationInputs(
+                    [self._prompt(t) for t in tokens[start : start + self.batch_size]],
+                    [r.max_new_tokens for r in batch],
+                    [r.seed for r in batch],
+                    talker,
+                    sub,
+                )
+            )
+            yield [(r, o.codes, o.hit_budget) for r, o in zip(batch, out, strict=True)]
+
+    def _engine(self, requests, tokens, options):
+        """Continuous batching; on CUDA out-of-memory, halve the slots and rerun what is unfinished
+        (seeded draws make the rerun produce what the first attempt would have)."""
+        pending = set(range(len(requests)))
+        slots = min(self.batch_size, len(requests))
+        while True:
+            try:
+                for done in self._engine_pass(requests, tokens, sorted(pending), slots, options):
+                    pending.difference_update(d.key for d in done)
+                    yield [(requests[d.key], d.codes, d.hit_budget) for d in done]
+                return
+            except torch.OutOfMemoryError:
+                if slots == 1:
+                    raise
+                slots //= 2
+                log.warning("CUDA out of memory: retrying with %d slots", slots)
+                torch.cuda.empty_cache()
+
+    def _engine_pass(self, requests, tokens, order: list[int], slots: int, options):
+        from qtts.core.engine.engine import Engine, SlotState
+        from qtts.core.engine.runner import EngineJob, run_continuous, view_lengths
+
+        todo = [(i, requests[i], tokens[i]) for i in order]
+        max_len = max(prompt_length(t) + r.max_new_tokens for _, r, t in todo) + 1
+        max_frames = max(r.max_new_tokens for _, r, _ in todo)
+        dtype = self.model.talker.codec_head.weight.dtype
+        state = SlotState(
+            self.config,
+            min(slots, len(todo)),
+            max_len,
+            max_frames,
+            max(trailing_length(t) for _, _, t in todo),  # clone prompts trail text rows
+            talker=options.talker,
+            subtalker=options.subtalker,
+            dtype=dtype,
+            device=self.device,
+        )
+        settings = EngineSettings.for_device(self.device)
+        engine = Engine(self.model, self.config, state, self.tts_pad, settings)
+        step = None
+        if settings.cuda_graphs:
+            from qtts.core.engine.graphs import GraphedDecodeStep
+
+            # Every graph this pass can need, before its first prefill, with no vocoder work in
+            # flight (the vocoder thread holds the same gate while it works).
+            with self.device_gate:
+                step = GraphedDecodeStep(engine, view_lengths(settings.view_bucket, max_len))
+        jobs = (
+            EngineJob(
+                key=i,
+                prompt=lambda t=t: self._prompt(t),
+                budget=r.max_new_tokens,
+                seed=r.seed,
+                talker=options.talker,
+                subtalker=options.subtalker,
+            )
+            for i, r, t in todo
+        )
+        yield from run_continuous(engine, jobs, step=step)
+
+    def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
+        # ICL rows decode reference ++ generated codes; the reference part is cut off after.
+        refs = [self._ref_code(req) for req, _, _ in group]
+        full = [
+            codes if ref is None else torch.cat((ref.to(codes.device), codes))
+            for (_, codes, _), ref in zip(group, refs, strict=True)
+        ]
+        audio = decode_utterances(self.decoder, [codes.to(self.device) for codes in full])
+        for (req, codes, hit), wav, ref, whole in zip(group, audio, refs, full, strict=True):
+            wav = wav.float().cpu().numpy()
+            if ref is not None:
+                from qtts.core.synthesis.voice_clone import cut_reference
+
+                wav = cut_reference(wav, int(ref.shape[0]), int(whole.shape[0]))
+            if not np.isfinite(wav).all():
+                yield RowFailure(req.id, "non-finite audio (NaN or inf) from the decoder")
+                continue
+            codes = codes.cpu().numpy().astype(np.int64)
+            yield Utterance(req.id, codes, wav, self.text_model.sample_rate, hit)
+
+    def _ref_code(self, req: Request) -> torch.Tensor | None:
+        if self.references is None:
+            return None
+        return self.references.get(req.ref_audio, req.ref_text).ref_code
