@@ -55,7 +55,8 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
     setup_logging(a["quiet"], a["verbose"])
     with cli_errors():
         from qtts.core.jobs.manifest import ManifestError
-        from qtts.core.jobs.run import JobSpec, SamplingOverrides, run_job
+        from qtts.core.jobs.run import run_job
+        from qtts.core.jobs.spec import JobSpec, SamplingOverrides
         from qtts.core.jobs.validation import RowDefaults
 
         limits = [n for n in (1 if a["fail_fast"] else None, a["max_failures"]) if n is not None]

@@ -4,12 +4,16 @@ Policy: an explicit --max-new-tokens is used exactly, for every row (the officia
 that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
 min(generation_config max_new_tokens, a runaway guard from the text length), so a sample that
 never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
-check and the frame estimate the scheduler sorts by. Pure arithmetic: knows no model and no tensors.
+check, the frame estimate and the longest-first order it gives. Pure arithmetic: knows no model
+and no tensors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from qtts.core.jobs.requests import Request
 
 FRAME_RATE_HZ = 12.5
 # Runaway guard: 8 s for any text, plus 8 frames (0.64 s) per text token. Normal speech runs at
@@ -18,7 +22,7 @@ GUARD_BASE_FRAMES = 100
 GUARD_FRAMES_PER_TOKEN = 8
 # Fast speech needs about 2 frames per text token; below 1.5 no model can say the whole text.
 MIN_FRAMES_PER_TOKEN = 1.5
-# What the scheduler sorts by: a typical delivery.
+# What the synthesis order sorts by: a typical delivery.
 EST_FRAMES_PER_TOKEN = 4
 
 
@@ -63,3 +67,15 @@ class FrameBudget:
     def estimate_frames(self, text_tokens: int) -> int:
         """Expected frames, for sorting rows into batches of similar length."""
         return min(EST_FRAMES_PER_TOKEN * max(text_tokens, 1), self.max_new_tokens(text_tokens))
+
+
+def longest_first(
+    requests: Sequence[Request], estimated_frames: Mapping[str, int]
+) -> list[Request]:
+    """The synthesis order: longest frame estimate first (an out-of-memory batch shows up at the
+    start of a night, not at the end, and neighbours in the engine finish at similar steps);
+    ties keep input order."""
+    missing = [r.id for r in requests if r.id not in estimated_frames]
+    if missing:
+        raise ValueError(f"no frame estimate for request(s) {', '.join(missing[:5])}")
+    return sorted(requests, key=lambda r: (-estimated_frames[r.id], r.row))

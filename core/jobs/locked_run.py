@@ -17,10 +17,11 @@ import uuid
 from collections import deque
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from qtts.core.jobs.budget import longest_first
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink
 from qtts.core.jobs.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.journal import (
@@ -31,7 +32,7 @@ from qtts.core.jobs.journal import (
     write_results,
 )
 from qtts.core.jobs.requests import Request, RowFailure, Utterance
-from qtts.core.jobs.scheduler import plan_batches
+from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.writer import (
     OutputWriter,
     WriteJob,
@@ -40,9 +41,6 @@ from qtts.core.jobs.writer import (
     fsync_dir,
 )
 from qtts.core.jobs.writer import remove_live_temps as _remove_live_temps
-
-if TYPE_CHECKING:
-    from qtts.core.jobs.run import JobSpec
 
 log = logging.getLogger("qtts")
 
@@ -138,7 +136,7 @@ class JobRun:
             return
         # One stream, longest first: the synthesizer keeps --batch-size slots busy and refills each
         # as it frees (continuous batching), so it gets the whole sorted job in a single call.
-        order = [r for b in plan_batches(todo, self.validated.estimated_frames, 1) for r in b]
+        order = longest_first(todo, self.validated.estimated_frames)
         with self.stop.interruptible():
             synth = self.load_synthesizer(
                 self.text_model, self.spec.device, self.spec.dtype, self.spec.batch_size

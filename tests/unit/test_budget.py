@@ -35,3 +35,15 @@ def test_estimate_never_exceeds_the_budget():
 def test_nonsense_budgets_are_refused(cap, explicit):
     with pytest.raises(ValueError, match="must be >= 1"):
         FrameBudget(cap=cap, explicit=explicit)
+
+
+def test_longest_first_keeps_input_order_on_ties_and_every_request_once():
+    from qtts.core.jobs.budget import longest_first
+    from qtts.core.jobs.requests import Request
+
+    reqs = [Request(id=f"r{i}", text="t", row=i + 1) for i in range(5)]
+    est = {"r0": 10, "r1": 50, "r2": 30, "r3": 50, "r4": 5}
+    assert [r.id for r in longest_first(reqs, est)] == ["r1", "r3", "r2", "r0", "r4"]
+    assert longest_first([], {}) == []
+    with pytest.raises(ValueError, match="no frame estimate"):
+        longest_first(reqs, {"r0": 1})

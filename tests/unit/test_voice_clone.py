@@ -157,7 +157,8 @@ def test_clone_prompt_sizes_match_the_embedding(base_talker, text, ref_text, fra
 
 def test_job_reference_defaults():
     from qtts.core.jobs.manifest import InputRow
-    from qtts.core.jobs.run import JobSpec, apply_reference_defaults
+    from qtts.core.jobs.run import apply_reference_defaults
+    from qtts.core.jobs.spec import JobSpec
 
     rows = [InputRow(1, "a", "x"), InputRow(2, "b", "y", ref_audio="own.wav", ref_text="own")]
     spec = JobSpec("batch", "m.parquet", Path("o"), ref_audio="cli.wav", ref_text="cli text")
