@@ -121,7 +121,6 @@ class Engine:
         self.suppress = torch.zeros(t.vocab_size, dtype=torch.bool, device=dev)  # [V]
         self.suppress[t.suppress_start :] = True
         self.suppress[self.eos] = False
-        self.cp_positions = torch.arange(t.num_code_groups, device=dev)  # frame-local positions
 
     # -- prefill (eager, outside any graph) ---------------------------------------------------
     @torch.no_grad()
@@ -241,24 +240,17 @@ class Engine:
         s.finished.logical_or_(stop)
 
     def _predict_codes(self, frame: torch.Tensor) -> torch.Tensor:
-        """Codebooks 1..G-1 for every slot: 2-token prefill then one token per step, KV cached."""
-        s, cp = self.state, self.talker.code_predictor
-        x = torch.cat((s.past_hidden[:, None], self.talker.embed_codec(s.c0[:, None])), dim=1)
-        b = x.shape[0]
-        codes = [s.c0]
-        s.cp_kv.start = 0
-        for j in range(len(cp.lm_head)):
-            n = x.shape[1]
-            pos = self.cp_positions[s.cp_kv.start : s.cp_kv.start + n].expand(b, n)  # [B, n]
-            stack = cp.model if n > 1 else self.predictor_step  # the 2-token start: module path
-            hidden = stack(cp.small_to_mtp_projection(x), pos, None, s.cp_kv)  # [B, n, Hc]
-            logits = cp.lm_head[j](hidden)[:, -1].float()  # [B, vocab]
-            code = choose_tokens(logits, s.subtalker, s.seeds, frame, j + 1,
+        """All G codes of every slot's frame: c0 and the predictor's residual codebooks."""
+        s, talker = self.state, self.talker
+        start = torch.cat((s.past_hidden[:, None], talker.embed_codec(s.c0[:, None])), dim=1)
+        s.cp_kv.start = 0  # frame-local positions
+
+        def choose(logits: torch.Tensor, codebook: int) -> torch.Tensor:
+            return choose_tokens(logits, s.subtalker, s.seeds, frame, codebook,
                                  allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
-            codes.append(code)
-            s.cp_kv.start += n
-            x = cp.model.codec_embedding[j](code[:, None])  # [B, 1, Ht]
-        return torch.stack(codes, dim=1)  # [B, G]
+
+        rest = talker.code_predictor.residual_codes(start, s.cp_kv, choose, self.predictor_step)
+        return torch.cat((s.c0[:, None], rest), dim=1)  # [B, G]
 
 
 def _rows(params: RowParams, index: torch.Tensor) -> RowParams:

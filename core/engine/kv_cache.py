@@ -79,7 +79,8 @@ class _DecodeView:
 
 
 class PredictorKVCache:
-    """[layers, B, Hk, positions, D]; frame-local positions 0..G-1, written by static slices."""
+    """[layers, B, Hk, positions, D]; frame-local positions 0..G-1, written by static slices. Each
+    forward writes at `start` and advances it after its last layer; set start = 0 per frame."""
 
     def __init__(
         self,
@@ -95,10 +96,13 @@ class PredictorKVCache:
         shape = (num_layers, slots, kv_heads, positions, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.start = 0  # first position the next update writes (a Python int: static per step)
+        self.num_layers = num_layers
+        self.start = 0  # first position the next forward writes (a Python int: static per step)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        end = self.start + k.shape[2]
-        self.k[layer, :, :, self.start : end] = k
-        self.v[layer, :, :, self.start : end] = v
+        start, end = self.start, self.start + k.shape[2]
+        self.k[layer, :, :, start:end] = k
+        self.v[layer, :, :, start:end] = v
+        if layer == self.num_layers - 1:
+            self.start = end  # this forward is done; the next one writes after it
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]

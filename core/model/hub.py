@@ -25,7 +25,7 @@ class ModelLoadError(Exception):
     """Checkpoint not found, not downloadable, unreadable or not matching the model (one line)."""
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """First non-empty line of an exception's text (hub errors carry multi-line advice)."""
     for line in str(exc).splitlines():
         if line.strip():
@@ -93,7 +93,7 @@ def _snapshot(repo_id: str) -> Path:
         ) from None
     except Exception as exc:  # offline, connection, disk: the hub already fell back to the cache
         raise ModelLoadError(
-            f"cannot download {repo_id} ({type(exc).__name__}: {_one_line(exc)}); "
+            f"cannot download {repo_id} ({type(exc).__name__}: {one_line(exc)}); "
             + _download_hint(repo_id)
         ) from None
 
@@ -108,7 +108,7 @@ def _model_type_problem(config_path: Path, expected: str) -> str | None:
     try:
         data = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"cannot read {config_path}: {_one_line(exc)}"
+        return f"cannot read {config_path}: {one_line(exc)}"
     if not isinstance(data, dict):
         return f"{config_path} is not a JSON object"
     found = data.get("model_type")

@@ -19,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from qtts.core.model.hub import ModelLoadError, _one_line, check_layout, resolve_model_dir
+from qtts.core.model.hub import ModelLoadError, check_layout, one_line, resolve_model_dir
 
 __all__ = [
     "ModelLoadError",
@@ -50,7 +50,7 @@ def read_safetensors(directory: Path, stem: str = "model") -> dict[str, Tensor]:
         try:
             return load_file(single)
         except (SafetensorError, OSError) as exc:
-            raise ModelLoadError(f"cannot read {single}: {_one_line(exc)}") from None
+            raise ModelLoadError(f"cannot read {single}: {one_line(exc)}") from None
     if index.is_file():
         return _read_sharded(d, index)
     raise ModelLoadError(f"no {single.name} or {index.name} in {d}")
@@ -60,7 +60,7 @@ def _read_weight_map(index: Path) -> dict[str, str]:
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {index}: {_one_line(exc)}") from None
+        raise ModelLoadError(f"cannot read {index}: {one_line(exc)}") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelLoadError(f"{index} has no weight_map (tensor name -> shard file)")
@@ -90,7 +90,7 @@ def _read_sharded(directory: Path, index: Path) -> dict[str, Tensor]:
                         )
                     tensors[name] = f.get_tensor(name)
         except (SafetensorError, OSError) as exc:
-            raise ModelLoadError(f"cannot read {path}: {_one_line(exc)}") from None
+            raise ModelLoadError(f"cannot read {path}: {one_line(exc)}") from None
     return tensors
 
 

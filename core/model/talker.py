@@ -11,6 +11,7 @@ model itself has no device-specific branches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -209,6 +210,31 @@ class CodePredictor(nn.Module):
             self.small_to_mtp_projection = nn.Linear(talker_hidden, cfg.hidden_size, bias=True)
         else:
             self.small_to_mtp_projection = nn.Identity()
+
+    def residual_codes(
+        self,
+        start: torch.Tensor,  # [B, 2, Ht]: the talker state that produced c0, and C(c0)
+        cache: KVCache,  # empty for this frame; positions are frame-local, 0..G-1
+        choose: Callable[
+            [torch.Tensor, int], torch.Tensor
+        ],  # (fp32 logits [B, V], codebook) -> [B]
+        one_token_step: Callable | None = None,  # replaces self.model for the one-token steps
+    ) -> torch.Tensor:
+        """Codebooks 1..G-1 of one frame (QWEN3_TTS.md §4): a 2-token prefill at positions 0, 1
+        and lm_head[0] give code 1; code j is fed back (its own embedding, talker width, through
+        the projection) at position j + 1 and lm_head[j] gives code j + 1. -> int64 [B, G - 1]."""
+        b = start.shape[0]
+        positions = torch.arange(len(self.lm_head) + 1, device=start.device)  # [G]
+        x, codes = start, []
+        for j, head in enumerate(self.lm_head):
+            n, first = x.shape[1], 0 if j == 0 else j + 1
+            pos = positions[first : first + n].expand(b, n)  # [B, n]
+            step = self.model if n > 1 or one_token_step is None else one_token_step
+            hidden = step(self.small_to_mtp_projection(x), pos, None, cache)  # [B, n, Hc]
+            codes.append(choose(head(hidden)[:, -1].float(), j + 1))  # [B]
+            if j + 1 < len(self.lm_head):  # the last code is never fed back
+                x = self.model.codec_embedding[j](codes[-1][:, None])  # [B, 1, Ht]
+        return torch.stack(codes, dim=1)  # [B, G - 1]
 
 
 class Talker(nn.Module):

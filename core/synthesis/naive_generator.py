@@ -1,4 +1,4 @@
-"""The reference generator: simple, batched, and step-for-step the official decode loop.
+"""The naive generator: simple, batched, and step-for-step the official decode loop.
 
 The yardstick for the fast engine. It left-pads prompts like the official batch path, grows a plain
 concatenating KV cache, keeps finished rows in the batch (feeding EOS) so every row sees the same
@@ -69,7 +69,7 @@ def _prefill_mask(keep: torch.Tensor) -> torch.Tensor | None:
     return ((causal[None] & keep[:, None, :]) | eye[None])[:, None]
 
 
-class ReferenceGenerator:
+class NaiveGenerator:
     def __init__(self, model, config: ModelConfig, tts_pad: torch.Tensor):
         self.talker = model.talker
         self.config = config
@@ -143,22 +143,16 @@ class ReferenceGenerator:
         return c0
 
     def _predict_codes(self, past_hidden, c0, inp: GenerationInputs, seeds, frame: int):
-        """Codebooks 1..G-1 for one frame: 2-token prefill, then one token per step (KV cached)."""
+        """All G codes of one frame: c0 and the predictor's residual codebooks (fresh cache)."""
         cp = self.talker.code_predictor
-        b = c0.shape[0]
-        x = torch.cat((past_hidden, self.talker.embed_codec(c0[:, None])), dim=1)  # [B, 2, Ht]
-        cache = ConcatKV(len(cp.model.layers))
+        start = torch.cat((past_hidden, self.talker.embed_codec(c0[:, None])), dim=1)  # [B, 2, H]
         frames = torch.full_like(seeds, frame)
-        codes = [c0]
-        pos = torch.arange(2, device=c0.device).expand(b, 2)
-        for j in range(len(cp.lm_head)):
-            hidden = cp.model(cp.small_to_mtp_projection(x), pos, None, cache)  # [B, T, Hc]
-            logits = cp.lm_head[j](hidden)[:, -1].float()  # [B, 2048]
-            code = select_tokens(logits, inp.subtalker, seeds, frames, codebook=j + 1)
-            codes.append(code)
-            x = cp.model.codec_embedding[j](code[:, None])  # [B, 1, Ht]
-            pos = torch.full((b, 1), j + 2, dtype=torch.long, device=c0.device)
-        return torch.stack(codes, dim=1)  # [B, G]
+
+        def choose(logits: torch.Tensor, codebook: int) -> torch.Tensor:
+            return select_tokens(logits, inp.subtalker, seeds, frames, codebook)
+
+        rest = cp.residual_codes(start, ConcatKV(len(cp.model.layers)), choose)
+        return torch.cat((c0[:, None], rest), dim=1)  # [B, G]
 
     def _text_term(self, prompts: list[Prompt], step: int) -> torch.Tensor:
         rows = [p.trailing[step] if step < p.trailing.shape[0] else self.tts_pad for p in prompts]

@@ -53,7 +53,7 @@ def open_text_model(model: str) -> CheckpointText:
 
 
 def load_synthesizer(text_model: CheckpointText, device: str, dtype: str, batch_size: int = 16):
-    """Weights on the device. QTTS_GENERATOR=reference runs the yardstick instead of the engine."""
+    """Weights on the device. QTTS_GENERATOR=naive runs the yardstick instead of the engine."""
     from qtts.core.synthesis.synthesizer import Synthesizer
 
     generator = os.environ.get("QTTS_GENERATOR", "engine")

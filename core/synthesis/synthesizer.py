@@ -2,7 +2,7 @@
 
 Loads the talker and the speech-tokenizer decoder strictly from the checkpoint, builds prompts,
 generates codes with the fast engine (continuous batching over `batch_size` slots; the default) or
-the reference generator (static batches; the yardstick), decodes finished codes to audio in batches,
+the naive generator (static batches; the yardstick), decodes finished codes to audio in batches,
 and fails a row on its own (non-finite audio). Knows tensors and token ids; no manifests, no files.
 """
 
@@ -34,7 +34,7 @@ from qtts.core.synthesis.prompt import (
 )
 
 log = logging.getLogger("qtts")
-GENERATORS = ("engine", "reference")
+GENERATORS = ("engine", "naive")
 
 
 def load_weights(text_model, device: torch.device, dtype: torch.dtype):
@@ -137,8 +137,8 @@ class Synthesizer:
             yield from failed
             if not requests:
                 return
-        if self.generator == "reference":
-            finished = self._reference(requests, tokens, options)
+        if self.generator == "naive":
+            finished = self._naive(requests, tokens, options)
         else:
             finished = self._engine(requests, tokens, options)
         # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
@@ -153,10 +153,10 @@ class Synthesizer:
             return embed_clone_prompt(talker, self.config, tokens, ref.x_vector, ref.ref_code)
         return embed_prompt(self.model.talker, self.config, tokens)
 
-    def _reference(self, requests, tokens, options):
-        from qtts.core.synthesis.naive_generator import GenerationInputs, ReferenceGenerator
+    def _naive(self, requests, tokens, options):
+        from qtts.core.synthesis.naive_generator import GenerationInputs, NaiveGenerator
 
-        gen = ReferenceGenerator(self.model, self.config, self.tts_pad)
+        gen = NaiveGenerator(self.model, self.config, self.tts_pad)
         for start in range(0, len(requests), self.batch_size):
             batch = requests[start : start + self.batch_size]
             talker, sub = row_params(options, len(batch), self.device)

@@ -52,10 +52,10 @@ def _requests(text_model, case: dict) -> list[Request]:
     return out
 
 
-@pytest.mark.parametrize("generator", ["engine", "reference"])
+@pytest.mark.parametrize("generator", ["engine", "naive"])
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
 def test_codes_and_audio_match_official(case, generator, synthesizers):
-    """The reference generator runs the rows as one padded batch (as the official call did); the
+    """The naive generator runs the rows as one padded batch (as the official call did); the
     engine runs them in as many slots, each prefilled alone."""
     text_model, synth = synthesizers(case["checkpoint"], generator)
     synth.batch_size = len(case["rows"])
@@ -68,7 +68,7 @@ def test_codes_and_audio_match_official(case, generator, synthesizers):
 def test_tokenization_matches_official(case, synthesizers):
     from qtts.core.synthesis.prompt import assistant_template, encode, instruct_template
 
-    text_model, _ = synthesizers(case["checkpoint"], "reference")
+    text_model, _ = synthesizers(case["checkpoint"], "naive")
     for i, row in enumerate(case["rows"]):
         got = encode(text_model.tokenizer, assistant_template(row["text"]))
         assert got == case["input_ids"][i], f"row {i}"

@@ -27,15 +27,14 @@ def test_predictor_step_matches_module(tiny, batch):
     packed = PackedStack(stack)
     for cache in (module_kv, packed_kv):  # both start from the same 2-token prefill
         stack(start, torch.arange(2).expand(batch, 2), None, cache)
-        cache.start = 2
+        assert cache.start == 2  # the cache advances itself after the last layer
     for _ in range(5):  # a few steps, each reading what the previous ones cached
         x = torch.randn(batch, 1, width, generator=gen)
         pos = torch.full((batch, 1), module_kv.start)
         want = stack(x, pos, None, module_kv)
         got = packed(x, pos, None, packed_kv)
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-        module_kv.start += 1
-        packed_kv.start += 1
+        assert module_kv.start == packed_kv.start == pos[0, 0] + 1
     torch.testing.assert_close(packed_kv.k, module_kv.k, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(packed_kv.v, module_kv.v, atol=1e-6, rtol=1e-5)
 

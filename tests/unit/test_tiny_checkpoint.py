@@ -37,7 +37,7 @@ def cv17(tmp_path_factory, one_thread):
 def _synthesize(model_dir, budget):
     text = CheckpointText("tiny", model_dir)
     model, decoder = load_weights(text, torch.device("cpu"), torch.float32)
-    synth = Synthesizer(text, model, decoder, torch.device("cpu"), generator="reference")
+    synth = Synthesizer(text, model, decoder, torch.device("cpu"), generator="naive")
     opts = GenerationOptions(text.defaults.talker, text.defaults.subtalker)
     reqs = [
         Request(f"r{i}", t, i + 1, speaker=s, language=lang, max_new_tokens=budget)

@@ -1,9 +1,9 @@
-"""The reference generator: batch invariance, budgets, and KV cache == naive recompute."""
+"""The naive generator: batch invariance, budgets, and KV cache == naive recompute."""
 
 import torch
 
 from qtts.core.engine.sampling import RowParams
-from qtts.core.synthesis.naive_generator import GenerationInputs, ReferenceGenerator
+from qtts.core.synthesis.naive_generator import GenerationInputs, NaiveGenerator
 from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 
 ROWS = [
@@ -26,7 +26,7 @@ def _prompts(tiny, rows=ROWS):
 
 def _generate(tiny, prompts, budgets, *, greedy=True, seeds=None):
     config, model, _ = tiny
-    gen = ReferenceGenerator(model, config, pad_embedding(model.talker, config))
+    gen = NaiveGenerator(model, config, pad_embedding(model.talker, config))
     n = len(prompts)
     seeds = seeds or [11] * n
     params = dict(greedy=greedy, temperature=0.9, top_k=50, top_p=0.9)
