@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from qtts.core.jobs.requests import Request
 
-FRAME_RATE_HZ = 12.5
 # Runaway guard: 8 s for any text, plus 8 frames (0.64 s) per text token. Normal speech runs at
 # 2-5 frames per text token, so the guard is about twice the slowest normal delivery.
 GUARD_BASE_FRAMES = 100

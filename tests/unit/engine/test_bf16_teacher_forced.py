@@ -8,8 +8,8 @@ import copy
 import engines
 import pytest
 import torch
-from conftest import _tiny
 from teacher_forcing import agreement, forced_logits
+from tiny_models import tiny_model
 
 # bf16 keeps 8 significant bits (relative rounding 2^-9); through a few layers of sums and
 # norms logits move by ~1% of their range (seen 1.1% talker, 1.7% predictor here). A cast in the
@@ -21,7 +21,7 @@ MIN_ARGMAX_AGREEMENT = 0.95  # seen 1.0 (talker) and 0.989 (predictor) over ~1,7
 @pytest.fixture(scope="module")
 def model64(tmp_path_factory):
     """Talker width 64, 4 query heads over 2 KV heads: wide enough for bf16 sums to matter."""
-    return _tiny(tmp_path_factory, talker_hidden=64, heads=4, kv_heads=2)
+    return tiny_model(tmp_path_factory, talker_hidden=64, heads=4, kv_heads=2)
 
 
 def test_bf16_tracks_fp32_teacher_forced(model64, monkeypatch):

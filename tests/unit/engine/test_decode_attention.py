@@ -78,8 +78,8 @@ def test_engine_codes_with_the_cuda_layout_and_gpu_attention(tiny_gqa, sdpa_bthd
 @pytest.fixture
 def codec():
     """A small random speech decoder, codes for two utterances and their audio (plain SDPA)."""
-    from qtts.core.bench.throughput import decoder_config
     from qtts.core.model.codec import SpeechDecoder, decode_utterances
+    from qtts.core.model.sizes import decoder_config
 
     torch.manual_seed(0)
     decoder = SpeechDecoder(decoder_config("small")).eval()

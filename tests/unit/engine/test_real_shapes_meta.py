@@ -11,11 +11,12 @@ import pytest
 import torch
 from op_log import OpLog
 
-from qtts.core.bench.throughput import _prompt_tokens, decoder_config, model_config
+from qtts.core.bench.throughput import synthetic_tokens
 from qtts.core.engine.decode_attention import attend_grouped
 from qtts.core.engine.engine import Engine, SlotFill, SlotState
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
 from qtts.core.model.config import SamplingParams
+from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
 from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
@@ -45,7 +46,7 @@ def _fills(real, n: int, first_slot: int = 0) -> list[SlotFill]:
     _, config, model, _ = real
     vocab = config.talker.text_vocab_size
     prompts = [
-        embed_prompt(model.talker, config, _prompt_tokens(i, vocab, 9 + 13 * i)) for i in range(n)
+        embed_prompt(model.talker, config, synthetic_tokens(i, vocab, 9 + 13 * i)) for i in range(n)
     ]
     return [
         SlotFill(first_slot + i, p, MAX_FRAMES, i, PARAMS, PARAMS) for i, p in enumerate(prompts)

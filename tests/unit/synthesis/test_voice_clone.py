@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from golden import GOLDEN
 
 from qtts.core.synthesis.voice_clone import ReferenceCache, cut_reference, load_reference
 
-GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
 SR = 24000
 
 
