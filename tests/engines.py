@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import torch
 
-from qtts.core.engine.engine import Engine, SlotState
+from qtts.core.engine.engine import Engine
 from qtts.core.engine.runner import EngineJob, run_continuous
 from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.slots import SlotState
 from qtts.core.model.config import SamplingParams
 from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 

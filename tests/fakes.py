@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qtts.core.jobs.requests import GenerationOptions, Request, RowFailure, Utterance
 from qtts.core.model.config import GenerationDefaults, ModelConfig
+from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
 
 SPEAKERS = {"vivian": 3065, "ryan": 3061, "eric": 2875}
 LANGUAGES = {"english": 2050, "chinese": 2055, "german": 2053}

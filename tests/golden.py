@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qtts.core.jobs.requests import GenerationOptions, Utterance
+from qtts.core.synthesis.requests import GenerationOptions, Utterance
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 

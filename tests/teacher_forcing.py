@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from qtts.core.engine import engine as engine_module
-from qtts.core.engine.engine import SlotFill
+from qtts.core.engine.slots import SlotFill
 
 Logits = dict[tuple[int, int, int], torch.Tensor]  # (row, frame, codebook) -> fp32 [V] on CPU
 

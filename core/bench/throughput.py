@@ -100,8 +100,9 @@ def synthetic_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
 
 def run_one(size, config, model, decoder, *, batch, requests, frames, device, mode,
             write=False, text_len=24) -> BenchResult:  # fmt: skip
-    from qtts.core.engine.engine import Engine, SlotState
+    from qtts.core.engine.engine import Engine
     from qtts.core.engine.runner import EngineJob, run_continuous, view_lengths
+    from qtts.core.engine.slots import SlotState
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -189,9 +190,9 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
 
 def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     """ms per decode step with every slot active, and the eager split into its parts."""
-    from qtts.core.engine.engine import SlotFill
     from qtts.core.engine.runner import view_length
     from qtts.core.engine.sampling import choose_tokens
+    from qtts.core.engine.slots import SlotFill
 
     s = engine.state
     dev = s.c0.device

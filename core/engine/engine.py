@@ -10,89 +10,16 @@ Knows token ids and tensors; no text, no files.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
 from qtts.core.engine.decode_attention import attend_grouped
-from qtts.core.engine.kv_cache import PredictorKVCache, TalkerKVCache
 from qtts.core.engine.packed_stack import PackedStack
 from qtts.core.engine.refill import SITE_FIELDS, pack_refill
 from qtts.core.engine.sampling import RowParams, choose_tokens, hints_of
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig, SamplingParams
-from qtts.core.synthesis.prompt import Prompt
-
-
-@dataclass
-class SlotFill:
-    """One prompt to run into a free slot."""
-
-    slot: int
-    prompt: Prompt
-    budget: int  # max_new_tokens
-    seed: int
-    talker: SamplingParams  # this row's talker sampling (host values)
-    subtalker: SamplingParams
-
-
-class SlotState:
-    """Everything one decode step reads and writes, for `slots` rows."""
-
-    def __init__(
-        self,
-        config: ModelConfig,
-        slots: int,
-        max_len: int,
-        max_frames: int,
-        max_trailing: int,
-        *,
-        talker: SamplingParams,
-        subtalker: SamplingParams,
-        dtype: torch.dtype,
-        device,
-    ):
-        t, cp = config.talker, config.code_predictor
-        h, g, dev = t.hidden_size, t.num_code_groups, device
-
-        def zeros(*shape, dt=torch.long):
-            return torch.zeros(shape, dtype=dt, device=dev)
-
-        self.slots, self.max_frames = slots, max_frames
-        self.kv = TalkerKVCache(
-            t.num_hidden_layers,
-            slots,
-            t.num_key_value_heads,
-            max_len,
-            t.head_dim,
-            dtype=dtype,
-            device=dev,
-        )
-        self.cp_kv = PredictorKVCache(
-            cp.num_hidden_layers,
-            slots,
-            cp.num_key_value_heads,
-            g,
-            cp.head_dim,
-            dtype=dtype,
-            device=dev,
-        )
-        self.c0 = zeros(slots)  # last sampled codebook-0 token
-        self.past_hidden = zeros(slots, h, dt=dtype)  # talker state that produced c0
-        self.num_tokens = zeros(slots)  # c0 tokens sampled so far
-        self.budget = zeros(slots)  # max_new_tokens per slot
-        self.finished = torch.ones(slots, dtype=torch.bool, device=dev)  # empty slots are done
-        self.hit_budget = zeros(slots, dt=torch.bool)
-        self.num_frames = zeros(slots)  # valid once finished
-        self.seeds = zeros(slots)
-        self.seen = zeros(slots, t.vocab_size, dt=torch.bool)  # c0 ids sampled (penalty)
-        self.codes = zeros(slots, max_frames, g)  # [B, F, G] the output buffer
-        self.trailing = zeros(slots, max_trailing, h, dt=dtype)  # [B, Tt, H]
-        self.trailing_len = zeros(slots)
-        # Per-slot sampling parameters, started from the job's (their host hints hold for every
-        # slot: prefill refuses a row whose parameters would change a hint).
-        self.talker = RowParams.from_sampling(talker, slots, dev)
-        self.subtalker = RowParams.from_sampling(subtalker, slots, dev)
+from qtts.core.engine.slots import SlotFill, SlotState
+from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig
 
 
 class Engine:

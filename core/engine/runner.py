@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from qtts.core.engine.engine import Engine, SlotFill
+from qtts.core.engine.engine import Engine
+from qtts.core.engine.slots import Prompt, SlotFill
 from qtts.core.model.config import SamplingParams
-from qtts.core.synthesis.prompt import Prompt
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from qtts.core.jobs.requests import Request
+from qtts.core.synthesis.requests import Request
 
 # Runaway guard: 8 s for any text, plus 8 frames (0.64 s) per text token. Normal speech runs at
 # 2-5 frames per text token, so the guard is about twice the slowest normal delivery.

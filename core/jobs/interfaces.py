@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
-from qtts.core.jobs.requests import GenerationOptions, Request, RowFailure, Utterance
 from qtts.core.model.config import GenerationDefaults, ModelConfig
+from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
 
 
 class TextModel(Protocol):

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from qtts.core.jobs.requests import Request, Utterance
 from qtts.core.jobs.writer import atomic_write, atomic_write_bytes
+from qtts.core.synthesis.requests import Request, Utterance
 
 log = logging.getLogger("qtts")
 

@@ -31,7 +31,6 @@ from qtts.core.jobs.journal import (
     write_metadata,
     write_results,
 )
-from qtts.core.jobs.requests import Request, RowFailure, Utterance
 from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.writer import (
     OutputWriter,
@@ -41,6 +40,7 @@ from qtts.core.jobs.writer import (
     fsync_dir,
 )
 from qtts.core.jobs.writer import remove_live_temps as _remove_live_temps
+from qtts.core.synthesis.requests import Request, RowFailure, Utterance
 
 log = logging.getLogger("qtts")
 

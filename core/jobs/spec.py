@@ -10,10 +10,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qtts.core.jobs.requests import GenerationOptions
 from qtts.core.jobs.validation import RowDefaults
 from qtts.core.jobs.writer import AUDIO_FORMATS
 from qtts.core.model.config import GenerationDefaults, SamplingParams
+from qtts.core.synthesis.requests import GenerationOptions
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 ON_BUDGET = ("ok", "fail")

@@ -16,7 +16,7 @@ from pathlib import Path
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.manifest import InputRow, id_problem
-from qtts.core.jobs.requests import Request
+from qtts.core.synthesis.requests import Request
 
 MAX_SEED = 2**63 - 1
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from qtts.core.engine.sampling import RowParams, apply_penalties, select_tokens
+from qtts.core.engine.slots import Prompt
 from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig
-from qtts.core.synthesis.prompt import Prompt
 
 
 class ConcatKV:

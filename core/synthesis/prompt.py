@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from qtts.core.engine.host_copy import ids_to_device
+from qtts.core.engine.slots import Prompt
 from qtts.core.model.config import ModelConfig
 
 # Template slices (Qwen2 tokenizer, no BOS/EOS added).
@@ -131,12 +132,6 @@ def prompt_tokens(
         codec_prefix=prefix,
         speaker_id=t.spk_id[speaker] if speaker and config.uses_speaker else None,
     )
-
-
-@dataclass
-class Prompt:
-    embeds: torch.Tensor  # [L, H] prefill inputs
-    trailing: torch.Tensor  # [Tt, H] text rows added to decode steps 0..Tt-1 (tts_pad after)
 
 
 def _special_ids(config: ModelConfig) -> list[int]:

@@ -18,7 +18,6 @@ import torch
 
 from qtts.core.engine.sampling import RowParams
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.jobs.requests import GenerationOptions, Request, RowFailure, Utterance
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import load_strict, parse_device, parse_dtype, read_safetensors
@@ -32,6 +31,7 @@ from qtts.core.synthesis.prompt import (
     prompt_tokens,
     trailing_length,
 )
+from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
 
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "naive")
@@ -190,8 +190,9 @@ class Synthesizer:
                 torch.cuda.empty_cache()
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, options):
-        from qtts.core.engine.engine import Engine, SlotState
+        from qtts.core.engine.engine import Engine
         from qtts.core.engine.runner import EngineJob, run_continuous, view_lengths
+        from qtts.core.engine.slots import SlotState
 
         todo = [(i, requests[i], tokens[i]) for i in order]
         max_len = max(prompt_length(t) + r.max_new_tokens for _, r, t in todo) + 1

@@ -178,8 +178,8 @@ def clone_inputs(cache: ReferenceCache, tokenizer, requests: list, tokens: list)
     whose reference is unusable becomes a RowFailure with the reason."""
     from dataclasses import replace
 
-    from qtts.core.jobs.requests import RowFailure
     from qtts.core.synthesis.prompt import clone_tokens
+    from qtts.core.synthesis.requests import RowFailure
 
     kept, kept_tokens, failed = [], [], []
     for r, t in zip(requests, tokens, strict=True):

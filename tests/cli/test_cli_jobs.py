@@ -12,7 +12,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.requests import Request
+from qtts.core.synthesis.requests import Request
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 

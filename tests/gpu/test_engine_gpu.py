@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from qtts.core.jobs.requests import GenerationOptions, Request
+from qtts.core.synthesis.requests import GenerationOptions, Request
 
 pytestmark = [
     pytest.mark.gpu,
@@ -83,8 +83,9 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch):
 
     from teacher_forcing import agreement, forced_logits
 
-    from qtts.core.engine.engine import Engine, SlotState
+    from qtts.core.engine.engine import Engine
     from qtts.core.engine.settings import EngineSettings
+    from qtts.core.engine.slots import SlotState
     from qtts.core.synthesis.prompt import prompt_tokens
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
 

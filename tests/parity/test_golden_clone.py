@@ -20,7 +20,7 @@ from golden import (
     greedy_utterances,
 )
 
-from qtts.core.jobs.requests import Request
+from qtts.core.synthesis.requests import Request
 
 
 def _cases() -> list[dict]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from golden import GOLDEN, assert_matches_case, golden_cases, greedy_utterances
 
-from qtts.core.jobs.requests import Request
+from qtts.core.synthesis.requests import Request
 
 
 def _cases() -> list[dict]:

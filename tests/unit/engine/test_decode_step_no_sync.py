@@ -7,7 +7,7 @@ import engines
 import pytest
 from op_log import OpLog
 
-from qtts.core.engine.engine import SlotFill
+from qtts.core.engine.slots import SlotFill
 
 
 def _prefilled(tiny, greedy, settings):

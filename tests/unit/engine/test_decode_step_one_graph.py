@@ -8,7 +8,7 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.engine import SlotFill
+from qtts.core.engine.slots import SlotFill
 
 
 def _prefilled(tiny, greedy, settings):

@@ -4,7 +4,7 @@ path, official single-request numerics): same state up to float rounding, same c
 import engines
 import torch
 
-from qtts.core.engine.engine import SlotFill
+from qtts.core.engine.slots import SlotFill
 
 
 def test_grouped_prefill_state_matches_single(tiny):

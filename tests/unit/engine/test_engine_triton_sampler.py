@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 SCRIPT = """
 import json, sys
 from qtts.core.synthesis.session import load_synthesizer, open_text_model
-from qtts.core.jobs.requests import GenerationOptions, Request
+from qtts.core.synthesis.requests import GenerationOptions, Request
 tm = open_text_model(sys.argv[1])
 synth = load_synthesizer(tm, "cpu", "float32", 2)
 opts = GenerationOptions(tm.defaults.talker, tm.defaults.subtalker)  # sampling on

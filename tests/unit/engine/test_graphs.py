@@ -8,9 +8,9 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.engine import SlotFill
 from qtts.core.engine.graphs import EagerGraphs, GraphCaptureError, GraphedDecodeStep
 from qtts.core.engine.runner import view_lengths
+from qtts.core.engine.slots import SlotFill
 
 
 class Recording(EagerGraphs):

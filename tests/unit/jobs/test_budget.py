@@ -39,7 +39,7 @@ def test_nonsense_budgets_are_refused(cap, explicit):
 
 def test_longest_first_keeps_input_order_on_ties_and_every_request_once():
     from qtts.core.jobs.budget import longest_first
-    from qtts.core.jobs.requests import Request
+    from qtts.core.synthesis.requests import Request
 
     reqs = [Request(id=f"r{i}", text="t", row=i + 1) for i in range(5)]
     est = {"r0": 10, "r1": 50, "r2": 30, "r3": 50, "r4": 5}

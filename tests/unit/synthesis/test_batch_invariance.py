@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qtts.core.jobs.requests import GenerationOptions, Request
+from qtts.core.synthesis.requests import GenerationOptions, Request
 
 TEXTS = [f"The quick brown fox jumps over the lazy dog, take {i}." for i in range(16)]
 TARGET = Request("target", "Hello there, this is the target row.", 99, "ryan", "auto", None,

@@ -8,7 +8,7 @@ attempt would have, so the codes equal an undisturbed run.
 import pytest
 import torch
 
-from qtts.core.jobs.requests import GenerationOptions, Request
+from qtts.core.synthesis.requests import GenerationOptions, Request
 
 
 @pytest.fixture(scope="module")

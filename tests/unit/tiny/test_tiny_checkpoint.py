@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from qtts.core.jobs.requests import GenerationOptions, Request
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.hub import check_layout
 from qtts.core.model.loader import read_safetensors
+from qtts.core.synthesis.requests import GenerationOptions, Request
 from qtts.core.synthesis.session import CheckpointText
 from qtts.core.synthesis.synthesizer import Synthesizer, load_weights
 from qtts.core.tiny.checkpoint import LANGUAGES, SPEAKERS, make_tiny_checkpoint, resolve_dims

@@ -1,6 +1,6 @@
 """What flows between the job layer and the synthesizer: validated requests in, utterances out.
 
-Plain data, no tensors: the scheduler and writer import this without torch.
+Plain data, no tensors: the synthesizer's API, which the jobs layer imports without torch.
 """
 
 from __future__ import annotations

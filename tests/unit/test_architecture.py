@@ -1,0 +1,127 @@
+"""The architecture the tree shows is the one the imports obey: no import cycle among the project's
+modules (imports inside functions included), every edge points down the layers of qtts.core
+(jobs -> synthesis -> engine -> model), and the jobs layer works with torch missing altogether."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = {"cli": "qtts.cli", "core": "qtts.core", "kernels": "qtts.kernels", "pkg": "qtts"}
+
+# layer -> layers it may import (besides itself). "qtts.core.X" modules are in layer X.
+ALLOWED = {
+    "model": set(),
+    "kernels": set(),
+    "engine": {"model", "kernels"},
+    "synthesis": {"engine", "model", "kernels"},
+    "jobs": {"synthesis.requests", "model.config"},  # the torch-free contract types only
+    "tiny": {"model", "synthesis"},
+    "bench": {"engine", "model", "synthesis", "jobs", "kernels"},
+    "cli": {"jobs", "synthesis", "model", "bench", "engine", "kernels", "pkg"},
+    "pkg": {"cli"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for folder, package in PACKAGES.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(REPO / folder).with_suffix("").parts]
+            out[".".join([package, *[p for p in parts if p != "__init__"]])] = path
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n in modules)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(p, modules) - {m} for m, p in modules.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] == ["qtts", "core"] and len(parts) > 2:
+        return parts[2]
+    if parts[:2] in (["qtts", "cli"], ["qtts", "kernels"]):
+        return parts[1]
+    return "pkg"
+
+
+def test_no_import_cycles():
+    graph, state, cycles = _graph(), {}, []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for dep in sorted(graph[node]):
+            if state.get(dep) == "open":
+                cycles.append(path[path.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_imports_point_down_the_layers():
+    bad = []
+    for module, deps in _graph().items():
+        layer = _layer(module)
+        for dep in deps:
+            target = _layer(dep)
+            sub = ".".join(dep.split(".")[2:4])  # e.g. "synthesis.requests"
+            if target != layer and target not in ALLOWED[layer] and sub not in ALLOWED[layer]:
+                bad.append(f"{module} -> {dep}")
+    assert bad == [], "\n".join(sorted(bad))
+
+
+BLOCK_TORCH = """
+import importlib, pkgutil, sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch.") or name in ("triton", "transformers"):
+            raise ImportError(f"blocked: {name}")
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCK_TORCH + code], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_the_jobs_layer_imports_without_torch():
+    code = """
+import qtts.core.jobs as jobs
+names = [m.name for m in pkgutil.walk_packages(jobs.__path__, "qtts.core.jobs.")]
+for name in names:
+    importlib.import_module(name)
+print(len(names), "torch" in sys.modules)
+"""
+    proc = _run(code)
+    assert proc.returncode == 0, proc.stderr
+    count, torch_loaded = proc.stdout.split()
+    assert int(count) >= 10 and torch_loaded == "False"
+
+
+def test_qtts_help_answers_without_torch():
+    proc = _run("sys.argv = ['qtts', '--help']\nfrom qtts.cli.app import main\nmain()")
+    assert proc.returncode == 0, proc.stderr
+    assert "synth" in proc.stdout and "batch" in proc.stdout
