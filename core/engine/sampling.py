@@ -4,9 +4,9 @@ Semantics follow the official (Hugging Face) logits processors, in this order: r
 over the row's previously generated ids -> EOS blocked while fewer than `min_new_tokens` were
 generated -> suppressed ids -> (greedy rows: argmax here) -> temperature -> top-k (ties with the
 k-th value kept) -> top-p (only when < 1) -> draw. The draw is Gumbel-max with noise that is a pure
-function of (request seed, frame index, codebook index, vocab index), so a request's tokens do not
-depend on its batch, slot, device or a resume. Every per-row parameter is a device tensor (graph-
-safe).
+function of (request seed, frame index, codebook index, vocab index) (qtts.core.engine.noise), so
+a request's tokens do not depend on its batch, slot, device or a resume. Every per-row parameter
+is a device tensor (graph-safe).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from qtts.core.engine.noise import gumbel, noise_at, row_keys, uniform_noise
 from qtts.core.model.config import SamplingParams
-
-_MASK32 = 0xFFFFFFFF
 
 
 @dataclass
@@ -89,42 +88,6 @@ def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:
 def hints_of(params: SamplingParams) -> tuple:
     """The host hints RowParams.from_sampling derives from `params` (compared, never guessed)."""
     return _hints(not params.do_sample, params.top_k, params.top_p)
-
-
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2^32 for uint32 values held in int64, without int64 overflow."""
-    lo = x * (c & 0xFFFF)
-    hi = ((x * (c >> 16)) & 0xFFFF) << 16
-    return (lo + hi) & _MASK32
-
-
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer finaliser (lowbias32); the Triton kernel computes the same in uint32."""
-    x = x & _MASK32
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def row_keys(seeds: torch.Tensor, frames: torch.Tensor, codebook: int) -> torch.Tensor:
-    """A 32-bit key per row from (seed, frame, codebook). seeds/frames int64 [B] -> int64 [B]."""
-    k = mix32(frames * 32 + codebook)
-    k = mix32(k ^ ((seeds >> 32) & _MASK32))
-    return mix32(k ^ (seeds & _MASK32))
-
-
-def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
-    """u in (0, 1) per (row, vocab index): float32 [B, V]."""
-    v = torch.arange(vocab, dtype=torch.int64, device=keys.device)
-    return noise_at(keys, v[None, :])
-
-
-def noise_at(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """uniform_noise's u at vocab ids `index` (int64 [B, n] or [1, n]): float32 [B, n]."""
-    bits = mix32(keys[:, None] ^ mix32(index + 0x9E3779B9))
-    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
 
 
 def apply_penalties(
@@ -209,10 +172,6 @@ def select_tokens(
         u = uniform_noise(keys, scores.shape[-1])
         drawn = (warped + gumbel(u)).argmax(dim=-1)
     return torch.where(params.greedy, greedy_ids, drawn)
-
-
-def gumbel(u: torch.Tensor) -> torch.Tensor:
-    return -torch.log(-torch.log(u))
 
 
 def draw_among_top_k(

@@ -6,6 +6,7 @@ is handed to the writer pool at once and journalled by the writer just before it
 disk full, too many failures, a crash), writes in flight are settled and results.parquet +
 metadata.jsonl are rebuilt from the journal before returning or raising.
 Knows requests, utterances and records; no tensors, no CLI.
+Over 300 lines: one class whose settle-on-any-exit invariant spans all its methods.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ own modules (qtts.core.model.talker, qtts.core.model.codec), so the output loads
 construction.
 Must not know: generation, prompts or files beyond the checkpoint layout. The speech tokenizer holds
 the decoder only (qtts never encodes audio for CustomVoice/VoiceDesign).
+Over 300 lines: the three config files and the weight draw must agree, so they stay in one place.
 """
 
 from __future__ import annotations

@@ -5,15 +5,13 @@ import math
 import pytest
 import torch
 
+from qtts.core.engine.noise import mix32, row_keys, uniform_noise
 from qtts.core.engine.sampling import (
     RowParams,
     apply_penalties,
     draw_among_top_k,
     filter_top_k_top_p,
-    mix32,
-    row_keys,
     select_tokens,
-    uniform_noise,
 )
 
 
