@@ -57,9 +57,10 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
     import torch
 
     from qtts.core.bench.throughput import fast_mode, random_models, run_one
-    from qtts.core.model.loader import parse_device, parse_dtype
+    from qtts.core.model.loader import parse_device, parse_dtype, use_device
 
     dev = parse_device(device)
+    use_device(dev)
     dt = parse_dtype(dtype, dev)
     config, model, decoder = random_models(size, dev, dt)
     fast = fast_mode(dev)

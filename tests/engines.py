@@ -56,13 +56,14 @@ def engine(
     *,
     max_len: int = 128,
     max_frames: int = 16,
+    max_trailing: int = 1,
     device="cpu",
     dtype=torch.float32,
 ) -> Engine:
     config, model, _ = tiny
     params = sampling(greedy)
-    state = SlotState(config, slots, max_len, max_frames, 1, talker=params, subtalker=params,
-                      dtype=dtype, device=device)  # fmt: skip
+    state = SlotState(config, slots, max_len, max_frames, max_trailing, talker=params,
+                      subtalker=params, dtype=dtype, device=device)  # fmt: skip
     return Engine(model, config, state, pad_embedding(model.talker, config),
                   settings or cpu_settings())  # fmt: skip
 
@@ -80,3 +81,25 @@ def run_codes(eng: Engine, job_list, step=None) -> dict:
             assert d.key not in out, f"job {d.key} came back twice"
             out[d.key] = d.codes
     return out
+
+
+def prefilled(
+    tiny, slots: int, filled: int, greedy: bool, settings=None, budget: int = 12, device="cpu"
+):
+    """An engine with `filled` of its `slots` prefilled (slot i: prompt i, seed 7 + i); the rest
+    stay empty and ride along as masked no-ops."""
+    from qtts.core.engine.slots import SlotFill
+
+    eng = engine(tiny, slots, greedy, settings, device=device)
+    p = sampling(greedy)
+    fills = [SlotFill(i, pr, budget, 7 + i, p, p) for i, pr in enumerate(prompts(tiny)[:filled])]
+    eng.prefill(fills)
+    return eng
+
+
+def on_meta(tiny):
+    """The same model, config and tokenizer with every weight on the meta device (no values)."""
+    import copy
+
+    config, model, tok = tiny
+    return config, copy.deepcopy(model).to("meta"), tok

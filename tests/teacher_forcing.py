@@ -32,6 +32,7 @@ def forced_logits(eng, prompts, codes: list[torch.Tensor], params, monkeypatch) 
     def choose(logits, _params, _seeds, frame, codebook, **_kwargs):
         # Every site passes the frame its token belongs to: the talker the frame its c0 starts
         # (prefill: 0), the predictor the frame it completes.
+        assert logits.dtype == torch.float32, f"site {codebook} got {logits.dtype} logits"
         index = frame.clamp(0, frames)  # [n]
         for r in range(logits.shape[0]):
             seen.setdefault((r, int(index[r]), codebook), logits[r].float().cpu())

@@ -15,8 +15,8 @@ import torch
 
 from qtts.core.engine.decode_attention import attend_grouped
 from qtts.core.engine.packed_stack import PackedStack
-from qtts.core.engine.refill import SITE_FIELDS, pack_refill
-from qtts.core.engine.sampling import RowParams, choose_tokens, hints_of
+from qtts.core.engine.refill import pack_refill
+from qtts.core.engine.sampling import ROW_FIELDS, RowParams, choose_tokens, hints_of
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.slots import SlotFill, SlotState
 from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig
@@ -77,7 +77,7 @@ class Engine:
         else:  # only the last real position of each row: [m, H] -> [m, V]
             logits = self.talker.codec_head(hidden[rows, lengths - 1]).float()
         for dst, src in ((s.talker, table.talker), (s.subtalker, table.subtalker)):
-            for name in SITE_FIELDS:
+            for name in ROW_FIELDS:
                 getattr(dst, name)[slots] = src[name]
         s.seeds[slots] = table.seed
         s.seen[slots] = False
@@ -105,6 +105,8 @@ class Engine:
         for f in fills:
             if not 0 <= f.slot < s.slots:
                 raise ValueError(f"prefill: slot {f.slot} outside 0..{s.slots - 1}")
+            if f.budget < 1:
+                raise ValueError(f"prefill: budget {f.budget} (max_new_tokens must be >= 1)")
             # A slot writes K/V at positions < prompt + budget (finished slots keep writing at
             # their length until harvested) and codes at frames < budget: both must fit.
             if f.prompt.embeds.shape[0] + f.budget > s.kv.max_len or f.budget > s.max_frames:
@@ -182,4 +184,4 @@ class Engine:
 
 def _rows(params: RowParams, index: torch.Tensor) -> RowParams:
     """The rows `index` of params (copies), hints kept."""
-    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in SITE_FIELDS})
+    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in ROW_FIELDS})

@@ -27,11 +27,11 @@ import torch
 
 from qtts.core.engine.engine import Engine
 
+Step = Callable[[int], None]  # Engine.decode_step(view_len)
 # Small per-slot tensors a decode step changes. Warm-up runs real steps, so these are saved and
 # restored around it; the KV and code buffers need no restore (the next real step rewrites the same
 # positions, since lengths and counters are restored).
-Step = Callable[[int], None]  # Engine.decode_step(view_len)
-_MUTATED = ("c0", "past_hidden", "num_tokens", "finished", "hit_budget", "num_frames", "seen")
+MUTATED_STATE = ("c0", "past_hidden", "num_tokens", "finished", "hit_budget", "num_frames", "seen")
 
 
 class GraphCaptureError(RuntimeError):
@@ -39,24 +39,28 @@ class GraphCaptureError(RuntimeError):
 
 
 class CudaGraphs:
-    """The capture backend on CUDA: warm-up on a side stream, capture into one shared pool."""
+    """The capture backend on CUDA: warm-up on a side stream, capture into one shared pool. Its
+    streams are made on the engine's device explicitly (torch.cuda.graph's default capture stream
+    is made once per process, on whichever device was current then)."""
 
-    def __init__(self):
+    def __init__(self, device: torch.device):
+        self.device = device
         self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream(device)
 
     def warmup(self, step: Step, view_len: int, steps: int) -> None:
         # Lazy inits, Triton compilation and cuBLAS workspaces happen here, outside any capture.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
             for _ in range(steps):
                 step(view_len)
-        torch.cuda.current_stream().wait_stream(side)
+        current.wait_stream(self.stream)
 
     def capture(self, step: Step, view_len: int) -> torch.cuda.CUDAGraph:
         """A graph of one step(view_len) call."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             step(view_len)
         return graph
 
@@ -76,7 +80,7 @@ class EagerGraphs:
 def default_backend(engine: Engine) -> CudaGraphs:
     if engine.tts_pad.device.type != "cuda":
         raise ValueError("CUDA graphs need the engine on a CUDA device")
-    return CudaGraphs()
+    return CudaGraphs(engine.tts_pad.device)
 
 
 class GraphedDecodeStep:
@@ -88,7 +92,7 @@ class GraphedDecodeStep:
         self.graphs: dict[int, object] = {}
         views = sorted(set(view_lens), reverse=True)  # largest first: it sizes the shared pool
         state = engine.state
-        saved = {name: getattr(state, name).clone() for name in _MUTATED}
+        saved = {name: getattr(state, name).clone() for name in MUTATED_STATE}
         saved_lengths = state.kv.lengths.clone()
         view = views[0]
         try:

@@ -15,27 +15,23 @@ import numpy as np
 import torch
 
 from qtts.core.engine.host_copy import float32_bits, from_float32_bits, to_device
-from qtts.core.model.config import SamplingParams
+from qtts.core.engine.sampling import ROW_FIELDS
 
-SITE_FIELDS = ("greedy", "top_k", "temperature", "top_p", "penalty")  # RowParams' tensors
-_INT_FIELDS = ("slot", "length", "budget", "seed", "trailing_len")
-
-
-def _site_values(p: SamplingParams) -> tuple:
-    return (not p.do_sample, p.top_k, p.temperature, p.top_p, p.repetition_penalty)
+SITES = ("talker", "subtalker")
+_SCALARS = ("slot", "length", "budget", "seed", "trailing_len")
 
 
 @dataclass
 class RefillTable:
-    """Device views of one refill: int64 [m] per scalar field, sampling fields per site in
-    RowParams' dtypes, and the (row, position) pairs that scatter prompts and trailing rows."""
+    """Device views of one refill: int64 [m] per scalar field, each site's ROW_FIELDS in their
+    dtypes, and the (row, position) pairs that scatter prompts and trailing rows."""
 
     slot: torch.Tensor
     length: torch.Tensor
     budget: torch.Tensor
     seed: torch.Tensor
     trailing_len: torch.Tensor
-    talker: dict[str, torch.Tensor]  # SITE_FIELDS -> [m]
+    talker: dict[str, torch.Tensor]  # ROW_FIELDS -> [m]
     subtalker: dict[str, torch.Tensor]
     prompt_row: torch.Tensor  # [sum L]: row of the padded batch each prompt position goes to
     prompt_pos: torch.Tensor  # [sum L]
@@ -46,39 +42,43 @@ class RefillTable:
 def pack_refill(fills, device: torch.device | str) -> RefillTable:
     """fills: SlotFill-like (slot, prompt, budget, seed, talker, subtalker) -> device views."""
     m = len(fills)
+    width = m + (m & 1)  # columns padded to 16 bytes: the Triton sampler reads some of them
     lengths = np.array([f.prompt.embeds.shape[0] for f in fills], dtype=np.int64)
     trailing = np.array([f.prompt.trailing.shape[0] for f in fills], dtype=np.int64)
     slots = np.array([f.slot for f in fills], dtype=np.int64)
-    ints = np.stack([slots, lengths, [f.budget for f in fills], [f.seed for f in fills], trailing])
-    sites = []
-    for site in ("talker", "subtalker"):
-        values = np.array([_site_values(getattr(f, site)) for f in fills], dtype=np.float64)
-        sites += [values[:, 0].astype(np.int64), values[:, 1].astype(np.int64)]
-        sites += [float32_bits(values[:, j]) for j in (2, 3, 4)]
-    header = np.concatenate([ints.reshape(-1), np.concatenate(sites)])  # field-major, m each
+    columns = [slots, lengths, [f.budget for f in fills], [f.seed for f in fills], trailing]
+    for site in SITES:
+        for get, dtype in ROW_FIELDS.values():
+            values = [get(getattr(f, site)) for f in fills]
+            columns.append(float32_bits(values) if dtype == torch.float32 else values)
+    header = np.zeros((len(columns), width), dtype=np.int64)
+    for row, column in zip(header, columns, strict=True):
+        row[:m] = column
     indices = [
         np.repeat(np.arange(m), lengths),
         np.concatenate([np.arange(n) for n in lengths]),
         np.repeat(slots, trailing),
         np.concatenate([np.arange(n) for n in trailing]),
     ]
-    table = to_device(np.concatenate([header, *indices]), device)  # the one copy
-    columns = list(table[: header.shape[0]].view(-1, m).unbind(0))  # views, no kernels
+    table = to_device(np.concatenate([header.reshape(-1), *indices]), device)  # the one copy
+    views = [c[:m] for c in table[: header.size].view(len(columns), width).unbind(0)]
     sizes = [int(lengths.sum())] * 2 + [int(trailing.sum())] * 2
-    rest = torch.split(table[header.shape[0] :], sizes)
-    scalars = dict(zip(_INT_FIELDS, columns[: len(_INT_FIELDS)], strict=True))
-    per_site = [columns[len(_INT_FIELDS) :][i * 5 : (i + 1) * 5] for i in range(2)]
-    talker, subtalker = (_site_tensors(cols) for cols in per_site)
+    rest = torch.split(table[header.size :], sizes)
+    fields = len(ROW_FIELDS)
+    talker, subtalker = (
+        _site(views[len(_SCALARS) + i * fields : len(_SCALARS) + (i + 1) * fields])
+        for i in range(len(SITES))
+    )
+    scalars = dict(zip(_SCALARS, views[: len(_SCALARS)], strict=True))
     return RefillTable(**scalars, talker=talker, subtalker=subtalker, prompt_row=rest[0],
                        prompt_pos=rest[1], trailing_slot=rest[2], trailing_pos=rest[3])  # fmt: skip
 
 
-def _site_tensors(cols: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    greedy, top_k, temperature, top_p, penalty = cols
-    return {
-        "greedy": greedy.bool(),
-        "top_k": top_k,
-        "temperature": from_float32_bits(temperature),
-        "top_p": from_float32_bits(top_p),
-        "penalty": from_float32_bits(penalty),
-    }
+def _site(columns: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for (name, (_, dtype)), column in zip(ROW_FIELDS.items(), columns, strict=True):
+        if dtype == torch.float32:
+            out[name] = from_float32_bits(column)
+        else:
+            out[name] = column.to(dtype) if dtype != torch.int64 else column
+    return out

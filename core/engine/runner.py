@@ -101,6 +101,6 @@ def _host_flags(state) -> tuple[list[bool], list[int], list[bool]]:
     packed = torch.stack((state.finished.long(), state.num_frames, state.hit_budget.long()))
     host = packed.to("cpu", non_blocking=True)
     if packed.is_cuda:
-        torch.cuda.current_stream().synchronize()
+        torch.cuda.current_stream(packed.device).synchronize()
     finished, frames, hit = host.tolist()
     return [bool(f) for f in finished], frames, [bool(h) for h in hit]

@@ -66,18 +66,21 @@ class RowParams:
     @classmethod
     def from_sampling(cls, params: SamplingParams, n: int, device) -> RowParams:
         """n rows of one site's job-wide sampling parameters (host hints included)."""
-        return cls.fill(
-            n,
-            device,
-            greedy=not params.do_sample,
-            temperature=params.temperature,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            penalty=params.repetition_penalty,
-        )
+        return cls.fill(n, device, **{name: get(params) for name, (get, _) in ROW_FIELDS.items()})
 
     def hints(self) -> tuple:
         return self.all_greedy, self.max_top_k, self.top_p_off
+
+
+# RowParams' per-row tensors: how each is read off a row's SamplingParams, and its dtype. The one
+# place this mapping lives (RowParams.from_sampling and refills both use it).
+ROW_FIELDS = {
+    "greedy": (lambda p: not p.do_sample, torch.bool),
+    "temperature": (lambda p: p.temperature, torch.float32),
+    "top_k": (lambda p: p.top_k, torch.int64),
+    "top_p": (lambda p: p.top_p, torch.float32),
+    "penalty": (lambda p: p.repetition_penalty, torch.float32),
+}
 
 
 def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:

@@ -26,6 +26,7 @@ __all__ = [
     "check_layout",
     "load_strict",
     "parse_device",
+    "use_device",
     "parse_dtype",
     "read_safetensors",
     "resolve_model_dir",
@@ -200,6 +201,14 @@ def parse_device(name: str) -> torch.device:
     if int(index) >= count:
         raise ValueError(f"--device {name}: only {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
     return torch.device("cuda", int(index))
+
+
+def use_device(device: torch.device) -> None:
+    """Make `device` the current CUDA device. Streams, events and graph captures made without an
+    explicit device land on the current one: on cuda:1 with cuda:0 current, a captured graph
+    would record nothing (its kernels run on cuda:1's streams) and replays would do nothing."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 def parse_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -50,7 +50,7 @@ def overlapped(
                 ready = None
                 if stream is not None:
                     ready = torch.cuda.Event()
-                    ready.record()
+                    ready.record(torch.cuda.current_stream(device))
                 pending.append(pool.submit(run, group, ready))
                 while pending and (pending[0].done() or len(pending) > max_pending):
                     yield pending.popleft().result()

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from golden import AUDIO_ATOL, GOLDEN, golden_file
+from golden import DECODER_ATOL, GOLDEN, golden_file
 from safetensors.torch import load_file
 
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 
 TOKENIZER = GOLDEN / "speech_tokenizer"
-TOL = AUDIO_ATOL  # fp32 max |err| vs the official decode (named and justified in tests/golden.py)
+TOL = DECODER_ATOL  # fp32 max |err| vs the official decode (named and justified in tests/golden.py)
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,6 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.slots import SlotFill
-
-
-def _prefilled(tiny, greedy, settings):
-    eng = engines.engine(tiny, 3, greedy, settings)
-    p = engines.sampling(greedy)
-    prompts = engines.prompts(tiny)[:2]  # 3 slots, 2 filled
-    eng.prefill([SlotFill(i, pr, 12, 11 + i, p, p) for i, pr in enumerate(prompts)])
-    return eng
-
 
 @pytest.mark.slow  # tracing takes ~5 s per case on a 2-core CPU
 @pytest.mark.parametrize("packed", [False, True], ids=["module", "packed"])
@@ -25,7 +15,8 @@ def _prefilled(tiny, greedy, settings):
 def test_decode_step_traces_as_one_graph(tiny_gqa, packed, greedy):
     torch._dynamo.reset()
     settings = engines.gpu_settings(packed_predictor=packed)
-    traced, eager = _prefilled(tiny_gqa, greedy, settings), _prefilled(tiny_gqa, greedy, settings)
+    traced = engines.prefilled(tiny_gqa, 3, 2, greedy, settings, budget=12)
+    eager = engines.prefilled(tiny_gqa, 3, 2, greedy, settings, budget=12)
     step = torch.compile(traced.decode_step, fullgraph=True, backend="eager", dynamic=False)
     for _ in range(3):
         step(64)  # raises torch._dynamo.exc.Unsupported on a graph break

@@ -37,3 +37,28 @@ def test_grouped_prefill_gives_the_same_codes_through_refills(tiny):
         for k in alone:
             assert alone[k].shape[0] == 5 + k  # budget 6 + k -> 5 + k frames
             assert torch.equal(grouped[k], alone[k]), k
+
+
+def test_grouped_prefill_puts_each_rows_trailing_text_in_its_own_slot(tiny):
+    """Voice-clone prompts trail several distinct text rows; a grouped refill into slots given
+    out of order must land each block in its own slot, as one-at-a-time refills do."""
+    from qtts.core.engine.slots import Prompt
+
+    prompts, params = engines.prompts(tiny), engines.sampling(True)
+    g = torch.Generator().manual_seed(5)
+    h = prompts[0].embeds.shape[1]
+    clone_like = [Prompt(p.embeds, torch.randn(n, h, generator=g))
+                  for p, n in zip(prompts[:3], (3, 1, 5), strict=True)]  # fmt: skip
+    slots = [2, 0, 3]  # out of order, slot 1 left empty
+    fills = [SlotFill(s, p, 10, s, params, params) for s, p in zip(slots, clone_like, strict=True)]
+    single = engines.engine(tiny, 4, True, max_trailing=8)
+    for f in fills:
+        single.prefill([f])
+    grouped = engines.engine(tiny, 4, True, max_trailing=8)
+    grouped.prefill(fills)
+    for s, p in zip(slots, clone_like, strict=True):
+        n = p.trailing.shape[0]
+        assert int(grouped.state.trailing_len[s]) == n
+        assert torch.equal(grouped.state.trailing[s, :n], p.trailing), s
+    assert torch.equal(grouped.state.trailing, single.state.trailing)
+    assert torch.equal(grouped.state.trailing_len, single.state.trailing_len)

@@ -1,14 +1,25 @@
-"""Decode graphs captured before decoding (qtts.core.engine.graphs), driven on CPU by a recording
-backend whose "graphs" run the eager step: every view the host loop asks for was captured up front,
-largest first, before any replay; codes equal the plain eager loop; a failed capture drops every
-graph and restores the slot state, and an out-of-memory one surfaces as torch.OutOfMemoryError.
+"""Decode graphs captured before decoding (qtts.core.engine.graphs), driven on CPU by backends that
+stand in for CUDA graphs: every view the host loop asks for was captured up front, largest first,
+before any replay; codes equal the plain eager loop; a failed capture drops every graph and
+restores the slot state, and an out-of-memory one surfaces as torch.OutOfMemoryError.
+
+`Traced` is the closer twin of a CUDA graph: it traces the step once (torch.fx make_fx) and replays
+the trace, which writes the same slot-state tensors in place with every Python value frozen at
+capture time, so Python state baked into a step shows up as wrong codes.
 """
+
+from types import SimpleNamespace
 
 import engines
 import pytest
 import torch
 
-from qtts.core.engine.graphs import EagerGraphs, GraphCaptureError, GraphedDecodeStep
+from qtts.core.engine.graphs import (
+    MUTATED_STATE,
+    EagerGraphs,
+    GraphCaptureError,
+    GraphedDecodeStep,
+)
 from qtts.core.engine.runner import view_lengths
 from qtts.core.engine.slots import SlotFill
 
@@ -27,7 +38,30 @@ class Recording(EagerGraphs):
         return type(graph)(replay=lambda: (self.log.append(("replay", view_len)), graph.replay()))
 
 
-SETTINGS = engines.cpu_settings(allow_host_sync=False)  # as on GPU: nothing reads the host
+class Traced(Recording):
+    """Capture = trace one step with make_fx (which runs it, so the slot state is put back as
+    it was, as a CUDA capture leaves it); replay = run the trace."""
+
+    def capture(self, step, view_len):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        if len([e for e in self.log if e[0] == "capture"]) == self.fail_at:
+            raise self.error
+        self.log.append(("capture", view_len))
+        state = step.__self__.state
+        saved = [t.clone() for t in _state_tensors(state)]
+        trace = make_fx(lambda: step(view_len))()
+        for t, value in zip(_state_tensors(state), saved, strict=True):
+            t.copy_(value)
+        return SimpleNamespace(replay=lambda: (self.log.append(("replay", view_len)), trace()))
+
+
+def _state_tensors(state):
+    return [getattr(state, n) for n in MUTATED_STATE] + [state.kv.lengths]
+
+
+# As on GPU, nothing reads the host; 32-position views keep the traces few (3 for 96 positions).
+SETTINGS = engines.cpu_settings(allow_host_sync=False, view_bucket=32)
 
 
 def _graphed_codes(tiny, backend, greedy=True):
@@ -38,9 +72,10 @@ def _graphed_codes(tiny, backend, greedy=True):
     return engines.run_codes(eng, jobs, step=step), views
 
 
+@pytest.mark.parametrize("backend", [Recording, Traced], ids=["eager", "traced"])
 @pytest.mark.parametrize("greedy", [True, False])
-def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy):
-    backend = Recording()
+def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy, backend):
+    backend = backend()
     got, views = _graphed_codes(tiny, backend, greedy)
     captures = [v for kind, v in backend.log if kind == "capture"]
     replays = [v for kind, v in backend.log if kind == "replay"]
@@ -65,8 +100,24 @@ def test_view_lengths_cover_every_view_the_loop_can_pick():
 
 def _state_copy(eng):
     s = eng.state
-    names = ("c0", "past_hidden", "num_tokens", "finished", "hit_budget", "num_frames", "seen")
-    return {n: getattr(s, n).clone() for n in names} | {"lengths": s.kv.lengths.clone()}
+    return {n: getattr(s, n).clone() for n in MUTATED_STATE} | {"lengths": s.kv.lengths.clone()}
+
+
+def test_capture_after_a_prefill_leaves_the_state_as_it_was(tiny):
+    """Warm-up runs real steps on a live state; capture must put it back exactly (the graph's
+    first replay is then the step that was due), and decoding goes on as if nothing happened."""
+    eng = engines.prefilled(tiny, 3, 2, True, SETTINGS)
+    twin = engines.prefilled(tiny, 3, 2, True, SETTINGS)
+    before = _state_copy(eng)
+    step = GraphedDecodeStep(eng, [64], backend=Traced())
+    for name, value in _state_copy(eng).items():
+        assert torch.equal(value, before[name]), name
+    for _ in range(6):
+        step(64)
+        twin.decode_step(64)
+    for name, value in _state_copy(twin).items():
+        assert torch.equal(_state_copy(eng)[name], value), name
+    assert torch.equal(eng.state.codes, twin.state.codes)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +139,7 @@ def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
     with pytest.raises(raised) as info:
         GraphedDecodeStep(eng, views, backend=Recording(fail_at=2, error=error))
     if raised is GraphCaptureError:
-        assert "KV view 64" in str(info.value) and "QTTS_CUDA_GRAPHS=0" in str(info.value)
+        assert "KV view 32" in str(info.value) and "QTTS_CUDA_GRAPHS=0" in str(info.value)
     after = _state_copy(eng)
     for name, value in before.items():
         assert torch.equal(after[name], value), name  # warm-up steps ran; the state is back

@@ -447,3 +447,26 @@ def test_load_strict_to_cuda():
     assert m.proj.weight.device == device and m.proj.weight.dtype == torch.bfloat16
     assert m.steps.device == device and m.steps.dtype == torch.long
     assert m.inv_freq.device == device and m.inv_freq.dtype == torch.float32
+
+
+def test_loading_on_cuda_n_makes_it_the_current_device_first(monkeypatch):
+    """Streams, events and graph captures made without a device use the current one: a job on
+    cuda:1 must make cuda:1 current before any of them exist (else its graphs capture nothing)."""
+    from qtts.core.model import loader
+    from qtts.core.synthesis import synthesizer
+
+    events = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: events.append(("set_device", d)))
+    monkeypatch.setattr(synthesizer, "parse_device", lambda name: torch.device("cuda", 1))
+    monkeypatch.setattr(synthesizer, "parse_dtype", lambda name, dev: torch.bfloat16)
+
+    def load_weights(text_model, device, dtype):
+        events.append(("load", device))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(synthesizer, "load_weights", load_weights)
+    with pytest.raises(RuntimeError, match="stop here"):
+        synthesizer.Synthesizer.load(object(), "cuda:1", "auto")
+    assert events == [("set_device", torch.device("cuda", 1)), ("load", torch.device("cuda", 1))]
+    loader.use_device(torch.device("cpu"))  # nothing to do on CPU
+    assert len(events) == 2
