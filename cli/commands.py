@@ -63,7 +63,8 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
         try:
             spec = JobSpec(
                 kind=kind, source=source, out_dir=a["out_dir"], model=a["model"],
-                device=a["device"], dtype=a["dtype"].value, batch_size=a["batch_size"],
+                device=a["device"], dtype=a["dtype"].value,
+                batch_size=o.parse_batch_size(a["batch_size"]),
                 max_new_tokens=a["max_new_tokens"],
                 row_defaults=RowDefaults(a["speaker"], a["language"], a["instruct"], a["seed"]),
                 sampling=SamplingOverrides(
@@ -100,7 +101,7 @@ def synth(
     model: o.Model = o.DEFAULT_MODEL,
     device: o.Device = "auto",
     dtype: o.DtypeOpt = o.Dtype.auto,
-    batch_size: o.BatchSize = 16,
+    batch_size: o.BatchSize = "auto",
     max_new_tokens: o.MaxNewTokens = None,
     speaker: o.Speaker = None,
     language: o.Language = "auto",
@@ -139,7 +140,7 @@ def batch(
     model: o.Model = o.DEFAULT_MODEL,
     device: o.Device = "auto",
     dtype: o.DtypeOpt = o.Dtype.auto,
-    batch_size: o.BatchSize = 16,
+    batch_size: o.BatchSize = "auto",
     max_new_tokens: o.MaxNewTokens = None,
     speaker: o.Speaker = None,
     language: o.Language = "auto",

@@ -35,6 +35,7 @@ Exit codes:
 # Core exceptions whose message is written for users: no type name, no traceback needed.
 _KNOWN = {
     "ManifestError": EXIT_USAGE,
+    "MemoryPlanError": EXIT_USAGE,  # an explicit --batch-size that cannot fit; nothing ran
     "LockHeldError": EXIT_LOCKED,
     "ModelLoadError": EXIT_FATAL,
     "DiskFullError": EXIT_FATAL,

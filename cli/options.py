@@ -51,14 +51,29 @@ Device = Annotated[str, _opt("--device", panel=MODEL_PANEL, help="auto, cpu, cud
 DtypeOpt = Annotated[
     Dtype, _opt("--dtype", panel=MODEL_PANEL, help="auto = bfloat16 on CUDA, float32 on CPU.")
 ]
+
+
+def parse_batch_size(value: str) -> int | None:
+    """ "auto" (None: the memory plan decides) or a positive integer."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: use auto or a positive integer") from None
+    if size < 1:
+        raise typer.BadParameter(f"{value!r}: use auto or a positive integer")
+    return size
+
+
 BatchSize = Annotated[
-    int,
+    str,
     _opt(
         "--batch-size",
         "-b",
-        min=1,
         panel=MODEL_PANEL,
-        help="Rows decoded together (engine slots; freed slots are refilled at once).",
+        help="Rows decoded together (engine slots; freed slots are refilled at once). auto: as "
+        "many as the memory plan fits (see qtts plan); a number that cannot fit is refused.",
     ),
 ]
 MaxNewTokens = Annotated[

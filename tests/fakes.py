@@ -148,7 +148,7 @@ def open_text_model(model: str) -> FakeTextModel:
 
 
 def load_synthesizer(
-    text_model: FakeTextModel, device: str, dtype: str, batch_size: int = 16
+    text_model: FakeTextModel, device: str, dtype: str, batch_size: int | None = None
 ) -> FakeSynthesizer:
     if os.environ.get("QTTS_FAKE_LOAD_FAIL"):
         from qtts.core.model.hub import ModelLoadError

@@ -55,4 +55,6 @@ class NoProgress:
 
 
 OpenTextModel = Callable[[str], TextModel]
-LoadSynthesizer = Callable[[TextModel, str, str, int], Synthesizer]  # (.., device, dtype, batch)
+LoadSynthesizer = Callable[
+    [TextModel, str, str, int | None], Synthesizer
+]  # (.., device, dtype, batch)

@@ -45,6 +45,7 @@ from qtts.core.synthesis.requests import Request, RowFailure, Utterance
 
 log = logging.getLogger("qtts")
 
+WRITE_BATCH = 16  # rows per write batch when the batch size is planned (--batch-size auto)
 MAX_BATCHES_IN_FLIGHT = 2  # batches written but not yet journalled: bounds audio held in memory
 
 
@@ -168,7 +169,7 @@ class JobRun:
                     break
                 self._accept(item, waiting, current)
                 current.count += 1
-                if current.count >= self.spec.batch_size:
+                if current.count >= (self.spec.batch_size or WRITE_BATCH):
                     current.closed = True
                     self._drain(block=len(self.inflight) > MAX_BATCHES_IN_FLIGHT)
                     current = self._open_batch()

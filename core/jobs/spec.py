@@ -42,7 +42,7 @@ class JobSpec:
     model: str = DEFAULT_MODEL
     device: str = "auto"
     dtype: str = "auto"
-    batch_size: int = 16
+    batch_size: int | None = None  # None: the memory plan decides (--batch-size auto)
     max_new_tokens: int | None = None
     row_defaults: RowDefaults = RowDefaults()
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
@@ -66,7 +66,7 @@ class JobSpec:
             raise ValueError(f"--format must be wav or flac, got {self.audio_format!r}")
         if self.on_budget not in ON_BUDGET:
             raise ValueError(f"--on-budget must be ok or fail, got {self.on_budget!r}")
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.max_failures is not None and self.max_failures < 1:
             raise ValueError(f"--max-failures must be >= 1, got {self.max_failures}")

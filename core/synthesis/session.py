@@ -52,7 +52,9 @@ def open_text_model(model: str) -> CheckpointText:
     return CheckpointText(model, model_dir)
 
 
-def load_synthesizer(text_model: CheckpointText, device: str, dtype: str, batch_size: int = 16):
+def load_synthesizer(
+    text_model: CheckpointText, device: str, dtype: str, batch_size: int | None = None
+):
     """Weights on the device. QTTS_GENERATOR=naive runs the yardstick instead of the engine."""
     from qtts.core.synthesis.synthesizer import Synthesizer
 

@@ -12,29 +12,36 @@ import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
 
+from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 from qtts.core.model.hub import ModelLoadError
-from qtts.core.model.loader import load_strict, parse_device, parse_dtype, read_safetensors
+from qtts.core.model.loader import (
+    load_strict,
+    parse_device,
+    parse_dtype,
+    read_safetensors,
+    use_device,
+)
 from qtts.core.model.talker import build_model
 from qtts.core.synthesis.decode_overlap import overlapped
 from qtts.core.synthesis.prompt import (
     embed_clone_prompt,
     embed_prompt,
     pad_embedding,
-    prompt_length,
     prompt_tokens,
-    trailing_length,
 )
 from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
 
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "naive")
+NAIVE_BATCH = 16  # the naive generator's batch (it is not memory-planned: a yardstick)
 
 
 def load_weights(text_model, device: torch.device, dtype: torch.dtype):
@@ -84,14 +91,16 @@ class Synthesizer:
         decoder,
         device: torch.device,
         *,
-        batch_size: int = 16,
+        batch_size: int | None = None,
         generator: str = "engine",
     ):
         if generator not in GENERATORS:
             raise ValueError(f"generator must be one of {GENERATORS}, not {generator!r}")
         self.text_model, self.config = text_model, text_model.config
         self.model, self.decoder, self.device = model, decoder, device
-        self.batch_size, self.generator = batch_size, generator
+        self.batch_size, self.generator = batch_size, generator  # batch_size None: planned
+        self.dtype = model.talker.codec_head.weight.dtype
+        self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
         # Held by the vocoder thread while it works and by graph capture: no device work from
@@ -113,6 +122,7 @@ class Synthesizer:
             dt = parse_dtype(dtype, dev)
         except ValueError as e:
             raise ModelLoadError(str(e)) from None
+        use_device(dev)
         model, decoder = load_weights(text_model, dev, dt)
         return cls(text_model, model, decoder, dev, **kwargs)
 
@@ -157,12 +167,13 @@ class Synthesizer:
         from qtts.core.synthesis.naive_generator import GenerationInputs, NaiveGenerator
 
         gen = NaiveGenerator(self.model, self.config, self.tts_pad)
-        for start in range(0, len(requests), self.batch_size):
-            batch = requests[start : start + self.batch_size]
+        size = self.batch_size or NAIVE_BATCH
+        for start in range(0, len(requests), size):
+            batch = requests[start : start + size]
             talker, sub = row_params(options, len(batch), self.device)
             out = gen.generate(
                 GenerationInputs(
-                    [self._prompt(t) for t in tokens[start : start + self.batch_size]],
+                    [self._prompt(t) for t in tokens[start : start + size]],
                     [r.max_new_tokens for r in batch],
                     [r.seed for r in batch],
                     talker,
@@ -171,68 +182,121 @@ class Synthesizer:
             )
             yield [(r, o.codes, o.hit_budget) for r, o in zip(batch, out, strict=True)]
 
-    def _engine(self, requests, tokens, options):
-        """Continuous batching; on CUDA out-of-memory, halve the slots and rerun what is unfinished
-        (seeded draws make the rerun produce what the first attempt would have)."""
-        pending = set(range(len(requests)))
-        slots = min(self.batch_size, len(requests))
-        while True:
-            try:
-                for done in self._engine_pass(requests, tokens, sorted(pending), slots, options):
-                    pending.difference_update(d.key for d in done)
-                    yield [(requests[d.key], d.codes, d.hit_budget) for d in done]
-                return
-            except torch.OutOfMemoryError:
-                if slots == 1:
-                    raise
-                slots //= 2
-                log.warning("CUDA out of memory: retrying with %d slots", slots)
-                torch.cuda.empty_cache()
+    def plan(self, requests, tokens) -> MemoryPlan:
+        """The memory plan of these rows on this device (raises MemoryPlanError if an explicit
+        batch size, or even one slot, cannot fit)."""
+        from qtts.core.synthesis.memory_plan import (
+            device_budget,
+            dims_for,
+            module_bytes,
+            packed_copy_bytes,
+            plan_job,
+            row_shapes,
+            speech_encoder_bytes,
+        )
 
-    def _engine_pass(self, requests, tokens, order: list[int], slots: int, options):
+        settings = EngineSettings.for_device(self.device)
+        weights = module_bytes([self.model, self.decoder])
+        if settings.packed_predictor:
+            weights += packed_copy_bytes(self.model)
+        if self.references is not None:  # Base: the Mimi encoder, loaded for in-context rows
+            weights += speech_encoder_bytes(self.text_model.model_dir / "speech_tokenizer")
+        dims = dims_for(self.config, self.decoder.cfg, self.dtype, self.device.type)
+        shapes = row_shapes([r.max_new_tokens for r in requests], tokens)
+        budget = device_budget(self.device)
+        return plan_job(shapes, dims, budget, weights, settings, self.batch_size, self.device.type)
+
+    def _engine(self, requests, tokens, options):
+        """Continuous batching, one engine pass per length group of the memory plan. Out of
+        memory anywhere in a pass (prefill, decode, graph capture): halve the slots and rerun
+        what is unfinished (seeded draws make the rerun produce what the first attempt would
+        have); the halved count holds for the groups after it."""
+        plan = self.plan(requests, tokens)
+        log.info(plan.summary())
+        self.vocoder_batch = plan.vocoder_batch
+        cap = plan.slots
+        for group in plan.groups:
+            pending = set(group.rows)
+            while pending:
+                slots = min(group.slots, cap, len(pending))
+                order = [i for i in group.rows if i in pending]  # longest KV need first
+                try:
+                    for done in self._engine_pass(requests, tokens, order, slots, group, options):
+                        pending.difference_update(d.key for d in done)
+                        yield [(requests[d.key], d.codes, d.hit_budget) for d in done]
+                except torch.OutOfMemoryError:
+                    if slots == 1:
+                        raise
+                    cap = slots // 2
+                    log.warning("out of memory: retrying the unfinished rows with %d slots", cap)
+                else:
+                    continue
+                _empty_cache(self.device)  # outside the except: its traceback pins the pass
+
+    def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
         from qtts.core.engine.engine import Engine
-        from qtts.core.engine.runner import EngineJob, run_continuous, view_lengths
+        from qtts.core.engine.runner import EngineJob, run_continuous
         from qtts.core.engine.slots import SlotState
 
-        todo = [(i, requests[i], tokens[i]) for i in order]
-        max_len = max(prompt_length(t) + r.max_new_tokens for _, r, t in todo) + 1
-        max_frames = max(r.max_new_tokens for _, r, _ in todo)
-        dtype = self.model.talker.codec_head.weight.dtype
         state = SlotState(
             self.config,
-            min(slots, len(todo)),
-            max_len,
-            max_frames,
-            max(trailing_length(t) for _, _, t in todo),  # clone prompts trail text rows
+            slots,
+            group.kv_len,
+            group.max_frames,
+            group.max_trailing,
             talker=options.talker,
             subtalker=options.subtalker,
-            dtype=dtype,
+            dtype=self.dtype,
             device=self.device,
         )
         settings = EngineSettings.for_device(self.device)
+        settings = replace(settings, prefill_group=min(settings.prefill_group, group.prefill_rows))
         engine = Engine(self.model, self.config, state, self.tts_pad, settings)
         step = None
         if settings.cuda_graphs:
-            from qtts.core.engine.graphs import GraphedDecodeStep
+            from qtts.core.engine.graphs import GraphCaptureError, GraphedDecodeStep
 
             # Every graph this pass can need, before its first prefill, with no vocoder work in
-            # flight (the vocoder thread holds the same gate while it works).
+            # flight (the vocoder thread holds the same gate while it works). Out of memory goes
+            # to the halving retry; any other capture failure costs speed, not the job.
             with self.device_gate:
-                step = GraphedDecodeStep(engine, view_lengths(settings.view_bucket, max_len))
+                try:
+                    step = GraphedDecodeStep(engine, group.views)
+                except GraphCaptureError as e:
+                    log.warning("%s; decoding this pass without CUDA graphs", e)
         jobs = (
             EngineJob(
                 key=i,
-                prompt=lambda t=t: self._prompt(t),
-                budget=r.max_new_tokens,
-                seed=r.seed,
+                prompt=lambda t=tokens[i]: self._prompt(t),
+                budget=requests[i].max_new_tokens,
+                seed=requests[i].seed,
                 talker=options.talker,
                 subtalker=options.subtalker,
             )
-            for i, r, t in todo
+            for i in order
         )
         yield from run_continuous(engine, jobs, step=step)
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
+        """The speech decoder on at most `vocoder_batch` rows at once; out of memory halves the
+        micro-batch and redoes only the rows not decoded yet (the decode is deterministic)."""
+        done = 0
+        while done < len(group):
+            batch = group[done : done + self.vocoder_batch]
+            try:
+                out = list(self._vocode_batch(batch))
+            except torch.OutOfMemoryError:
+                if len(batch) == 1:
+                    raise
+                self.vocoder_batch = len(batch) // 2
+                log.warning("out of memory in the vocoder: %d rows at once", self.vocoder_batch)
+            else:
+                done += len(batch)
+                yield from out
+                continue
+            _empty_cache(self.device)  # outside the except: its traceback pins the batch
+
+    def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.
         refs = [self._ref_code(req) for req, _, _ in group]
         full = [
@@ -256,3 +320,8 @@ class Synthesizer:
         if self.references is None:
             return None
         return self.references.get(req.ref_audio, req.ref_text).ref_code
+
+
+def _empty_cache(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,13 +1,17 @@
-"""CUDA out-of-memory during generation: halve the slots and rerun only what had not finished.
+"""Out of memory anywhere: halve, and redo only what had not finished (one policy, every site).
 
-Simulated on CPU: the engine pass raises torch.OutOfMemoryError after its first finished group
-whenever it runs with more than 2 slots. Seeded draws make the rerun produce what the first
-attempt would have, so the codes equal an undisturbed run.
+Simulated on CPU. The engine's sites (prefill, decode step, graph capture) raise
+torch.OutOfMemoryError once per pass while it runs with more than 2 slots: the synthesizer halves
+the slots (8 -> 4 -> 2) and reruns the unfinished rows; seeded draws make the rerun produce what
+the first attempt would have, so the codes equal an undisturbed run and no finished row is
+prefilled again. The vocoder's OOM halves its micro-batch and decodes only the rows not done.
 """
 
 import pytest
 import torch
+from golden import AUDIO_ATOL
 
+from qtts.core.engine.engine import Engine
 from qtts.core.synthesis.requests import GenerationOptions, Request
 
 
@@ -24,36 +28,80 @@ def synth():
     return text_model, load_synthesizer(text_model, "cpu", "float32", 8)
 
 
-def _requests():
+def _requests(budget=None):
     return [Request(f"r{i}", f"Line number {i}.", i + 1, "vivian", "english", None, seed=i,
-                    max_new_tokens=3 + i) for i in range(8)]  # fmt: skip
+                    max_new_tokens=budget or 3 + i) for i in range(8)]  # fmt: skip
 
 
-def _run(text_model, synth):
+def _run(text_model, synth, budget=None):
     d = text_model.defaults
-    out = list(synth.synthesize(_requests(), GenerationOptions(d.talker, d.subtalker)))
+    out = list(synth.synthesize(_requests(budget), GenerationOptions(d.talker, d.subtalker)))
     return {u.id: u.codes for u in out}, [u.id for u in out]
 
 
-def test_oom_halves_slots_and_reruns_only_the_unfinished(synth, monkeypatch):
+def _once_per_pass(real, at_call: int):
+    """Wrap an Engine method to raise OOM at its at_call-th call of each engine with > 2 slots."""
+    calls = {}
+
+    def flaky(engine, *args, **kwargs):
+        n = calls[id(engine)] = calls.get(id(engine), 0) + 1
+        if engine.state.slots > 2 and n == at_call:
+            raise torch.OutOfMemoryError("simulated")
+        return real(engine, *args, **kwargs)
+
+    return flaky
+
+
+@pytest.mark.parametrize(("site", "at_call"), [("prefill", 4), ("decode_step", 5)])
+def test_oom_in_the_engine_halves_slots_and_reruns_only_the_unfinished(
+    synth, monkeypatch, site, at_call
+):
     text_model, s = synth
     expected, _ = _run(text_model, s)
-    real_pass, seen_slots = type(s)._engine_pass, []
+    prefilled, seen_slots = [], []
+    real_prefill = Engine.prefill
 
-    def flaky_pass(self, requests, tokens, order, slots, options):
-        seen_slots.append((slots, len(order)))
-        for i, group in enumerate(real_pass(self, requests, tokens, order, slots, options)):
-            if slots > 2 and i == 1:
-                raise torch.OutOfMemoryError("simulated")
-            yield group
+    def logged_prefill(engine, fills):
+        seen_slots.append(engine.state.slots)
+        prefilled.extend(f.slot for f in fills)  # one entry per row prefilled
+        return real_prefill(engine, fills)
 
-    monkeypatch.setattr(type(s), "_engine_pass", flaky_pass)
+    monkeypatch.setattr(Engine, "prefill", logged_prefill)
+    monkeypatch.setattr(Engine, site, _once_per_pass(getattr(Engine, site), at_call))
     got, order = _run(text_model, s)
     assert sorted(order) == sorted(expected) and len(order) == len(set(order))  # each row once
     for k in expected:
         assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
-    assert [n for n, _ in seen_slots] == [8, 4, 2]  # halved twice
-    assert seen_slots[1][1] < 8 and seen_slots[2][1] < seen_slots[1][1]  # only the unfinished rerun
+    assert sorted(set(seen_slots), reverse=True) == [8, 4, 2]  # halved twice
+    # Rows finished before an OOM are not prefilled again: fewer than 3 x 8 prefills in all.
+    assert len(prefilled) < 3 * 8
+
+
+def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(synth, monkeypatch):
+    """Equal budgets: all 8 rows finish at the same step and reach the vocoder together."""
+    from qtts.core.synthesis import synthesizer as module
+
+    text_model, s = synth
+    d = text_model.defaults
+    opts = GenerationOptions(d.talker, d.subtalker)
+    want = {u.id: u for u in s.synthesize(_requests(budget=5), opts)}
+    real, batches = module.decode_utterances, []
+
+    def flaky(decoder, codes, **kwargs):
+        batches.append(len(codes))
+        if len(codes) > 2:
+            raise torch.OutOfMemoryError("simulated")
+        return real(decoder, codes, **kwargs)
+
+    monkeypatch.setattr(module, "decode_utterances", flaky)
+    got = {u.id: u for u in s.synthesize(_requests(budget=5), opts)}
+    assert sorted(got) == sorted(want)
+    for k, u in want.items():
+        assert torch.equal(torch.as_tensor(got[k].codes), torch.as_tensor(u.codes)), k
+        torch.testing.assert_close(torch.as_tensor(got[k].audio), torch.as_tensor(u.audio),
+                                   rtol=0, atol=AUDIO_ATOL)  # fmt: skip
+    # 8 rows at once fails, then 4, then pairs: each row is decoded exactly once in the end.
+    assert batches == [8, 4, 2, 2, 2, 2]
 
 
 def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth, monkeypatch):
@@ -98,9 +146,11 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
 
     real_pass, seen_slots = type(s)._engine_pass, []
 
-    def flaky_pass(self, requests, tokens, order, slots, options):
+    def flaky_pass(self, requests, tokens, order, slots, plan_group, options):
         seen_slots.append(slots)
-        for i, group in enumerate(real_pass(self, requests, tokens, order, slots, options)):
+        for i, group in enumerate(
+            real_pass(self, requests, tokens, order, slots, plan_group, options)
+        ):
             if slots > 4 and i == 1:
                 raise torch.OutOfMemoryError("simulated: out of memory while decoding")
             yield group
@@ -113,3 +163,31 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     for k in expected:
         assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
     assert seen_slots == [8, 4, 2] and set(captures) == {8, 4, 2}
+
+
+def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeypatch, caplog):
+    """A capture that fails for another reason costs speed, not the job: that pass decodes
+    eagerly, with a warning naming the failure, and the codes are the same."""
+    from dataclasses import replace
+
+    from qtts.core.engine import graphs
+    from qtts.core.engine.settings import EngineSettings
+
+    text_model, s = synth
+    expected, _ = _run(text_model, s)
+    cpu = EngineSettings.for_device("cpu", env={})
+    graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False)
+    monkeypatch.setattr(EngineSettings, "for_device", classmethod(lambda cls, *a, **k: graphed))
+
+    class Broken(graphs.EagerGraphs):
+        def capture(self, step, view_len):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "default_backend", lambda engine: Broken())
+    with caplog.at_level("WARNING", logger="qtts"):
+        got, order = _run(text_model, s)
+    assert sorted(order) == sorted(expected)
+    for k in expected:
+        assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
+    assert "decoding this pass without CUDA graphs" in caplog.text
+    assert "operation not permitted" in caplog.text

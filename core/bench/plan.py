@@ -1,0 +1,167 @@
+"""`qtts plan`: a job's memory plan and decode-step roofline before any GPU time is spent.
+
+Works on a CPU-only machine and allocates no model: dimensions come from a checkpoint's config
+files (--model) or the published sizes (--size), weights are counted on the meta device, and rows
+come from an input file (token counts from the checkpoint's tokenizer, or estimated without one)
+or from --text-tokens. The plan is the one `qtts batch` would make on a card of that size
+(qtts.core.engine.planner). Knows files, configs and tokenizers; allocates no tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from qtts.core.engine.footprint import Dims
+from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
+from qtts.core.engine.roofline import DeviceSpec, decode_step_cost
+from qtts.core.jobs.budget import FrameBudget
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
+from qtts.core.model.config import GenerationDefaults, ModelConfig
+from qtts.core.model.sizes import decoder_config, model_config
+from qtts.core.model.talker import build_model
+from qtts.core.synthesis.memory_plan import dims_for, module_bytes, row_shapes
+from qtts.core.synthesis.prompt import PromptTokens
+
+PUBLISHED_MAX_NEW_TOKENS = 8192  # generation_config.json of the published checkpoints
+ESTIMATED_BYTES_PER_TOKEN = 3  # Qwen2 BPE: ~4 bytes per English token, ~3 per CJK character
+
+
+@dataclass(frozen=True)
+class PlanModel:
+    name: str
+    config: ModelConfig
+    decoder: SpeechDecoderConfig
+    max_new_tokens: int  # the checkpoint's cap
+    weights_bytes: int
+    dims: Dims
+    model_dir: Path | None = None
+
+
+def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanModel:
+    """Dimensions and weight bytes of a checkpoint dir (--model) or a published size (--size)."""
+    if (model is None) == (size is None):
+        raise ValueError("give either --model DIR or --size 0.6b|1.7b")
+    if size is not None:
+        config, decoder, cap, name, model_dir = (
+            model_config(size), decoder_config(size), PUBLISHED_MAX_NEW_TOKENS, size, None
+        )  # fmt: skip
+    else:
+        from qtts.core.model.hub import resolve_model_dir
+
+        model_dir = resolve_model_dir(model)
+        config = ModelConfig.from_file(model_dir / "config.json")
+        st = json.loads((model_dir / "speech_tokenizer" / "config.json").read_text("utf-8"))
+        decoder = SpeechDecoderConfig.from_dict(st)
+        cap = GenerationDefaults.from_file(model_dir / "generation_config.json").max_new_tokens
+        name = model
+    with torch.device("meta"):
+        modules = [build_model(config).to(dtype), SpeechDecoder(decoder).to(dtype)]
+    weights = module_bytes(modules)
+    if model_dir is not None and config.tts_model_type == "base":
+        from qtts.core.synthesis.memory_plan import speech_encoder_bytes
+
+        weights += speech_encoder_bytes(model_dir / "speech_tokenizer")
+    dims = dims_for(config, decoder, dtype, "cuda")
+    return PlanModel(name, config, decoder, cap, weights, dims, model_dir)
+
+
+def synthetic_tokens(config: ModelConfig, text_tokens: int) -> PromptTokens:
+    """The ids layout of a CustomVoice/VoiceDesign row with `text_tokens` text tokens."""
+    speaker = 0 if config.uses_speaker else None
+    return PromptTokens([0] * (text_tokens + 8), None, [0] * 4, speaker)
+
+
+def synthetic_shapes(
+    m: PlanModel, text_tokens: int, rows: int, max_new_tokens: int | None
+) -> list[RowShape]:
+    budget = FrameBudget(m.max_new_tokens, max_new_tokens).max_new_tokens(text_tokens)
+    return row_shapes([budget] * rows, [synthetic_tokens(m.config, text_tokens)] * rows)
+
+
+def input_shapes(
+    m: PlanModel, source: str, max_new_tokens: int | None, speaker: str | None
+) -> tuple[list[RowShape], str]:
+    """Shapes of an input file's rows, and a note on how their tokens were counted."""
+    from qtts.core.jobs.manifest import read_parquet_manifest, read_text_lines
+
+    is_parquet = source.endswith(".parquet")
+    rows = read_parquet_manifest(source) if is_parquet else read_text_lines(source)
+    if m.model_dir is None:  # no tokenizer: estimate from the text's length
+        counts = [math.ceil(len(r.text.encode()) / ESTIMATED_BYTES_PER_TOKEN) for r in rows]
+        shapes = [s for c in counts for s in synthetic_shapes(m, c, 1, max_new_tokens)]
+        note = f"token counts estimated at {ESTIMATED_BYTES_PER_TOKEN} bytes each (no tokenizer)"
+        return shapes, note
+    from qtts.core.synthesis.prompt import prompt_tokens
+    from qtts.core.synthesis.session import CheckpointText
+
+    text = CheckpointText(m.name, m.model_dir)
+    budget = FrameBudget(m.max_new_tokens, max_new_tokens)
+    speaker = speaker or (m.config.supported_speakers() or [None])[0]
+    budgets, tokens = [], []
+    for r in rows:
+        voice = speaker if m.config.uses_speaker else None
+        ids = prompt_tokens(m.config, text.tokenizer, r.text, voice, "auto", None)
+        budgets.append(budget.max_new_tokens(len(ids.text_ids) - 8))
+        tokens.append(ids)
+    return row_shapes(budgets, tokens), "token counts from the checkpoint's tokenizer"
+
+
+def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec) -> tuple[list[str], dict]:
+    """The table lines and the JSON object (the last stdout line) for a plan."""
+    g = plan.peak_group
+    lines = [
+        f"{'component':<20}{'GiB':>9}",
+        f"{'weights':<20}{plan.weights_bytes / GIB:>9.2f}",
+    ]
+    if g is not None:
+        lines += [
+            f"{'KV cache':<20}{g.kv_bytes / GIB:>9.2f}   {g.slots} slots x {g.kv_len} positions",
+            f"{'slot state (rest)':<20}{(g.state_bytes - g.kv_bytes) / GIB:>9.2f}",
+            f"{'decode step':<20}{g.activation_bytes / GIB:>9.2f}   "
+            + ("the CUDA graph pool" if plan.graphs else "activations"),
+            f"{'prefill pass':<20}{g.prefill_bytes / GIB:>9.2f}   {g.prefill_rows} prompts",
+        ]
+    lines += [
+        f"{'vocoder':<20}{plan.vocoder_bytes / GIB:>9.2f}   {plan.vocoder_batch} rows at once",
+        f"{'margin':<20}{plan.margin_bytes / GIB:>9.2f}",
+        f"{'total':<20}{plan.total_bytes / GIB:>9.2f}   of {plan.budget_bytes / GIB:.2f}: "
+        + ("fits" if plan.fits else "DOES NOT FIT"),
+        "groups (rows x kv_len @ slots, graphs): "
+        + ", ".join(f"{len(x.rows)} x {x.kv_len} @ {x.slots}, {len(x.views)}" for x in plan.groups),
+    ]
+    if not plan.fits:
+        lines.append(
+            f"largest batch size that fits: {plan.largest_fitting}"
+            if plan.largest_fitting
+            else "not even one slot fits"
+        )
+    out = plan.as_json()
+    if g is not None and g.slots:
+        # A slot attends over its prompt plus what it has generated so far: on average about
+        # half of its group's KV length (rows in a group need within a quarter of each other).
+        view = max(1, g.kv_len // 2)
+        cost = decode_step_cost(m.config, g.slots, view, m.dims.act_bytes)
+        bound = cost.lower_bound_s(device)
+        lines += [
+            f"roofline: decode step at {g.slots} slots, mean KV view {view}, on {device.name}",
+            f"  moves {cost.bytes / 1e9:.2f} GB (weights {cost.weight_bytes / 1e9:.2f}, KV "
+            f"{cost.kv_bytes / 1e9:.2f}) -> {cost.bytes / device.bandwidth * 1e3:.2f} ms; "
+            f"{cost.flops / 1e12:.3f} TFLOP -> {cost.flops / device.flops * 1e3:.2f} ms",
+            f"  ceiling {cost.ceiling_audio_s_per_s(g.slots, device):,.0f} audio-s/s "
+            f"(lower bound {bound * 1e3:.2f} ms per step; kernel launches not counted)",
+        ]
+        out["roofline"] = {
+            "device": device.name,
+            "slots": g.slots,
+            "view": view,
+            "bytes": cost.bytes,
+            "flops": cost.flops,
+            "lower_bound_ms": bound * 1e3,
+            "ceiling_audio_s_per_s": cost.ceiling_audio_s_per_s(g.slots, device),
+        }
+    return lines, out

@@ -1,0 +1,134 @@
+"""Bytes a job holds on its device, by component, from the model's dimensions: arithmetic only.
+
+Exact where the engine allocates by shape (KV caches, slot state); upper bounds where the bytes are
+transient (a decode step's activations, a prefill pass, a vocoder chunk), each stated against what
+tests/unit/engine/test_footprint.py measures with a live-bytes tracker on CPU and meta tensors.
+The planner (qtts.core.engine.planner) adds these up. Knows shapes and dtypes; no tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qtts.core.model.codec import SpeechDecoderConfig
+from qtts.core.model.config import ModelConfig
+
+INT64, BOOL, FP32 = 8, 1, 4
+# The torch sampler's full-vocabulary draw keeps about seven int64 temporaries of [B, V] alive
+# (the noise hash) plus float copies of the logits: 64 bytes per vocab entry per slot bounds it
+# (measured 57 at the talker's 3072 ids).
+SAMPLER_BYTES_PER_ID = 64
+# A vocoder chunk's live activations peak in the last decoder block, at about four times its
+# [channels, samples] output (SnakeBeta temporaries, the residual input, conv outputs): measured
+# 4.1x at the real dimensions; 5x bounds it.
+VOCODER_LIVE_FACTOR = 5
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The shapes byte counts depend on, and the dtype sizes the job runs in."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    groups: int  # codebooks per frame
+    cp_layers: int
+    cp_kv_heads: int
+    cp_head_dim: int
+    cp_vocab: int
+    act_bytes: int  # bytes per element of weights and activations (2 for bf16, 4 for fp32)
+    decoder_stage_elems: int  # largest [channels x samples] of one vocoder chunk, per utterance
+    decoder_bytes: int  # element size the speech decoder runs in
+    samples_per_frame: int
+    chunk_frames: int  # frames one vocoder chunk decodes (chunk + left context)
+
+    @classmethod
+    def of(
+        cls,
+        config: ModelConfig,
+        decoder: SpeechDecoderConfig,
+        act_bytes: int,
+        decoder_bytes: int,
+        chunk_frames: int = 300 + 25,
+    ) -> Dims:
+        t, cp = config.talker, config.code_predictor
+        samples = chunk_frames
+        for r in decoder.upsampling_ratios:
+            samples *= r
+        stage = decoder.decoder_dim * samples  # the decoder's first conv
+        channels = decoder.decoder_dim
+        for r in decoder.upsample_rates:
+            channels, samples = channels // 2, samples * r
+            stage = max(stage, channels * samples)
+        return cls(
+            layers=t.num_hidden_layers,
+            hidden=t.hidden_size,
+            intermediate=t.intermediate_size,
+            heads=t.num_attention_heads,
+            kv_heads=t.num_key_value_heads,
+            head_dim=t.head_dim,
+            vocab=t.vocab_size,
+            groups=t.num_code_groups,
+            cp_layers=cp.num_hidden_layers,
+            cp_kv_heads=cp.num_key_value_heads,
+            cp_head_dim=cp.head_dim,
+            cp_vocab=cp.vocab_size,
+            act_bytes=act_bytes,
+            decoder_stage_elems=stage,
+            decoder_bytes=decoder_bytes,
+            samples_per_frame=decoder.upsample,
+            chunk_frames=chunk_frames,
+        )
+
+    def kv_bytes_per_position(self) -> int:
+        """Talker K and V, every layer, one position of one slot (112 KiB for 0.6B/1.7B bf16)."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * self.act_bytes
+
+
+def slot_state_bytes(d: Dims, slots: int, kv_len: int, max_frames: int, max_trailing: int) -> int:
+    """Everything SlotState allocates (qtts.core.engine.slots), exactly."""
+    talker_kv = slots * kv_len * d.kv_bytes_per_position()
+    predictor_kv = d.cp_layers * 2 * slots * d.cp_kv_heads * d.groups * d.cp_head_dim * d.act_bytes
+    per_slot = (
+        d.hidden * d.act_bytes  # past_hidden
+        + d.vocab * BOOL  # seen
+        + max_frames * d.groups * INT64  # codes
+        + max_trailing * d.hidden * d.act_bytes  # trailing text rows
+        + 8 * INT64  # lengths, rows, c0, num_tokens, budget, num_frames, seeds, trailing_len
+        + 2 * BOOL  # finished, hit_budget
+        + 2 * (BOOL + 3 * FP32 + INT64)  # both sites' RowParams
+    )
+    return talker_kv + predictor_kv + slots * per_slot
+
+
+def step_activation_bytes(d: Dims, slots: int, view: int, repeats_kv: bool) -> int:
+    """Upper bound of the transient bytes one decode step holds at once (what a captured graph's
+    pool keeps). repeats_kv: the attention repeats the K/V view for every query head (the CPU
+    path), which copies 2 x [heads, view, head_dim] per slot; grouped attention reads in place."""
+    sampler = SAMPLER_BYTES_PER_ID * max(d.vocab, d.cp_vocab)
+    layer = (3 * d.intermediate + 6 * d.hidden) * d.act_bytes
+    attention = 3 * d.heads * view * FP32  # scores, softmax and mask (or none, fused)
+    if repeats_kv:
+        attention += 2 * d.heads * d.head_dim * view * d.act_bytes
+    return slots * (sampler + layer + attention)
+
+
+def prefill_activation_bytes(d: Dims, rows: int, width: int) -> int:
+    """Upper bound of one padded prefill pass of `rows` prompts of `width` positions: layer
+    activations and the K/V repeated for the masked attention, per position; the last positions'
+    logits. Assumes a fused masked kernel (CUDA's memory-efficient SDPA), so no [L, L] scores."""
+    per_position = (3 * d.intermediate + 6 * d.hidden) * d.act_bytes
+    per_position += 2 * d.heads * d.head_dim * d.act_bytes + rows * BOOL  # repeated K/V, mask
+    return rows * width * per_position + rows * d.vocab * FP32
+
+
+def vocoder_bytes(d: Dims, utterances: int, max_frames: int) -> int:
+    """Upper bound of one decode_utterances call on `utterances` rows of up to max_frames: one
+    chunk's activations per row, plus the whole fp32 audio buffer."""
+    chunk = VOCODER_LIVE_FACTOR * d.decoder_stage_elems * d.decoder_bytes
+    audio = max_frames * d.samples_per_frame * FP32
+    return utterances * (chunk + audio)

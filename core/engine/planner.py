@@ -1,0 +1,230 @@
+"""The memory plan of a job: slots, KV length per length group, graph views, vocoder micro-batch.
+
+`plan_memory` is a pure function of the device's byte budget, the model's dimensions
+(qtts.core.engine.footprint.Dims) and the rows' shapes. Rows are cut into length groups, each
+with its own KV cache sized to its own longest row (a single long row no longer sizes the cache
+of every slot), and each group gets as many slots as fit (auto) or the requested batch size.
+The peak is the weights, plus the largest group's slot state, decode activations (the CUDA graph
+pool on GPU) and prefill pass, plus the vocoder working beside decoding, plus a safety margin.
+Knows shapes and bytes; no tensors, no model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from qtts.core.engine.footprint import (
+    Dims,
+    prefill_activation_bytes,
+    slot_state_bytes,
+    step_activation_bytes,
+    vocoder_bytes,
+)
+from qtts.core.engine.runner import view_lengths
+from qtts.core.engine.settings import EngineSettings
+
+GIB = 2**30
+# A new length group starts where a row needs less than this share of the group's KV length, so
+# no slot wastes more than a quarter of its cache, and a job has few groups (each group is an
+# engine pass of its own: its graphs are captured again and its last rows drain its slots).
+GROUP_KV_SHARE = 0.75
+# Allocator rounding and fragmentation, cuBLAS/cuDNN workspaces, CUDA graph instantiation: held
+# back from the budget.
+MARGIN_SHARE, MIN_MARGIN = 0.08, 1 * GIB
+# The vocoder gets at most a quarter of what the weights leave, and at most this many rows at once.
+VOCODER_SHARE, VOCODER_MAX_BATCH = 0.25, 16
+# Auto batch sizes stop here: past 256 rows a GPU step is compute-bound, and a 2-core CPU's
+# matrix products reach their best rate well before 64 rows.
+MAX_AUTO_SLOTS = {"cuda": 256, "cpu": 64}
+
+
+@dataclass(frozen=True)
+class RowShape:
+    prompt: int  # prefill positions
+    budget: int  # max_new_tokens
+    trailing: int  # trailing text rows
+
+    @property
+    def kv_need(self) -> int:
+        return self.prompt + self.budget  # positions a slot may write (qtts.core.engine.engine)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    rows: tuple[int, ...]  # indices into the planned rows, longest KV need first
+    slots: int
+    kv_len: int
+    max_frames: int
+    max_trailing: int
+    prefill_rows: int  # prompts per padded prefill pass
+    views: tuple[int, ...]  # KV view lengths with a CUDA graph each (none without graphs)
+    state_bytes: int  # slot state, talker KV included
+    kv_bytes: int
+    activation_bytes: int  # one decode step (the graph pool on GPU)
+    prefill_bytes: int
+
+    def working_bytes(self, graphs: bool) -> int:
+        """Held at once: the state, and the step's pool beside a prefill pass (graphs) or
+        whichever of the two is larger (eager: they never overlap)."""
+        if graphs:
+            return self.state_bytes + self.activation_bytes + self.prefill_bytes
+        return self.state_bytes + max(self.activation_bytes, self.prefill_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    budget_bytes: int
+    weights_bytes: int
+    margin_bytes: int
+    vocoder_batch: int
+    vocoder_bytes: int
+    groups: tuple[GroupPlan, ...]
+    graphs: bool
+    requested: int | None  # the --batch-size asked for; None = auto
+    largest_fitting: int | None  # largest batch size whose plan fits (None: not even 1)
+
+    @property
+    def slots(self) -> int:
+        return max((g.slots for g in self.groups), default=0)
+
+    @property
+    def peak_group(self) -> GroupPlan | None:
+        return max(self.groups, key=lambda g: g.working_bytes(self.graphs), default=None)
+
+    @property
+    def total_bytes(self) -> int:
+        g = self.peak_group
+        working = g.working_bytes(self.graphs) if g else 0
+        return self.weights_bytes + working + self.vocoder_bytes + self.margin_bytes
+
+    @property
+    def fits(self) -> bool:
+        return all(g.slots >= 1 for g in self.groups) and self.total_bytes <= self.budget_bytes
+
+    def as_json(self) -> dict:
+        g = self.peak_group
+        return {
+            "slots": self.slots,
+            "fits": self.fits,
+            "requested_batch_size": self.requested,
+            "largest_batch_size_that_fits": self.largest_fitting,
+            "gpu_bytes": self.budget_bytes,
+            "total_bytes": self.total_bytes,
+            "weights_bytes": self.weights_bytes,
+            "kv_bytes": g.kv_bytes if g else 0,
+            "state_bytes": g.state_bytes if g else 0,
+            "activation_bytes": g.activation_bytes if g else 0,
+            "prefill_bytes": g.prefill_bytes if g else 0,
+            "vocoder_bytes": self.vocoder_bytes,
+            "margin_bytes": self.margin_bytes,
+            "vocoder_batch": self.vocoder_batch,
+            "groups": [
+                {"rows": len(x.rows), "slots": x.slots, "kv_len": x.kv_len, "graphs": len(x.views)}
+                for x in self.groups
+            ],
+        }
+
+    def summary(self) -> str:
+        """The plan in one log line."""
+        groups = ", ".join(f"{len(g.rows)}x{g.kv_len}@{g.slots}" for g in self.groups)
+        return (
+            f"memory plan: {self.slots} slots, {len(self.groups)} length group(s) "
+            f"[rows x kv_len @ slots: {groups}], vocoder batch {self.vocoder_batch}, "
+            f"{self.total_bytes / GIB:.1f} of {self.budget_bytes / GIB:.1f} GiB"
+            + ("" if self.fits else " (DOES NOT FIT)")
+        )
+
+
+def length_groups(rows: Sequence[RowShape]) -> list[list[int]]:
+    """Row indices cut into groups by KV need, longest first (stable for equal needs)."""
+    order = sorted(range(len(rows)), key=lambda i: -rows[i].kv_need)
+    groups: list[list[int]] = []
+    for i in order:
+        if not groups or rows[i].kv_need < GROUP_KV_SHARE * rows[groups[-1][0]].kv_need:
+            groups.append([])
+        groups[-1].append(i)
+    return groups
+
+
+def plan_memory(
+    rows: Sequence[RowShape],
+    dims: Dims,
+    budget_bytes: int,
+    weights_bytes: int,
+    settings: EngineSettings,
+    batch_size: int | None = None,
+    device_kind: str = "cuda",
+) -> MemoryPlan:
+    """batch_size None: as many slots per group as fit (up to MAX_AUTO_SLOTS); an explicit size is
+    used as asked, and the plan says whether it fits and the largest size that would."""
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    margin = max(MIN_MARGIN, int(MARGIN_SHARE * budget_bytes))
+    spare = budget_bytes - weights_bytes - margin
+    longest = max((r.budget for r in rows), default=1)
+    per_utterance = vocoder_bytes(dims, 1, longest)
+    vocoder_batch = max(1, min(VOCODER_MAX_BATCH, int(VOCODER_SHARE * spare) // per_utterance))
+    room = spare - vocoder_batch * per_utterance  # for the largest group's working set
+    groups = length_groups(rows)
+
+    def group(index: list[int], slots: int) -> GroupPlan:
+        return _group(rows, index, slots, dims, settings)
+
+    def fits(index: list[int], slots: int) -> bool:
+        return group(index, slots).working_bytes(settings.cuda_graphs) <= room
+
+    if batch_size is None:  # per group, as many as fit (0 where not even one does: fits is False)
+        cap = MAX_AUTO_SLOTS.get(device_kind, MAX_AUTO_SLOTS["cpu"])
+        chosen = [_largest(lambda s, ix=ix: fits(ix, s), min(cap, len(ix))) for ix in groups]
+        largest = min(chosen, default=0) or None
+    else:
+        chosen = [min(batch_size, len(ix)) for ix in groups]
+        largest = _largest(lambda s: all(fits(ix, min(s, len(ix))) for ix in groups), batch_size)
+        largest = largest or None
+    planned = [group(ix, s) for ix, s in zip(groups, chosen, strict=True)]
+    return MemoryPlan(
+        budget_bytes=budget_bytes,
+        weights_bytes=weights_bytes,
+        margin_bytes=margin,
+        vocoder_batch=vocoder_batch,
+        vocoder_bytes=vocoder_batch * per_utterance,
+        groups=tuple(planned),
+        graphs=settings.cuda_graphs,
+        requested=batch_size,
+        largest_fitting=largest,
+    )
+
+
+def _group(rows, index: list[int], slots: int, d: Dims, settings: EngineSettings) -> GroupPlan:
+    members = [rows[i] for i in index]
+    kv_len = max(r.kv_need for r in members)
+    max_frames = max(r.budget for r in members)
+    max_trailing = max(r.trailing for r in members)
+    width = max(r.prompt for r in members)
+    prefill_rows = max(1, min(settings.prefill_group, slots))
+    return GroupPlan(
+        rows=tuple(index),
+        slots=slots,
+        kv_len=kv_len,
+        max_frames=max_frames,
+        max_trailing=max_trailing,
+        prefill_rows=prefill_rows,
+        views=tuple(view_lengths(settings.view_bucket, kv_len)) if settings.cuda_graphs else (),
+        state_bytes=slot_state_bytes(d, slots, kv_len, max_frames, max_trailing),
+        kv_bytes=slots * kv_len * d.kv_bytes_per_position(),
+        activation_bytes=step_activation_bytes(d, slots, kv_len, not settings.grouped_attention),
+        prefill_bytes=prefill_activation_bytes(d, prefill_rows, width),
+    )
+
+
+def _largest(ok, upper: int) -> int:
+    """The largest s in 1..upper with ok(s) (ok is monotone: true up to some point), else 0."""
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,90 @@
+"""The memory planner at the real 0.6B/1.7B dimensions, for 80 GiB and 24 GiB cards: short, long
+and mixed rows stay within budget; length groups size each KV cache to its own rows; an explicit
+batch size that cannot fit is refused, naming the largest that can."""
+
+import pytest
+import torch
+
+from qtts.core.bench.plan import plan_model, synthetic_shapes
+from qtts.core.engine.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
+
+GPU = EngineSettings.for_device("cuda", env={})
+
+
+@pytest.fixture(scope="module", params=["0.6b", "1.7b"])
+def model(request):
+    return plan_model(None, request.param, torch.bfloat16)
+
+
+def _rows(model, tokens: list[int]):
+    return [s for t in tokens for s in synthetic_shapes(model, t, 1, None)]
+
+
+ROWS = {
+    "short": [20] * 600,
+    "long": [900] * 300,  # budget 7,300 frames each
+    "mixed": [20] * 400 + [200] * 300 + [900] * 40,
+}
+
+
+@pytest.mark.parametrize("gib", [80, 24])
+@pytest.mark.parametrize("kind", ROWS)
+def test_auto_plans_fit_their_card(model, gib, kind):
+    plan = plan_memory(_rows(model, ROWS[kind]), model.dims, gib * GIB, model.weights_bytes, GPU)
+    assert plan.fits and plan.total_bytes <= plan.budget_bytes
+    assert 1 <= plan.slots <= MAX_AUTO_SLOTS["cuda"]
+    for g in plan.groups:
+        assert 1 <= g.slots <= len(g.rows)
+        rows = _rows(model, ROWS[kind])
+        assert g.kv_len == max(rows[i].kv_need for i in g.rows)  # sized to its own longest row
+        assert g.views[-1] == g.kv_len and all(v % 256 == 0 for v in g.views[:-1])
+    if kind == "short" and gib == 80:
+        assert plan.slots == MAX_AUTO_SLOTS["cuda"]
+
+
+def test_length_groups_size_each_cache_to_its_own_rows(model):
+    """One long row among 600 short ones: without groups every slot would hold its KV length."""
+    rows = _rows(model, [900] + [20] * 600)
+    plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, GPU)
+    long, short = plan.groups
+    assert len(long.rows) == 1 and long.slots == 1 and long.kv_len > 7000
+    assert short.slots == 256 and short.kv_len == rows[1].kv_need < 300
+    job_wide = 256 * long.kv_len * model.dims.kv_bytes_per_position()
+    assert job_wide > 80 * GIB > plan.total_bytes  # what the old job-wide cache would need
+    assert plan.fits
+
+
+def test_groups_bound_kv_waste_and_keep_every_row_once():
+    from qtts.core.engine.planner import GROUP_KV_SHARE, RowShape
+
+    rows = [RowShape(p, b, 1) for p, b in [(30, 400), (200, 1700), (25, 300), (120, 1000)] * 50]
+    groups = length_groups(rows)
+    assert sorted(i for g in groups for i in g) == list(range(len(rows)))
+    for g in groups:
+        top = rows[g[0]].kv_need
+        assert all(GROUP_KV_SHARE * top <= rows[i].kv_need <= top for i in g)
+
+
+def test_an_explicit_batch_size_is_honoured_or_refused(model):
+    rows = _rows(model, [250] * 1024)
+    ok = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, GPU, batch_size=100)
+    assert ok.fits and ok.slots == 100 and ok.requested == 100
+    big = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=256)
+    assert not big.fits and big.total_bytes > big.budget_bytes
+    n = big.largest_fitting
+    assert n is not None and 1 <= n < 256
+    at = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=n)
+    over = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=n + 1)
+    assert at.fits and not over.fits
+    with pytest.raises(MemoryPlanError, match=f"largest batch size that fits is {n}"):
+        plan_job(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, 256, "cuda")
+
+
+def test_nothing_fits_is_reported_not_hidden(model):
+    rows = _rows(model, [900] * 4)
+    plan = plan_memory(rows, model.dims, 2 * GIB, model.weights_bytes, GPU)
+    assert not plan.fits and plan.largest_fitting is None
+    with pytest.raises(MemoryPlanError, match="not even one slot fits"):
+        plan_job(rows, model.dims, 2 * GIB, model.weights_bytes, GPU, None, "cuda")
