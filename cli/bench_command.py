@@ -11,19 +11,22 @@ import typer
 from qtts.cli.errors import cli_errors
 
 
-def _parse_sizes(text: str) -> list[int]:
+def _parse_sizes(text: str) -> list[int | None]:
+    """A comma list of slot counts; "auto" (None) is the memory plan's choice."""
     try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
+        sizes = [None if x.strip() == "auto" else int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise typer.BadParameter(f"--batch-sizes {text!r}: use a comma list like 1,16,64") from None
-    if not sizes or min(sizes) < 1:
-        raise typer.BadParameter("--batch-sizes: give positive integers")
+        raise typer.BadParameter(f"--batch-sizes {text!r}: use a list like 1,16,64,auto") from None
+    if not sizes or min((s for s in sizes if s is not None), default=1) < 1:
+        raise typer.BadParameter("--batch-sizes: give positive integers or auto")
     return sizes
 
 
 def bench(
     size: Annotated[str, typer.Option(help="Model dimensions: 0.6b, 1.7b or small.")] = "0.6b",
-    batch_sizes: Annotated[str, typer.Option(help="Comma list of slot counts.")] = "1,16",
+    batch_sizes: Annotated[
+        str, typer.Option(help="Comma list of slot counts; auto = the memory plan's choice.")
+    ] = "1,16",
     frames: Annotated[int, typer.Option(help="Frames per request (fixed: EOS ignored).")] = 128,
     requests: Annotated[
         int | None, typer.Option(help="Requests per batch size [default: 2 x batch size].")
@@ -56,37 +59,57 @@ def bench(
 def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[dict]:
     import torch
 
-    from qtts.core.bench.throughput import fast_mode, random_models, run_one
+    from qtts.core.bench.machine import measure
+    from qtts.core.bench.throughput import (
+        bench_plan,
+        fast_mode,
+        random_models,
+        roofline_fraction,
+        run_one,
+    )
     from qtts.core.model.loader import parse_device, parse_dtype, use_device
+    from qtts.core.synthesis.memory_plan import MemoryPlanError
 
     dev = parse_device(device)
     use_device(dev)
     dt = parse_dtype(dtype, dev)
     config, model, decoder = random_models(size, dev, dt)
+    spec = measure(dev, dt)  # the roofline's device: this machine, measured
+    typer.echo(f"roofline device: {spec.name}")
     fast = fast_mode(dev)
     modes = [fast] + (["eager"] if compare else [])
     rows = []
     typer.echo(f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
-               f"{'step ms':>9}{'peak GB':>9}")  # fmt: skip
+               f"{'step ms':>9}{'peak GB':>9}{'roofline':>10}")  # fmt: skip
     for b in sizes:
         by_mode = {}
         for mode in modes:
             try:
-                r = run_one(size, config, model, decoder, batch=b, requests=requests or 2 * b,
-                            frames=frames, device=dev, mode=mode, write=write)  # fmt: skip
+                plan = bench_plan(config, model, decoder, dev, mode, b, requests or 256, frames)
+                n = requests or 2 * plan.slots
+                r = run_one(size, config, model, decoder, plan=plan, requests=n, frames=frames,
+                            device=dev, mode=mode, write=write)  # fmt: skip
+            except MemoryPlanError as e:
+                typer.echo(f"{size:6}{b:>6}  {e}")
+                break
             except torch.OutOfMemoryError:
-                typer.echo(f"{size:6}{b:>6}  out of GPU memory")
+                typer.echo(f"{size:6}{b or 'auto':>6}  out of GPU memory")
                 torch.cuda.empty_cache()
                 break
+            r.roofline = roofline_fraction(r, config, dt.itemsize, spec)
             step = r.step_ms.get("graph_step", r.step_ms["step"])
-            typer.echo(f"{size:6}{b:>6}{r.mode:>7}{r.audio_s_per_s:>11.2f}{r.frames_per_s:>10.1f}"
-                       f"{r.rtf:>8.4f}{step:>9.2f}{r.peak_mem_gb or 0:>9.2f}")  # fmt: skip
+            label = f"{r.batch}{'*' if r.auto else ''}"
+            typer.echo(f"{size:6}{label:>6}{r.mode:>7}{r.audio_s_per_s:>11.2f}"
+                       f"{r.frames_per_s:>10.1f}{r.rtf:>8.4f}{step:>9.2f}{r.peak_mem_gb or 0:>9.2f}"
+                       f"{r.roofline['fraction']:>10.1%}")  # fmt: skip
             typer.echo(f"      phases (s): {r.phases_s}  step split (ms): {r.step_ms}")
             by_mode[r.mode] = r.row()
             rows.append(r.row())
         if fast in by_mode and "eager" in by_mode:
             ratio = by_mode[fast]["audio_s_per_s"] / by_mode["eager"]["audio_s_per_s"]
             typer.echo(f"      {fast} / eager: {ratio:.2f}x")
+    typer.echo("      * auto: the memory plan's batch size; roofline: the step's lower bound "
+               "(bytes / bandwidth, FLOPs / peak) over its measured time")  # fmt: skip
     if compare:
         typer.echo("      official qwen-tts: not run here; see tools/compare_official_cpu.py")
     return rows

@@ -72,6 +72,8 @@ def _run(source, model, size, gpu_memory, dtype, batch_size, text_tokens, rows, 
     dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(dtype)
     if dt is None:
         raise typer.BadParameter(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
+    if (model is None) == (size is None):
+        raise typer.BadParameter("give either --model DIR or --size 0.6b|1.7b")
     if size not in (None, "0.6b", "1.7b"):
         raise typer.BadParameter(f"--size {size!r}: use 0.6b or 1.7b")
     if bandwidth is not None or tflops is not None:

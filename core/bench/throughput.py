@@ -25,6 +25,7 @@ from qtts.core.synthesis.decode_overlap import overlapped
 from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
 
 SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
+TEXT_LEN = 24  # text tokens per bench row
 
 
 @torch.no_grad()
@@ -82,6 +83,9 @@ class BenchResult:
     phases_s: dict = field(default_factory=dict)  # prefill, decode_loop; vocoder+writing overlap
     step_ms: dict = field(default_factory=dict)  # per decode step: total, predictor, ...
     peak_mem_gb: float | None = None
+    auto: bool = False  # the batch size came from the memory plan (--batch-sizes auto)
+    view: int = 0  # KV view length the step was profiled at
+    roofline: dict = field(default_factory=dict)  # the step's lower bound vs its measured time
 
     def row(self) -> dict:
         return asdict(self)
@@ -98,16 +102,40 @@ def synthetic_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
     return PromptTokens([1, 6, 7, *text, 2, 8, 1, 6, 7], None, [2154, 2156, 2050, 2157], 3065)
 
 
-def run_one(size, config, model, decoder, *, batch, requests, frames, device, mode,
-            write=False, text_len=24) -> BenchResult:  # fmt: skip
+def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_len=TEXT_LEN):
+    """The memory plan `qtts batch` would make for the bench's rows on this device (batch None:
+    auto). Raises MemoryPlanError when an explicit batch cannot fit."""
+    from qtts.core.synthesis.memory_plan import (
+        device_budget,
+        dims_for,
+        module_bytes,
+        packed_copy_bytes,
+        plan_job,
+        row_shapes,
+    )
+
+    dev = torch.device(device)
+    settings = mode_settings(mode, dev)
+    weights = module_bytes([model, decoder])
+    weights += packed_copy_bytes(model) if settings.packed_predictor else 0
+    dims = dims_for(config, decoder.cfg, model.talker.codec_head.weight.dtype, dev.type)
+    tokens = synthetic_tokens(0, config.talker.text_vocab_size, text_len)
+    shapes = row_shapes([frames + 1] * rows, [tokens] * rows)
+    return plan_job(shapes, dims, device_budget(dev), weights, settings, batch, dev.type)
+
+
+def run_one(size, config, model, decoder, *, plan, requests, frames, device, mode,
+            write=False, text_len=TEXT_LEN) -> BenchResult:  # fmt: skip
     from qtts.core.engine.engine import Engine
-    from qtts.core.engine.runner import EngineJob, run_continuous, view_lengths
+    from qtts.core.engine.runner import EngineJob, run_continuous
     from qtts.core.engine.slots import SlotState
 
     dev = torch.device(device)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    res = BenchResult(size, batch, requests, frames, mode)
+    (group,) = plan.groups  # every bench row has the same shape
+    batch = group.slots
+    res = BenchResult(size, batch, requests, frames, mode, auto=plan.requested is None)
     talker = model.talker
     dtype = talker.codec_head.weight.dtype
     tts_pad = pad_embedding(talker, config)
@@ -115,20 +143,19 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
         embed_prompt(talker, config, synthetic_tokens(i, config.talker.text_vocab_size, text_len))
         for i in range(requests)
     ]
-    max_len = max(p.embeds.shape[0] for p in prompts) + frames + 2
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     state = SlotState(
         config,
         batch,
-        max_len,
-        frames + 1,
-        1,
+        group.kv_len,
+        group.max_frames,
+        group.max_trailing,
         talker=params,
         subtalker=params,
         dtype=dtype,
         device=dev,
     )
-    settings = mode_settings(mode, dev)
+    settings = replace(mode_settings(mode, dev), prefill_group=group.prefill_rows)
     engine = Engine(model, config, state, tts_pad, settings)
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
@@ -136,7 +163,7 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
     if settings.cuda_graphs:  # captured up front, before the vocoder thread exists (as qtts batch)
         from qtts.core.engine.graphs import GraphedDecodeStep
 
-        step = GraphedDecodeStep(engine, view_lengths(settings.view_bucket, max_len))
+        step = GraphedDecodeStep(engine, group.views)
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
     prefill = engine.prefill
 
@@ -158,8 +185,10 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
         t = time.perf_counter()
-        audio = decode_utterances(decoder, [d.codes for d in done])
-        wavs = [a.float().cpu().numpy() for a in audio]
+        wavs = []
+        for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
+            audio = decode_utterances(decoder, [d.codes for d in done[i : i + plan.vocoder_batch]])
+            wavs += [a.float().cpu().numpy() for a in audio]
         timers["vocoder"] += time.perf_counter() - t
         if write:
             from qtts.core.jobs.writer import encode_audio
@@ -184,8 +213,26 @@ def run_one(size, config, model, decoder, *, batch, requests, frames, device, mo
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
     if cuda:
         res.peak_mem_gb = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    res.step_ms = profile_step(engine, step, prompts[:batch], params)
+    res.step_ms, view = profile_step(engine, step, prompts[:batch], params)
+    res.view = view
     return res
+
+
+def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:
+    """The step's lower bound on `spec` (bytes / bandwidth, FLOPs / peak) over its measured
+    time: the share of the machine's ceiling the engine reaches at this batch."""
+    from qtts.core.engine.roofline import decode_step_cost
+
+    cost = decode_step_cost(config, res.batch, res.view, act_bytes)
+    bound_ms = cost.lower_bound_s(spec) * 1e3
+    step_ms = res.step_ms.get("graph_step", res.step_ms["step"])
+    return {
+        "device": spec.name,
+        "bound_ms": round(bound_ms, 3),
+        "step_ms": step_ms,
+        "fraction": round(bound_ms / step_ms, 4),
+        "ceiling_audio_s_per_s": round(cost.ceiling_audio_s_per_s(res.batch, spec), 2),
+    }
 
 
 def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
@@ -221,4 +268,4 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
         logits, s.talker, s.seeds, s.num_tokens, 0, seen=s.seen, block_eos=s.finished,
         eos_id=engine.eos, suppress=engine.suppress,
         allow_host_sync=engine.settings.allow_host_sync))  # fmt: skip
-    return {k: round(v, 3) for k, v in out.items()}
+    return {k: round(v, 3) for k, v in out.items()}, view

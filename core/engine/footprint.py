@@ -14,9 +14,9 @@ from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 
 INT64, BOOL, FP32 = 8, 1, 4
-# The torch sampler's full-vocabulary draw keeps about seven int64 temporaries of [B, V] alive
-# (the noise hash) plus float copies of the logits: 64 bytes per vocab entry per slot bounds it
-# (measured 57 at the talker's 3072 ids).
+# The torch sampler's full-vocabulary draw keeps int64 temporaries of [B, V] alive (the noise
+# hash) plus float copies of the logits: measured 49 bytes per vocab id per slot; 64 bounds it with
+# what else is alive at that moment (the logits, the step's small state).
 SAMPLER_BYTES_PER_ID = 64
 # A vocoder chunk's live activations peak in the last decoder block, at about four times its
 # [channels, samples] output (SnakeBeta temporaries, the residual input, conv outputs): measured
@@ -107,14 +107,15 @@ def slot_state_bytes(d: Dims, slots: int, kv_len: int, max_frames: int, max_trai
 
 def step_activation_bytes(d: Dims, slots: int, view: int, repeats_kv: bool) -> int:
     """Upper bound of the transient bytes one decode step holds at once (what a captured graph's
-    pool keeps). repeats_kv: the attention repeats the K/V view for every query head (the CPU
-    path), which copies 2 x [heads, view, head_dim] per slot; grouped attention reads in place."""
+    pool keeps): the larger of its two phases, which are never alive together: a layer's working
+    set during the forward, and the sampler's after it. repeats_kv: the attention repeats the K/V
+    view for every query head (the CPU path), copying 2 x [heads, view, head_dim] per slot;
+    grouped attention through a fused kernel reads the view in place (only the mask is new)."""
     sampler = SAMPLER_BYTES_PER_ID * max(d.vocab, d.cp_vocab)
-    layer = (3 * d.intermediate + 6 * d.hidden) * d.act_bytes
-    attention = 3 * d.heads * view * FP32  # scores, softmax and mask (or none, fused)
+    layer = (3 * d.intermediate + 6 * d.hidden) * d.act_bytes + view * BOOL  # + the mask
     if repeats_kv:
-        attention += 2 * d.heads * d.head_dim * view * d.act_bytes
-    return slots * (sampler + layer + attention)
+        layer += 2 * d.heads * d.head_dim * view * d.act_bytes
+    return slots * max(sampler, layer)
 
 
 def prefill_activation_bytes(d: Dims, rows: int, width: int) -> int:
@@ -128,7 +129,10 @@ def prefill_activation_bytes(d: Dims, rows: int, width: int) -> int:
 
 def vocoder_bytes(d: Dims, utterances: int, max_frames: int) -> int:
     """Upper bound of one decode_utterances call on `utterances` rows of up to max_frames: one
-    chunk's activations per row, plus the whole fp32 audio buffer."""
-    chunk = VOCODER_LIVE_FACTOR * d.decoder_stage_elems * d.decoder_bytes
+    chunk's activations per row (a chunk is at most chunk_frames long, and no longer than the
+    row), plus the whole fp32 audio buffer."""
+    frames = min(max_frames, d.chunk_frames)
+    stage = d.decoder_stage_elems * frames // d.chunk_frames
+    chunk = VOCODER_LIVE_FACTOR * stage * d.decoder_bytes
     audio = max_frames * d.samples_per_frame * FP32
     return utterances * (chunk + audio)

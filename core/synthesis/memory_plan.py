@@ -104,7 +104,7 @@ def plan_job(
 
 def refusal(plan: MemoryPlan, device_kind: str) -> str:
     memory = "GPU memory" if device_kind == "cuda" else "RAM"
-    need = f"needs {plan.total_bytes / GIB:.1f} GiB of {plan.budget_bytes / GIB:.1f} GiB {memory}"
+    need = f"needs {plan.total_bytes / GIB:.2f} GiB of {plan.budget_bytes / GIB:.2f} GiB {memory}"
     if plan.requested is not None and plan.largest_fitting:
         return (
             f"--batch-size {plan.requested} does not fit: the plan {need}; the largest batch "

@@ -22,6 +22,9 @@ def test_bench_small_cpu_prints_table_and_json():
     assert row["audio_s_per_s"] > 0 and set(row["phases_s"]) >= {"prefill", "vocoder"}
     assert {"step", "predictor", "sampling_talker"} <= set(row["step_ms"])
     assert eager["audio_s"] == row["audio_s"]
+    for r in report["bench"]:  # the step's roofline on this machine, measured
+        assert r["roofline"]["bound_ms"] > 0 and r["roofline"]["fraction"] > 0
+        assert "measured" in r["roofline"]["device"]
     assert any("audio-s/s" in line for line in lines[:-1])  # the table
     assert any("packed / eager:" in line for line in lines[:-1])  # the side-by-side ratio
 
@@ -30,3 +33,15 @@ def test_bench_rejects_bad_batch_sizes():
     proc = subprocess.run([sys.executable, "-m", "qtts", "bench", "--batch-sizes", "0,x"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_bench_auto_takes_the_memory_plans_batch_size():
+    proc = subprocess.run(
+        [sys.executable, "-m", "qtts", "bench", "--size", "small", "--batch-sizes", "auto",
+         "--frames", "4", "--requests", "5", "--device", "cpu", "--no-write"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["bench"]
+    assert row["auto"] is True and row["batch"] == 5  # all 5 requests fit: the plan takes them all
+    assert row["audio_s"] == 5 * 4 * 1920 / 24000

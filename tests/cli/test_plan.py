@@ -1,0 +1,85 @@
+"""`qtts plan` (no GPU, no model allocated) and the refusal `qtts batch` gives for an explicit
+--batch-size its memory plan cannot fit."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from qtts.cli.app import app
+
+GIB = 2**30
+
+
+def _plan(*args) -> tuple[str, dict]:
+    r = CliRunner().invoke(app, ["plan", *map(str, args)])
+    assert r.exit_code == 0, r.output
+    return r.output, json.loads(r.output.strip().splitlines()[-1])
+
+
+def test_a_1_7b_job_fits_an_80_gib_card_with_kv_sized_to_its_rows():
+    out, plan = _plan("--size", "1.7b", "--gpu-memory", 80, "--batch-size", "auto",
+                      "--text-tokens", 200)  # fmt: skip
+    assert plan["fits"] is True and plan["total_bytes"] <= plan["gpu_bytes"] == 80 * GIB
+    prompt, budget = 200 + 11, 100 + 8 * 200  # the prompt layout, and the default frame budget
+    assert [g["kv_len"] for g in plan["groups"]] == [prompt + budget]
+    assert plan["slots"] == 256 and plan["kv_bytes"] == 256 * (prompt + budget) * 112 * 1024
+    for key in ("weights_bytes", "vocoder_bytes"):
+        assert 0 < plan[key] < plan["total_bytes"]
+    assert "ceiling" in out and plan["roofline"]["ceiling_audio_s_per_s"] > 0
+
+
+def test_too_many_slots_for_a_24_gib_card_names_the_largest_that_fits():
+    out, plan = _plan("--size", "1.7b", "--gpu-memory", 24, "--batch-size", 256,
+                      "--text-tokens", 250)  # fmt: skip
+    n = plan["largest_batch_size_that_fits"]
+    assert plan["fits"] is False and 1 <= n < 256
+    assert f"largest batch size that fits: {n}" in out
+    _, smaller = _plan(
+        "--size", "1.7b", "--gpu-memory", 24, "--batch-size", n, "--text-tokens", 250
+    )
+    assert smaller["fits"] is True
+
+
+def test_plans_for_an_input_file(tmp_path):
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("A short line.\n\nA much longer line of text, " * 3 + "\n")
+    _, estimated = _plan(lines, "--size", "0.6b", "--gpu-memory", 24)
+    assert estimated["fits"] and sum(g["rows"] for g in estimated["groups"]) == 4
+    ck = make_tiny_checkpoint(tmp_path / "ck", seed=2)
+    out, exact = _plan(lines, "--model", ck, "--gpu-memory", 24)
+    assert "from the checkpoint's tokenizer" in out
+    assert sum(g["rows"] for g in exact["groups"]) == 4
+
+
+@pytest.mark.parametrize("args", [["--size", "2b"], [], ["--size", "0.6b", "--model", "x"]])
+def test_bad_plan_options_are_one_line_errors(args):
+    r = CliRunner().invoke(app, ["plan", *args])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_qtts_batch_refuses_a_batch_size_that_cannot_fit(tmp_path, write_manifest, monkeypatch):
+    """Same plan as qtts plan, on the real (tiny) model: exit 2, one line naming the largest
+    batch size that fits, nothing synthesized, every row still pending for a rerun."""
+    import pyarrow.parquet as pq
+
+    from qtts.core.synthesis import memory_plan
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
+
+    monkeypatch.delenv("QTTS_FAKE_SYNTH", raising=False)
+    monkeypatch.setattr(memory_plan, "device_budget", lambda device: 1070 * 2**20)
+    ck = make_tiny_checkpoint(tmp_path / "ck", seed=1)
+    rows = [{"id": f"r{i}", "text": f"Line {i} of the manifest."} for i in range(100)]
+    out = tmp_path / "out"
+    args = ["batch", write_manifest(rows), "-m", ck, "-o", out, "--device", "cpu",
+            "--speaker", "vivian", "--max-new-tokens", 900]  # fmt: skip
+    r = CliRunner().invoke(app, [*map(str, args), "--batch-size", "64"])
+    assert r.exit_code == 2, r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--batch-size 64 does not fit" in errors[0]
+    assert "the largest batch size that fits is" in errors[0] and "Traceback" not in r.output
+    assert not list(out.glob("*.wav"))
+    statuses = {row["status"] for row in pq.read_table(out / "results.parquet").to_pylist()}
+    assert statuses <= {"pending"} or not statuses
