@@ -47,6 +47,8 @@ def test_synth_writes_files_codes_and_results(checkpoint, tmp_path):
     results = pq.read_table(out / "results.parquet").to_pylist()
     assert {r["id"] for r in results} == {"000001", "000003"}
     assert all(r["status"] == "ok" and r["num_frames"] == 8 for r in results)
+    plan = [line for line in proc.stderr.decode().splitlines() if "memory plan:" in line]
+    assert len(plan) == 1 and "2 slots" in plan[0]  # --batch-size auto: both rows at once
 
 
 def test_info_lists_speakers_and_languages(checkpoint):
