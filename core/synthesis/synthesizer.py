@@ -20,16 +20,14 @@ import torch
 from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
+from qtts.core.model.codec import decode_utterances
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import (
-    load_strict,
     parse_device,
     parse_dtype,
-    read_safetensors,
     use_device,
 )
-from qtts.core.model.talker import build_model
+from qtts.core.model.weights import load_weights
 from qtts.core.synthesis.decode_overlap import overlapped
 from qtts.core.synthesis.prompt import (
     embed_clone_prompt,
@@ -42,36 +40,6 @@ from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure,
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "naive")
 NAIVE_BATCH = 16  # the naive generator's batch (it is not memory-planned: a yardstick)
-
-
-def load_weights(text_model, device: torch.device, dtype: torch.dtype):
-    """(model, decoder) with every tensor checked against the checkpoint, on `device` in `dtype`."""
-    model_dir, config = text_model.model_dir, text_model.config
-    with torch.device("meta"):
-        model = build_model(config)
-    single = model_dir / "model.safetensors"
-    load_strict(
-        model,
-        read_safetensors(model_dir),
-        source=str(single if single.exists() else model_dir / "model.safetensors.index.json"),
-        dtype=dtype,
-        device=device,
-    )
-    st_dir = model_dir / "speech_tokenizer"
-    st_config = json.loads((st_dir / "config.json").read_text("utf-8"))
-    with torch.device("meta"):
-        decoder = SpeechDecoder(SpeechDecoderConfig.from_dict(st_config))
-    # The decoder stays fp32 on CPU (as the official code runs it); on GPU it follows --dtype.
-    load_strict(
-        decoder,
-        read_safetensors(st_dir),
-        source=str(st_dir / "model.safetensors"),
-        dtype=torch.float32 if device.type == "cpu" else dtype,
-        device=device,
-        prefix="decoder.",
-        ignore_prefixes=("encoder.",),
-    )
-    return model.eval(), decoder.eval()
 
 
 def row_params(options: GenerationOptions, n: int, device) -> tuple[RowParams, RowParams]:
@@ -123,7 +91,7 @@ class Synthesizer:
         except ValueError as e:
             raise ModelLoadError(str(e)) from None
         use_device(dev)
-        model, decoder = load_weights(text_model, dev, dt)
+        model, decoder = load_weights(text_model.model_dir, text_model.config, dev, dt)
         return cls(text_model, model, decoder, dev, **kwargs)
 
     def synthesize(

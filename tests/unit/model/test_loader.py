@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
@@ -460,13 +461,13 @@ def test_loading_on_cuda_n_makes_it_the_current_device_first(monkeypatch):
     monkeypatch.setattr(synthesizer, "parse_device", lambda name: torch.device("cuda", 1))
     monkeypatch.setattr(synthesizer, "parse_dtype", lambda name, dev: torch.bfloat16)
 
-    def load_weights(text_model, device, dtype):
+    def load_weights(model_dir, config, device, dtype):
         events.append(("load", device))
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(synthesizer, "load_weights", load_weights)
     with pytest.raises(RuntimeError, match="stop here"):
-        synthesizer.Synthesizer.load(object(), "cuda:1", "auto")
+        synthesizer.Synthesizer.load(SimpleNamespace(model_dir=None, config=None), "cuda:1", "auto")
     assert events == [("set_device", torch.device("cuda", 1)), ("load", torch.device("cuda", 1))]
     loader.use_device(torch.device("cpu"))  # nothing to do on CPU
     assert len(events) == 2

@@ -11,9 +11,10 @@ import torch
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.hub import check_layout
 from qtts.core.model.loader import read_safetensors
+from qtts.core.model.weights import load_weights
 from qtts.core.synthesis.requests import GenerationOptions, Request
 from qtts.core.synthesis.session import CheckpointText
-from qtts.core.synthesis.synthesizer import Synthesizer, load_weights
+from qtts.core.synthesis.synthesizer import Synthesizer
 from qtts.core.tiny.checkpoint import LANGUAGES, SPEAKERS, make_tiny_checkpoint, resolve_dims
 from qtts.core.tiny.tokenizer import SPECIAL_TOKENS
 
@@ -36,7 +37,7 @@ def cv17(tmp_path_factory, one_thread):
 
 def _synthesize(model_dir, budget):
     text = CheckpointText("tiny", model_dir)
-    model, decoder = load_weights(text, torch.device("cpu"), torch.float32)
+    model, decoder = load_weights(text.model_dir, text.config, torch.device("cpu"), torch.float32)
     synth = Synthesizer(text, model, decoder, torch.device("cpu"), generator="naive")
     opts = GenerationOptions(text.defaults.talker, text.defaults.subtalker)
     reqs = [

@@ -1,0 +1,45 @@
+"""A checkpoint's weights onto a device: the talker (+ code predictor, + speaker encoder on Base)
+and the speech-tokenizer decoder, each built on the meta device and loaded strictly (every tensor
+checked against the files). Knows the checkpoint layout and the modules; no generation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
+from qtts.core.model.config import ModelConfig
+from qtts.core.model.loader import load_strict, read_safetensors
+from qtts.core.model.talker import build_model
+
+
+def load_weights(model_dir: Path, config: ModelConfig, device: torch.device, dtype: torch.dtype):
+    """(model, decoder) with every tensor checked against the checkpoint, on `device` in `dtype`."""
+    with torch.device("meta"):
+        model = build_model(config)
+    single = model_dir / "model.safetensors"
+    load_strict(
+        model,
+        read_safetensors(model_dir),
+        source=str(single if single.exists() else model_dir / "model.safetensors.index.json"),
+        dtype=dtype,
+        device=device,
+    )
+    st_dir = model_dir / "speech_tokenizer"
+    st_config = json.loads((st_dir / "config.json").read_text("utf-8"))
+    with torch.device("meta"):
+        decoder = SpeechDecoder(SpeechDecoderConfig.from_dict(st_config))
+    # The decoder stays fp32 on CPU (as the official code runs it); on GPU it follows --dtype.
+    load_strict(
+        decoder,
+        read_safetensors(st_dir),
+        source=str(st_dir / "model.safetensors"),
+        dtype=torch.float32 if device.type == "cpu" else dtype,
+        device=device,
+        prefix="decoder.",
+        ignore_prefixes=("encoder.",),
+    )
+    return model.eval(), decoder.eval()
