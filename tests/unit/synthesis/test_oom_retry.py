@@ -7,6 +7,8 @@ the first attempt would have, so the codes equal an undisturbed run and no finis
 prefilled again. The vocoder's OOM halves its micro-batch and decodes only the rows not done.
 """
 
+import weakref
+
 import pytest
 import torch
 from golden import AUDIO_ATOL
@@ -41,10 +43,10 @@ def _run(text_model, synth, budget=None):
 
 def _once_per_pass(real, at_call: int):
     """Wrap an Engine method to raise OOM at its at_call-th call of each engine with > 2 slots."""
-    calls = {}
+    calls = weakref.WeakKeyDictionary()  # per engine object (an id() can be reused once freed)
 
     def flaky(engine, *args, **kwargs):
-        n = calls[id(engine)] = calls.get(id(engine), 0) + 1
+        n = calls[engine] = calls.get(engine, 0) + 1
         if engine.state.slots > 2 and n == at_call:
             raise torch.OutOfMemoryError("simulated")
         return real(engine, *args, **kwargs)
