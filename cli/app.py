@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from qtts.cli import bench_command, commands, plan_command
+from qtts.cli import bench_command, commands, plan_command, results_command
 from qtts.cli.errors import EXIT_CODES
 
 EXAMPLES = """\
@@ -16,6 +16,8 @@ Examples:
   qtts synth lines.txt --speaker vivian --out-dir out/
   qtts batch manifest.parquet --model DIR --out-dir out/ --save-codes
   qtts info Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice
+  qtts batch manifest.parquet -o out/ --num-shards 16 --shard-index 3
+  qtts results out/
   qtts plan manifest.parquet --model DIR --gpu-memory 24
   qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare"""
 
@@ -47,6 +49,7 @@ app.command(epilog=_epilog(EXIT_CODES))(commands.batch)
 app.command()(commands.info)
 app.command()(bench_command.bench)
 app.command()(plan_command.plan)
+app.command()(results_command.results)
 
 
 def main() -> None:

@@ -78,6 +78,7 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
                 on_budget=a["on_budget"].value,
                 ref_audio=None if a["ref_audio"] is None else str(a["ref_audio"]),
                 ref_text=a["ref_text"], x_vector_only=a["x_vector_only"],
+                num_shards=a["num_shards"], shard_index=a["shard_index"],
             )  # fmt: skip
         except ValueError as e:
             raise ManifestError(str(e)) from None
@@ -121,6 +122,8 @@ def synth(
     format: o.Format = o.AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     overwrite: o.Overwrite = False,
+    num_shards: o.NumShards = None,
+    shard_index: o.ShardIndex = None,
     fail_fast: o.FailFast = False,
     max_failures: o.MaxFailures = None,
     on_budget: o.OnBudgetOpt = o.OnBudget.ok,
@@ -160,6 +163,8 @@ def batch(
     format: o.Format = o.AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     overwrite: o.Overwrite = False,
+    num_shards: o.NumShards = None,
+    shard_index: o.ShardIndex = None,
     fail_fast: o.FailFast = False,
     max_failures: o.MaxFailures = None,
     on_budget: o.OnBudgetOpt = o.OnBudget.ok,

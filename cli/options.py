@@ -145,6 +145,21 @@ FailFast = Annotated[
     bool,
     _opt("--fail-fast/--no-fail-fast", panel=OUTPUT_PANEL, help="Stop at the first failed row."),
 ]
+SCALE_PANEL = "Scale out"
+NumShards = Annotated[
+    int | None,
+    _opt(
+        "--num-shards",
+        min=1,
+        panel=SCALE_PANEL,
+        help="Split the job into N shards by sha1(id) % N (default: from a Slurm array, srun or "
+        "torchrun environment; else 1). Shards share the out dir.",
+    ),
+]
+ShardIndex = Annotated[
+    int | None,
+    _opt("--shard-index", min=0, panel=SCALE_PANEL, help="This run's shard, 0..N-1."),
+]
 MaxFailures = Annotated[
     int | None,
     _opt("--max-failures", min=1, panel=OUTPUT_PANEL, help="Stop after N failed rows (exit 3)."),

@@ -1,10 +1,12 @@
 """The job's record of what is done: a JSON-lines journal, and the views rebuilt from it.
 
-OUT/.qtts-journal.jsonl gets one line per finished row, appended and fsynced (thread-safe). An ok
+OUT/.qtts-journal.jsonl (one per shard when sharded: .qtts-journal-shard-I-of-N.jsonl) gets one line
+per finished row, appended and fsynced (thread-safe). An ok
 row is journalled when its audio is durable in a temp file, just before the rename that publishes
 it: after any crash every published file has its line (so a rerun never rewrites it), and a line
 whose file is missing is simply redone, since resume checks the file. A line cut short by a kill is
-ignored; a write that fails after its line gets a "pending" line (latest wins). results.parquet
+ignored; a write that fails after its line gets a "pending" line (latest wins: every record
+carries its wall-clock time `t`, which orders records across journals). results.parquet
 (one row per input row with a result this run) and the Hugging Face AudioFolder metadata.jsonl
 are rebuilt from the journal, atomically.
 Knows record fields and files; knows no models, tensors or scheduling.
@@ -16,6 +18,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from qtts.core.synthesis.requests import Request, Utterance
 log = logging.getLogger("qtts")
 
 JOURNAL_NAME = ".qtts-journal.jsonl"
+JOURNAL_GLOB = ".qtts-journal*.jsonl"  # the unsharded journal and every shard's
 RESULTS_NAME = "results.parquet"
 METADATA_NAME = "metadata.jsonl"
 
@@ -54,9 +58,9 @@ def _base_record(r, run: str, model: str) -> dict[str, Any]:
     seed = getattr(r, "seed", None)
     if not isinstance(seed, int) or isinstance(seed, bool):
         seed = None  # a bad seed is why the row failed; the journal keeps ints only
-    return {"run": run, "id": r.id, "row": r.row, "model": model, "text": r.text,
-            "speaker": r.speaker, "language": r.language, "instruct": r.instruct,
-            "seed": seed}  # fmt: skip
+    return {"run": run, "t": time.time(), "id": r.id, "row": r.row, "model": model,
+            "text": r.text, "speaker": r.speaker, "language": r.language,
+            "instruct": r.instruct, "seed": seed}  # fmt: skip
 
 
 def failed_record(r, error: str, *, run: str, model: str) -> dict[str, Any]:
@@ -71,11 +75,28 @@ def ok_record(req: Request, utt: Utterance, file: str, *, run: str, model: str) 
             "hit_frame_budget": bool(utt.hit_frame_budget)}  # fmt: skip
 
 
+def pending_record(row_id: str, *, run: str) -> dict[str, Any]:
+    """A row that is not done after all (its write failed after its journal line)."""
+    return {"run": run, "t": time.time(), "id": row_id, "status": "pending"}
+
+
+def read_journals(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """The latest record per id across every journal in out_dir (all shards, any N): by time,
+    then by order within a journal (records written before times were kept count as oldest)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for path in sorted(out_dir.glob(JOURNAL_GLOB)):
+        for row_id, rec in Journal(out_dir, path.name).read().items():
+            old = latest.get(row_id)
+            if old is None or rec.get("t", 0) >= old.get("t", 0):
+                latest[row_id] = rec
+    return latest
+
+
 class Journal:
     """Append-only, fsynced per append; the latest line for an id wins."""
 
-    def __init__(self, out_dir: Path) -> None:
-        self.path = out_dir / JOURNAL_NAME
+    def __init__(self, out_dir: Path, name: str = JOURNAL_NAME) -> None:
+        self.path = out_dir / name
         self._lock = threading.Lock()  # writer threads and the main thread append
 
     def read(self) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""One run per out dir: an exclusive, non-blocking filelock on OUT/.qtts.lock.
+"""One run per out dir (per shard of it): an exclusive, non-blocking filelock on OUT/.qtts.lock
+(OUT/.qtts-shard-I-of-N.lock for shard I of N, so shards share the dir).
 
 A second run names the holder's pid: Linux's /proc/locks says who holds the flock; elsewhere the
 pid the holder wrote into the lock file is used. The lock is
@@ -26,10 +27,10 @@ class LockHeldError(RuntimeError):
 class OutDirLock:
     """Context manager: acquire at once or raise LockHeldError."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, name: str = LOCK_NAME) -> None:
         from filelock import FileLock
 
-        self.path = out_dir / LOCK_NAME
+        self.path = out_dir / name
         self._lock = FileLock(str(self.path), timeout=0)
 
     def acquire(self) -> None:

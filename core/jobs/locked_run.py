@@ -29,9 +29,11 @@ from qtts.core.jobs.journal import (
     Journal,
     failed_record,
     ok_record,
-    write_metadata,
-    write_results,
+    pending_record,
+    read_journals,
 )
+from qtts.core.jobs.results import rebuild_views, result_records
+from qtts.core.jobs.shards import UNSHARDED, Shard
 from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.writer import (
     OutputWriter,
@@ -39,6 +41,7 @@ from qtts.core.jobs.writer import (
     audio_decodes,
     cleanup_temp_files,
     fsync_dir,
+    row_id_of,
 )
 from qtts.core.jobs.writer import remove_live_temps as _remove_live_temps
 from qtts.core.synthesis.requests import Request, RowFailure, Utterance
@@ -85,13 +88,18 @@ class _Batch:
 
 
 class JobRun:
+    """rows: this shard's rows (all of them, unsharded); all_rows: the whole input, which the
+    rebuilt results.parquet covers."""
+
     def __init__(self, spec: JobSpec, text_model, rows, validated, options, load_synthesizer,
-                 progress: ProgressSink | None) -> None:  # fmt: skip
+                 progress: ProgressSink | None, shard: Shard = UNSHARDED,
+                 all_rows=None) -> None:  # fmt: skip
         self.spec, self.text_model, self.rows, self.validated = spec, text_model, rows, validated
         self.options, self.load_synthesizer = options, load_synthesizer
         self.progress = progress or NoProgress()
+        self.shard, self.all_rows = shard, rows if all_rows is None else all_rows
         self.out = spec.out_dir
-        self.journal = Journal(self.out)
+        self.journal = Journal(self.out, shard.journal_name)
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.skipped: dict[str, dict[str, Any]] = {}
         self.failures = len(validated.rejected)
@@ -103,11 +111,11 @@ class JobRun:
     def execute(self) -> JobSummary:
         with StopSignals(on_exit_now=_remove_live_temps) as stop:
             self.stop = stop
-            if cleanup_temp_files(self.out):
+            if cleanup_temp_files(self.out, owns=self._owns_file):
                 log.info("removed temp files left by an interrupted run")
             if self.spec.overwrite:
                 self.journal.reset()
-            previous = {} if self.spec.overwrite else self.journal.read()
+            previous = {} if self.spec.overwrite else read_journals(self.out)
             self.journal.append(
                 [self._failed(row, reason) for row, reason in self.validated.rejected]
             )
@@ -243,9 +251,17 @@ class JobRun:
     def _mark_pending(self, row_id: str) -> None:
         """A write failed, perhaps after its journal line: the row is not done."""
         try:
-            self.journal.append([{"run": self.run_id, "id": row_id, "status": "pending"}])
+            self.journal.append([pending_record(row_id, run=self.run_id)])
         except OSError as e:  # disk full: resume and results check the file anyway
             log.debug("could not journal %s as pending: %s", row_id, e)
+
+    def _owns_file(self, final: str) -> bool:
+        """Row files of this shard's rows, and its own journal (the shared views' temps are
+        cleared under the results lock)."""
+        row_id = row_id_of(final)
+        if row_id is not None:
+            return self.shard.owns(row_id)
+        return final == self.journal.path.name
 
     def _too_many_failures(self) -> bool:
         limit = self.spec.max_failures
@@ -280,27 +296,19 @@ class JobRun:
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> JobSummary:
-        """Rebuild results.parquet and metadata.jsonl from the journal: one record per input row
-        that has a result from this run (or was skipped as done); pending rows have none."""
-        latest = self.journal.read()
+        """Rebuild results.parquet and metadata.jsonl from every journal in the out dir (all
+        shards): this run's rows as this run left them, other shards' as theirs did."""
         rejected = {row.row: reason for row, reason in self.validated.rejected}
-        records = []
-        for row in self.rows:
-            if row.id is None:  # a null id fails validation and has no journal key
-                rec = self._failed(row, rejected.get(row.row, "id is null"))
-            else:
-                rec = self.skipped.get(row.id) or latest.get(row.id)
-                if rec is None or rec["status"] == "pending":
-                    continue
-                if rec["status"] != "skipped" and rec.get("run") != self.run_id:
-                    continue  # an earlier run's result, not redone: pending
-                if rec["status"] == "ok" and not (self.out / rec["file"]).is_file():
-                    continue  # journalled, then the write failed
-            file = rec.get("file")
-            records.append({**rec, "path": str((self.out / file).resolve()) if file else None})
-        write_results(self.out, records)
-        write_metadata(self.out, records)
-        return self._summary(records)
+
+        def records_for(latest):
+            return result_records(
+                self.out, self.all_rows, latest, owns=self.shard.owns, this_run=self.run_id,
+                skipped=self.skipped,
+                null_id=lambda row: self._failed(row, rejected.get(row.row, "id is null")),
+            )  # fmt: skip
+
+        records = rebuild_views(self.out, records_for)
+        return self._summary([r for r in records if self.shard.owns(r["id"])])
 
     def _finish_after_error(self) -> None:
         try:

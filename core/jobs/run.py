@@ -10,6 +10,8 @@ tensors and no command-line parsing.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from qtts.core.jobs.manifest import (
     read_parquet_manifest,
     read_text_lines,
 )
+from qtts.core.jobs.results import JobFile, write_job_file
+from qtts.core.jobs.shards import local_rank_device, resolve_shard
 from qtts.core.jobs.spec import JobSpec, generation_options
 from qtts.core.jobs.validation import RowDefaults, validate_rows
 
@@ -70,10 +74,21 @@ def run_job(
     open_text_model: OpenTextModel,
     load_synthesizer: LoadSynthesizer,
     progress: ProgressSink | None = None,
+    env: Mapping[str, str] = os.environ,
 ) -> JobSummary:
-    """Run one job. Raises ManifestError (exit 2) before anything is written, LockHeldError (75),
-    ModelLoadError / DiskFullError / OutputError (1); otherwise returns the summary."""
-    rows = apply_reference_defaults(read_rows(spec), spec)
+    """Run one job (one shard of it when sharded: --num-shards/--shard-index, or a Slurm array,
+    srun or torchrun environment). Raises ManifestError (exit 2) before anything is written,
+    LockHeldError (75), ModelLoadError / DiskFullError / OutputError (1); otherwise returns the
+    summary."""
+    all_rows = apply_reference_defaults(read_rows(spec), spec)
+    try:
+        shard = resolve_shard(spec.num_shards, spec.shard_index, env)
+    except ValueError as e:
+        raise ManifestError(str(e)) from None
+    rows = [r for r in all_rows if shard.owns(r.id)]
+    if shard.sharded:
+        log.info("%s: %d of %d rows", shard.describe(), len(rows), len(all_rows))
+        spec = replace(spec, device=local_rank_device(spec.device, env))
     text_model = open_text_model(spec.model)
     check_shared_voice(rows, text_model, spec.row_defaults)
     try:
@@ -92,6 +107,10 @@ def run_job(
         spec.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ManifestError(f"cannot create out dir {spec.out_dir}: {e.strerror or e}") from None
-    with OutDirLock(spec.out_dir):
-        run = JobRun(spec, text_model, rows, validated, options, load_synthesizer, progress)
+    source = spec.source if spec.source == "-" else str(Path(spec.source).resolve())
+    job = JobFile(spec.kind, source, spec.audio_format, shard.count)
+    with OutDirLock(spec.out_dir, shard.lock_name):
+        write_job_file(spec.out_dir, job)
+        run = JobRun(spec, text_model, rows, validated, options, load_synthesizer, progress,
+                     shard=shard, all_rows=all_rows)  # fmt: skip
         return run.execute()

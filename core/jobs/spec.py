@@ -54,6 +54,8 @@ class JobSpec:
     ref_audio: str | None = None  # Base: reference clip for rows without one
     ref_text: str | None = None  # Base: its transcript (ICL); none -> x-vector only
     x_vector_only: bool = False  # Base: ignore every ref_text (x-vector cloning)
+    num_shards: int | None = None  # with shard_index: run rows with sha1(id) % N == I only
+    shard_index: int | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):

@@ -92,14 +92,25 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def cleanup_temp_files(out_dir: Path) -> int:
-    """Remove temp files an earlier, killed run left in out_dir. Call with the lock held."""
+def cleanup_temp_files(out_dir: Path, owns: Callable[[str], bool] = lambda final: True) -> int:
+    """Remove temp files a killed run left in out_dir: those whose final file name `owns`
+    accepts (a shard owns its rows' files; other shards may be writing theirs right now)."""
     removed = 0
     for p in out_dir.glob(f".*{TEMP_MARK}*"):
-        if p.is_file():
+        final = p.name[1 : p.name.index(TEMP_MARK)]
+        if p.is_file() and owns(final):
             _unlink_quietly(p)
             removed += 1
     return removed
+
+
+def row_id_of(final: str) -> str | None:
+    """The row id of an output file name (`{id}.wav`, `{id}.flac`, `{id}.codes.npy`), else
+    None (results.parquet, metadata.jsonl, journals, the job file)."""
+    for suffix in (".codes.npy", *(f".{fmt}" for fmt in AUDIO_FORMATS)):
+        if final.endswith(suffix) and len(final) > len(suffix):
+            return final[: -len(suffix)]
+    return None
 
 
 def remove_live_temps() -> None:

@@ -271,8 +271,8 @@ def test_stale_temp_files_are_removed(tmp_path):
     src.write_text("hi\n")
     assert qtts("synth", src, "--speaker", "ryan", "-o", out).exit_code == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == [".qtts-journal.jsonl", ".qtts.lock", "000001.wav", "metadata.jsonl",
-                     "results.parquet"]  # fmt: skip
+    assert names == [".qtts-job.json", ".qtts-journal.jsonl", ".qtts-results.lock", ".qtts.lock",
+                     "000001.wav", "metadata.jsonl", "results.parquet"]  # fmt: skip
 
 
 def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):

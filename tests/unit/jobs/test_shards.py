@@ -1,0 +1,68 @@
+"""Shard assignment and where a run's shard comes from (flags, Slurm array, srun, torchrun)."""
+
+import pytest
+
+from qtts.core.jobs.shards import Shard, local_rank_device, resolve_shard, shard_of
+
+
+def test_assignment_is_sha1_of_the_id_and_does_not_move_when_the_manifest_changes():
+    ids = [f"utt-{i:05d}" for i in range(2000)]
+    before = {i: shard_of(i, 16) for i in ids}
+    reordered = list(reversed(ids)) + [f"new-{i}" for i in range(500)]  # appended rows too
+    assert all(shard_of(i, 16) == before[i] for i in reordered if i in before)
+    counts = [sum(v == s for v in before.values()) for s in range(16)]
+    assert min(counts) > 80 and max(counts) < 170  # spread, about 125 each
+    assert shard_of("utt-00000", 16) == int.from_bytes(
+        __import__("hashlib").sha1(b"utt-00000").digest()[:8], "big"
+    ) % 16  # fmt: skip
+
+
+def test_every_row_has_exactly_one_shard():
+    shards = [Shard(5, i) for i in range(5)]
+    for row_id in [f"r{i}" for i in range(300)] + [None]:
+        assert sum(s.owns(row_id) for s in shards) == 1
+    assert Shard(5, 0).owns(None)  # null ids (validation failures) are shard 0's to report
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({}, (1, 0, "unsharded")),
+        ({"SLURM_ARRAY_TASK_COUNT": "16", "SLURM_ARRAY_TASK_ID": "3"}, (16, 3, "Slurm array")),
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "7",
+          "SLURM_ARRAY_TASK_MIN": "5"}, (4, 2, "Slurm array")),  # arrays can start above 0
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "1",
+          "SLURM_ARRAY_TASK_STEP": "2"}, (4, 2, "Slurm array")),  # --array=1-7:2
+        ({"SLURM_NTASKS": "8", "SLURM_PROCID": "6"}, (8, 6, "srun")),
+        ({"SLURM_NTASKS": "1", "SLURM_PROCID": "0"}, (1, 0, "unsharded")),
+        ({"WORLD_SIZE": "4", "RANK": "1", "LOCAL_RANK": "1"}, (4, 1, "torchrun")),
+    ],
+)  # fmt: skip
+def test_the_shard_comes_from_the_environment(env, want):
+    shard = resolve_shard(None, None, env)
+    assert (shard.count, shard.index) == want[:2] and want[2] in shard.source
+
+
+def test_flags_win_and_come_in_pairs():
+    env = {"SLURM_ARRAY_TASK_COUNT": "16", "SLURM_ARRAY_TASK_ID": "3"}
+    assert (resolve_shard(2, 1, env).count, resolve_shard(2, 1, env).index) == (2, 1)
+    with pytest.raises(ValueError, match="both --num-shards and --shard-index"):
+        resolve_shard(4, None, {})
+    with pytest.raises(ValueError, match="must be in 0..3"):
+        resolve_shard(4, 4, {})
+
+
+def test_torchrun_local_rank_picks_the_gpu():
+    env = {"LOCAL_RANK": "2"}
+    assert local_rank_device("auto", env) == "cuda:2" == local_rank_device("cuda", env)
+    assert local_rank_device("cpu", env) == "cpu" and local_rank_device("cuda:0", env) == "cuda:0"
+    assert local_rank_device("auto", {}) == "auto"
+
+
+def test_each_shard_has_its_own_lock_and_journal():
+    assert (Shard(1, 0).lock_name, Shard(1, 0).journal_name) == (
+        ".qtts.lock",
+        ".qtts-journal.jsonl",
+    )
+    assert Shard(16, 3).lock_name == ".qtts-shard-3-of-16.lock"
+    assert Shard(16, 3).journal_name == ".qtts-journal-shard-3-of-16.jsonl"
