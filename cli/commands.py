@@ -79,6 +79,9 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
                 ref_audio=None if a["ref_audio"] is None else str(a["ref_audio"]),
                 ref_text=a["ref_text"], x_vector_only=a["x_vector_only"],
                 num_shards=a["num_shards"], shard_index=a["shard_index"],
+                backend=a["backend"].value if "backend" in a else "local",
+                ray_address=a.get("ray_address"), workers=a.get("workers"),
+                gpus_per_worker=a.get("gpus_per_worker"),
             )  # fmt: skip
         except ValueError as e:
             raise ManifestError(str(e)) from None
@@ -165,6 +168,10 @@ def batch(
     overwrite: o.Overwrite = False,
     num_shards: o.NumShards = None,
     shard_index: o.ShardIndex = None,
+    backend: o.BackendOpt = o.Backend.local,
+    ray_address: o.RayAddress = None,
+    workers: o.Workers = None,
+    gpus_per_worker: o.GpusPerWorker = None,
     fail_fast: o.FailFast = False,
     max_failures: o.MaxFailures = None,
     on_budget: o.OnBudgetOpt = o.OnBudget.ok,

@@ -36,6 +36,7 @@ Exit codes:
 _KNOWN = {
     "ManifestError": EXIT_USAGE,
     "MemoryPlanError": EXIT_USAGE,  # an explicit --batch-size that cannot fit; nothing ran
+    "UsageError": EXIT_USAGE,  # e.g. --backend ray without Ray, or more GPUs than the cluster has
     "LockHeldError": EXIT_LOCKED,
     "ModelLoadError": EXIT_FATAL,
     "DiskFullError": EXIT_FATAL,

@@ -160,6 +160,34 @@ ShardIndex = Annotated[
     int | None,
     _opt("--shard-index", min=0, panel=SCALE_PANEL, help="This run's shard, 0..N-1."),
 ]
+
+
+class Backend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+BackendOpt = Annotated[
+    Backend,
+    _opt("--backend", panel=SCALE_PANEL,
+         help="local: this process and device. ray: Ray Data actors over a cluster's GPUs "
+         "(pip install 'qtts[ray]'); outputs go to a folder every worker can see."),
+]  # fmt: skip
+RayAddress = Annotated[
+    str | None,
+    _opt("--ray-address", panel=SCALE_PANEL,
+         help="Ray cluster to join [default: RAY_ADDRESS, else a local Ray for this job]."),
+]  # fmt: skip
+Workers = Annotated[
+    int | None,
+    _opt("--workers", min=1, panel=SCALE_PANEL,
+         help="Ray actors [default: one per GPU in the cluster, or 1 without GPUs]."),
+]  # fmt: skip
+GpusPerWorker = Annotated[
+    float | None,
+    _opt("--gpus-per-worker", min=0, panel=SCALE_PANEL,
+         help="GPUs per Ray actor [default: 1 when the cluster has GPUs, else 0]."),
+]  # fmt: skip
 MaxFailures = Annotated[
     int | None,
     _opt("--max-failures", min=1, panel=OUTPUT_PANEL, help="Stop after N failed rows (exit 3)."),

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,27 @@ def failed_record(r, error: str, *, run: str, model: str) -> dict[str, Any]:
     return {**_base_record(r, run, model), "status": "failed", "error": error}
 
 
-def ok_record(req: Request, utt: Utterance, file: str, *, run: str, model: str) -> dict[str, Any]:
-    n = int(len(utt.audio))
+def ok_record(req: Request, audio: AudioInfo, file: str, *, run: str, model: str) -> dict[str, Any]:
+    n = audio.num_samples
     return {**_base_record(req, run, model), "status": "ok", "error": None, "file": file,
-            "num_frames": int(len(utt.codes)), "num_samples": n,
-            "sample_rate": int(utt.sample_rate), "duration_s": n / utt.sample_rate,
-            "hit_frame_budget": bool(utt.hit_frame_budget)}  # fmt: skip
+            "num_frames": audio.num_frames, "num_samples": n, "sample_rate": audio.sample_rate,
+            "duration_s": n / audio.sample_rate,
+            "hit_frame_budget": audio.hit_frame_budget}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What the journal keeps of an utterance (the audio itself stays in its file)."""
+
+    num_frames: int
+    num_samples: int
+    sample_rate: int
+    hit_frame_budget: bool
+
+    @classmethod
+    def of(cls, utt: Utterance) -> AudioInfo:
+        return cls(int(len(utt.codes)), int(len(utt.audio)), int(utt.sample_rate),
+                   bool(utt.hit_frame_budget))  # fmt: skip
 
 
 def pending_record(row_id: str, *, run: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from qtts.core.jobs.budget import longest_first
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink
 from qtts.core.jobs.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.journal import (
+    AudioInfo,
     Journal,
     failed_record,
     ok_record,
@@ -35,6 +36,7 @@ from qtts.core.jobs.journal import (
 from qtts.core.jobs.results import rebuild_views, result_records
 from qtts.core.jobs.shards import UNSHARDED, Shard
 from qtts.core.jobs.spec import JobSpec
+from qtts.core.jobs.summary import JobSummary
 from qtts.core.jobs.writer import (
     OutputWriter,
     WriteJob,
@@ -53,29 +55,6 @@ MAX_BATCHES_IN_FLIGHT = 2  # batches written but not yet journalled: bounds audi
 
 
 @dataclass
-class JobSummary:
-    status: str  # done | interrupted | aborted (too many failures)
-    exit_code: int
-    total: int = 0
-    ok: int = 0
-    failed: int = 0
-    skipped: int = 0
-    pending: int = 0
-    hit_frame_budget: int = 0  # ok rows that ran out of frames without EOS
-    audio_s: float = 0.0
-    wall_s: float = 0.0
-    out_dir: str = ""
-    results: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["audio_s"] = round(self.audio_s, 3)
-        d["wall_s"] = round(self.wall_s, 3)
-        d["audio_s_per_s"] = round(self.audio_s / self.wall_s, 3) if self.wall_s > 0 else None
-        return d
-
-
-@dataclass
 class _Batch:
     """One batch's file writes; bounds how much audio waits in memory for the disk."""
 
@@ -85,6 +64,18 @@ class _Batch:
 
     def ready(self) -> bool:
         return self.closed and all(f.done() for f, _ in self.writes)
+
+
+def utterance_error(utt: Utterance, req: Request, on_budget: str) -> str | None:
+    """Why an utterance fails its row after synthesis (None: it is fine)."""
+    if not np.all(np.isfinite(utt.audio)):
+        return "non-finite audio (NaN or inf) from the vocoder"
+    if utt.hit_frame_budget:
+        budget = f"max_new_tokens {req.max_new_tokens}, {len(utt.codes)} frames"
+        if on_budget == "fail":
+            return f"hit the frame budget without EOS ({budget}; --on-budget fail)"
+        log.debug("row %s hit the frame budget without EOS (%s)", req.id, budget)
+    return None
 
 
 class JobRun:
@@ -205,7 +196,10 @@ class JobRun:
         req = waiting.pop(item.id, None)
         if req is None:
             raise RuntimeError(f"synthesizer returned an unexpected id {item.id!r}")
-        error = item.error if isinstance(item, RowFailure) else self._utterance_error(item, req)
+        if isinstance(item, RowFailure):
+            error = item.error
+        else:
+            error = utterance_error(item, req, self.spec.on_budget)
         if error is not None:
             self.journal.append([self._failed(req, error)])
             self.failures += 1
@@ -218,16 +212,6 @@ class JobRun:
         b.writes.append((self.writer.submit(job), req.id))
         self.audio_s += rec["duration_s"]
         self.progress.advance(1, rec["duration_s"])
-
-    def _utterance_error(self, utt: Utterance, req: Request) -> str | None:
-        if not np.all(np.isfinite(utt.audio)):
-            return "non-finite audio (NaN or inf) from the vocoder"
-        if utt.hit_frame_budget:
-            budget = f"max_new_tokens {req.max_new_tokens}, {len(utt.codes)} frames"
-            if self.spec.on_budget == "fail":
-                return f"hit the frame budget without EOS ({budget}; --on-budget fail)"
-            log.debug("row %s hit the frame budget without EOS (%s)", req.id, budget)
-        return None
 
     def _drain(self, *, block: bool) -> None:
         """Settle finished batches' writes, oldest first; raises file errors (disk full)."""
@@ -272,7 +256,7 @@ class JobRun:
 
     def _ok(self, req: Request, utt: Utterance) -> dict[str, Any]:
         file = f"{req.id}.{self.spec.audio_format}"
-        return ok_record(req, utt, file, run=self.run_id, model=self.text_model.name)
+        return ok_record(req, AudioInfo.of(utt), file, run=self.run_id, model=self.text_model.name)
 
     def _resume_filter(self, previous: dict[str, dict[str, Any]]) -> list[Request]:
         todo = []

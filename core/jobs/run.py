@@ -18,7 +18,7 @@ from pathlib import Path
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
 from qtts.core.jobs.lock import OutDirLock
-from qtts.core.jobs.locked_run import JobRun, JobSummary
+from qtts.core.jobs.locked_run import JobRun
 from qtts.core.jobs.manifest import (
     InputRow,
     ManifestError,
@@ -29,6 +29,7 @@ from qtts.core.jobs.manifest import (
 from qtts.core.jobs.results import JobFile, write_job_file
 from qtts.core.jobs.shards import local_rank_device, resolve_shard
 from qtts.core.jobs.spec import JobSpec, generation_options
+from qtts.core.jobs.summary import JobSummary
 from qtts.core.jobs.validation import RowDefaults, validate_rows
 
 log = logging.getLogger("qtts")
@@ -109,8 +110,15 @@ def run_job(
         raise ManifestError(f"cannot create out dir {spec.out_dir}: {e.strerror or e}") from None
     source = spec.source if spec.source == "-" else str(Path(spec.source).resolve())
     job = JobFile(spec.kind, source, spec.audio_format, shard.count)
+    args = (spec, text_model, rows, validated, options, load_synthesizer, progress)
+    if spec.backend == "ray":
+        from qtts.core.jobs.ray_backend import RayJobRun, RayOptions, import_ray
+
+        import_ray()  # not installed: one line saying how, before the out dir is locked
+        options_ray = RayOptions(spec.ray_address, spec.workers, spec.gpus_per_worker)
+        run = RayJobRun(*args, ray_options=options_ray, open_text_model=open_text_model)
+    else:
+        run = JobRun(*args, shard=shard, all_rows=all_rows)
     with OutDirLock(spec.out_dir, shard.lock_name):
         write_job_file(spec.out_dir, job)
-        run = JobRun(spec, text_model, rows, validated, options, load_synthesizer, progress,
-                     shard=shard, all_rows=all_rows)  # fmt: skip
         return run.execute()

@@ -34,6 +34,13 @@ class SamplingOverrides:
     subtalker_top_p: float | None = None
 
 
+class UsageError(ValueError):
+    """A command line that cannot run as given (exit 2, nothing synthesized)."""
+
+
+BACKENDS = ("local", "ray")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     kind: str  # "synth" (text lines) | "batch" (Parquet manifest)
@@ -56,6 +63,10 @@ class JobSpec:
     x_vector_only: bool = False  # Base: ignore every ref_text (x-vector cloning)
     num_shards: int | None = None  # with shard_index: run rows with sha1(id) % N == I only
     shard_index: int | None = None
+    backend: str = "local"  # "ray": Ray Data actors (qtts.core.jobs.ray_backend)
+    ray_address: str | None = None
+    workers: int | None = None  # ray actors
+    gpus_per_worker: float | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
@@ -70,6 +81,14 @@ class JobSpec:
             raise ValueError(f"--on-budget must be ok or fail, got {self.on_budget!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend must be local or ray, got {self.backend!r}")
+        if self.backend == "ray" and (self.num_shards or 1) > 1:
+            raise ValueError("--backend ray spreads one job over the cluster: no --num-shards")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
+            raise ValueError(f"--gpus-per-worker must be >= 0, got {self.gpus_per_worker}")
         if self.max_failures is not None and self.max_failures < 1:
             raise ValueError(f"--max-failures must be >= 1, got {self.max_failures}")
 

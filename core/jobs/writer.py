@@ -182,9 +182,10 @@ class OutputWriter:
         return self.out_dir / f"{row_id}.codes.npy"
 
     def submit(self, job: WriteJob) -> Future[str]:
-        return self._pool.submit(self._write, job)
+        return self._pool.submit(self.write, job)
 
-    def _write(self, job: WriteJob) -> str:
+    def write(self, job: WriteJob) -> str:
+        """One row's files, now (codes first, audio last: resume checks the audio)."""
         path = self.audio_path(job.id)
         try:
             if job.codes is not None:

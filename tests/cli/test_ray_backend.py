@@ -1,0 +1,190 @@
+"""`qtts batch --backend ray` on a local Ray cluster (started once for this module, 4 logical CPUs,
+no GPUs), with the tiny checkpoint, sampling on and a seed per row: the same files and codes as a
+local run; rows failing in the model fail alone; a killed actor's rows are retried; a driver
+killed with SIGKILL is finished by a rerun without touching the files already done; a cluster
+without the GPUs asked for fails at once; and without Ray installed the flag says what to do."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+from typer.testing import CliRunner
+
+ray = pytest.importorskip("ray")  # in the test extra; a fresh clone's CI installs it
+
+from qtts.cli.app import app  # noqa: E402
+
+TESTS = Path(__file__).resolve().parents[1]
+PCM_LSB = 1 / 32768
+
+
+@pytest.fixture(scope="module")
+def markers(tmp_path_factory):
+    return tmp_path_factory.mktemp("markers")
+
+
+@pytest.fixture(scope="module")
+def cluster(markers):
+    """One local Ray for the module. Its workers (for any job, the subprocess drivers' too)
+    inherit the environment it starts with: the hooks module on PYTHONPATH, the marker dir."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "QTTS_TEST_MARKERS")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), saved["PYTHONPATH"]]))
+    os.environ["QTTS_TEST_MARKERS"] = str(markers)
+    try:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from qtts.core.tiny.checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", seed=8)
+
+
+def _manifest(path, texts):
+    rows = [{"id": f"u{i:02d}", "text": t, "seed": 50 + i} for i, t in enumerate(texts)]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+TEXTS = [f"Row {i} of the ray job." for i in range(10)]
+
+
+def _args(checkpoint, manifest, out, *extra):
+    return ["batch", str(manifest), "--model", str(checkpoint), "--device", "cpu", "--speaker",
+            "vivian", "--max-new-tokens", "6", "--save-codes", "-o", str(out),
+            *map(str, extra)]  # fmt: skip
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    monkeypatch.setenv("QTTS_FAKE_SYNTH", "ray_hooks")
+    monkeypatch.delenv("QTTS_DEBUG", raising=False)
+
+
+def _run(*args):
+    r = CliRunner().invoke(app, list(args))
+    lines = r.stdout.strip().splitlines()
+    return r.exit_code, (json.loads(lines[-1]) if lines else {}), r.output
+
+
+def _outputs(out):
+    codes = {p.name: np.load(p) for p in out.glob("*.codes.npy")}
+    audio = {p.name: sf.read(p, dtype="float32")[0] for p in out.glob("*.wav")}
+    return codes, audio
+
+
+def _same(a, b):
+    (codes_a, audio_a), (codes_b, audio_b) = a, b
+    assert sorted(codes_a) == sorted(codes_b) and sorted(audio_a) == sorted(audio_b)
+    for k in codes_a:
+        np.testing.assert_array_equal(codes_a[k], codes_b[k], err_msg=k)
+    for k in audio_a:
+        np.testing.assert_allclose(audio_a[k], audio_b[k], rtol=0, atol=PCM_LSB, err_msg=k)
+
+
+def test_two_workers_give_the_files_and_codes_of_a_local_run(cluster, checkpoint, tmp_path, hooks):
+    manifest = _manifest(tmp_path / "m.parquet", TEXTS)
+    code, local, _ = _run(*_args(checkpoint, manifest, tmp_path / "local"))
+    assert code == 0 and local["ok"] == len(TEXTS)
+    code, distributed, out = _run(*_args(checkpoint, manifest, tmp_path / "ray"), "--backend",
+                                  "ray", "--workers", 2)  # fmt: skip
+    assert code == 0 and distributed["ok"] == len(TEXTS), out
+    _same(_outputs(tmp_path / "local"), _outputs(tmp_path / "ray"))
+    results = pq.read_table(tmp_path / "ray" / "results.parquet").to_pylist()
+    assert {r["status"] for r in results} == {"ok"} and len(results) == len(TEXTS)
+
+
+def test_bad_rows_fail_alone_with_their_reasons(cluster, checkpoint, tmp_path, hooks):
+    texts = [*TEXTS[:4], "FAIL in the model", "   "]  # one fails in the model, one in validation
+    manifest = _manifest(tmp_path / "m.parquet", texts)
+    code, summary, out = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray",
+                              "--workers", 2)  # fmt: skip
+    assert code == 3 and summary["ok"] == 4 and summary["failed"] == 2, out
+    results = {r["id"]: r for r in pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()}
+    assert "simulated failure" in results["u04"]["error"]
+    assert "empty" in results["u05"]["error"]
+
+
+def test_a_killed_worker_has_its_rows_retried(cluster, markers, checkpoint, tmp_path, hooks):
+    texts = [*TEXTS[:5], "KILL this actor", *TEXTS[5:8]]
+    manifest = _manifest(tmp_path / "m.parquet", texts)
+    code, summary, out = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray",
+                              "--workers", 2)  # fmt: skip
+    assert (markers / "killed-u05").exists()  # the actor did die on its first try
+    assert code == 0 and summary["ok"] == len(texts), out
+
+
+def test_a_driver_killed_mid_job_is_finished_by_a_rerun(cluster, checkpoint, tmp_path):
+    manifest = _manifest(
+        tmp_path / "m.parquet", [f"SLOW row {i} of a long job." for i in range(24)]
+    )
+    out = tmp_path / "out"
+    env = {**os.environ, "QTTS_FAKE_SYNTH": "ray_hooks", "PYTHONPATH": str(TESTS)}
+    cmd = [sys.executable, "-m", "qtts", *_args(checkpoint, manifest, out), "--backend", "ray",
+           "--workers", 2, "--ray-address", cluster]  # fmt: skip
+    cmd = [str(c) for c in cmd]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    journal = out / ".qtts-journal.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and journal.read_text().count('"ok"') >= 3:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the job finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = {json.loads(line)["id"] for line in journal.read_text().splitlines() if '"ok"' in line}
+    before = {name: (out / f"{name}.wav").stat().st_mtime_ns for name in done}
+    for wav in out.glob("*.wav"):  # no torn file: every published file decodes
+        assert sf.info(str(wav)).frames > 0
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert summary["ok"] + summary["skipped"] == 24 and summary["skipped"] >= len(done)
+    for name, mtime in before.items():
+        assert (out / f"{name}.wav").stat().st_mtime_ns == mtime, f"{name} was rewritten"
+    assert not list(out.glob(".*qtts-tmp-*"))
+
+
+def test_a_cluster_without_the_gpus_asked_for_fails_at_once(cluster, checkpoint, tmp_path, hooks):
+    manifest = _manifest(tmp_path / "m.parquet", TEXTS[:2])
+    start = time.monotonic()
+    code, _, out = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray",
+                        "--gpus-per-worker", 1)  # fmt: skip
+    assert code == 2 and time.monotonic() - start < 60
+    errors = [line for line in out.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "has 0 GPU(s)" in errors[0]
+
+
+def test_without_ray_the_backend_says_how_to_install_it(checkpoint, tmp_path):
+    manifest = _manifest(tmp_path / "m.parquet", TEXTS[:1])
+    code = f"""
+import sys
+class NoRay:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("blocked")
+sys.meta_path.insert(0, NoRay())
+sys.argv = ["qtts", *{_args(checkpoint, manifest, tmp_path / "out")!r}, "--backend", "ray"]
+from qtts.cli.app import main
+main()
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'qtts[ray]'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,39 @@
+"""The README's command examples use only flags the commands have (a renamed flag would leave the
+Slurm, cron and Ray recipes quietly wrong)."""
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from qtts.cli.app import app
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _commands() -> list[tuple[str, list[str]]]:
+    """(subcommand, flags) of every `qtts <sub> ...` line in the README's code blocks."""
+    out, inside = [], False
+    for line in README.read_text("utf-8").splitlines():
+        if line.startswith("```"):
+            inside = not inside
+            continue
+        match = re.search(r"\bqtts (\w+)\b(.*)", line) if inside else None
+        if match and not line.lstrip().startswith("#"):
+            out.append((match.group(1), re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", match.group(2))))
+    return out
+
+
+def test_the_readme_has_the_scale_out_recipes():
+    subs = [sub for sub, _ in _commands()]
+    assert {"synth", "batch", "results", "plan", "bench"} <= set(subs)
+
+
+@pytest.mark.parametrize(("sub", "flags"), _commands(), ids=lambda v: str(v)[:40])
+def test_every_readme_flag_exists(sub, flags):
+    help_text = CliRunner().invoke(app, [sub, "--help"], terminal_width=200).output
+    for flag in flags:
+        assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text), (
+            f"qtts {sub} has no {flag}"
+        )
