@@ -25,7 +25,7 @@ run() {  # backend label, extra flags...
   local start end
   start=$(date +%s.%N)
   qtts batch "$work/manifest.parquet" --model "$work/tiny" --out-dir "$work/$label" --device cpu \
-    --max-new-tokens "$tokens" --save-codes -q "$@" | tail -n 1 > "$work/$label.json"
+    --max-new-tokens "$tokens" --speaker vivian --save-codes -q "$@" | tail -n 1 > "$work/$label.json"
   end=$(date +%s.%N)
   echo "$label $(echo "$end - $start" | bc)" >> "$work/times"
 }
