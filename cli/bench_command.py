@@ -42,6 +42,14 @@ def bench(
         ),
     ] = False,
     write: Annotated[bool, typer.Option(help="Encode each utterance as WAV (timed).")] = True,
+    count_launches: Annotated[
+        bool,
+        typer.Option(
+            "--count-launches",
+            help="Instead of timing: count the kernel launches of one sampled decode step on the "
+            "path the GPU runs (meta device: no GPU, no memory), split by phase.",
+        ),
+    ] = False,
 ) -> None:
     """Throughput on random weights of the real model sizes (no download): audio-s/s, frames/s,
     RTF, per-phase time, ms per decode step, peak GPU memory. The last stdout line is JSON."""
@@ -51,9 +59,37 @@ def bench(
     sizes = _parse_sizes(batch_sizes)
     if size not in ("0.6b", "1.7b", "small"):
         raise typer.BadParameter(f"--size {size!r}: use 0.6b, 1.7b or small")
+    if count_launches:
+        if None in sizes:
+            raise typer.BadParameter("--count-launches: give batch sizes as numbers, not auto")
+        with cli_errors():
+            rows = _count(size, sizes)
+        typer.echo(json.dumps({"launches": rows}))
+        return
     with cli_errors():
         rows = _run(size, sizes, frames, requests, device, dtype, compare, write)
     typer.echo(json.dumps({"bench": rows, "machine": _machine(device)}))
+
+
+def _count(size: str, sizes: list[int]) -> list[dict]:
+    """Launches per decode step per batch size, on the GPU's path and on its module-path twin."""
+    from dataclasses import replace
+
+    from qtts.core.bench.launches import PHASES, count_decode_step, launches_per_step, meta_engine
+    from qtts.core.engine.settings import EngineSettings
+
+    twin = replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False, fused_layers=False)
+    rows = []
+    typer.echo(f"{'batch':>6} {'launches':>9} " + " ".join(f"{p:>17}" for p in PHASES)
+               + f" {'module path':>12}")  # fmt: skip
+    for batch in sizes:
+        row = {"size": size, "batch": batch, **launches_per_step(size, batch)}
+        row["module_path_launches"] = count_decode_step(meta_engine(size, batch, twin)).total
+        rows.append(row)
+        typer.echo(f"{batch:>6} {row['launches_per_step']:>9} "
+                   + " ".join(f"{row['phases'][p]:>17}" for p in PHASES)
+                   + f" {row['module_path_launches']:>12}")  # fmt: skip
+    return rows
 
 
 def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[dict]:

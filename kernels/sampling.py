@@ -16,13 +16,7 @@ from __future__ import annotations
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-
-    TRITON_AVAILABLE = True
-except ImportError:  # CPU-only installs: the torch twin serves every call
-    TRITON_AVAILABLE = False
+from qtts.kernels.backend import TRITON_AVAILABLE, is_interpreted, tl, triton
 
 # Bits resolved per step of the threshold searches: 32 / SEARCH_BITS counting steps over a
 # [2^SEARCH_BITS, BLOCK_V] tile. Every divisor of 32 gives the same answer; 4 halves the block
@@ -173,7 +167,7 @@ if TRITON_AVAILABLE:
         tl.store(out_ptr + row, choice.to(tl.int64))
 
     # Triton decides at decoration time: TRITON_INTERPRET=1 (read then) runs kernels in numpy.
-    INTERPRETED = type(_sample_kernel).__name__ == "InterpretedFunction"
+    INTERPRETED = is_interpreted(_sample_kernel)
 else:
     INTERPRETED = False
 
@@ -283,3 +277,34 @@ def sample_tokens(
         num_warps=4 if block_v <= 2048 else 8,
     )
     return out
+
+
+@torch.library.custom_op("qtts::sample_tokens", mutates_args=("out",))
+def sample_tokens_op(
+    logits: torch.Tensor,
+    out: torch.Tensor,
+    greedy: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    penalty: torch.Tensor,
+    seen: torch.Tensor | None,
+    block_eos: torch.Tensor | None,
+    eos_id: int,
+    suppress: torch.Tensor | None,
+    seeds: torch.Tensor,
+    frames: torch.Tensor,
+    codebook: int,
+) -> None:
+    """sample_tokens as one torch op (its arguments, in order), so a meta-device launch count and
+    torch.compile see one opaque op per sampling site. Every device runs the kernel (CPU tensors
+    need TRITON_INTERPRET=1); meta and fake tensors only get their shapes."""
+    sample_tokens(logits, out, greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+                  penalty=penalty, seen=seen, block_eos=block_eos, eos_id=eos_id,
+                  suppress=suppress, seeds=seeds, frames=frames, codebook=codebook)  # fmt: skip
+
+
+@sample_tokens_op.register_fake
+def _(logits, out, greedy, temperature, top_k, top_p, penalty, seen, block_eos, eos_id, suppress,
+      seeds, frames, codebook) -> None:  # fmt: skip
+    return None

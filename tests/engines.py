@@ -24,10 +24,23 @@ def sampling(greedy: bool) -> SamplingParams:
 
 
 def gpu_settings(**overrides) -> EngineSettings:
-    """The GPU defaults (grouped attention, padded group prefill, no host sync, module predictor)
+    """The GPU defaults (fused layer ops, grouped attention, padded group prefill, no host sync)
     without CUDA graphs, for CPU or meta tensors; environment ignored."""
     base = EngineSettings.for_device("cuda", env={})
     return replace(base, **{"cuda_graphs": False, **overrides})
+
+
+# The decode step's layer paths, with the GPU's other settings: the fused ops the GPU runs, its
+# twin (the module path) and the CPU's packed predictor.
+GPU_PATHS = {
+    "fused": {},
+    "module": {"fused_layers": False},
+    "packed": {"fused_layers": False, "packed_predictor": True},
+}
+
+
+def gpu_path_settings(path: str) -> EngineSettings:
+    return gpu_settings(**GPU_PATHS[path])
 
 
 def cpu_settings(**overrides) -> EngineSettings:

@@ -145,15 +145,20 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec) -> tuple[list[str
         # A slot attends over its prompt plus what it has generated so far: on average about
         # half of its group's KV length (rows in a group need within a quarter of each other).
         view = max(1, g.kv_len // 2)
-        cost = decode_step_cost(m.config, g.slots, view, m.dims.act_bytes)
-        bound = cost.lower_bound_s(device)
+        from qtts.core.bench.launches import launches_per_step
+
+        launches = launches_per_step(m.config, g.slots)["launches_per_step"]
+        cost = decode_step_cost(m.config, g.slots, view, m.dims.act_bytes, launches)
+        bound, bounds = cost.lower_bound_s(device), cost.bounds_s(device)
         lines += [
             f"roofline: decode step at {g.slots} slots, mean KV view {view}, on {device.name}",
             f"  moves {cost.bytes / 1e9:.2f} GB (weights {cost.weight_bytes / 1e9:.2f}, KV "
-            f"{cost.kv_bytes / 1e9:.2f}) -> {cost.bytes / device.bandwidth * 1e3:.2f} ms; "
-            f"{cost.flops / 1e12:.3f} TFLOP -> {cost.flops / device.flops * 1e3:.2f} ms",
+            f"{cost.kv_bytes / 1e9:.2f}) -> {bounds['memory'] * 1e3:.2f} ms; "
+            f"{cost.flops / 1e12:.3f} TFLOP -> {bounds['compute'] * 1e3:.2f} ms; "
+            f"{launches} launches x {device.launch_s * 1e6:g} us -> "
+            f"{bounds['launches'] * 1e3:.2f} ms",
             f"  ceiling {cost.ceiling_audio_s_per_s(g.slots, device):,.0f} audio-s/s "
-            f"(lower bound {bound * 1e3:.2f} ms per step; kernel launches not counted)",
+            f"(lower bound {bound * 1e3:.2f} ms per step, set by {max(bounds, key=bounds.get)})",
         ]
         out["roofline"] = {
             "device": device.name,
@@ -161,6 +166,9 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec) -> tuple[list[str
             "view": view,
             "bytes": cost.bytes,
             "flops": cost.flops,
+            "launches": launches,
+            "launch_us": device.launch_s * 1e6,
+            "bound_ms": {k: v * 1e3 for k, v in bounds.items()},
             "lower_bound_ms": bound * 1e3,
             "ceiling_audio_s_per_s": cost.ceiling_audio_s_per_s(g.slots, device),
         }

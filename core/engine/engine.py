@@ -14,6 +14,7 @@ import dataclasses
 import torch
 
 from qtts.core.engine.decode_attention import attend_grouped
+from qtts.core.engine.fused_stack import FusedStack
 from qtts.core.engine.packed_stack import PackedStack
 from qtts.core.engine.refill import pack_refill
 from qtts.core.engine.sampling import ROW_FIELDS, RowParams, choose_tokens, hints_of
@@ -39,7 +40,14 @@ class Engine:
         # packed copy is small (5 predictor layers); the talker, most of the weights, is not
         # duplicated. The GPU replays the module path inside a CUDA graph.
         cp = self.talker.code_predictor.model
-        self.predictor_step = PackedStack(cp) if self.settings.packed_predictor else cp
+        self.talker_step, self.predictor_step = self.talker.model, cp
+        self.predictor_first = None  # the predictor's 2-token pass: the module unless fused
+        if self.settings.packed_predictor:
+            self.predictor_step = PackedStack(cp)
+        if self.settings.fused_layers:  # GPU: few, fat ops per layer (engine.fused_stack)
+            self.talker_step = FusedStack(self.talker.model, state.kv.max_len)
+            self.predictor_step = FusedStack(cp, state.cp_kv.k.shape[3])
+            self.predictor_first = self.predictor_step
         # GPU: attend over the cache view without repeating K/V (qtts.core.engine.decode_attention).
         self.decode_attend = attend_grouped if self.settings.grouped_attention else None
         t = config.talker
@@ -143,7 +151,7 @@ class Engine:
         mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
         pos = s.kv.lengths[:, None]  # [B, 1]
         view = s.kv.decode_view(view_len, self.decode_attend)
-        hidden = talker.model(x[:, None], pos, mask, view)  # [B, 1, H]
+        hidden = self.talker_step(x[:, None], pos, mask, view)  # [B, 1, H]
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
         c0 = choose_tokens(
             logits,
@@ -178,7 +186,9 @@ class Engine:
             return choose_tokens(logits, s.subtalker, s.seeds, frame, codebook,
                                  allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
 
-        rest = talker.code_predictor.residual_codes(start, s.cp_kv, choose, self.predictor_step)
+        rest = talker.code_predictor.residual_codes(
+            start, s.cp_kv, choose, self.predictor_step, self.predictor_first
+        )
         return torch.cat((s.c0[:, None], rest), dim=1)  # [B, G]
 
 

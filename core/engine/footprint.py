@@ -18,6 +18,9 @@ INT64, BOOL, FP32 = 8, 1, 4
 # hash) plus float copies of the logits: measured 49 bytes per vocab id per slot; 64 bounds it with
 # what else is alive at that moment (the logits, the step's small state).
 SAMPLER_BYTES_PER_ID = 64
+# The Triton sampler (CUDA) allocates nothing: what is alive is the head's output and its fp32
+# copy, 2 + 4 bytes per id per slot in bf16; 8 bounds it.
+KERNEL_SAMPLER_BYTES_PER_ID = 8
 # A vocoder chunk's live activations peak in the last decoder block, at about four times its
 # [channels, samples] output (SnakeBeta temporaries, the residual input, conv outputs): measured
 # 4.1x at the real dimensions; 5x bounds it.
@@ -105,17 +108,24 @@ def slot_state_bytes(d: Dims, slots: int, kv_len: int, max_frames: int, max_trai
     return talker_kv + predictor_kv + slots * per_slot
 
 
-def step_activation_bytes(d: Dims, slots: int, view: int, repeats_kv: bool) -> int:
+def step_activation_bytes(
+    d: Dims, slots: int, view: int, repeats_kv: bool, kernel_sampler: bool = False
+) -> int:
     """Upper bound of the transient bytes one decode step holds at once (what a captured graph's
-    pool keeps): the larger of its two phases, which are never alive together: a layer's working
-    set during the forward, and the sampler's after it. repeats_kv: the attention repeats the K/V
-    view for every query head (the CPU path), copying 2 x [heads, view, head_dim] per slot;
-    grouped attention through a fused kernel reads the view in place (only the mask is new)."""
-    sampler = SAMPLER_BYTES_PER_ID * max(d.vocab, d.cp_vocab)
+    pool keeps): the largest of its phases, which are never alive together: a layer's working
+    set during the forward, the sampler's after it, and the next input's embedding (the frame's
+    G code embeddings and their stacked copy, with the step's few [H] rows). repeats_kv: the
+    attention repeats the K/V view for every query head (the CPU path), copying 2 x [heads,
+    view, head_dim] per slot; grouped attention through a fused kernel reads the view in place
+    (only the mask is new).
+    kernel_sampler: sampling by the Triton kernel (CUDA), not the torch twin."""
+    per_id = KERNEL_SAMPLER_BYTES_PER_ID if kernel_sampler else SAMPLER_BYTES_PER_ID
+    sampler = per_id * max(d.vocab, d.cp_vocab)
     layer = (3 * d.intermediate + 6 * d.hidden) * d.act_bytes + view * BOOL  # + the mask
     if repeats_kv:
         layer += 2 * d.heads * d.head_dim * view * d.act_bytes
-    return slots * max(sampler, layer)
+    embed = (2 * d.groups + 4) * d.hidden * d.act_bytes
+    return slots * max(sampler, layer, embed)
 
 
 def prefill_activation_bytes(d: Dims, rows: int, width: int) -> int:

@@ -77,6 +77,11 @@ class _DecodeView:
         c.v[layer, c.rows, :, c.lengths] = v[:, :, 0]
         return c.k[layer, :, :, : self.view_len], c.v[layer, :, :, : self.view_len]
 
+    def fused_targets(self, new_tokens: int):
+        """For the fused stack (engine.fused_stack), which writes K/V itself at each slot's
+        position: (k, v [Ly, B, Hk, max_len, D], positions to attend)."""
+        return self.cache.k, self.cache.v, self.view_len
+
 
 class PredictorKVCache:
     """[layers, B, Hk, positions, D]; frame-local positions 0..G-1, written by static slices. Each
@@ -106,3 +111,10 @@ class PredictorKVCache:
         if layer == self.num_layers - 1:
             self.start = end  # this forward is done; the next one writes after it
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def fused_targets(self, new_tokens: int):
+        """As update() for every layer at once, for the fused stack (which writes K/V itself at
+        the tokens' positions, start..end-1): (k, v [Ly, B, Hk, P, D], positions to attend)."""
+        end = self.start + new_tokens
+        self.start = end
+        return self.k, self.v, end

@@ -23,6 +23,7 @@ from qtts.core.engine.footprint import (
 )
 from qtts.core.engine.runner import view_lengths
 from qtts.core.engine.settings import EngineSettings
+from qtts.kernels.backend import TRITON_AVAILABLE
 
 GIB = 2**30
 # A new length group starts where a row needs less than this share of the group's KV length, so
@@ -169,7 +170,9 @@ def plan_memory(
     groups = length_groups(rows)
 
     def group(index: list[int], slots: int) -> GroupPlan:
-        return _group(rows, index, slots, dims, settings)
+        return _group(
+            rows, index, slots, dims, settings, device_kind == "cuda" and TRITON_AVAILABLE
+        )
 
     def fits(index: list[int], slots: int) -> bool:
         return group(index, slots).working_bytes(settings.cuda_graphs) <= room
@@ -196,7 +199,9 @@ def plan_memory(
     )
 
 
-def _group(rows, index: list[int], slots: int, d: Dims, settings: EngineSettings) -> GroupPlan:
+def _group(
+    rows, index: list[int], slots: int, d: Dims, settings: EngineSettings, kernel_sampler: bool
+) -> GroupPlan:
     members = [rows[i] for i in index]
     kv_len = max(r.kv_need for r in members)
     max_frames = max(r.budget for r in members)
@@ -213,7 +218,9 @@ def _group(rows, index: list[int], slots: int, d: Dims, settings: EngineSettings
         views=tuple(view_lengths(settings.view_bucket, kv_len)) if settings.cuda_graphs else (),
         state_bytes=slot_state_bytes(d, slots, kv_len, max_frames, max_trailing),
         kv_bytes=slots * kv_len * d.kv_bytes_per_position(),
-        activation_bytes=step_activation_bytes(d, slots, kv_len, not settings.grouped_attention),
+        activation_bytes=step_activation_bytes(
+            d, slots, kv_len, not settings.grouped_attention, kernel_sampler
+        ),
         prefill_bytes=prefill_activation_bytes(d, prefill_rows, width),
     )
 

@@ -3,8 +3,10 @@ bound they put on its time on a device, as a ceiling in audio-seconds per second
 
 Per frame, every slot runs the 28-layer talker once and the code predictor 15 times (a 2-token
 pass, then 14 one-token passes), each pass re-reading the predictor's weights, and attends over
-its KV view. Weights are read once per pass whatever the batch; KV grows with slots x view. No
-kernel-launch cost here: that third bound is counted where launches are. Arithmetic only.
+its KV view. Weights are read once per pass whatever the batch; KV grows with slots x view. The
+third bound is kernel launches (counted on the meta device, qtts.core.bench.launches) times a
+stated cost per launch: inside a CUDA graph each kernel still takes a few microseconds, however
+little it does. Arithmetic only.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import dataclass
 from qtts.core.model.config import ModelConfig
 
 FRAME_S = 0.08  # audio per frame (12.5 Hz)
+# A kernel replayed in a CUDA graph costs ~2-3 us on H100-class GPUs even when it does nothing;
+# the low end, so the launch bound stays a lower bound.
+LAUNCH_S = 2e-6
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,7 @@ class DeviceSpec:
     name: str
     bandwidth: float  # bytes/s of device memory
     flops: float  # dense matmul FLOP/s in the job's dtype
+    launch_s: float = LAUNCH_S  # seconds per kernel launch inside a graph
 
 
 DEVICES = {
@@ -36,13 +42,19 @@ class StepCost:
     weight_bytes: float
     kv_bytes: float
     flops: float
+    launches: int = 0  # kernel launches per step (0: not counted)
 
     @property
     def bytes(self) -> float:
         return self.weight_bytes + self.kv_bytes
 
+    def bounds_s(self, device: DeviceSpec) -> dict[str, float]:
+        """The three lower bounds on the step's time: memory, compute, launches."""
+        return {"memory": self.bytes / device.bandwidth, "compute": self.flops / device.flops,
+                "launches": self.launches * device.launch_s}  # fmt: skip
+
     def lower_bound_s(self, device: DeviceSpec) -> float:
-        return max(self.bytes / device.bandwidth, self.flops / device.flops)
+        return max(self.bounds_s(device).values())
 
     def ceiling_audio_s_per_s(self, slots: int, device: DeviceSpec) -> float:
         return slots * FRAME_S / self.lower_bound_s(device)
@@ -53,8 +65,11 @@ def _layer_params(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: 
     return attention + 3 * hidden * inter  # q, k, v, o and gate, up, down (norms: negligible)
 
 
-def decode_step_cost(config: ModelConfig, slots: int, view: int, act_bytes: int) -> StepCost:
-    """One decode step for `slots` slots, each attending over `view` talker positions."""
+def decode_step_cost(
+    config: ModelConfig, slots: int, view: int, act_bytes: int, launches: int = 0
+) -> StepCost:
+    """One decode step for `slots` slots, each attending over `view` talker positions, issuing
+    `launches` kernels."""
     t, cp = config.talker, config.code_predictor
     talker = t.num_hidden_layers * _layer_params(
         t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.head_dim,
@@ -73,4 +88,4 @@ def decode_step_cost(config: ModelConfig, slots: int, view: int, act_bytes: int)
     tokens = passes + 1  # the first predictor pass runs 2 tokens
     matmul = talker + tokens * (predictor + projection) + passes * head
     attention = 4 * t.num_attention_heads * t.head_dim * view * t.num_hidden_layers
-    return StepCost(weights, kv, 2.0 * slots * matmul + slots * attention)
+    return StepCost(weights, kv, 2.0 * slots * matmul + slots * attention, launches)

@@ -206,12 +206,15 @@ def draw_among_top_k(
 
 def sampler_backend(device: torch.device) -> str:
     """The sampler for logits on `device`, "triton" or "torch": QTTS_SAMPLER forces one; by default
-    the kernel serves CUDA tensors when triton is importable and the twin serves the rest."""
+    the kernel serves CUDA tensors when triton is importable and the twin serves the rest. Meta
+    tensors stand in for CUDA (dry runs and launch counts see the GPU's one op per site)."""
     forced = os.environ.get("QTTS_SAMPLER", "").strip().lower()
     if forced not in ("", "torch", "triton"):
         raise ValueError(f"QTTS_SAMPLER must be 'torch' or 'triton', got {forced!r}")
     if forced:
         return forced
+    if device.type == "meta":
+        return "triton"
     if device.type != "cuda":
         return "torch"
     from qtts.kernels.sampling import TRITON_AVAILABLE
@@ -236,28 +239,16 @@ def choose_tokens(
     """apply_penalties + select_tokens, by the Triton kernel or by this twin (sampler_backend).
     Returns int64 [B] token ids (`out` itself when given)."""
     if sampler_backend(logits.device) == "triton":
-        from qtts.kernels.sampling import TRITON_AVAILABLE, sample_tokens
+        from qtts.kernels.sampling import TRITON_AVAILABLE, sample_tokens_op
 
-        if not TRITON_AVAILABLE:
+        if not TRITON_AVAILABLE and not logits.is_meta:
             raise ValueError("QTTS_SAMPLER=triton but triton is not importable: install it")
         if out is None:
             out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
-        return sample_tokens(
-            logits,
-            out,
-            greedy=params.greedy,
-            temperature=params.temperature,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            penalty=params.penalty,
-            seen=seen,
-            block_eos=block_eos,
-            eos_id=eos_id,
-            suppress=suppress,
-            seeds=seeds,
-            frames=frames,
-            codebook=codebook,
-        )
+        p = params
+        sample_tokens_op(logits, out, p.greedy, p.temperature, p.top_k, p.top_p, p.penalty, seen,
+                         block_eos, eos_id, suppress, seeds, frames, codebook)  # fmt: skip
+        return out
     scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
     tokens = select_tokens(scores, params, seeds, frames, codebook, allow_host_sync=allow_host_sync)
     if out is None:

@@ -219,6 +219,7 @@ class CodePredictor(nn.Module):
             [torch.Tensor, int], torch.Tensor
         ],  # (fp32 logits [B, V], codebook) -> [B]
         one_token_step: Callable | None = None,  # replaces self.model for the one-token steps
+        first_step: Callable | None = None,  # replaces self.model for the 2-token prefill
     ) -> torch.Tensor:
         """Codebooks 1..G-1 of one frame (QWEN3_TTS.md §4): a 2-token prefill at positions 0, 1
         and lm_head[0] give code 1; code j is fed back (its own embedding, talker width, through
@@ -229,7 +230,7 @@ class CodePredictor(nn.Module):
         for j, head in enumerate(self.lm_head):
             n, first = x.shape[1], 0 if j == 0 else j + 1
             pos = positions[first : first + n].expand(b, n)  # [B, n]
-            step = self.model if n > 1 or one_token_step is None else one_token_step
+            step = (first_step if n > 1 else one_token_step) or self.model
             hidden = step(self.small_to_mtp_projection(x), pos, None, cache)  # [B, n, Hc]
             codes.append(choose(head(hidden)[:, -1].float(), j + 1))  # [B]
             if j + 1 < len(self.lm_head):  # the last code is never fed back

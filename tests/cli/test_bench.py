@@ -45,3 +45,16 @@ def test_bench_auto_takes_the_memory_plans_batch_size():
     (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["bench"]
     assert row["auto"] is True and row["batch"] == 5  # all 5 requests fit: the plan takes them all
     assert row["audio_s"] == 5 * 4 * 1920 / 24000
+
+
+def test_bench_counts_launches_without_a_gpu():
+    proc = subprocess.run(
+        [sys.executable, "-m", "qtts", "bench", "--size", "0.6b", "--count-launches",
+         "--batch-sizes", "64"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["launches"]
+    assert row["batch"] == 64 and row["launches_per_step"] <= 1500
+    assert sum(row["phases"].values()) == row["launches_per_step"]
+    assert row["module_path_launches"] > 4 * row["launches_per_step"]  # what fusing saved

@@ -29,6 +29,19 @@ def test_a_1_7b_job_fits_an_80_gib_card_with_kv_sized_to_its_rows():
     assert "ceiling" in out and plan["roofline"]["ceiling_audio_s_per_s"] > 0
 
 
+def test_the_roofline_counts_launches_as_a_third_bound():
+    """launches x the stated cost per launch, beside bytes and FLOPs; the lower bound is the
+    largest of the three, and the ceiling follows from it."""
+    _, plan = _plan("--size", "0.6b", "--gpu-memory", 80, "--text-tokens", 200)
+    r = plan["roofline"]
+    assert r["launches"] == 1185  # tests/unit/engine/test_launch_count.py pins the phases
+    assert r["bound_ms"]["launches"] == pytest.approx(r["launches"] * r["launch_us"] / 1e3)
+    assert r["lower_bound_ms"] == pytest.approx(max(r["bound_ms"].values()))
+    assert r["ceiling_audio_s_per_s"] == pytest.approx(
+        r["slots"] * 0.08 / (r["lower_bound_ms"] / 1e3)
+    )
+
+
 def test_too_many_slots_for_a_24_gib_card_names_the_largest_that_fits():
     out, plan = _plan("--size", "1.7b", "--gpu-memory", 24, "--batch-size", 256,
                       "--text-tokens", 250)  # fmt: skip

@@ -76,9 +76,11 @@ def test_graph_replay_equals_eager_fp32(checkpoint, monkeypatch, greedy):
         np.testing.assert_array_equal(graphed[k], eager[k], err_msg=k)
 
 
-def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch):
+@pytest.mark.parametrize("path", ["fused", "module"])
+def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
     """Same forced tokens for both precisions, so each site's logits are compared on the same
-    inputs (tests/teacher_forcing.py); the CPU twin is tests/unit/test_bf16_teacher_forced.py."""
+    inputs (tests/teacher_forcing.py); the CPU twin is tests/unit/test_bf16_teacher_forced.py.
+    Both layer paths: the fused Triton ops the GPU runs by default, and the module path."""
     from dataclasses import replace
 
     from teacher_forcing import agreement, forced_logits
@@ -103,7 +105,8 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch):
         weights = synth.model.talker.codec_head.weight.dtype
         state = SlotState(config, n, 256, frames + 1, 1, talker=opts.talker,
                           subtalker=opts.subtalker, dtype=weights, device="cuda")  # fmt: skip
-        settings = replace(EngineSettings.for_device("cuda"), cuda_graphs=False)
+        settings = replace(EngineSettings.for_device("cuda"), cuda_graphs=False,
+                           fused_layers=path == "fused")  # fmt: skip
         eng = Engine(synth.model, config, state, synth.tts_pad, settings)
         logits[dtype] = forced_logits(eng, prompts, codes, opts.talker, monkeypatch)
     for sites in (range(0, 1), range(1, 16)):

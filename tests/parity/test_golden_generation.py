@@ -25,7 +25,7 @@ def synthesizers():
         if (name, generator) not in cache:
             text_model = open_text_model(str(GOLDEN / name))
             synth = load_synthesizer(text_model, "cpu", "float32")
-            synth.generator = generator
+            synth.generator = "naive" if generator == "naive" else "engine"
             cache[name, generator] = (text_model, synth)
         return cache[name, generator]
 
@@ -52,11 +52,13 @@ def _requests(text_model, case: dict) -> list[Request]:
     return out
 
 
-@pytest.mark.parametrize("generator", ["engine", "naive"])
+@pytest.mark.parametrize("generator", ["engine", "engine-fused", "naive"])
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
-def test_codes_and_audio_match_official(case, generator, synthesizers):
+def test_codes_and_audio_match_official(case, generator, synthesizers, monkeypatch):
     """The naive generator runs the rows as one padded batch (as the official call did); the
-    engine runs them in as many slots, each prefilled alone."""
+    engine runs them in as many slots, each prefilled alone: on the CPU's packed path, and on
+    the GPU's fused layer ops through their torch twins (QTTS_FUSED=1)."""
+    monkeypatch.setenv("QTTS_FUSED", "1" if generator == "engine-fused" else "0")
     text_model, synth = synthesizers(case["checkpoint"], generator)
     synth.batch_size = len(case["rows"])
     requests = _requests(text_model, case)

@@ -1,21 +1,21 @@
 """The decode step issues no host-synchronising op (tests/op_log.py), so it can be captured in a
-CUDA graph and queued ahead of the host: greedy and sampled, on the module path the GPU replays
-and on the packed path, with the GPU's attention and sampler settings. Run on CPU tensors, where
-the ops are the same as on CUDA (only the kernels behind them differ), and again on the meta
-device, where any read of a tensor's value on the host (.item(), .tolist(), bool()) fails."""
+CUDA graph and queued ahead of the host: greedy and sampled, on the fused path the GPU replays,
+on its module-path twin and on the packed path, with the GPU's other settings. Run on CPU
+tensors, where the ops are the same as on CUDA (only the kernels behind them differ), and on the
+meta device, where any read of a tensor's value on the host (.item(), .tolist(), bool()) fails."""
 
 import engines
 import pytest
 from op_log import OpLog
 
-PATHS = [pytest.param(False, id="module"), pytest.param(True, id="packed")]
+PATHS = list(engines.GPU_PATHS)
 SAMPLING = [pytest.param(True, id="greedy"), pytest.param(False, id="sampled")]
 
 
-@pytest.mark.parametrize("packed", PATHS)
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("greedy", SAMPLING)
-def test_decode_step_has_no_host_sync(tiny_gqa, packed, greedy):
-    settings = engines.gpu_settings(packed_predictor=packed)
+def test_decode_step_has_no_host_sync(tiny_gqa, path, greedy):
+    settings = engines.gpu_path_settings(path)
     eng = engines.prefilled(tiny_gqa, 4, 3, greedy, settings)  # one empty slot rides along
     with OpLog() as log:
         for _ in range(3):
@@ -24,10 +24,10 @@ def test_decode_step_has_no_host_sync(tiny_gqa, packed, greedy):
     assert len(log.ops) > 500  # the mode really saw the step
 
 
-@pytest.mark.parametrize("packed", PATHS)
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("greedy", SAMPLING)
-def test_decode_step_runs_on_meta_tensors(tiny_gqa, packed, greedy):
-    settings = engines.gpu_settings(packed_predictor=packed)
+def test_decode_step_runs_on_meta_tensors(tiny_gqa, path, greedy):
+    settings = engines.gpu_path_settings(path)
     eng = engines.prefilled(engines.on_meta(tiny_gqa), 4, 3, greedy, settings, device="meta")
     with OpLog() as log:
         for _ in range(2):

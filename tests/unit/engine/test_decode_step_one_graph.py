@@ -10,11 +10,11 @@ import torch
 
 
 @pytest.mark.slow  # tracing takes ~5 s per case on a 2-core CPU
-@pytest.mark.parametrize("packed", [False, True], ids=["module", "packed"])
+@pytest.mark.parametrize("path", list(engines.GPU_PATHS))
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
-def test_decode_step_traces_as_one_graph(tiny_gqa, packed, greedy):
+def test_decode_step_traces_as_one_graph(tiny_gqa, path, greedy):
     torch._dynamo.reset()
-    settings = engines.gpu_settings(packed_predictor=packed)
+    settings = engines.gpu_path_settings(path)
     traced = engines.prefilled(tiny_gqa, 3, 2, greedy, settings, budget=12)
     eager = engines.prefilled(tiny_gqa, 3, 2, greedy, settings, budget=12)
     step = torch.compile(traced.decode_step, fullgraph=True, backend="eager", dynamic=False)

@@ -81,25 +81,42 @@ def fused_sdpa(monkeypatch):
 
 @pytest.mark.parametrize("size", ["0.6b", "1.7b"])
 def test_gpu_working_sets_bound_at_real_dimensions(size, fused_sdpa):
+    """On the module path (the fused stack's twin), the larger of the two: the bound is tight."""
     from qtts.core.bench.throughput import synthetic_tokens
     from qtts.core.engine.engine import Engine
     from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
     config, model, decoder, dims = _real(size)
-    settings = engines.gpu_settings()
+    settings = engines.gpu_path_settings("module")
     p = engines.sampling(False)
     state = SlotState(config, 8, 1024, 64, 1, talker=p, subtalker=p, dtype=torch.bfloat16,
                       device="meta")  # fmt: skip
     eng = Engine(model, config, state, pad_embedding(model.talker, config), settings)
     with LiveBytes() as live:
         eng.decode_step(1024)
-    _bound(step_activation_bytes(dims, 8, 1024, repeats_kv=False), live.peak)
+    _bound(step_activation_bytes(dims, 8, 1024, repeats_kv=False, kernel_sampler=True), live.peak)
     prompts = [embed_prompt(model.talker, config, synthetic_tokens(i, 1000, 180)) for i in range(4)]
     fills = [SlotFill(i, pr, 64, i, p, p) for i, pr in enumerate(prompts)]
     with LiveBytes() as live:
         eng.prefill(fills)
     width = max(pr.embeds.shape[0] for pr in prompts)
     _bound(prefill_activation_bytes(dims, 4, width), live.peak)
+
+
+def test_the_fused_step_stays_within_the_module_paths_bound(fused_sdpa):
+    """The GPU's fused step keeps fewer intermediates alive than the module path: the planner's
+    bound (sized for the module path) still holds for it, with room to spare."""
+    from qtts.core.engine.engine import Engine
+    from qtts.core.synthesis.prompt import pad_embedding
+
+    config, model, _, dims = _real("0.6b")
+    p = engines.sampling(False)
+    state = SlotState(config, 8, 1024, 64, 1, talker=p, subtalker=p, dtype=torch.bfloat16,
+                      device="meta")  # fmt: skip
+    eng = Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_settings())
+    with LiveBytes() as live:
+        eng.decode_step(1024)
+    assert 0 < live.peak <= step_activation_bytes(dims, 8, 1024, False, kernel_sampler=True)
 
 
 @pytest.mark.parametrize("frames", [325, 700])

@@ -36,11 +36,12 @@ def real(request):
     return size, config, model, decoder
 
 
-def _engine(real):
+def _engine(real, path: str = "fused"):
     _, config, model, _ = real
     state = SlotState(config, SLOTS, MAX_LEN, MAX_FRAMES, 1, talker=PARAMS, subtalker=PARAMS,
                       dtype=torch.bfloat16, device="meta")  # fmt: skip
-    return Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_settings())
+    settings = engines.gpu_path_settings(path)
+    return Engine(model, config, state, pad_embedding(model.talker, config), settings)
 
 
 def _fills(real, n: int, first_slot: int = 0) -> list[SlotFill]:
@@ -55,9 +56,11 @@ def _fills(real, n: int, first_slot: int = 0) -> list[SlotFill]:
 
 
 def test_gpu_path_is_shape_correct_at_real_dimensions(real):
+    """The module path (the fused path's twin) with grouped decode attention; the fused path's
+    own ops at these dimensions are the next test's."""
     size, config, _, decoder = real
     t = config.talker
-    eng = _engine(real)
+    eng = _engine(real, "module")
     calls = []
 
     def spy(q, k, v, mask, scale, n_rep):
@@ -81,6 +84,25 @@ def test_gpu_path_is_shape_correct_at_real_dimensions(real):
     assert s.codes.shape == (SLOTS, MAX_FRAMES, 16) and s.codes.dtype == torch.int64
     audio = decode_utterances(decoder, [s.codes[0, :20], s.codes[1, :7]])  # one 300-frame chunk
     assert [a.shape for a in audio] == [(20 * 1920,), (7 * 1920,)]
+
+
+def test_fused_path_is_shape_correct_at_real_dimensions(real):
+    """The path the GPU runs: every layer pass of both stacks is the fused ops, once each per
+    pass (28 talker layers + 5 predictor layers x 15 passes per frame), and the step writes the
+    codes and lengths it should."""
+    _, config, _, _ = real
+    eng = _engine(real)
+    eng.prefill(_fills(real, 5))
+    with OpLog() as log:
+        eng.decode_step(256)
+    passes = config.talker.num_hidden_layers + 5 * 15
+    counts = log.counts()
+    for op in ("qk_norm_rope_cache", "decode_attention", "silu_mul"):
+        assert counts[f"{op}.default"] == passes, op
+    assert counts["rms_norm.default"] == 2 * passes + 16  # + each stack call's final norm
+    assert counts["sample_tokens.default"] == 16  # one Triton launch per sampling site
+    assert log.copies == [] and log.host_syncs() == []
+    assert eng.state.codes.shape == (SLOTS, MAX_FRAMES, 16) and eng.state.codes.is_meta
 
 
 def test_a_refill_costs_one_copy_and_the_same_ops_for_any_number_of_slots(real):

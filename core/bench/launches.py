@@ -1,0 +1,131 @@
+"""Kernel launches per decode step, counted on the meta device (no GPU, no memory).
+
+`qtts bench --count-launches` builds the real 0.6B/1.7B model on the meta device in bf16, fills
+every slot with a sampled row, and runs one `Engine.decode_step` with the GPU's engine settings:
+the code `qtts batch` replays in a CUDA graph. A TorchDispatchMode sees every aten or custom op
+it issues; each op that computes counts as its launches (LAUNCHES_PER_OP, 1 by default). Views,
+allocations and metadata ops launch nothing and are not counted. Inside a CUDA graph each
+launch still costs a few microseconds, so the count is a throughput bound of its own
+(qtts.core.engine.roofline). Knows the engine; allocates no device memory.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import replace
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from qtts.core.engine.engine import Engine
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.slots import SlotFill, SlotState
+from qtts.core.model.config import ModelConfig, SamplingParams
+from qtts.core.model.sizes import model_config
+from qtts.core.model.talker import build_model
+from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
+
+PHASES = ("talker_layers", "predictor_passes", "sampling", "other")
+# Ops known to launch more than one kernel on CUDA. qtts::decode_attention is SDPA (one fused
+# kernel) plus the copy that puts its grouped output back in head order.
+LAUNCHES_PER_OP = {"qtts.decode_attention": 2}
+# Ops that launch no kernel: allocations without a fill, and metadata.
+NO_LAUNCH = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach",
+             "lift_fresh", "_reshape_alias", "_unsafe_view", "alias", "resize_"}  # fmt: skip
+SAMPLING_OPS = {"qtts.sample_tokens"}
+COUNT_PARAMS = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampled defaults
+COUNT_PROMPT = 64  # prompt positions per slot (the count does not depend on it)
+COUNT_VIEW = 256  # the KV view the step attends over (nor on this)
+
+
+class LaunchCounter(TorchDispatchMode):
+    """Counts launching ops by phase; `phase(name)` labels the ops issued inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_phase: Counter = Counter()
+        self.by_op: Counter = Counter()
+        self._phase = "other"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = f"{func.namespace}.{func.overloadpacket.__name__}"
+        if _launches_nothing(func):
+            return out
+        n = LAUNCHES_PER_OP.get(name, 1)
+        self.by_op[name] += n
+        self.by_phase["sampling" if name in SAMPLING_OPS else self._phase] += n
+        return out
+
+    @contextmanager
+    def phase(self, name: str):
+        saved, self._phase = self._phase, name
+        try:
+            yield
+        finally:
+            self._phase = saved
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_phase.values())
+
+
+def _launches_nothing(func) -> bool:
+    if func.overloadpacket.__name__ in NO_LAUNCH:
+        return True
+    # A view: an output that aliases an input without writing it.
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+
+
+def meta_engine(
+    model: str | ModelConfig, slots: int, settings: EngineSettings | None = None
+) -> Engine:
+    """A published size ("0.6b", "1.7b") or a checkpoint's config, in bf16 on the meta device,
+    every slot filled with a sampled row."""
+    config = model_config(model) if isinstance(model, str) else model
+    with torch.device("meta"):
+        model = build_model(config).to(device="meta", dtype=torch.bfloat16).eval()
+    settings = settings or replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False)
+    state = SlotState(config, slots, COUNT_VIEW + 64, 128, 1, talker=COUNT_PARAMS,
+                      subtalker=COUNT_PARAMS, dtype=torch.bfloat16, device="meta")  # fmt: skip
+    eng = Engine(model, config, state, pad_embedding(model.talker, config), settings)
+    speaker = 0 if config.uses_speaker else None
+    tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
+    prompt = embed_prompt(model.talker, config, tokens)
+    eng.prefill([SlotFill(i, prompt, 64, i, COUNT_PARAMS, COUNT_PARAMS) for i in range(slots)])
+    return eng
+
+
+def count_decode_step(eng: Engine, view_len: int = COUNT_VIEW) -> LaunchCounter:
+    """The launches of one decode step of `eng`, split by phase (the engine's own two stacks)."""
+    counter = LaunchCounter()
+    phases = {"talker_step": "talker_layers", "predictor_step": "predictor_passes",
+              "predictor_first": "predictor_passes"}  # fmt: skip
+    steps = {name: getattr(eng, name) for name in phases}
+    for name, phase in phases.items():
+        if steps[name] is not None:
+            setattr(eng, name, _labelled(counter, phase, steps[name]))
+    try:
+        with counter, torch.no_grad():
+            eng.decode_step(view_len)
+    finally:
+        for name, step in steps.items():
+            setattr(eng, name, step)
+    return counter
+
+
+def launches_per_step(model: str | ModelConfig, slots: int) -> dict:
+    """{"launches_per_step": n, "phases": {...}} for one decode step at `slots` slots, on the
+    path `qtts batch` runs on a GPU."""
+    counter = count_decode_step(meta_engine(model, slots))
+    return {"launches_per_step": counter.total,
+            "phases": {p: counter.by_phase.get(p, 0) for p in PHASES}}  # fmt: skip
+
+
+def _labelled(counter: LaunchCounter, name: str, step):
+    def run(*args, **kwargs):
+        with counter.phase(name):
+            return step(*args, **kwargs)
+
+    return run

@@ -1,0 +1,125 @@
+"""The GPU decode step's layer stack: few, fat ops per layer, for a step that is launch-bound.
+
+Inside a CUDA graph every kernel still costs a few microseconds, and a decode step runs 103 layer
+passes (28 talker layers, 5 predictor layers x 15 passes): the module path's ~70 kernels per pass
+put a floor of ~20 ms under every step, whatever the batch. This twin of `DecoderStack.forward`
+(a few tokens per row, a static KV cache, no padding) issues 9 ops per layer pass:
+
+    rms_norm -> qkv matmul -> qk_norm_rope_cache (norms, RoPE, K/V into the cache)
+    -> decode_attention -> o_proj matmul + residual -> rms_norm -> gate/up matmul
+    -> silu_mul -> down matmul + residual
+
+q/k/v and gate/up are one matmul each: their weights are concatenated once and the modules'
+own parameters re-pointed at slices of the result, so no weight is held twice. RoPE comes from
+cos/sin tables built once from the model's RotaryEmbedding. The custom ops (qtts.kernels,
+qtts::decode_attention) run Triton kernels or SDPA on CUDA and their torch twins elsewhere, so
+on CPU this is the same model up to float rounding (tests/unit/engine/test_fused_stack.py).
+The residual adds ride in the matmuls (addmm) on a GPU; on CPU they stay separate adds, the
+model's own rounding. Activations stay in the model dtype; logits go to fp32 for sampling.
+Knows tensors and the KV cache protocol; no sampling, no slots.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from qtts.core.engine.decode_attention import decode_attention
+from qtts.core.model.talker import DecoderStack
+from qtts.kernels.rms_norm import rms_norm
+from qtts.kernels.rope_cache import qk_norm_rope_cache
+from qtts.kernels.silu_mul import silu_mul
+
+
+class FusedStack:
+    def __init__(self, stack: DecoderStack, max_positions: int):
+        first = stack.layers[0].self_attn
+        self.heads, self.head_dim, self.scale = first.num_heads, first.head_dim, first.scale
+        self.eps = stack.norm.eps
+        self.final_norm = stack.norm.weight
+        self.layers = [_FusedLayer(layer) for layer in stack.layers]
+        # cos/sin [P, D/2] per position, exactly the model's (its forward over 0..P-1).
+        weight = stack.norm.weight
+        positions = torch.arange(max_positions, device=stack.rotary_emb.inv_freq.device)[None]
+        cos, sin = stack.rotary_emb(positions, weight.dtype)  # [1, P, D]
+        half = self.head_dim // 2
+        self.cos = cos[0, :, :half].contiguous().to(weight.device)  # [P, D/2]
+        self.sin = sin[0, :, :half].contiguous().to(weight.device)
+
+    @torch.no_grad()
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor, mask, cache) -> torch.Tensor:
+        """x [B, T, H], positions [B, T] -> final-norm hidden [B, T, H]. `cache` gives the
+        buffers to write and the span to attend (fused_targets); mask: bool [B, 1, 1, S] or
+        None (attend to every key written so far)."""
+        b, t, width = x.shape
+        k_all, v_all, span = cache.fused_targets(t)  # [Ly, B, Hk, S_max, D] each, span <= S_max
+        bias = None
+        if mask is not None:  # once per step, not per layer: SDPA's additive form
+            bias = torch.where(mask, 0.0, float("-inf")).to(x.dtype)  # [B, 1, 1, S]
+        # [N, H], the residual stream: our own copy, since on a GPU the residual adds land in it
+        h = x.reshape(b * t, width).clone()
+        for w, k, v in zip(self.layers, k_all, v_all, strict=True):
+            h = self._layer(w, h, positions, k, v, span, bias)
+        return rms_norm(h, self.final_norm, self.eps).reshape(b, t, width)
+
+    def _layer(self, w: _FusedLayer, h, positions, k, v, span: int, bias) -> torch.Tensor:
+        """One layer pass. Intermediates are dropped as soon as they are used: what a captured
+        graph's pool must hold is one op's inputs and outputs, not the whole layer's."""
+        b, t = positions.shape
+        qkv = F.linear(rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
+        q = qk_norm_rope_cache(qkv.view(b, t, -1), w.q_norm, w.k_norm, self.cos, self.sin,
+                               positions, k, v, self.heads, self.eps)  # [B, Hq, T, D]  # fmt: skip
+        del qkv
+        out = decode_attention(q, k[:, :, :span], v[:, :, :span], bias, self.scale)  # [B, T, Hq D]
+        del q
+        h = _plus_linear(h, out.reshape(b * t, -1), w.o)
+        del out
+        gate_up = F.linear(rms_norm(h, w.post_norm, self.eps), w.gate_up)  # [N, 2I]
+        return _plus_linear(h, silu_mul(gate_up), w.down)
+
+
+class _FusedLayer:
+    def __init__(self, layer):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)  # [(Hq + 2 Hk) D, H]
+        self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj)  # [2I, H]
+        self.o, self.down = attn.o_proj.weight, mlp.down_proj.weight  # [out, in]
+        self.input_norm = layer.input_layernorm.weight
+        self.post_norm = layer.post_attention_layernorm.weight
+        self.q_norm, self.k_norm = attn.q_norm.weight, attn.k_norm.weight
+
+
+# first module -> (fused weight, the parameters that view it): a second engine on the same model
+# finds its layers already fused instead of concatenating (and copying) again.
+_FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fuse(*linears: nn.Linear) -> torch.Tensor:
+    """One [sum(out), in] weight; each module's weight becomes a view of its rows (no copy kept)."""
+    known = _FUSED.get(linears[0])
+    if known is not None and all(
+        m.weight is p
+        and m.weight.untyped_storage().data_ptr() == known[0].untyped_storage().data_ptr()
+        for m, p in zip(linears, known[1], strict=True)
+    ):  # the same parameters, still viewing the fused weight (not moved or cast since)
+        return known[0]
+    fused = torch.cat([m.weight.detach() for m in linears])  # [sum(out), in]
+    start = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight = nn.Parameter(fused[start : start + rows], requires_grad=False)
+        start += rows
+    _FUSED[linears[0]] = (fused, tuple(m.weight for m in linears))
+    return fused
+
+
+def _plus_linear(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """residual + x @ weight.T: on a GPU (and meta, which stands in for it) one in-place addmm_
+    into the residual (an out-of-place addmm would first copy it: a second kernel); on CPU the
+    model's own mm then add, so fp32 CPU results keep the module path's rounding."""
+    if residual.device.type == "cpu":
+        return residual + F.linear(x, weight)
+    return residual.addmm_(x, weight.t())

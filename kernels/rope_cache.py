@@ -1,0 +1,178 @@
+"""The attention block's front in one kernel, as the torch op `qtts::qk_norm_rope_cache`: split
+the fused q/k/v projection, RMSNorm each q and k head, rotate q and k by RoPE, return q and write
+k and v into the static KV cache at each token's position.
+
+Unfused that is about 30 kernels per layer (two RMSNorms, the RoPE arithmetic on q and k, the
+rotate-half copies, two cache writes). RoPE comes from cos/sin tables computed once when the
+engine is built (rows = positions, by the model's own RotaryEmbedding), gathered here by
+position: nothing is recomputed per layer or per step. Rounding follows the twin, which is the
+model's own order: norm in fp32 then cast and scale in the input dtype; q*cos and
+rotate_half(q)*sin each rounded to that dtype, then their sum.
+
+The op runs the Triton kernel on CUDA and the twin elsewhere; its fake implementation gives meta
+calls their shape, so a meta-device count sees one op. The cache position of a token is its RoPE
+position (the talker writes at each slot's length, the predictor at its frame-local position).
+tests/unit/kernels/test_layer_kernels.py ties kernel and twin under TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from qtts.kernels.backend import TRITON_AVAILABLE, tl, triton
+from qtts.kernels.rms_norm import rms_norm_twin
+from qtts.kernels.rounding import rounded
+
+
+def qk_norm_rope_cache_twin(
+    qkv: torch.Tensor,  # [B, T, (H + 2 Hk) D]: q heads, then k heads, then v heads
+    q_weight: torch.Tensor,  # [D]
+    k_weight: torch.Tensor,  # [D]
+    cos: torch.Tensor,  # [P, D/2] in qkv's dtype: row p is position p
+    sin: torch.Tensor,  # [P, D/2]
+    positions: torch.Tensor,  # int64 [B, T]
+    k_cache: torch.Tensor,  # [B, Hk, S, D], written at [b, :, positions[b, t]]
+    v_cache: torch.Tensor,  # [B, Hk, S, D]
+    heads: int,
+    eps: float,
+) -> torch.Tensor:
+    b, t, _ = qkv.shape
+    kv_heads, d = k_cache.shape[1], k_cache.shape[3]
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q = rms_norm_twin(q.reshape(b, t, heads, d), q_weight, eps).transpose(1, 2)  # [B, H, T, D]
+    k = rms_norm_twin(k.reshape(b, t, kv_heads, d), k_weight, eps).transpose(1, 2)
+    c = torch.cat((cos[positions], cos[positions]), dim=-1)[:, None]  # [B, 1, T, D]
+    s = torch.cat((sin[positions], sin[positions]), dim=-1)[:, None]
+    q = q * c + _rotate_half(q) * s
+    k = k * c + _rotate_half(k) * s
+    rows = torch.arange(b, device=qkv.device)[:, None]  # [B, 1] against positions [B, T]
+    k_cache[rows, :, positions] = k.transpose(1, 2)  # [B, T, Hk, D]
+    v_cache[rows, :, positions] = v.reshape(b, t, kv_heads, d)
+    return q.contiguous()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+if TRITON_AVAILABLE:
+
+    @triton.jit
+    def _qk_norm_rope_cache_kernel(
+        qkv_ptr,  # [B, T, (H + 2 Hk) D], unit stride along the last dim
+        qkv_stride_b,
+        qkv_stride_t,
+        q_weight_ptr,  # [D]
+        k_weight_ptr,  # [D]
+        cos_ptr,  # [P, D/2] contiguous
+        sin_ptr,
+        pos_ptr,  # int64 [B, T]
+        pos_stride_b,
+        pos_stride_t,
+        q_ptr,  # [B, H, T, D] contiguous (out)
+        k_cache_ptr,  # [B, Hk, S, D], unit stride along D (written)
+        v_cache_ptr,  # same strides as k_cache
+        cache_stride_b,
+        cache_stride_h,
+        cache_stride_s,
+        tokens,  # T
+        heads,  # H
+        kv_heads,  # Hk
+        eps,
+        HALF: tl.constexpr,  # D / 2
+    ):
+        n = tl.program_id(0).to(tl.int64)  # b * T + t
+        head = tl.program_id(1).to(tl.int64)  # q heads, then k heads, then v heads
+        b, t = n // tokens, n % tokens
+        pos = tl.load(pos_ptr + b * pos_stride_b + t * pos_stride_t)
+        i = tl.arange(0, HALF)
+        src = qkv_ptr + b * qkv_stride_b + t * qkv_stride_t + head * 2 * HALF
+        x1 = tl.load(src + i)
+        x2 = tl.load(src + HALF + i)
+        dt = x1.dtype
+        if head < heads + kv_heads:  # q or k: RMSNorm, then RoPE
+            if head < heads:
+                w_ptr = q_weight_ptr
+                dst = q_ptr + ((b * heads + head) * tokens + t) * 2 * HALF
+            else:
+                w_ptr = k_weight_ptr
+                dst = k_cache_ptr + b * cache_stride_b + (head - heads) * cache_stride_h
+                dst += pos * cache_stride_s
+            f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
+            inv = tl.math.rsqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / (2 * HALF)
+                                + eps)  # fmt: skip
+            n1 = rounded(tl.load(w_ptr + i).to(tl.float32) * rounded(f1 * inv, dt), dt)
+            n2 = rounded(tl.load(w_ptr + HALF + i).to(tl.float32) * rounded(f2 * inv, dt), dt)
+            c = tl.load(cos_ptr + pos * HALF + i).to(tl.float32)
+            s = tl.load(sin_ptr + pos * HALF + i).to(tl.float32)
+            # rotate_half(x) = (-x2, x1): each product rounded, then the sum (the twin's order)
+            o1 = rounded(n1 * c, dt) + rounded(-n2 * s, dt)
+            o2 = rounded(n2 * c, dt) + rounded(n1 * s, dt)
+            tl.store(dst + i, rounded(o1, dt).to(dt))
+            tl.store(dst + HALF + i, rounded(o2, dt).to(dt))
+        else:  # v: straight into the cache
+            dst = v_cache_ptr + b * cache_stride_b + (head - heads - kv_heads) * cache_stride_h
+            dst += pos * cache_stride_s
+            tl.store(dst + i, x1)
+            tl.store(dst + HALF + i, x2)
+
+
+def qk_norm_rope_cache_triton(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
+                              heads: int, eps: float) -> torch.Tensor:  # fmt: skip
+    """The kernel's launcher (arguments as the twin's) -> q [B, H, T, D] contiguous."""
+    if not TRITON_AVAILABLE:
+        raise RuntimeError("the qk_norm_rope_cache kernel needs triton; the op runs the twin")
+    b, t, width = qkv.shape
+    kv_heads, d = k_cache.shape[1], k_cache.shape[3]
+    if width != (heads + 2 * kv_heads) * d or qkv.stride(-1) != 1 or d % 2:
+        raise ValueError(f"qk_norm_rope_cache: qkv width {width} is not (H + 2 Hk) * D")
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
+        raise ValueError("qk_norm_rope_cache: k and v caches need equal strides, unit along D")
+    if cos.shape[-1] != d // 2 or not cos.is_contiguous() or not sin.is_contiguous():
+        raise ValueError("qk_norm_rope_cache: cos/sin must be contiguous [positions, D/2]")
+    if len({qkv.dtype, k_cache.dtype, v_cache.dtype, q_weight.dtype, k_weight.dtype}) > 1:
+        raise ValueError("qk_norm_rope_cache: qkv, caches and norm weights need one dtype")
+    if (d // 2) & (d // 2 - 1) or positions.dtype not in (torch.int32, torch.int64):
+        raise ValueError("qk_norm_rope_cache: head_dim / 2 must be a power of two, positions int")
+    q = torch.empty((b, heads, t, d), dtype=qkv.dtype, device=qkv.device)  # [B, H, T, D]
+    if b * t:
+        grid = (b * t, heads + 2 * kv_heads)
+        _qk_norm_rope_cache_kernel[grid](
+            qkv, qkv.stride(0), qkv.stride(1), q_weight, k_weight, cos, sin,
+            positions, positions.stride(0), positions.stride(1), q, k_cache, v_cache,
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), t, heads, kv_heads, eps,
+            HALF=d // 2,
+        )  # fmt: skip
+    return q
+
+
+@torch.library.custom_op("qtts::qk_norm_rope_cache", mutates_args=("k_cache", "v_cache"))
+def qk_norm_rope_cache(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """q/k norm, RoPE and the cache write as one op: the Triton kernel on CUDA, the twin
+    elsewhere. Returns q [B, H, T, D]; k and v land in the caches."""
+    return qk_norm_rope_cache_twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache,
+                                   v_cache, heads, eps)  # fmt: skip
+
+
+@qk_norm_rope_cache.register_kernel("cuda")
+def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps):
+    run = qk_norm_rope_cache_triton if TRITON_AVAILABLE else qk_norm_rope_cache_twin
+    return run(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps)
+
+
+@qk_norm_rope_cache.register_fake
+def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps):
+    b, t, _ = qkv.shape
+    return qkv.new_empty((b, heads, t, k_cache.shape[3]))

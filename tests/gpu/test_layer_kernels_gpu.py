@@ -1,0 +1,59 @@
+"""The fused stack's Triton kernels compiled for the GPU == their torch twins on CUDA tensors, in
+bf16 and fp32 at the real head and MLP sizes; and the custom ops dispatch to the kernels there.
+The CPU twin of this file is tests/unit/kernels/test_layer_kernels.py (interpreter)."""
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+# As the interpreter test: one rounding of the narrow dtype; fp32 noise of a few ulps.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
+
+
+def _rel(a, b) -> float:
+    return ((a.float() - b.float()).abs() / b.float().abs().clamp_min(1.0)).max().item()
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+def test_layer_kernels_equal_their_twins_on_cuda(dtype):
+    from qtts.kernels.rms_norm import rms_norm_triton, rms_norm_twin
+    from qtts.kernels.rope_cache import qk_norm_rope_cache_triton, qk_norm_rope_cache_twin
+    from qtts.kernels.silu_mul import silu_mul_triton, silu_mul_twin
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (3 * torch.randn(64, 1, 2048, device="cuda", generator=g)).to(dtype)
+    w = (1 + 0.1 * torch.randn(2048, device="cuda", generator=g)).to(dtype)
+    assert _rel(rms_norm_triton(x, w, 1e-6), rms_norm_twin(x, w, 1e-6)) <= TOLERANCE[dtype]
+    gu = (2 * torch.randn(64, 2 * 6144, device="cuda", generator=g)).to(dtype)
+    assert _rel(silu_mul_triton(gu), silu_mul_twin(gu)) <= TOLERANCE[dtype]
+    b, h, hk, d, s = 64, 16, 8, 128, 512
+    qkv = (2 * torch.randn(b, 1, (h + 2 * hk) * d, device="cuda", generator=g)).to(dtype)
+    qw, kw = [(1 + 0.1 * torch.randn(d, device="cuda", generator=g)).to(dtype) for _ in range(2)]
+    inv = 1.0 / (1e6 ** (torch.arange(0, d, 2, device="cuda").float() / d))
+    f = torch.arange(s, device="cuda").float()[:, None] * inv
+    cos, sin = f.cos().to(dtype), f.sin().to(dtype)
+    pos = torch.randint(0, s, (b, 1), device="cuda", generator=g)
+    start = torch.randn(2, 3, b, hk, s, d, device="cuda", generator=g).to(dtype)
+    mine, twin = start.clone(), start.clone()
+    q1 = qk_norm_rope_cache_triton(qkv, qw, kw, cos, sin, pos, mine[0, 1], mine[1, 1], h, 1e-6)
+    q2 = qk_norm_rope_cache_twin(qkv, qw, kw, cos, sin, pos, twin[0, 1], twin[1, 1], h, 1e-6)
+    assert _rel(q1, q2) <= TOLERANCE[dtype] and _rel(mine, twin) <= TOLERANCE[dtype]
+
+
+def test_the_ops_run_the_kernels_on_cuda(monkeypatch):
+    """Spy on the launchers: the custom ops must reach them, not the twins."""
+    import qtts.kernels.rms_norm as rn
+    import qtts.kernels.silu_mul as sm
+
+    calls = []
+    for mod, name in ((rn, "rms_norm_triton"), (sm, "silu_mul_triton")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name: calls.append(_n) or _r(*a))
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    rn.rms_norm(x, torch.ones(256, device="cuda", dtype=torch.bfloat16), 1e-6)
+    sm.silu_mul(x)
+    assert calls == ["rms_norm_triton", "silu_mul_triton"]
