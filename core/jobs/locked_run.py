@@ -128,12 +128,16 @@ class JobRun:
             summary.exit_code = code or (3 if summary.failed or summary.pending else 0)
             return summary
 
-    def _run(self, todo: list[Request]) -> None:
+    def _begin(self, todo: list[Request]) -> bool:
+        """Start progress; False when there is nothing to synthesize (or too many failed)."""
         self.progress.start(len(todo))
         if self._too_many_failures():
             self.aborted = True
-            return
-        if not todo:
+            return False
+        return bool(todo)
+
+    def _run(self, todo: list[Request]) -> None:
+        if not self._begin(todo):
             return
         # One stream, longest first: the synthesizer keeps --batch-size slots busy and refills each
         # as it frees (continuous batching), so it gets the whole sorted job in a single call.

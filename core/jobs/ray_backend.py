@@ -65,11 +65,7 @@ class RayJobRun(JobRun):
         self.ray_options, self.open_text_model = ray_options, open_text_model
 
     def _run(self, todo: list[Request]) -> None:
-        self.progress.start(len(todo))
-        if self._too_many_failures():
-            self.aborted = True
-            return
-        if not todo:
+        if not self._begin(todo):
             return
         ray = import_ray()
         started = _connect(ray, self.ray_options.address)
