@@ -54,7 +54,7 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
     """Shared body of synth and batch; `a` holds the command's parsed options."""
     setup_logging(a["quiet"], a["verbose"])
     with cli_errors():
-        from qtts.core.jobs.manifest import ManifestError
+        from qtts.core.errors import UsageError
         from qtts.core.jobs.run import run_job
         from qtts.core.jobs.spec import JobSpec, SamplingOverrides
         from qtts.core.jobs.validation import RowDefaults
@@ -81,19 +81,17 @@ def run_command(kind: str, source: str, a: dict[str, Any]) -> None:
                 num_shards=a["num_shards"], shard_index=a["shard_index"],
                 backend=a["backend"].value if "backend" in a else "local",
                 ray_address=a.get("ray_address"), workers=a.get("workers"),
-                gpus_per_worker=a.get("gpus_per_worker"),
+                gpus_per_worker=a.get("gpus_per_worker"), ray_timeout=a.get("ray_timeout", 30.0),
+                dry_run=a["dry_run"], input_moved=a["input_moved"],
             )  # fmt: skip
         except ValueError as e:
-            raise ManifestError(str(e)) from None
+            raise UsageError(str(e)) from None
         progress = Progress(quiet=a["quiet"], log_interval=a["log_interval"])
         open_text_model, load_synthesizer = factories()
         summary = run_job(spec, open_text_model, load_synthesizer, progress)
     typer.echo(json.dumps(summary.as_dict()))
     level = logging.WARNING if summary.exit_code else logging.INFO
-    logging.getLogger("qtts").log(
-        level, "%s: %d ok, %d failed, %d skipped, %d pending; results in %s", summary.status,
-        summary.ok, summary.failed, summary.skipped, summary.pending, summary.results,
-    )  # fmt: skip
+    logging.getLogger("qtts").log(level, "%s", summary.describe())
     raise typer.Exit(summary.exit_code)
 
 
@@ -125,6 +123,8 @@ def synth(
     format: o.Format = o.AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     overwrite: o.Overwrite = False,
+    input_moved: o.InputMoved = False,
+    dry_run: o.DryRun = False,
     num_shards: o.NumShards = None,
     shard_index: o.ShardIndex = None,
     fail_fast: o.FailFast = False,
@@ -166,12 +166,15 @@ def batch(
     format: o.Format = o.AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     overwrite: o.Overwrite = False,
+    input_moved: o.InputMoved = False,
+    dry_run: o.DryRun = False,
     num_shards: o.NumShards = None,
     shard_index: o.ShardIndex = None,
     backend: o.BackendOpt = o.Backend.local,
     ray_address: o.RayAddress = None,
     workers: o.Workers = None,
     gpus_per_worker: o.GpusPerWorker = None,
+    ray_timeout: o.RayTimeout = 30.0,
     fail_fast: o.FailFast = False,
     max_failures: o.MaxFailures = None,
     on_budget: o.OnBudgetOpt = o.OnBudget.ok,

@@ -1,7 +1,9 @@
 """Exceptions -> one line `Error: ...` on stderr and an exit code. QTTS_DEBUG=1 adds the traceback.
 
-Owns the exit-code table of DESIGN.md. Imports no core module at import time (qtts --help stays
-instant); core exception classes are recognised by name.
+Owns the exit-code table (also in --help and the README; a test keeps them equal). Errors meant
+for users are qtts.core.errors.QttsError subclasses carrying their exit code; anything else is a
+bug, reported with its type (exit 1). Imports core only when an error happens (qtts --help stays
+instant).
 """
 
 from __future__ import annotations
@@ -25,23 +27,13 @@ EXIT_SIGTERM = 143
 EXIT_CODES = """\
 Exit codes:
   0    all rows ok, or skipped as already done
-  1    fatal: model load failed, disk full (undone rows stay pending), out dir unwritable
-  2    usage or input error (bad option, unreadable/invalid input, duplicate ids); nothing done
+  1    fatal: model load failed, disk full, Ray cluster unreachable (undone rows stay pending)
+  2    usage or input error (bad option, unreadable/invalid input, duplicate ids, out dir not
+       writable or holding another job, shard count disagreeing); nothing done
   3    finished, but some rows failed (or --fail-fast/--max-failures stopped the job)
   75   another qtts run holds OUT/.qtts.lock
   130  interrupted by SIGINT (Ctrl-C), after flushing finished rows
   143  interrupted by SIGTERM, after flushing finished rows"""
-
-# Core exceptions whose message is written for users: no type name, no traceback needed.
-_KNOWN = {
-    "ManifestError": EXIT_USAGE,
-    "MemoryPlanError": EXIT_USAGE,  # an explicit --batch-size that cannot fit; nothing ran
-    "UsageError": EXIT_USAGE,  # e.g. --backend ray without Ray, or more GPUs than the cluster has
-    "LockHeldError": EXIT_LOCKED,
-    "ModelLoadError": EXIT_FATAL,
-    "DiskFullError": EXIT_FATAL,
-    "OutputError": EXIT_FATAL,
-}
 
 
 def debug_enabled() -> bool:
@@ -51,19 +43,16 @@ def debug_enabled() -> bool:
 def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_SIGINT
-    exit_code = getattr(exc, "exit_code", None)  # qtts.core.jobs.interrupt.Interrupted
-    if isinstance(exit_code, int):
-        return exit_code
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _KNOWN:
-            return _KNOWN[cls.__name__]
-    return EXIT_FATAL
+    exit_code = getattr(exc, "exit_code", None)  # QttsError, and the job's Interrupted
+    return exit_code if isinstance(exit_code, int) else EXIT_FATAL
 
 
 def message_for(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    known = any(cls.__name__ in _KNOWN for cls in type(exc).__mro__)
+    from qtts.core.errors import QttsError
+
+    known = isinstance(exc, QttsError)
     if isinstance(exc, OSError) and exc.strerror:
         text = exc.strerror if known else f"{exc.strerror}: {exc.filename}"
         if exc.filename is None:
@@ -88,9 +77,16 @@ def fail(exc: BaseException) -> typer.Exit:
 @contextmanager
 def cli_errors() -> Iterator[None]:
     """Wrap a command body: any exception becomes one line on stderr and its exit code."""
+    import click
+
     try:
         yield
     except (typer.Exit, SystemExit):
         raise
+    except click.ClickException as exc:  # a bad option value found after parsing: one line
+        if debug_enabled():
+            traceback.print_exception(exc, file=sys.stderr)
+        typer.echo(f"Error: {exc.format_message()}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     except BaseException as exc:  # noqa: BLE001 -- the CLI's last line of defence
         raise fail(exc) from None

@@ -60,9 +60,9 @@ def parse_batch_size(value: str) -> int | None:
     try:
         size = int(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r}: use auto or a positive integer") from None
+        size = 0
     if size < 1:
-        raise typer.BadParameter(f"{value!r}: use auto or a positive integer")
+        raise typer.BadParameter(f"--batch-size {value!r}: use auto or a positive integer")
     return size
 
 
@@ -187,6 +187,23 @@ GpusPerWorker = Annotated[
     float | None,
     _opt("--gpus-per-worker", min=0, panel=SCALE_PANEL,
          help="GPUs per Ray actor [default: 1 when the cluster has GPUs, else 0]."),
+]  # fmt: skip
+RayTimeout = Annotated[
+    float,
+    _opt("--ray-timeout", min=0.1, panel=SCALE_PANEL,
+         help="Seconds to reach --ray-address before giving up (nothing is written)."),
+]  # fmt: skip
+DryRun = Annotated[
+    bool,
+    _opt("--dry-run", panel=OUTPUT_PANEL,
+         help="Read and validate every row, scan what is done, plan memory, and print what "
+         "would run (one JSON line); load no weights, write nothing."),
+]  # fmt: skip
+InputMoved = Annotated[
+    bool,
+    _opt("--input-moved", panel=OUTPUT_PANEL,
+         help="The out dir's input was moved or renamed to INPUT: adopt the new path and "
+         "resume (a different input is refused otherwise)."),
 ]  # fmt: skip
 MaxFailures = Annotated[
     int | None,

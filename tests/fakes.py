@@ -75,8 +75,24 @@ class FakeTextModel:
             return speaker, language, None, "instruct ignored: 0.6B CustomVoice models"
         return speaker, language, instruct, None
 
-    def count_text_tokens(self, text: str) -> int:
-        return len(text.split())
+    max_tokens_per_byte = 1.0  # a word has at least one byte
+
+    @property
+    def identity(self) -> str:
+        return f"fake:{self.name}:{self.defaults.max_new_tokens}"
+
+    def count_text_tokens(self, texts) -> list[int]:
+        return [len(t.split()) for t in texts]
+
+    def precision(self, device: str, dtype: str) -> str:
+        if device.startswith("cuda"):
+            from qtts.core.errors import UsageError
+
+            raise UsageError(f"--device {device}: CUDA is not available on this machine (fake)")
+        return f"cpu:{'float32' if dtype == 'auto' else dtype}"
+
+    def memory_plan(self, requests, device, dtype, batch_size) -> str:
+        return f"fake plan: {len(requests)} rows, batch {batch_size or 'auto'}"
 
 
 def fake_codes(request: Request) -> np.ndarray:

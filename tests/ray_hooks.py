@@ -4,7 +4,8 @@ wrapped so rows marked in their text misbehave inside a Ray actor.
 - "FAIL ...": the row fails in the model, alone, with a reason;
 - "KILL ...": the actor process exits the first time it gets this row (a marker file in
   $QTTS_TEST_MARKERS remembers), so Ray must restart the actor and retry its rows;
-- "SLOW ...": the row takes 0.5 s more (time to kill a driver mid-job).
+- "SLOW ...": the row takes 0.5 s more (time to kill a driver mid-job);
+- "PID ...": the actor leaves a marker naming its process and the row (who did which row).
 Actors inherit their environment from the Ray cluster, so the tests set QTTS_TEST_MARKERS (and
 PYTHONPATH, to import this module) before the cluster starts."""
 
@@ -32,6 +33,8 @@ class Hooked:
         failing = [r for r in requests if r.text.startswith("FAIL")]
         for r in failing:
             yield RowFailure(r.id, "simulated failure in the model")
+        for r in (r for r in requests if r.text.startswith("PID")):
+            (Path(os.environ["QTTS_TEST_MARKERS"]) / f"pid-{os.getpid()}-{r.id}").touch()
         slow = {r.id for r in requests if r.text.startswith("SLOW")}
         for item in self.synth.synthesize([r for r in requests if r not in failing], options):
             time.sleep(0.5 if item.id in slow else 0.0)

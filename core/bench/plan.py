@@ -91,8 +91,9 @@ def input_shapes(
 
     is_parquet = source.endswith(".parquet")
     rows = read_parquet_manifest(source) if is_parquet else read_text_lines(source)
+    texts = [t for t in rows["text"].to_pylist() if t is not None]
     if m.model_dir is None:  # no tokenizer: estimate from the text's length
-        counts = [math.ceil(len(r.text.encode()) / ESTIMATED_BYTES_PER_TOKEN) for r in rows]
+        counts = [math.ceil(len(t.encode()) / ESTIMATED_BYTES_PER_TOKEN) for t in texts]
         shapes = [s for c in counts for s in synthetic_shapes(m, c, 1, max_new_tokens)]
         note = f"token counts estimated at {ESTIMATED_BYTES_PER_TOKEN} bytes each (no tokenizer)"
         return shapes, note
@@ -103,9 +104,9 @@ def input_shapes(
     budget = FrameBudget(m.max_new_tokens, max_new_tokens)
     speaker = speaker or (m.config.supported_speakers() or [None])[0]
     budgets, tokens = [], []
-    for r in rows:
+    for t in texts:
         voice = speaker if m.config.uses_speaker else None
-        ids = prompt_tokens(m.config, text.tokenizer, r.text, voice, "auto", None)
+        ids = prompt_tokens(m.config, text.tokenizer, t, voice, "auto", None)
         budgets.append(budget.max_new_tokens(len(ids.text_ids) - 8))
         tokens.append(ids)
     return row_shapes(budgets, tokens), "token counts from the checkpoint's tokenizer"

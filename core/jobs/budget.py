@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from qtts.core.synthesis.requests import Request
 
 # Runaway guard: 8 s for any text, plus 8 frames (0.64 s) per text token. Normal speech runs at
@@ -66,6 +68,22 @@ class FrameBudget:
     def estimate_frames(self, text_tokens: int) -> int:
         """Expected frames, for sorting rows into batches of similar length."""
         return min(EST_FRAMES_PER_TOKEN * max(text_tokens, 1), self.max_new_tokens(text_tokens))
+
+    # The same rules over whole columns of token counts.
+    def max_new_tokens_of(self, tokens: np.ndarray) -> np.ndarray:
+        if self.explicit is not None:
+            return np.full(len(tokens), self.explicit, dtype=np.int64)
+        return np.minimum(self.cap, GUARD_BASE_FRAMES + GUARD_FRAMES_PER_TOKEN * tokens)
+
+    def too_long_mask(self, tokens: np.ndarray) -> np.ndarray:
+        """too_long(t) is not None, for each t."""
+        if self.explicit is not None:
+            return np.zeros(len(tokens), dtype=bool)
+        return (MIN_FRAMES_PER_TOKEN * tokens).astype(np.int64) > self.cap - 1
+
+    def estimate_frames_of(self, tokens: np.ndarray) -> np.ndarray:
+        est = EST_FRAMES_PER_TOKEN * np.maximum(tokens, 1)
+        return np.minimum(est, self.max_new_tokens_of(tokens))
 
 
 def longest_first(

@@ -16,12 +16,16 @@ from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure,
 
 
 class TextModel(Protocol):
-    """Config + text tokenizer, no weights: enough to validate and schedule every row."""
+    """Config + text tokenizer, no weights: enough to validate, schedule and plan every row."""
 
     name: str  # the --model string
     config: ModelConfig
     defaults: GenerationDefaults
     sample_rate: int
+    identity: str  # digest of what the checkpoint's files hold (config, tokenizer, weights)
+    # Most text tokens a UTF-8 byte can give (a byte-level tokenizer: 1, times what Unicode
+    # normalization may add); None when unknown: every length check then tokenizes.
+    max_tokens_per_byte: float | None
 
     def normalize_row(
         self, speaker: str | None, language: str | None, instruct: str | None
@@ -29,7 +33,21 @@ class TextModel(Protocol):
         """-> (speaker, language, instruct, warning or None); ValueError(reason) if unusable."""
         ...
 
-    def count_text_tokens(self, text: str) -> int: ...
+    def count_text_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Text tokens of each text (one batched tokenizer call)."""
+        ...
+
+    def precision(self, device: str, dtype: str) -> str:
+        """What --device/--dtype resolve to here, e.g. "cuda:bfloat16" (it shapes the audio);
+        UsageError when the device is not available."""
+        ...
+
+    def memory_plan(
+        self, requests: Sequence[Request], device: str, dtype: str, batch_size: int | None
+    ) -> str:
+        """One line: how these rows would be batched on the device, from the checkpoint's
+        dimensions, without loading weights; UsageError when an explicit batch cannot fit."""
+        ...
 
 
 class Synthesizer(Protocol):

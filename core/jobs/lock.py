@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from qtts.core.errors import LockHeldError as HeldError
+
 LOCK_NAME = ".qtts.lock"
 
 
-class LockHeldError(RuntimeError):
+class LockHeldError(HeldError):
     """Another run holds the out dir's lock (exit 75)."""
 
     def __init__(self, path: Path, pid: int | None) -> None:

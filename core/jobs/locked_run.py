@@ -1,12 +1,11 @@
-"""The locked part of a job: resume filter, synthesis loop, writing, journal, results, summary.
+"""The locked part of a job: resume, the synthesis loop, state, results, summary.
 
-Runs with OUT/.qtts.lock held. Batches go to the synthesizer one at a time; each finished utterance
-is handed to the writer pool at once and journalled by the writer just before its file appears
-(qtts.core.jobs.journal explains why); failed rows are journalled at once. Whatever happens (signal,
-disk full, too many failures, a crash), writes in flight are settled and results.parquet +
-metadata.jsonl are rebuilt from the journal before returning or raising.
-Knows requests, utterances and records; no tensors, no CLI.
-Over 300 lines: one class whose settle-on-any-exit invariant spans all its methods.
+Runs with the shard's lock held. Decides the work (qtts.core.jobs.work), records rows that fail
+validation and rows that must be redone, then consumes the backend's outcomes (local or Ray: one
+loop) to report progress, count failures and stop after too many. Whatever happens (signal, disk
+full, too many failures, a crash), the shard's journal is folded into its state and
+results.parquet is rebuilt before returning or raising. Knows records and outcomes; no tensors,
+no CLI.
 """
 
 from __future__ import annotations
@@ -15,105 +14,85 @@ import logging
 import os
 import time
 import uuid
-from collections import deque
-from concurrent.futures import Future, wait
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from qtts.core.jobs.budget import longest_first
-from qtts.core.jobs.interfaces import NoProgress, ProgressSink
+from qtts.core.jobs import state
+from qtts.core.jobs.failures import FailureLog
+from qtts.core.jobs.fingerprint import JobSettings, read_registry
+from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.interrupt import Interrupted, StopSignals
-from qtts.core.jobs.journal import (
-    AudioInfo,
-    Journal,
-    failed_record,
-    ok_record,
-    pending_record,
-    read_journals,
-)
-from qtts.core.jobs.results import rebuild_views, result_records
-from qtts.core.jobs.shards import UNSHARDED, Shard
+from qtts.core.jobs.journal import Journal
+from qtts.core.jobs.recorder import Outcome, RecordContext
+from qtts.core.jobs.records import FAILED, OK, ROW_FIELDS, failed_record, pending_record
+from qtts.core.jobs.results import rebuild, up_to_date
+from qtts.core.jobs.resume import aligned, list_files
+from qtts.core.jobs.shards import Shard
 from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.summary import JobSummary
-from qtts.core.jobs.writer import (
-    OutputWriter,
-    WriteJob,
-    audio_decodes,
-    cleanup_temp_files,
-    fsync_dir,
-    row_id_of,
-)
-from qtts.core.jobs.writer import remove_live_temps as _remove_live_temps
-from qtts.core.synthesis.requests import Request, RowFailure, Utterance
+from qtts.core.jobs.validation import Prepared
+from qtts.core.jobs.work import Work, plan_work
+from qtts.core.jobs.writer import cleanup_temp_files, remove_live_temps, row_id_of
 
 log = logging.getLogger("qtts")
 
-WRITE_BATCH = 16  # rows per write batch when the batch size is planned (--batch-size auto)
-MAX_BATCHES_IN_FLIGHT = 2  # batches written but not yet journalled: bounds audio held in memory
+RESULTS_WAIT_S = 10  # another shard rebuilding results: leave it to them after this long
+
+
+class Backend(Protocol):
+    def outcomes(self, todo: pa.Table, journal: Journal, ctx: RecordContext,
+                 stop: StopSignals) -> Iterator[Outcome]: ...  # fmt: skip
 
 
 @dataclass
-class _Batch:
-    """One batch's file writes; bounds how much audio waits in memory for the disk."""
+class Job:
+    """Everything the locked run needs, prepared before the lock."""
 
-    writes: list[tuple[Future, str]] = field(default_factory=list)  # (future, row id)
-    closed: bool = False  # every row of it has come back from the synthesizer
-    count: int = 0  # results accepted into it (ok or failed)
+    spec: JobSpec
+    text_model: TextModel
+    shard: Shard
+    rows: pa.Table  # every input row (row, id, text): results cover them all
+    prepared: Prepared  # this shard's rows, resolved and validated
+    budget: Any  # FrameBudget
+    settings: JobSettings
+    inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
 
-    def ready(self) -> bool:
-        return self.closed and all(f.done() for f, _ in self.writes)
 
-
-def utterance_error(utt: Utterance, req: Request, on_budget: str) -> str | None:
-    """Why an utterance fails its row after synthesis (None: it is fine)."""
-    if not np.all(np.isfinite(utt.audio)):
-        return "non-finite audio (NaN or inf) from the vocoder"
-    if utt.hit_frame_budget:
-        budget = f"max_new_tokens {req.max_new_tokens}, {len(utt.codes)} frames"
-        if on_budget == "fail":
-            return f"hit the frame budget without EOS ({budget}; --on-budget fail)"
-        log.debug("row %s hit the frame budget without EOS (%s)", req.id, budget)
-    return None
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 class JobRun:
-    """rows: this shard's rows (all of them, unsharded); all_rows: the whole input, which the
-    rebuilt results.parquet covers."""
-
-    def __init__(self, spec: JobSpec, text_model, rows, validated, options, load_synthesizer,
-                 progress: ProgressSink | None, shard: Shard = UNSHARDED,
-                 all_rows=None) -> None:  # fmt: skip
-        self.spec, self.text_model, self.rows, self.validated = spec, text_model, rows, validated
-        self.options, self.load_synthesizer = options, load_synthesizer
+    def __init__(self, job: Job, backend: Backend, progress: ProgressSink | None = None) -> None:
+        self.job, self.backend = job, backend
+        self.spec, self.shard, self.out = job.spec, job.shard, Path(job.spec.out_dir)
         self.progress = progress or NoProgress()
-        self.shard, self.all_rows = shard, rows if all_rows is None else all_rows
-        self.out = spec.out_dir
-        self.journal = Journal(self.out, shard.journal_name)
-        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.skipped: dict[str, dict[str, Any]] = {}
-        self.failures = len(validated.rejected)
-        self.audio_s = 0.0
+        self.run_id = new_run_id()
+        self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
+                                 job.spec.audio_format, job.spec.save_codes,
+                                 job.spec.on_budget)  # fmt: skip
+        self.journal = Journal(self.out / self.shard.journal_name)
+        self.failures = FailureLog()
+        self.ok = self.audio_s = 0
         self.aborted = False
         self.t0 = time.monotonic()
 
-    # -- the run ---------------------------------------------------------------------------------
     def execute(self) -> JobSummary:
-        with StopSignals(on_exit_now=_remove_live_temps) as stop:
-            self.stop = stop
+        with StopSignals(on_exit_now=remove_live_temps) as stop:
             if cleanup_temp_files(self.out, owns=self._owns_file):
                 log.info("removed temp files left by an interrupted run")
             if self.spec.overwrite:
-                self.journal.reset()
-            previous = {} if self.spec.overwrite else read_journals(self.out)
-            self.journal.append(
-                [self._failed(row, reason) for row, reason in self.validated.rejected]
-            )
-            todo = self._resume_filter(previous)
+                state.reset(self.out, self.shard)
+            work = self._plan()
+            self._record_work(work)
             status, code = "done", 0
             try:
-                self._run(todo)
+                self._loop(work, stop)
             except Interrupted as e:
                 status, code = "interrupted", e.exit_code
             except BaseException:
@@ -121,201 +100,117 @@ class JobRun:
                 self._finish_after_error()
                 raise
             self.progress.close()
-            summary = self._finish()
-            if status == "done" and self.aborted:
-                status = "aborted"
-            summary.status = status
+            summary = self._finish(work)
+            summary.status = "aborted" if status == "done" and self.aborted else status
             summary.exit_code = code or (3 if summary.failed or summary.pending else 0)
             return summary
 
-    def _begin(self, todo: list[Request]) -> bool:
-        """Start progress; False when there is nothing to synthesize (or too many failed)."""
-        self.progress.start(len(todo))
+    def _plan(self) -> Work:
+        records, _ = state.read_own(self.out, self.shard)
+        j = self.job
+        return plan_work(j.prepared, records, list_files(self.out), model=j.text_model,
+                         budget=j.budget, settings=j.settings, registry=read_registry(self.out),
+                         audio_format=self.spec.audio_format,
+                         save_codes=self.spec.save_codes)  # fmt: skip
+
+    def _record_work(self, work: Work) -> None:
+        """Journal what is decided before synthesis: rows to redo lose their done status, rows
+        failing validation are recorded (unless recorded so already: a rerun of a finished job
+        writes nothing)."""
+        if len(work.resume.stale):
+            log.warning("redoing %d row(s) done before whose output would change: %s",
+                        len(work.resume.stale), work.resume.describe())  # fmt: skip
+            self.journal.append([pending_record(i, run=self.run_id)
+                                 for i in work.resume.stale.to_pylist()])  # fmt: skip
+        if work.skipped:
+            log.info("resuming: %d row(s) already done, %d to do", work.skipped,
+                     work.todo.num_rows)  # fmt: skip
+        rejected = work.rejected
+        records, _ = state.read_own(self.out, self.shard)
+        old = aligned(rejected, records)
+        same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
+        fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
+        self.journal.append([failed_record(r, r["error"], **self.ctx.stamp())
+                             for r in fresh.select([*ROW_FIELDS, "error"]).to_pylist()
+                             if r["id"] is not None])  # fmt: skip
+        for r in rejected.select(["id", "row", "error"]).to_pylist():
+            self.failures.add(r["id"], r["row"], r["error"])
+
+    def _loop(self, work: Work, stop: StopSignals) -> None:
+        self.progress.start(work.todo.num_rows)
         if self._too_many_failures():
             self.aborted = True
-            return False
-        return bool(todo)
-
-    def _run(self, todo: list[Request]) -> None:
-        if not self._begin(todo):
             return
-        # One stream, longest first: the synthesizer keeps --batch-size slots busy and refills each
-        # as it frees (continuous batching), so it gets the whole sorted job in a single call.
-        order = longest_first(todo, self.validated.estimated_frames)
-        with self.stop.interruptible():
-            synth = self.load_synthesizer(
-                self.text_model, self.spec.device, self.spec.dtype, self.spec.batch_size
-            )
-        self.writer = OutputWriter(self.out, self.spec.audio_format)
-        self.inflight: deque[_Batch] = deque()
+        if work.todo.num_rows == 0:
+            return
+        outcomes = self.backend.outcomes(work.todo, self.journal, self.ctx, stop)
         try:
-            self._synthesize_stream(synth, order)
-        finally:
-            for b in self.inflight:
-                b.closed = True  # a stream cut short: journal what did finish
-            try:
-                self._drain(block=True)
-            finally:
-                self.writer.close()
-
-    def _synthesize_stream(self, synth, order: list[Request]) -> None:
-        """Results come back in completion order; every --batch-size of them close a write batch,
-        which bounds the audio waiting for the disk and surfaces write errors (disk full) early."""
-        waiting = {r.id: r for r in order}
-        current = self._open_batch()
-        items = synth.synthesize(order, self.options)
-        try:
-            while True:
-                with self.stop.interruptible():
-                    item = next(items, None)
-                if item is None:
-                    break
-                self._accept(item, waiting, current)
-                current.count += 1
-                if current.count >= (self.spec.batch_size or WRITE_BATCH):
-                    current.closed = True
-                    self._drain(block=len(self.inflight) > MAX_BATCHES_IN_FLIGHT)
-                    current = self._open_batch()
+            for outcome in outcomes:
+                if outcome.status == OK:
+                    self.ok += 1
+                    self.audio_s += outcome.duration_s
                 else:
-                    self._drain(block=False)
+                    self.failures.add(outcome.id, None, outcome.error or "failed")
+                self.progress.advance(1, outcome.duration_s)
                 if self._too_many_failures():
                     self.aborted = True
                     return  # the rest stays pending
         finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-        for r in waiting.values():  # a synthesizer bug, not the row's fault; still, say so
-            self.journal.append([self._failed(r, "synthesizer returned no result for this row")])
-            self.failures += 1
-        current.closed = True
-        self._drain(block=False)
-
-    def _open_batch(self) -> _Batch:
-        batch = _Batch()
-        self.inflight.append(batch)
-        return batch
-
-    def _accept(self, item: Utterance | RowFailure, waiting: dict[str, Request], b: _Batch) -> None:
-        req = waiting.pop(item.id, None)
-        if req is None:
-            raise RuntimeError(f"synthesizer returned an unexpected id {item.id!r}")
-        if isinstance(item, RowFailure):
-            error = item.error
-        else:
-            error = utterance_error(item, req, self.spec.on_budget)
-        if error is not None:
-            self.journal.append([self._failed(req, error)])
-            self.failures += 1
-            self.progress.advance(1, 0.0)
-            return
-        rec = self._ok(req, item)
-        codes = item.codes if self.spec.save_codes else None
-        job = WriteJob(req.id, item.audio, item.sample_rate, codes,
-                       before_replace=lambda: self.journal.append([rec]))  # fmt: skip
-        b.writes.append((self.writer.submit(job), req.id))
-        self.audio_s += rec["duration_s"]
-        self.progress.advance(1, rec["duration_s"])
-
-    def _drain(self, *, block: bool) -> None:
-        """Settle finished batches' writes, oldest first; raises file errors (disk full)."""
-        while self.inflight:
-            b = self.inflight[0]
-            if not b.ready():
-                if not (block and b.closed):
-                    return
-                wait([f for f, _ in b.writes])
-            self.inflight.popleft()
-            fatal = None
-            for f, row_id in b.writes:
-                if f.exception() is not None:
-                    fatal = fatal or f.exception()
-                    self._mark_pending(row_id)
-            if b.writes:
-                fsync_dir(self.out)  # make this batch's renames durable
-            if fatal is not None:
-                raise fatal
-
-    def _mark_pending(self, row_id: str) -> None:
-        """A write failed, perhaps after its journal line: the row is not done."""
-        try:
-            self.journal.append([pending_record(row_id, run=self.run_id)])
-        except OSError as e:  # disk full: resume and results check the file anyway
-            log.debug("could not journal %s as pending: %s", row_id, e)
-
-    def _owns_file(self, final: str) -> bool:
-        """Row files of this shard's rows, and its own journal (the shared views' temps are
-        cleared under the results lock)."""
-        row_id = row_id_of(final)
-        if row_id is not None:
-            return self.shard.owns(row_id)
-        return final == self.journal.path.name
+            outcomes.close()
 
     def _too_many_failures(self) -> bool:
         limit = self.spec.max_failures
-        return limit is not None and self.failures >= limit
+        return limit is not None and self.failures.count >= limit
 
-    def _failed(self, r, error: str) -> dict[str, Any]:
-        return failed_record(r, error, run=self.run_id, model=self.text_model.name)
-
-    def _ok(self, req: Request, utt: Utterance) -> dict[str, Any]:
-        file = f"{req.id}.{self.spec.audio_format}"
-        return ok_record(req, AudioInfo.of(utt), file, run=self.run_id, model=self.text_model.name)
-
-    def _resume_filter(self, previous: dict[str, dict[str, Any]]) -> list[Request]:
-        todo = []
-        for r in self.validated.requests:
-            rec = previous.get(r.id)
-            path = self.out / f"{r.id}.{self.spec.audio_format}"
-            done = (
-                rec is not None
-                and rec.get("status") == "ok"
-                and rec.get("file") == path.name
-                and rec.get("text") == r.text
-                and audio_decodes(path, rec.get("num_samples"))
-            )
-            if done:
-                self.skipped[r.id] = {**rec, "status": "skipped", "row": r.row}
-            else:
-                todo.append(r)
-        if self.skipped:
-            log.info("resuming: %d row(s) already done, %d to do", len(self.skipped), len(todo))
-        return todo
+    def _owns_file(self, final: str) -> bool:
+        """Row files of this shard's rows, and its own journal and state (the shared views'
+        temps are cleared under the results lock)."""
+        row_id = row_id_of(final)
+        if row_id is not None:
+            return self.shard.owns(row_id)
+        return final in (self.journal.path.name, self.shard.state_name)
 
     # -- the end ---------------------------------------------------------------------------------
-    def _finish(self) -> JobSummary:
-        """Rebuild results.parquet and metadata.jsonl from every journal in the out dir (all
-        shards): this run's rows as this run left them, other shards' as theirs did."""
-        rejected = {row.row: reason for row, reason in self.validated.rejected}
+    def _finish(self, work: Work) -> JobSummary:
+        """Fold the journal into the state, rebuild the shared views, count this shard's rows."""
+        self.failures.close()
+        state.compact(self.out, self.shard)
+        records, _ = state.read_own(self.out, self.shard)
+        self._rebuild_results()
+        own = self.job.prepared.rows.select(["id"])
+        mine = aligned(own, records)
+        done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
+        failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
+            pc.sum(pc.is_null(own["id"])).as_py() or 0
+        )
+        return JobSummary(
+            status="done", exit_code=0, total=work.total, ok=done - work.skipped, failed=failed,
+            skipped=work.skipped, pending=work.total - done - failed,
+            hit_frame_budget=_hit_budget(mine), audio_s=self.audio_s,
+            wall_s=time.monotonic() - self.t0, out_dir=str(self.out),
+            results=str(self.out / "results.parquet"), failure_reasons=self.failures.top(),
+        )  # fmt: skip
 
-        def records_for(latest):
-            return result_records(
-                self.out, self.all_rows, latest, owns=self.shard.owns, this_run=self.run_id,
-                skipped=self.skipped,
-                null_id=lambda row: self._failed(row, rejected.get(row.row, "id is null")),
-            )  # fmt: skip
-
-        records = rebuild_views(self.out, records_for)
-        return self._summary([r for r in records if self.shard.owns(r["id"])])
+    def _rebuild_results(self) -> None:
+        if up_to_date(self.out, self.job.inputs):
+            return
+        counts = rebuild(self.out, self.job.rows, wait_s=RESULTS_WAIT_S)
+        if counts is None:
+            log.info("results.parquet is being rebuilt by another shard, which will include "
+                     "this one's rows (or run `qtts results %s`)", self.out)  # fmt: skip
 
     def _finish_after_error(self) -> None:
         try:
-            self._finish()
+            state.compact(self.out, self.shard)
+            self._rebuild_results()
         except Exception as e:  # the original error matters more; say why results are stale
-            log.error("could not rebuild results.parquet: %s", e)
+            log.error("could not update the job state or results.parquet: %s", e)
 
-    def _summary(self, records: list[dict[str, Any]]) -> JobSummary:
-        count = {s: sum(r["status"] == s for r in records) for s in ("ok", "failed", "skipped")}
-        total = len(self.rows)
-        hit = sum(bool(r["status"] == "ok" and r.get("hit_frame_budget")) for r in records)
-        if hit:
-            log.warning(
-                "%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget is "
-                "true in results.parquet; --on-budget fail fails them)", hit,
-            )  # fmt: skip
-        return JobSummary(
-            status="done", exit_code=0, total=total, **count,
-            pending=total - sum(count.values()), hit_frame_budget=hit, audio_s=self.audio_s,
-            wall_s=time.monotonic() - self.t0, out_dir=str(self.out),
-            results=str(self.out / "results.parquet"),
-        )  # fmt: skip
+
+def _hit_budget(mine: pa.Table) -> int:
+    hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
+    n = pc.sum(hit).as_py() or 0
+    if n:
+        log.warning("%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
+                    "is true in results.parquet; --on-budget fail fails them)", n)  # fmt: skip
+    return n

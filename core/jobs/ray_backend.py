@@ -1,15 +1,14 @@
 """The Ray Data backend of `qtts batch` (--backend ray): one job across many GPUs or machines.
 
-The driver reads and validates the manifest and drops the rows already done, exactly as a local
-run does (this is a JobRun; only its synthesis loop differs), then hands the rest to Ray Data:
-from_arrow -> repartition -> map_batches(SynthesisActor, compute=ActorPoolStrategy(size=N),
-num_gpus=G). Each actor loads the model once and runs the local engine (longest first,
-continuous batching) on the rows it is given; it writes every audio file atomically into the
-shared out dir, fails rows on their own, and returns small metadata rows, never audio. The driver
-is the only writer of the journal and results and journals rows as they stream back, so killing
-it loses at most the rows in flight (a rerun redoes only those). Ray restarts a dead actor and
-retries its rows (Ray Data's actor defaults); a cluster that cannot host the actors fails within
-MIN_ACTORS_WAIT_S instead of waiting forever.
+The driver does everything a local run does (validate, resume, journal failures, state,
+results); only where rows are synthesized differs. It reaches the cluster first, within
+--ray-timeout, before anything is written. The rows to do go to Ray Data as work units sized from
+an actor's slots and spread over every worker: from_arrow -> repartition -> map_batches(
+SynthesisActor, ActorPoolStrategy(size=workers, one unit in flight each), num_gpus=G). Each
+actor loads the model once, builds its unit's requests, runs the local engine, writes files
+atomically and journals each finished row in its own journal in the shared out dir (as a shard
+would), returning only small outcome rows. So a killed driver or actor loses only the rows in
+flight; a unit Ray retries after an actor died skips the rows its first attempt published.
 
 Imports ray when a job uses it, and no torch in the driver (actors load the model themselves).
 """
@@ -19,31 +18,41 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qtts.core.jobs.budget import longest_first
-from qtts.core.jobs.journal import AudioInfo, ok_record
-from qtts.core.jobs.locked_run import JobRun, utterance_error
-from qtts.core.jobs.spec import UsageError
-from qtts.core.jobs.writer import OutputWriter, WriteJob
-from qtts.core.synthesis.requests import Request, RowFailure
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import FatalError, UsageError
+from qtts.core.jobs.chunks import chunk_requests
+from qtts.core.jobs.interrupt import StopSignals
+from qtts.core.jobs.journal import Journal
+from qtts.core.jobs.recorder import Outcome, RecordContext, RowRecorder
+from qtts.core.jobs.records import OK, ROW_FIELDS
+from qtts.core.jobs.shards import RAY_JOURNAL_PREFIX
+from qtts.core.jobs.writer import OutputWriter
 
 log = logging.getLogger("qtts")
 
-ROWS_PER_CALL = 64  # rows an actor takes at once: enough to keep its engine's slots refilled
+# An actor's engine keeps this many rows in flight when --batch-size is auto: the memory
+# planner's cap (qtts.core.engine.planner.MAX_AUTO_SLOTS; a test keeps the two equal).
+PLANNED_SLOTS = {"cuda": 256, "cpu": 64}
+UNIT_SLOTS = 8  # rows per work unit, in slots: the engine's tail at the end of a unit is short
 SPARE_CPU_SLOTS = 4  # logical CPUs a local cluster adds for Ray Data's own tasks
 MIN_ACTORS_WAIT_S = 120  # how long Ray Data may wait for its actors to start before failing
-REQUEST_FIELDS = ("id", "text", "row", "speaker", "language", "instruct", "seed", "ref_audio",
-                  "ref_text", "max_new_tokens")  # fmt: skip
+OUTCOME_SCHEMA = pa.schema([("id", pa.string()), ("status", pa.string()),
+                            ("error", pa.string()), ("duration_s", pa.float64())])  # fmt: skip
 
 
-@dataclass(frozen=True)
-class RayOptions:
-    address: str | None = None  # None: RAY_ADDRESS, else a local Ray started for the job
-    workers: int | None = None  # None: one per GPU in the cluster, or 1 without GPUs
-    gpus_per_worker: float | None = None  # None: 1 when the cluster has GPUs, else 0
+class RayConnectError(FatalError):
+    """The Ray cluster could not be reached in time (exit 1)."""
 
 
 def import_ray():
@@ -57,158 +66,188 @@ def import_ray():
     return ray
 
 
-class RayJobRun(JobRun):
-    """A JobRun whose rows are synthesized by Ray Data actors (see the module docstring)."""
+def rows_per_unit(rows: int, workers: int, slots: int) -> int:
+    """Every worker gets a unit even in a small job; a unit is at most UNIT_SLOTS x slots."""
+    return max(1, min(math.ceil(rows / workers), UNIT_SLOTS * slots))
 
-    def __init__(self, *args, ray_options: RayOptions, open_text_model, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.ray_options, self.open_text_model = ray_options, open_text_model
 
-    def _run(self, todo: list[Request]) -> None:
-        if not self._begin(todo):
-            return
+@dataclass
+class RayBackend:
+    ray: Any
+    started: bool  # this process started a local cluster (stopped with the job)
+    workers: int
+    gpus: float
+    actor_kwargs: dict[str, Any]
+    slots: int
+
+    @classmethod
+    def connect(cls, spec, job, options, open_text_model, load_synthesizer) -> RayBackend:
+        """Reach the cluster (or start a local one) and size the actors; writes nothing."""
         ray = import_ray()
-        started = _connect(ray, self.ray_options.address)
+        started = _connect(ray, spec.ray_address, spec.ray_timeout)
         try:
-            self._stream(ray, longest_first(todo, self.validated.estimated_frames))
+            workers, gpus = _actors(ray, spec.workers, spec.gpus_per_worker)
+        except BaseException:
+            if started:
+                ray.shutdown()
+            raise
+        kwargs = {"model": spec.model, "device": spec.device, "dtype": spec.dtype,
+                  "batch_size": spec.batch_size, "out_dir": str(Path(spec.out_dir).resolve()),
+                  "options": options, "budget": job.budget, "open_text_model": open_text_model,
+                  "load_synthesizer": load_synthesizer}  # fmt: skip
+        slots = spec.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
+        return cls(ray, started, workers, gpus, kwargs, slots)
+
+    def outcomes(self, todo: pa.Table, journal: Journal, ctx: RecordContext,
+                 stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+        ray = self.ray
+        try:
+            unit = rows_per_unit(todo.num_rows, self.workers, self.slots)
+            log.info("ray: %d worker(s), %g GPU(s) each, %d rows in units of %d", self.workers,
+                     self.gpus, todo.num_rows, unit)  # fmt: skip
+            ray.data.DataContext.get_current().wait_for_min_actors_s = MIN_ACTORS_WAIT_S
+            results = (
+                ray.data.from_arrow(todo.select(list(ROW_FIELDS)))
+                .repartition(math.ceil(todo.num_rows / unit))
+                .map_batches(
+                    SynthesisActor,
+                    fn_constructor_kwargs={**self.actor_kwargs, "ctx": ctx, "started": time.time()},
+                    compute=ray.data.ActorPoolStrategy(
+                        size=self.workers, max_tasks_in_flight_per_actor=1
+                    ),
+                    num_gpus=self.gpus,
+                    batch_size=None,  # one call per unit
+                    batch_format="pyarrow",
+                )
+            )
+            seen: list[pa.Array] = []
+            batches = iter(results.iter_batches(batch_size=None, batch_format="pyarrow"))
+            while True:
+                with stop.interruptible():
+                    batch = next(batches, None)
+                if batch is None:
+                    break
+                seen.append(batch.column("id"))
+                for o in batch.to_pylist():
+                    yield Outcome(o["id"], o["status"], o["duration_s"] or 0.0, o["error"])
+            yield from self._missing(todo, seen, journal, ctx)
         finally:
-            if started:  # our own local cluster: stop its actors with the job
+            if self.started:  # our own local cluster: stop its actors with the job
                 ray.shutdown()
 
-    def _stream(self, ray, order: list[Request]) -> None:
-        import pyarrow as pa
-
-        workers, gpus = _actors(ray, self.ray_options)
-        context = ray.data.DataContext.get_current()
-        context.wait_for_min_actors_s = MIN_ACTORS_WAIT_S
-        log.info("ray: %d worker(s), %g GPU(s) each, %d rows", workers, gpus, len(order))
-        table = pa.Table.from_pylist([{f: getattr(r, f) for f in REQUEST_FIELDS} for r in order])
-        blocks = max(1, math.ceil(len(order) / ROWS_PER_CALL))
-        results = (
-            ray.data.from_arrow(table)
-            .repartition(blocks)
-            .map_batches(
-                SynthesisActor,
-                fn_constructor_kwargs=self._actor_kwargs(),
-                compute=ray.data.ActorPoolStrategy(size=workers),
-                num_gpus=gpus,
-                batch_size=ROWS_PER_CALL,
-                batch_format="pyarrow",
-            )
-        )
-        waiting = {r.id: r for r in order}
-        batches = iter(results.iter_batches(batch_size=None, batch_format="pyarrow"))
-        while True:
-            with self.stop.interruptible():
-                batch = next(batches, None)
-            if batch is None:
-                break
-            for meta in batch.to_pylist():
-                self._journal(waiting.pop(meta["id"]), meta)
-            if self._too_many_failures():
-                self.aborted = True
-                return  # the rest stays pending
-        for r in waiting.values():
-            self.journal.append([self._failed(r, "no result came back from the ray workers")])
-            self.failures += 1
-
-    def _journal(self, req: Request, meta: dict[str, Any]) -> None:
-        if meta["status"] != "ok":
-            self.journal.append([self._failed(req, meta["error"])])
-            self.failures += 1
-            self.progress.advance(1, 0.0)
-            return
-        info = AudioInfo(meta["num_frames"], meta["num_samples"], meta["sample_rate"],
-                         meta["hit_frame_budget"])  # fmt: skip
-        rec = ok_record(req, info, meta["file"], run=self.run_id, model=self.text_model.name)
-        self.journal.append([rec])
-        self.audio_s += rec["duration_s"]
-        self.progress.advance(1, rec["duration_s"])
-
-    def _actor_kwargs(self) -> dict[str, Any]:
-        s = self.spec
-        return {
-            "model": s.model, "device": s.device, "dtype": s.dtype, "batch_size": s.batch_size,
-            "out_dir": str(Path(s.out_dir).resolve()), "audio_format": s.audio_format,
-            "save_codes": s.save_codes, "on_budget": s.on_budget, "options": self.options,
-            "open_text_model": self.open_text_model, "load_synthesizer": self.load_synthesizer,
-        }  # fmt: skip
+    def _missing(self, todo, seen, journal, ctx) -> Iterator[Outcome]:
+        """Rows no unit returned (a bug or a lost unit): failed, by the driver."""
+        returned = pa.chunked_array(seen, pa.string()).combine_chunks() if seen else None
+        lost = todo if returned is None else todo.filter(
+            pc.invert(pc.is_in(todo["id"], value_set=returned)))  # fmt: skip
+        recorder = RowRecorder(None, journal, ctx)
+        for row in lost.select(list(ROW_FIELDS)).to_pylist():
+            yield recorder.failed(row, "no result came back from the ray workers")
 
 
 class SynthesisActor:
-    """One Ray actor: the model loaded once; each call synthesizes its rows with the local
-    engine, writes their files atomically and returns one metadata row per input row."""
+    """One Ray actor: the model loaded once; each call synthesizes one unit of rows with the
+    local engine, writes and journals them, and returns one outcome row per input row."""
 
-    def __init__(self, *, model, device, dtype, batch_size, out_dir, audio_format, save_codes,
-                 on_budget, options, open_text_model, load_synthesizer) -> None:  # fmt: skip
+    def __init__(self, *, model, device, dtype, batch_size, out_dir, options, budget, ctx,
+                 started, open_text_model, load_synthesizer) -> None:  # fmt: skip
         self.text_model = open_text_model(model)
         self.synth = load_synthesizer(self.text_model, device, dtype, batch_size)
-        self.writer = OutputWriter(Path(out_dir), audio_format, workers=1)
-        self.save_codes, self.on_budget, self.options = save_codes, on_budget, options
+        self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
+        self.started = started  # when the driver handed the rows out (wall clock)
+        journal = Journal(self.out_dir / f"{RAY_JOURNAL_PREFIX}{uuid.uuid4().hex[:12]}.jsonl")
+        self.recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format, workers=1),
+                                    journal, ctx)  # fmt: skip
 
-    def __call__(self, batch):
-        import pyarrow as pa
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        done = self._published_by_this_run(batch)
+        done_ids = pa.array(list(done), pa.string())
+        rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
+        out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
+        chunk = chunk_requests(rest, self.text_model, self.budget)
+        budgets = {r.id: r.max_new_tokens for r in chunk.requests}
+        pending = []
+        for item in self.synth.synthesize(chunk.requests, self.options):
+            result = self.recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
+            pending.append(result)
+        for row_id in budgets:
+            pending.append(self.recorder.failed(chunk.rows[row_id],
+                                                "the synthesizer returned no result"))  # fmt: skip
+        for result in pending:
+            o = result if isinstance(result, Outcome) else result.result()
+            out.append({"id": o.id, "status": o.status, "error": o.error,
+                        "duration_s": o.duration_s})  # fmt: skip
+        return pa.Table.from_pylist(out, schema=OUTCOME_SCHEMA)
 
-        requests = [Request(**row) for row in batch.select(list(REQUEST_FIELDS)).to_pylist()]
-        by_id = {r.id: r for r in requests}
-        out = []
-        for item in self.synth.synthesize(requests, self.options):
-            out.append(self._finish(item, by_id.pop(item.id)))
-        out += [_failed(r.id, "the synthesizer returned no result for this row")
-                for r in by_id.values()]  # fmt: skip
-        return pa.Table.from_pylist(out, schema=_meta_schema())
+    def _published_by_this_run(self, batch: pa.Table) -> dict[str, float]:
+        """Rows of a retried unit whose file an earlier attempt of this run already published
+        (and journalled): {id: seconds of audio}."""
+        import soundfile as sf
 
-    def _finish(self, item, req: Request) -> dict[str, Any]:
-        if isinstance(item, RowFailure):
-            return _failed(item.id, item.error)
-        error = utterance_error(item, req, self.on_budget)
-        if error is not None:
-            return _failed(item.id, error)
-        codes = item.codes if self.save_codes else None
-        file = self.writer.write(WriteJob(item.id, item.audio, item.sample_rate, codes))
-        info = AudioInfo.of(item)
-        return {"id": item.id, "status": "ok", "error": None, "file": file,
-                **info.__dict__}  # fmt: skip
-
-
-def _failed(row_id: str, error: str) -> dict[str, Any]:
-    return {"id": row_id, "status": "failed", "error": error, "file": None, "num_frames": None,
-            "num_samples": None, "sample_rate": None, "hit_frame_budget": None}  # fmt: skip
-
-
-def _meta_schema():
-    """The metadata rows an actor returns (pyarrow is imported on use)."""
-    import pyarrow as pa
-
-    return pa.schema([("id", pa.string()), ("status", pa.string()), ("error", pa.string()),
-                      ("file", pa.string()), ("num_frames", pa.int64()),
-                      ("num_samples", pa.int64()), ("sample_rate", pa.int64()),
-                      ("hit_frame_budget", pa.bool_())])  # fmt: skip
+        done = {}
+        for row_id in batch["id"].to_pylist():
+            path = self.out_dir / f"{row_id}.{self.ctx.audio_format}"
+            try:
+                if path.stat().st_mtime >= self.started:
+                    done[row_id] = float(sf.info(str(path)).duration)
+            except (OSError, RuntimeError):
+                continue
+        return done
 
 
-def _connect(ray, address: str | None) -> bool:
-    """Join the given cluster (or RAY_ADDRESS), or start a local one; True if started here."""
+def _connect(ray, address: str | None, timeout: float) -> bool:
+    """Join the given cluster (or RAY_ADDRESS) within `timeout` seconds, or start a local one;
+    True if started here."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        return False
-    # Each actor holds a CPU slot; Ray Data's own tasks (repartition, reads) need slots too,
-    # and on a small box the actors could take them all and stall the pipeline for good.
-    ray.init(num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS, include_dashboard=False,
-             log_to_driver=False)  # fmt: skip
-    return True
+    if not address:
+        # Each actor holds a CPU slot; Ray Data's own tasks (repartition, reads) need slots too,
+        # and on a small box the actors could take them all and stall the pipeline for good.
+        ray.init(num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS, include_dashboard=False,
+                 log_to_driver=False)  # fmt: skip
+        return True
+    _probe(address, timeout)
+    error: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except BaseException as e:  # noqa: BLE001 -- reported below
+            error.append(e)
+
+    thread = threading.Thread(target=init, name="qtts-ray-connect", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RayConnectError(f"no Ray cluster answered at {address} within {timeout:g} s "
+                              "(--ray-timeout); nothing was written")  # fmt: skip
+    if error:
+        raise RayConnectError(f"cannot join the Ray cluster at {address}: "
+                              f"{str(error[0]).strip().splitlines()[0]}") from None  # fmt: skip
+    return False
 
 
-def _actors(ray, o: RayOptions) -> tuple[int, float]:
+def _probe(address: str, timeout: float) -> None:
+    """A TCP connection to host:port first: a refused or unroutable address fails fast."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and the like: ray.init resolves it, under the same timeout
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise RayConnectError(f"cannot reach the Ray cluster at {address}: {reason} "
+                              "(--ray-timeout); nothing was written") from None  # fmt: skip
+
+
+def _actors(ray, workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:
     """(workers, GPUs per worker), checked against the cluster so a job that cannot be hosted
     fails at once with the numbers, not after a long wait."""
     cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
-    gpus = o.gpus_per_worker if o.gpus_per_worker is not None else (1.0 if cluster_gpus else 0.0)
-    if o.workers is not None:
-        workers = o.workers
-    else:
+    gpus = gpus_per_worker if gpus_per_worker is not None else (1.0 if cluster_gpus else 0.0)
+    if workers is None:
         workers = max(1, int(cluster_gpus // gpus)) if gpus else 1
     if workers * gpus > cluster_gpus:
         raise UsageError(

@@ -1,11 +1,11 @@
 """Deterministic shards of a job, for Slurm/cron arrays: which rows a run owns, and its files.
 
 A row belongs to shard sha1(id) % N (never Python's salted hash()), so reordering or appending to
-a manifest never moves a row to another shard, and every process computes the same split. The
-shard comes from --num-shards/--shard-index or, when those are absent, from the environment of a
-Slurm array, an srun step or torchrun. Each shard has its own lock and journal in the shared out
-dir, so shards can run at the same time; an unsharded run keeps the plain names.
-Knows ids, names and environment variables; no files are touched here.
+a manifest never moves a row to another shard, and every process computes the same split. Each
+shard has its own lock, journal and state in the shared out dir, so shards run at the same time;
+an unsharded run keeps the plain names. N is pinned by the out dir's job file
+(qtts.core.jobs.jobfile), which decides what a disagreeing environment means.
+Knows ids, names and environment variables; touches no files.
 """
 
 from __future__ import annotations
@@ -13,6 +13,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from qtts.core.errors import UsageError
+
+STATE_GLOB = ".qtts-state*.parquet"  # every shard's state
+JOURNAL_GLOB = ".qtts-journal*.jsonl"  # every journal: runs', shards', Ray actors'
+RAY_JOURNAL_PREFIX = ".qtts-journal-ray-"  # + actor id + ".jsonl" (unsharded runs only)
 
 
 @dataclass(frozen=True)
@@ -23,9 +32,9 @@ class Shard:
 
     def __post_init__(self) -> None:
         if self.count < 1:
-            raise ValueError(f"--num-shards must be >= 1, got {self.count}")
+            raise UsageError(f"--num-shards must be >= 1, got {self.count}")
         if not 0 <= self.index < self.count:
-            raise ValueError(
+            raise UsageError(
                 f"--shard-index must be in 0..{self.count - 1} for {self.count} shards, "
                 f"got {self.index}"
             )
@@ -36,7 +45,13 @@ class Shard:
 
     def owns(self, row_id: str | None) -> bool:
         """Rows with a null id (they fail validation) are reported by shard 0."""
-        return shard_of(row_id or "", self.count) == self.index if row_id else self.index == 0
+        return shard_of(row_id, self.count) == self.index if row_id else self.index == 0
+
+    def mask(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """owns() of every id, as a bool array."""
+        if not self.sharded:
+            return np.ones(len(ids), dtype=bool)
+        return shards_of(ids, self.count) == self.index
 
     def _suffix(self) -> str:
         return f"-shard-{self.index}-of-{self.count}" if self.sharded else ""
@@ -48,6 +63,16 @@ class Shard:
     @property
     def journal_name(self) -> str:
         return f".qtts-journal{self._suffix()}.jsonl"
+
+    @property
+    def state_name(self) -> str:
+        return f".qtts-state{self._suffix()}.parquet"
+
+    def owns_journal(self, name: str) -> bool:
+        """This shard's journals: its own, and (unsharded) the Ray actors'."""
+        return name == self.journal_name or (
+            not self.sharded and name.startswith(RAY_JOURNAL_PREFIX)
+        )
 
     def describe(self) -> str:
         return f"shard {self.index} of {self.count} (from {self.source})"
@@ -61,26 +86,62 @@ def shard_of(row_id: str, count: int) -> int:
     return int.from_bytes(digest[:8], "big") % count
 
 
-def resolve_shard(num_shards: int | None, shard_index: int | None, env: Mapping[str, str]) -> Shard:
+def shards_of(ids: pa.Array | pa.ChunkedArray, count: int, *, chunk: int = 1 << 16) -> np.ndarray:
+    """shard_of every id (null ids: shard 0), a chunk of Python strings at a time."""
+    out = np.zeros(len(ids), dtype=np.int64)
+    sha1, from_bytes = hashlib.sha1, int.from_bytes
+    for start in range(0, len(ids), chunk):
+        values = ids.slice(start, chunk).to_pylist()
+        out[start : start + len(values)] = [
+            from_bytes(sha1(v.encode()).digest()[:8], "big") % count if v else 0 for v in values
+        ]
+    return out
+
+
+@dataclass(frozen=True)
+class ShardRequest:
+    """What this run was told about its shard, before the out dir's record is consulted."""
+
+    count: int | None  # from --num-shards, or the environment (None: unsharded)
+    index: int | None
+    source: str  # "--num-shards/--shard-index", "the Slurm array", "srun", "torchrun", "none"
+    task_id: int | None = None  # Slurm array task id / srun or torchrun rank, as given
+    array_min: int | None = None  # Slurm array: first task id and step (index = (id-min)/step)
+    array_step: int | None = None
+
+    @property
+    def explicit(self) -> bool:
+        return self.source == "--num-shards/--shard-index"
+
+    @property
+    def from_environment(self) -> bool:
+        return self.count is not None and not self.explicit
+
+
+def shard_request(num_shards: int | None, shard_index: int | None,
+                  env: Mapping[str, str]) -> ShardRequest:  # fmt: skip
     """The flags when given (both or neither); else a Slurm array, an srun step or torchrun."""
     if (num_shards is None) != (shard_index is None):
-        raise ValueError("give both --num-shards and --shard-index, or neither")
+        raise UsageError("give both --num-shards and --shard-index, or neither")
     if num_shards is not None:
-        return Shard(num_shards, shard_index, "--num-shards/--shard-index")
+        return ShardRequest(num_shards, shard_index, "--num-shards/--shard-index")
     try:
         if "SLURM_ARRAY_TASK_COUNT" in env and "SLURM_ARRAY_TASK_ID" in env:
             # Arrays may start above 0 and step (--array=1-31:2): the index is the task's place.
             first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
             step = int(env.get("SLURM_ARRAY_TASK_STEP", "1")) or 1
-            index = (int(env["SLURM_ARRAY_TASK_ID"]) - first) // step
-            return Shard(int(env["SLURM_ARRAY_TASK_COUNT"]), index, "the Slurm array")
+            task = int(env["SLURM_ARRAY_TASK_ID"])
+            return ShardRequest(int(env["SLURM_ARRAY_TASK_COUNT"]), (task - first) // step,
+                                "the Slurm array", task, first, step)  # fmt: skip
         if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
-            return Shard(int(env["SLURM_NTASKS"]), int(env["SLURM_PROCID"]), "srun")
+            rank = int(env["SLURM_PROCID"])
+            return ShardRequest(int(env["SLURM_NTASKS"]), rank, "srun", rank)
         if int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
-            return Shard(int(env["WORLD_SIZE"]), int(env["RANK"]), "torchrun")
+            rank = int(env["RANK"])
+            return ShardRequest(int(env["WORLD_SIZE"]), rank, "torchrun", rank)
     except ValueError as e:
-        raise ValueError(f"cannot read the shard from the environment: {e}") from None
-    return UNSHARDED
+        raise UsageError(f"cannot read the shard from the environment: {e}") from None
+    return ShardRequest(None, None, "none")
 
 
 def local_rank_device(device: str, env: Mapping[str, str]) -> str:

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qtts.core.errors import UsageError
 from qtts.core.jobs.validation import RowDefaults
 from qtts.core.jobs.writer import AUDIO_FORMATS
 from qtts.core.model.config import GenerationDefaults, SamplingParams
@@ -32,10 +33,6 @@ class SamplingOverrides:
     subtalker_temperature: float | None = None
     subtalker_top_k: int | None = None
     subtalker_top_p: float | None = None
-
-
-class UsageError(ValueError):
-    """A command line that cannot run as given (exit 2, nothing synthesized)."""
 
 
 BACKENDS = ("local", "ray")
@@ -67,30 +64,35 @@ class JobSpec:
     ray_address: str | None = None
     workers: int | None = None  # ray actors
     gpus_per_worker: float | None = None
+    ray_timeout: float = 30.0  # seconds to reach --ray-address before giving up
+    dry_run: bool = False  # plan and report; load no weights, write nothing
+    input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+            raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.kind not in ("synth", "batch"):
-            raise ValueError(f"unknown job kind {self.kind!r}")
+            raise UsageError(f"unknown job kind {self.kind!r}")
         if self.audio_format not in AUDIO_FORMATS:
-            raise ValueError(f"--format must be wav or flac, got {self.audio_format!r}")
+            raise UsageError(f"--format must be wav or flac, got {self.audio_format!r}")
         if self.on_budget not in ON_BUDGET:
-            raise ValueError(f"--on-budget must be ok or fail, got {self.on_budget!r}")
+            raise UsageError(f"--on-budget must be ok or fail, got {self.on_budget!r}")
         if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.backend not in BACKENDS:
-            raise ValueError(f"--backend must be local or ray, got {self.backend!r}")
+            raise UsageError(f"--backend must be local or ray, got {self.backend!r}")
         if self.backend == "ray" and (self.num_shards or 1) > 1:
-            raise ValueError("--backend ray spreads one job over the cluster: no --num-shards")
+            raise UsageError("--backend ray spreads one job over the cluster: no --num-shards")
         if self.workers is not None and self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+            raise UsageError(f"--workers must be >= 1, got {self.workers}")
         if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
-            raise ValueError(f"--gpus-per-worker must be >= 0, got {self.gpus_per_worker}")
+            raise UsageError(f"--gpus-per-worker must be >= 0, got {self.gpus_per_worker}")
         if self.max_failures is not None and self.max_failures < 1:
-            raise ValueError(f"--max-failures must be >= 1, got {self.max_failures}")
+            raise UsageError(f"--max-failures must be >= 1, got {self.max_failures}")
+        if self.ray_timeout <= 0:
+            raise UsageError(f"--ray-timeout must be > 0 seconds, got {self.ray_timeout}")
 
 
 def generation_options(defaults: GenerationDefaults, o: SamplingOverrides) -> GenerationOptions:
@@ -121,10 +123,10 @@ def generation_options(defaults: GenerationDefaults, o: SamplingOverrides) -> Ge
 def _check_sampling(name: str, p: SamplingParams) -> None:
     prefix = "--" if name == "talker" else "--subtalker-"
     if p.temperature <= 0:
-        raise ValueError(f"{prefix}temperature must be > 0 (use --greedy for argmax)")
+        raise UsageError(f"{prefix}temperature must be > 0 (use --greedy for argmax)")
     if p.top_k < 0:
-        raise ValueError(f"{prefix}top-k must be >= 0 (0 turns it off)")
+        raise UsageError(f"{prefix}top-k must be >= 0 (0 turns it off)")
     if not 0 < p.top_p <= 1:
-        raise ValueError(f"{prefix}top-p must be in (0, 1]")
+        raise UsageError(f"{prefix}top-p must be in (0, 1]")
     if p.repetition_penalty <= 0:
-        raise ValueError("--repetition-penalty must be > 0 (1.0 turns it off)")
+        raise UsageError("--repetition-penalty must be > 0 (1.0 turns it off)")

@@ -3,7 +3,7 @@ Printed as the final one-line JSON on stdout; its exit code is the process's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -21,6 +21,7 @@ class JobSummary:
     wall_s: float = 0.0
     out_dir: str = ""
     results: str = ""
+    failure_reasons: dict[str, int] = field(default_factory=dict)  # the most common reasons
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -28,3 +29,12 @@ class JobSummary:
         d["wall_s"] = round(self.wall_s, 3)
         d["audio_s_per_s"] = round(self.audio_s / self.wall_s, 3) if self.wall_s > 0 else None
         return d
+
+    def describe(self) -> str:
+        """The closing log line."""
+        line = (f"{self.status}: {self.ok} ok, {self.failed} failed, {self.skipped} skipped, "
+                f"{self.pending} pending; results in {self.results}")  # fmt: skip
+        if self.failure_reasons:
+            top = "; ".join(f"{r} ({n})" for r, n in self.failure_reasons.items())
+            line += f"; most common failures: {top}"
+        return line

@@ -1,10 +1,12 @@
-"""Row validation: every input row becomes a Request or a failure with a reason, before any weights
-are loaded.
+"""Row validation over whole columns: every input row gets its resolved fields or a reason it fails,
+before any weights are loaded.
 
 Owns the per-row checks of the dataset-job contract: unsafe id, empty text, unknown speaker or
 language (the reason comes from the model and lists what it supports), bad seed, missing reference
-audio for Base models, text too long for the frame budget. A null field takes the command-line
-default. Knows the TextModel interface and the frame budget; knows no tensors and writes nothing.
+audio for Base models, and (qtts.core.jobs.lengths) text too long for the frame budget. A null
+field takes the command-line default. Work is per distinct value, not per row: the model's voice
+check runs once per (speaker, language, instruct) combination and each reference clip is looked
+at once. Knows the TextModel interface; no tensors; writes nothing.
 """
 
 from __future__ import annotations
@@ -13,12 +15,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qtts.core.jobs.budget import FrameBudget
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.fingerprint import RefDigests
+from qtts.core.jobs.ids import id_errors, patched
 from qtts.core.jobs.interfaces import TextModel
-from qtts.core.jobs.manifest import InputRow, id_problem
-from qtts.core.synthesis.requests import Request
+from qtts.core.jobs.manifest import BLANK
 
 MAX_SEED = 2**63 - 1
+BASE_NEEDS_REF = "missing ref_audio: Base models clone a voice from reference audio"
+REF_IGNORED = "ref_audio ignored: only Base models clone a voice from reference audio"
 
 
 @dataclass(frozen=True)
@@ -32,108 +40,130 @@ class RowDefaults:
 
 
 @dataclass
-class Validated:
-    requests: list[Request] = field(default_factory=list)
-    rejected: list[tuple[InputRow, str]] = field(default_factory=list)  # (row, reason)
-    estimated_frames: dict[str, int] = field(default_factory=dict)  # request id -> frames
+class Prepared:
+    rows: pa.Table  # records.ROW_FIELDS columns as resolved, plus "error" (null: valid so far)
     warnings: Counter[str] = field(default_factory=Counter)  # message -> rows it applies to
 
+    def valid(self) -> pa.Table:
+        return self.rows.filter(pc.is_null(self.rows["error"]))
 
-def validate_rows(
-    rows: list[InputRow],
-    model: TextModel,
-    budget: FrameBudget,
-    defaults: RowDefaults,
-    *,
-    ref_dir: Path | None = None,
-) -> Validated:
-    """Check every row. ref_dir: where relative ref_audio paths point (the manifest's folder)."""
-    out = Validated()
-    for row in rows:
+    def rejected(self) -> pa.Table:
+        return self.rows.filter(pc.is_valid(self.rows["error"]))
+
+
+def prepare_rows(rows: pa.Table, model: TextModel, defaults: RowDefaults, *,
+                 ref_dir: Path | None, refs: RefDigests) -> Prepared:  # fmt: skip
+    """Resolve and check every row (ref_dir: where relative ref_audio paths point)."""
+    warnings: Counter[str] = Counter()
+    text = rows["text"]
+    none = pa.scalar(None, pa.string())
+    blank = pc.if_else(pc.match_substring_regex(text, BLANK), "empty text", none)
+    text_error = pc.if_else(pc.is_null(text), "text is null", blank)
+    voice = _voices(rows, model, defaults)
+    seed, seed_error = _seeds(rows["seed"], defaults.seed)
+    base = model.config.tts_model_type == "base"
+    ref = _references(rows, ref_dir, refs) if base else None
+    error = pc.coalesce(id_errors(rows["id"]), text_error, voice["error"], seed_error,
+                        *([ref["error"]] if base else []))  # fmt: skip
+    ok = pc.is_null(error)
+    for item in pc.value_counts(pc.filter(voice["warning"], ok).drop_null()).to_pylist():
+        warnings[item["values"]] += item["counts"]
+    if not base:
+        ignored = pc.sum(pc.and_(ok, pc.is_valid(rows["ref_audio"]))).as_py() or 0
+        if ignored:
+            warnings[REF_IGNORED] += ignored
+    nothing = pa.nulls(rows.num_rows, pa.string())
+    out = pa.table({
+        "id": rows["id"], "row": rows["row"], "text": text,
+        "speaker": voice["speaker"], "language": voice["language"],
+        "instruct": voice["instruct"], "seed": seed,
+        "ref_digest": ref["digest"] if base else nothing,
+        "ref_text": ref["text"] if base else nothing,
+        "ref_audio": ref["path"] if base else nothing,
+        "error": error,
+    })  # fmt: skip
+    return Prepared(out, warnings)
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """(index of each value in its distinct values, the distinct values); null is a value."""
+    enc = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Array]:
+    """model.normalize_row once per distinct (speaker, language, instruct)."""
+    columns = [
+        pc.fill_null(rows["speaker"], d.speaker) if d.speaker else rows["speaker"],
+        pc.fill_null(rows["language"], d.language),
+        pc.fill_null(rows["instruct"], d.instruct) if d.instruct else rows["instruct"],
+    ]
+    codes, values = zip(*(_codes(c) for c in columns), strict=True)
+    key = (codes[0] * len(values[1]) + codes[1]) * len(values[2]) + codes[2]
+    combos, inverse = np.unique(key, return_inverse=True)
+    results = []
+    for k in combos.tolist():
+        sp, rest = divmod(k, len(values[1]) * len(values[2]))
+        lang, ins = divmod(rest, len(values[2]))
         try:
-            request, frames = _validate_row(row, model, budget, defaults, ref_dir, out.warnings)
+            results.append((*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]),
+                            None))  # fmt: skip
         except ValueError as e:
-            out.rejected.append((row, str(e)))
-            continue
-        out.requests.append(request)
-        out.estimated_frames[request.id] = frames
-    return out
+            results.append((None, None, None, None, str(e)))
+    names = ("speaker", "language", "instruct", "warning", "error")
+    take = pa.array(inverse)
+    return {n: pa.array([r[i] for r in results], pa.string()).take(take)
+            for i, n in enumerate(names)}  # fmt: skip
 
 
-def _validate_row(
-    row: InputRow,
-    model: TextModel,
-    budget: FrameBudget,
-    defaults: RowDefaults,
-    ref_dir: Path | None,
-    warnings: Counter[str],
-) -> tuple[Request, int]:
-    problem = id_problem(row.id)
-    if problem:
-        raise ValueError(problem)
-    if row.text is None or not row.text.strip():
-        raise ValueError("empty text" if row.text is not None else "text is null")
-    speaker, language, instruct, warning = model.normalize_row(
-        _or(row.speaker, defaults.speaker),
-        _or(row.language, defaults.language),
-        _or(row.instruct, defaults.instruct),
-    )
-    if warning:
-        warnings[warning] += 1
-    seed = _seed(row.seed, defaults.seed)
-    ref_audio = _ref_audio(row, model, ref_dir, warnings)
-    tokens = model.count_text_tokens(row.text)
-    too_long = budget.too_long(tokens)
-    if too_long:
-        raise ValueError(too_long)
-    request = Request(
-        id=row.id,
-        text=row.text,
-        row=row.row,
-        speaker=speaker,
-        language=language,
-        instruct=instruct,
-        seed=seed,
-        ref_audio=ref_audio,
-        ref_text=row.ref_text if ref_audio else None,
-        max_new_tokens=budget.max_new_tokens(tokens),
-    )
-    return request, budget.estimate_frames(tokens)
+def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
+    """(seed per row, reason per row): null and NaN take the default; integers in range only."""
+    column = column.combine_chunks()
+    n = len(column)
+    if pa.types.is_null(column.type):
+        return pa.array(np.full(n, default, dtype=np.int64)), pa.nulls(n, pa.string())
+    if pa.types.is_floating(column.type):
+        column = pc.if_else(pc.is_nan(column), None, column)
+        bad = pc.or_(pc.not_equal(pc.floor(column), column),
+                     pc.or_(pc.less(column, 0), pc.greater_equal(column, 2.0**63)))  # fmt: skip
+    else:
+        bad = pc.or_(pc.less(column, 0), pc.greater(column, MAX_SEED))
+    bad = pc.fill_null(bad, False)
+    bad_at = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+    errors = patched(pa.nulls(n, pa.string()), bad_at,
+                     [_seed_error(v) for v in column.take(bad_at).to_pylist()])  # fmt: skip
+    good = pc.if_else(bad, None, column)
+    seeds = pc.fill_null(pc.cast(good, pa.int64(), safe=False), default)
+    return seeds, errors
 
 
-def _or(value: str | None, default: str | None) -> str | None:
-    return value if value is not None else default
+def _seed_error(value) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"seed must be an integer, got {value}"
+    return f"seed must be in [0, 2**63 - 1], got {int(value)}"
 
 
-def _seed(value: object, default: int) -> int:
+def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[str, pa.Array]:
+    """Base models: each distinct ref_audio resolved, checked to exist and digested once."""
+    codes, values = _codes(rows["ref_audio"])
+    resolved = [_resolve_ref(v, ref_dir, refs) for v in values]  # (path, digest, error)
+    take = pa.array(codes)
+    path, digest, error = (pa.array([r[i] for r in resolved], pa.string()).take(take)
+                           for i in range(3))  # fmt: skip
+    text = pc.if_else(pc.is_valid(path), rows["ref_text"], pa.scalar(None, pa.string()))
+    return {"path": path, "digest": digest, "error": error, "text": text}
+
+
+def _resolve_ref(value: str | None, ref_dir: Path | None, refs: RefDigests):
     if value is None:
-        return default
-    if isinstance(value, float):
-        if value != value:  # NaN: Parquet float columns hold nulls this way
-            return default
-        if not value.is_integer():
-            raise ValueError(f"seed must be an integer, got {value}")
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"seed must be an integer, got {value!r}")
-    if not 0 <= value <= MAX_SEED:
-        raise ValueError(f"seed must be in [0, 2**63 - 1], got {value}")
-    return value
-
-
-def _ref_audio(
-    row: InputRow, model: TextModel, ref_dir: Path | None, warnings: Counter[str]
-) -> str | None:
-    """Absolute path of the row's reference audio (Base models), checked to exist."""
-    if model.config.tts_model_type != "base":
-        if row.ref_audio is not None:
-            warnings["ref_audio ignored: only Base models clone a voice from reference audio"] += 1
-        return None
-    if row.ref_audio is None:
-        raise ValueError("missing ref_audio: Base models clone a voice from reference audio")
-    path = Path(row.ref_audio).expanduser()
+        return None, None, BASE_NEEDS_REF
+    path = Path(value).expanduser()
     if not path.is_absolute() and ref_dir is not None:
         path = ref_dir / path
     if not path.is_file():
-        raise ValueError(f"ref_audio not found: {path}")
-    return str(path.resolve())
+        return None, None, f"ref_audio not found: {path}"
+    resolved = str(path.resolve())
+    try:
+        return resolved, refs.digest(resolved), None
+    except OSError as e:
+        return None, None, f"ref_audio unreadable: {path}: {e.strerror or e}"

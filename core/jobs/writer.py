@@ -22,6 +22,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from qtts.core.errors import FatalError
+
 TEMP_MARK = ".qtts-tmp-"
 AUDIO_FORMATS = ("wav", "flac")
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -31,11 +33,11 @@ _live_temps: set[str] = set()
 _live_lock = threading.Lock()
 
 
-class DiskFullError(OSError):
+class DiskFullError(OSError, FatalError):
     """No space (ENOSPC) or quota (EDQUOT) left: fatal; undone rows stay pending for a rerun."""
 
 
-class OutputError(OSError):
+class OutputError(OSError, FatalError):
     """The out dir cannot be written (permissions, I/O error): fatal."""
 
 
@@ -139,30 +141,14 @@ def encode_codes(codes: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def audio_decodes(path: Path, num_samples: int | None = None) -> bool:
-    """True when soundfile opens `path`, its length matches, and its last sample can be read."""
-    import soundfile as sf
-
-    try:
-        with sf.SoundFile(str(path)) as f:
-            frames = f.frames
-            if num_samples is not None and frames != num_samples:
-                return False
-            if frames:
-                f.seek(frames - 1)
-                return len(f.read(1)) == 1
-            return True
-    except (OSError, RuntimeError, ValueError):  # LibsndfileError is a RuntimeError
-        return False
-
-
 @dataclass(frozen=True)
 class WriteJob:
     id: str
     audio: np.ndarray  # float32 [samples]
     sample_rate: int
     codes: np.ndarray | None  # int [frames, 16]; None unless --save-codes
-    before_replace: Callable[[], None] | None = None  # runs before the audio file appears
+    before_replace: Callable[[int], None] | None = None  # (audio bytes) before the file appears
+    stale: tuple[str, ...] = ()  # files of this row to remove once its audio is published
 
 
 class OutputWriter:
@@ -192,7 +178,10 @@ class OutputWriter:
                 atomic_write_bytes(self.codes_path(job.id), encode_codes(job.codes))
             # The audio file goes last: it is what resume checks for.
             data = encode_audio(job.audio, job.sample_rate, self.fmt)
-            atomic_write_bytes(path, data, job.before_replace)
+            hook = job.before_replace
+            atomic_write_bytes(path, data, hook and (lambda: hook(len(data))))
+            for name in job.stale:  # another format's audio, codes no longer asked for
+                _unlink_quietly(self.out_dir / name)
         except OSError as e:
             if is_disk_full(e):
                 raise DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}") from e

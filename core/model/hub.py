@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from qtts.core.errors import FatalError
+
 # The published repos keep config.json at the top and the codec under speech_tokenizer/.
 _SPEECH_DIR = "speech_tokenizer"
 _MODEL_TYPE = "qwen3_tts"
@@ -21,7 +23,7 @@ _SPEECH_MODEL_TYPE = "qwen3_tts_tokenizer_12hz"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(FatalError):
     """Checkpoint not found, not downloadable, unreadable or not matching the model (one line)."""
 
 
@@ -157,3 +159,27 @@ def check_layout(model_dir: Path) -> None:
     problem = layout_problem(model_dir)
     if problem is not None:
         raise ModelLoadError(problem)
+
+
+IDENTITY_SUFFIXES = (".json", ".txt", ".model", ".safetensors")  # config, tokenizer, weights
+
+
+def checkpoint_identity(model_dir: Path) -> str:
+    """A digest of what the checkpoint holds, read cheaply: its config and tokenizer files in
+    full, and each safetensors file's header (names, shapes, dtypes, offsets) and size, not its
+    tensors. The same files anywhere give the same digest; a changed file changes it."""
+    import hashlib
+    import struct
+
+    h = hashlib.sha256()
+    for sub in (model_dir, model_dir / _SPEECH_DIR):
+        for path in sorted(p for p in sub.iterdir() if p.suffix in IDENTITY_SUFFIXES):
+            h.update(f"{path.relative_to(model_dir)}\0".encode())
+            with open(path, "rb") as f:
+                if path.suffix == ".safetensors":
+                    size = os.fstat(f.fileno()).st_size
+                    (n,) = struct.unpack("<Q", f.read(8))
+                    h.update(f"{size}\0".encode() + f.read(min(n, size)))
+                else:
+                    h.update(f.read())
+    return h.hexdigest()[:16]

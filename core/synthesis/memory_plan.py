@@ -5,6 +5,7 @@ sees when an explicit --batch-size cannot fit. Knows requests, prompts and devic
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 from qtts.core.engine.footprint import Dims
 from qtts.core.engine.planner import MemoryPlan, RowShape, plan_memory
 from qtts.core.engine.settings import EngineSettings
+from qtts.core.errors import UsageError
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 from qtts.core.synthesis.prompt import PromptTokens, prompt_length, trailing_length
@@ -20,7 +22,7 @@ from qtts.core.synthesis.prompt import PromptTokens, prompt_length, trailing_len
 GIB = 2**30
 
 
-class MemoryPlanError(ValueError):
+class MemoryPlanError(UsageError):
     """The requested batch size cannot fit (a usage error: nothing was synthesized)."""
 
 
@@ -129,3 +131,62 @@ def speech_encoder_bytes(st_dir: Path) -> int:
                     shape = f.get_slice(key).get_shape()
                     total += 4 * int(torch.Size(shape).numel())
     return total
+
+
+def weights_bytes(model, decoder, device: torch.device, model_dir: Path, base: bool) -> int:
+    """What a loaded checkpoint holds on `device` (real or meta modules): weights, the CPU's
+    packed predictor copy, and the Mimi encoder of Base models."""
+    weights = module_bytes([model, decoder])
+    if EngineSettings.for_device(device).packed_predictor:
+        weights += packed_copy_bytes(model)
+    if base:
+        weights += speech_encoder_bytes(model_dir / "speech_tokenizer")
+    return weights
+
+
+def plan_rows(config: ModelConfig, decoder: SpeechDecoderConfig, requests, tokens,
+              device: torch.device, dtype: torch.dtype, weights: int,
+              batch_size: int | None) -> MemoryPlan:  # fmt: skip
+    """The memory plan of these rows (prompt tokens given) on `device`."""
+    settings = EngineSettings.for_device(device)
+    dims = dims_for(config, decoder, dtype, device.type)
+    shapes = row_shapes([r.max_new_tokens for r in requests], tokens)
+    return plan_job(shapes, dims, device_budget(device), weights, settings, batch_size,
+                    device.type)  # fmt: skip
+
+
+def plan_without_weights(text_model, requests, device: str, dtype: str,
+                         batch_size: int | None) -> MemoryPlan:  # fmt: skip
+    """plan_rows with the weights counted on the meta device (nothing loaded). A Base row's
+    reference is counted from its clip's duration (in-context rows prefill its frames)."""
+    from qtts.core.model.codec import SpeechDecoder
+    from qtts.core.model.loader import parse_device, parse_dtype
+    from qtts.core.model.talker import build_model
+    from qtts.core.synthesis.prompt import prompt_tokens
+
+    dev = parse_device(device)
+    dt = parse_dtype(dtype, dev)
+    st = text_model.model_dir / "speech_tokenizer"
+    decoder_cfg = SpeechDecoderConfig.from_dict(json.loads((st / "config.json").read_text()))
+    with torch.device("meta"):
+        model = build_model(text_model.config).to(dt)
+        decoder = SpeechDecoder(decoder_cfg).to(torch.float32 if dev.type == "cpu" else dt)
+    base = text_model.config.tts_model_type == "base"
+    weights = weights_bytes(model, decoder, dev, text_model.model_dir, base)
+    tokenizer, config = text_model.tokenizer, text_model.config
+    tokens = [prompt_tokens(config, tokenizer, r.text, r.speaker, r.language, r.instruct)
+              for r in requests]  # fmt: skip
+    if base:
+        tokens = [_clone_estimate(t, tokenizer, r) for t, r in zip(tokens, requests, strict=True)]
+    return plan_rows(config, decoder_cfg, requests, tokens, dev, dt, weights, batch_size)
+
+
+def _clone_estimate(tokens, tokenizer, request):
+    from qtts.core.synthesis.prompt import clone_tokens
+
+    frames = 0
+    if request.ref_text is not None:
+        import soundfile as sf
+
+        frames = int(sf.info(request.ref_audio).duration * 12.5) + 1
+    return clone_tokens(tokens, tokenizer, request.ref_text, frames)

@@ -6,13 +6,14 @@ Knows the checkpoint layout and the generator; knows nothing of manifests or out
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 from pathlib import Path
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
-from qtts.core.model.hub import ModelLoadError, check_layout, resolve_model_dir
+from qtts.core.model.hub import ModelLoadError, check_layout, checkpoint_identity, resolve_model_dir
 
 log = logging.getLogger("qtts")
 
@@ -42,8 +43,42 @@ class CheckpointText:
 
         return normalize_row(self.config, speaker, language, instruct)
 
-    def count_text_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text)["input_ids"])
+    def count_text_tokens(self, texts) -> list[int]:
+        """len(tokenizer(text)["input_ids"]) of each text, in one batched call."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # the Rust tokenizer directly: the same ids, less overhead
+            return [len(e) for e in backend.encode_batch(list(texts), add_special_tokens=True)]
+        return [len(ids) for ids in self.tokenizer(list(texts))["input_ids"]]
+
+    @property
+    def max_tokens_per_byte(self) -> float | None:
+        """A byte-level BPE gives at most one token per byte of its normalized (NFC) text, and
+        NFC makes a UTF-8 text at most 3 times longer; other tokenizers: unknown."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        return 3.0 if backend is not None and "ByteLevel" in repr(backend.pre_tokenizer) else None
+
+    @functools.cached_property
+    def identity(self) -> str:
+        return checkpoint_identity(self.model_dir)
+
+    def precision(self, device: str, dtype: str) -> str:
+        from qtts.core.errors import UsageError
+
+        if device.strip().lower() == "cpu" and dtype in ("auto", "float32"):
+            return "cpu:float32"  # no torch import needed to say so
+        from qtts.core.model.loader import parse_device, parse_dtype
+
+        try:
+            dev = parse_device(device)
+            dt = parse_dtype(dtype, dev)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        return f"{dev.type}:{str(dt).removeprefix('torch.')}"
+
+    def memory_plan(self, requests, device: str, dtype: str, batch_size: int | None) -> str:
+        from qtts.core.synthesis.memory_plan import plan_without_weights
+
+        return plan_without_weights(self, requests, device, dtype, batch_size).summary()
 
 
 def open_text_model(model: str) -> CheckpointText:

@@ -153,26 +153,12 @@ class Synthesizer:
     def plan(self, requests, tokens) -> MemoryPlan:
         """The memory plan of these rows on this device (raises MemoryPlanError if an explicit
         batch size, or even one slot, cannot fit)."""
-        from qtts.core.synthesis.memory_plan import (
-            device_budget,
-            dims_for,
-            module_bytes,
-            packed_copy_bytes,
-            plan_job,
-            row_shapes,
-            speech_encoder_bytes,
-        )
+        from qtts.core.synthesis.memory_plan import plan_rows, weights_bytes
 
-        settings = EngineSettings.for_device(self.device)
-        weights = module_bytes([self.model, self.decoder])
-        if settings.packed_predictor:
-            weights += packed_copy_bytes(self.model)
-        if self.references is not None:  # Base: the Mimi encoder, loaded for in-context rows
-            weights += speech_encoder_bytes(self.text_model.model_dir / "speech_tokenizer")
-        dims = dims_for(self.config, self.decoder.cfg, self.dtype, self.device.type)
-        shapes = row_shapes([r.max_new_tokens for r in requests], tokens)
-        budget = device_budget(self.device)
-        return plan_job(shapes, dims, budget, weights, settings, self.batch_size, self.device.type)
+        weights = weights_bytes(self.model, self.decoder, self.device, self.text_model.model_dir,
+                                self.references is not None)  # fmt: skip
+        return plan_rows(self.config, self.decoder.cfg, requests, tokens, self.device, self.dtype,
+                         weights, self.batch_size)  # fmt: skip
 
     def _engine(self, requests, tokens, options):
         """Continuous batching, one engine pass per length group of the memory plan. Out of

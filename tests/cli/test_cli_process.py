@@ -15,8 +15,8 @@ import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
 
-from qtts.core.jobs.journal import JOURNAL_NAME
 from qtts.core.jobs.lock import OutDirLock
+from qtts.core.jobs.shards import UNSHARDED
 
 ROWS = 24
 
@@ -42,7 +42,7 @@ def wait_for(predicate, timeout: float = 30.0) -> None:
 
 def journal_lines(out) -> int:
     try:
-        return (out / JOURNAL_NAME).read_bytes().count(b"\n")
+        return (out / UNSHARDED.journal_name).read_bytes().count(b"\n")
     except FileNotFoundError:
         return 0
 

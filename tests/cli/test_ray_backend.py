@@ -139,16 +139,16 @@ def test_a_driver_killed_mid_job_is_finished_by_a_rerun(cluster, checkpoint, tmp
            "--workers", 2, "--ray-address", cluster]  # fmt: skip
     cmd = [str(c) for c in cmd]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    journal = out / ".qtts-journal.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_text().count('"ok"') >= 3:
+        if len(_journalled_ok(out)) >= 3:
             break
         time.sleep(0.1)
     assert proc.poll() is None, "the job finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    done = {json.loads(line)["id"] for line in journal.read_text().splitlines() if '"ok"' in line}
+    time.sleep(2)  # actors of the dead driver may finish the rows they hold: those count too
+    done = _journalled_ok(out)
     before = {name: (out / f"{name}.wav").stat().st_mtime_ns for name in done}
     for wav in out.glob("*.wav"):  # no torn file: every published file decodes
         assert sf.info(str(wav)).frames > 0
@@ -159,6 +159,49 @@ def test_a_driver_killed_mid_job_is_finished_by_a_rerun(cluster, checkpoint, tmp
     for name, mtime in before.items():
         assert (out / f"{name}.wav").stat().st_mtime_ns == mtime, f"{name} was rewritten"
     assert not list(out.glob(".*qtts-tmp-*"))
+
+
+def _journalled_ok(out) -> set[str]:
+    """Rows the actors journalled as ok (each actor has its own journal in the out dir)."""
+    done = set()
+    for journal in out.glob(".qtts-journal-ray-*.jsonl"):
+        for line in journal.read_text().splitlines():
+            if '"status": "ok"' in line:
+                done.add(json.loads(line)["id"])
+    return done
+
+
+def test_every_worker_gets_rows_of_a_small_job(cluster, markers, checkpoint, tmp_path, hooks):
+    manifest = _manifest(tmp_path / "m.parquet", [f"PID row {i} of twenty." for i in range(20)])
+    code, summary, out = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray",
+                              "--workers", 2)  # fmt: skip
+    assert code == 0 and summary["ok"] == 20, out
+    pids = {p.name.split("-")[1] for p in markers.glob("pid-*-u*")}
+    assert len(pids) == 2, pids  # both actors synthesized rows
+
+
+def test_an_unreachable_address_fails_within_the_timeout(checkpoint, tmp_path):
+    manifest = _manifest(tmp_path / "m.parquet", TEXTS[:2])
+    out = tmp_path / "out"
+    env = {**os.environ, "QTTS_FAKE_SYNTH": "ray_hooks", "PYTHONPATH": str(TESTS)}
+    env.pop("RAY_ADDRESS", None)
+    for address in ("127.0.0.1:1", "192.0.2.1:6379"):  # refused; unroutable (TEST-NET-1)
+        cmd = [sys.executable, "-m", "qtts", *_args(checkpoint, manifest, out), "--backend",
+               "ray", "--ray-address", address, "--ray-timeout", "3"]  # fmt: skip
+        start = time.monotonic()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+        assert proc.returncode == 1 and len(errors) == 1 and address in errors[0], proc.stderr
+        assert time.monotonic() - start < 30  # the timeout, plus Python and Ray imports
+    assert not out.exists()  # nothing written: no out dir, no lock, no job file
+
+
+def test_ray_inside_a_sharding_environment_is_refused(checkpoint, tmp_path, hooks, monkeypatch):
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "4")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    manifest = _manifest(tmp_path / "m.parquet", TEXTS[:2])
+    code, _, output = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray")
+    assert code == 2 and "--num-shards 1" in output and not (tmp_path / "out").exists()
 
 
 def test_a_cluster_without_the_gpus_asked_for_fails_at_once(cluster, checkpoint, tmp_path, hooks):

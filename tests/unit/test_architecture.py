@@ -14,14 +14,15 @@ PACKAGES = {"cli": "qtts.cli", "core": "qtts.core", "kernels": "qtts.kernels", "
 
 # layer -> layers it may import (besides itself). "qtts.core.X" modules are in layer X.
 ALLOWED = {
-    "model": set(),
-    "kernels": set(),
-    "engine": {"model", "kernels"},
-    "synthesis": {"engine", "model", "kernels"},
-    "jobs": {"synthesis.requests", "model.config"},  # the torch-free contract types only
-    "tiny": {"model", "synthesis"},
-    "bench": {"engine", "model", "synthesis", "jobs", "kernels"},
-    "cli": {"jobs", "synthesis", "model", "bench", "engine", "kernels", "pkg"},
+    "errors": set(),  # qtts.core.errors: the ground floor every layer may raise from
+    "model": {"errors"},
+    "kernels": {"errors"},
+    "engine": {"model", "kernels", "errors"},
+    "synthesis": {"engine", "model", "kernels", "errors"},
+    "jobs": {"synthesis.requests", "model.config", "errors"},  # the torch-free contract types
+    "tiny": {"model", "synthesis", "errors"},
+    "bench": {"engine", "model", "synthesis", "jobs", "kernels", "errors"},
+    "cli": {"jobs", "synthesis", "model", "bench", "engine", "kernels", "pkg", "errors"},
     "pkg": {"cli"},
 }
 

@@ -1,4 +1,4 @@
-"""Rows in (text lines, Parquet) and row validation."""
+"""Rows in: text lines and Parquet manifests as Arrow tables, id rules, whole-input refusals."""
 
 from __future__ import annotations
 
@@ -6,26 +6,24 @@ import io
 import sys
 import unicodedata
 
-import fakes
 import pyarrow as pa
 import pytest
 
-from qtts.core.jobs.budget import FrameBudget
+from qtts.core.errors import ManifestError
+from qtts.core.jobs.ids import file_key, file_keys, id_errors, id_problem, unsafe_id_candidates
 from qtts.core.jobs.manifest import (
-    ManifestError,
+    BLANK,
     check_unique_ids,
-    id_problem,
     read_parquet_manifest,
     read_text_lines,
 )
-from qtts.core.jobs.validation import RowDefaults, validate_rows
 
 
 def test_text_lines_count_blank_lines_and_skip_them(tmp_path):
     p = tmp_path / "in.txt"
     p.write_bytes(b"\xef\xbb\xbfone\r\n\n   \nfour\nfive")
-    rows = read_text_lines(str(p))
-    assert [(r.row, r.id, r.text) for r in rows] == [
+    rows = read_text_lines(str(p)).to_pylist()
+    assert [(r["row"], r["id"], r["text"]) for r in rows] == [
         (1, "000001", "one"),
         (4, "000004", "four"),
         (5, "000005", "five"),
@@ -34,7 +32,7 @@ def test_text_lines_count_blank_lines_and_skip_them(tmp_path):
 
 def test_text_lines_from_stdin(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a\n\nb\n")))
-    assert [r.id for r in read_text_lines("-")] == ["000001", "000003"]
+    assert read_text_lines("-")["id"].to_pylist() == ["000001", "000003"]
 
 
 def test_invalid_utf8_names_every_bad_line(tmp_path):
@@ -56,14 +54,15 @@ def test_parquet_nulls_and_empty_optionals(write_manifest):
             {"id": "b", "text": None, "speaker": "", "seed": None},
         ]
     )
-    a, b = read_parquet_manifest(str(path))
-    assert (a.row, a.id, a.text, a.speaker, a.seed, a.language) == (1, "a", "hi", "Ryan", 7, None)
-    assert (b.row, b.text, b.speaker, b.seed) == (2, None, None, None)
+    a, b = read_parquet_manifest(str(path)).to_pylist()
+    assert (a["row"], a["id"], a["text"], a["speaker"], a["seed"], a["language"]) == (
+        1, "a", "hi", "Ryan", 7, None)  # fmt: skip
+    assert (b["row"], b["text"], b["speaker"], b["seed"]) == (2, None, None, None)
 
 
 def test_parquet_integer_ids_become_strings(write_manifest):
     path = write_manifest([{"id": 12, "text": "x"}])
-    assert read_parquet_manifest(str(path))[0].id == "12"
+    assert read_parquet_manifest(str(path))["id"].to_pylist() == ["12"]
 
 
 @pytest.mark.parametrize(
@@ -112,9 +111,7 @@ def test_safe_ids(row_id):
 
 
 def _rows(*ids):
-    from qtts.core.jobs.manifest import InputRow
-
-    return [InputRow(row=i + 1, id=x, text="t") for i, x in enumerate(ids)]
+    return pa.table({"row": list(range(1, len(ids) + 1)), "id": pa.array(ids, pa.string())})
 
 
 def test_duplicate_ids_refuse_the_manifest():
@@ -131,73 +128,38 @@ def test_ids_writing_the_same_file_refuse_the_manifest():
     check_unique_ids(_rows("a", "b", None, None))
 
 
-# -- validation ------------------------------------------------------------------------------------
-def _validate(rows, model="fake", budget=FrameBudget(2048), defaults=RowDefaults("vivian"), **kw):
-    return validate_rows(rows, fakes.FakeTextModel(model), budget, defaults, **kw)
+def test_missing_manifest_says_so(tmp_path):
+    with pytest.raises(ManifestError, match="nope.parquet: no such file"):
+        read_parquet_manifest(str(tmp_path / "nope.parquet"))
 
 
-def _row(**kw):
-    from qtts.core.jobs.manifest import InputRow
-
-    return InputRow(**{"row": 1, "id": "r1", "text": "hello there", **kw})
-
-
-def test_valid_row_takes_defaults_and_budget():
-    v = _validate([_row(language="English", seed=5)])
-    (req,) = v.requests
-    assert (req.speaker, req.language, req.seed, req.row) == ("vivian", "english", 5, 1)
-    assert req.max_new_tokens == FrameBudget(2048).max_new_tokens(2)
-    assert v.estimated_frames == {"r1": FrameBudget(2048).estimate_frames(2)}
+def test_huge_seeds_keep_their_integer_type(write_manifest):
+    path = write_manifest([{"id": "a", "text": "x", "seed": 2**62 + 1}])
+    assert read_parquet_manifest(str(path))["seed"].to_pylist() == [2**62 + 1]
 
 
-@pytest.mark.parametrize(
-    "fields, reason",
-    [
-        ({"text": "   "}, "empty text"),
-        ({"text": None}, "text is null"),
-        ({"id": "../x"}, "unsafe id"),
-        ({"speaker": "nobody"}, "unknown speaker 'nobody'; this model has: eric, ryan, vivian"),
-        ({"language": "klingon"}, "unknown language 'klingon'"),
-        ({"seed": 1.5}, "seed must be an integer"),
-        ({"seed": -1}, "seed must be in"),
-        ({"text": " ".join(["w"] * 2000)}, "text too long for the frame budget"),
-    ],
-)
-def test_bad_rows_fail_with_reasons(fields, reason):
-    v = _validate([_row(**fields), _row(row=2, id="ok")])
-    assert [r.id for r in v.requests] == ["ok"]
-    ((row, message),) = v.rejected
-    assert row.row == 1 and reason in message
+# The vectorized screens must never miss what the Python rules catch.
+EVERY_CHAR = [chr(c) for c in range(0x3100)] + ["\u3000", "\ufeff", "\U0001f600"]
 
 
-def test_explicit_budget_is_exact_and_never_too_long():
-    v = _validate([_row(text=" ".join(["w"] * 2000))], budget=FrameBudget(2048, explicit=7))
-    assert v.requests[0].max_new_tokens == 7
+def test_the_blank_screen_is_python_whitespace():
+    texts = pa.array(EVERY_CHAR + [c * 3 for c in EVERY_CHAR] + ["a " + c for c in EVERY_CHAR])
+    blank = pa.compute.match_substring_regex(texts, BLANK).to_pylist()
+    assert blank == [not t.strip() for t in texts.to_pylist()]
 
 
-def test_base_model_needs_reference_audio(tmp_path):
-    (tmp_path / "ref.wav").write_bytes(b"RIFF")
-    rows = [
-        _row(id="a"),
-        _row(id="b", ref_audio="gone.wav"),
-        _row(id="c", ref_audio="ref.wav", ref_text="words"),
+def test_the_unsafe_id_screen_covers_every_rule():
+    ids = [*EVERY_CHAR, *(f"a{c}b" for c in EVERY_CHAR), *(f"{c}x" for c in EVERY_CHAR),
+           "", "..", ".x", "C:x", "x" * 201, "x" * 200, None]  # fmt: skip
+    flagged = unsafe_id_candidates(pa.array(ids, pa.string())).to_pylist()
+    for row_id, screened in zip(ids, flagged, strict=True):
+        assert screened or id_problem(row_id) is None, repr(row_id)
+    assert id_errors(pa.chunked_array([pa.array(ids, pa.string())])).to_pylist() == [
+        id_problem(i) for i in ids
     ]
-    v = _validate(rows, model="fake-base", defaults=RowDefaults(), ref_dir=tmp_path)
-    reasons = {row.id: msg for row, msg in v.rejected}
-    assert "missing ref_audio" in reasons["a"] and "ref_audio not found" in reasons["b"]
-    (req,) = v.requests
-    assert req.ref_audio == str((tmp_path / "ref.wav").resolve()) and req.ref_text == "words"
 
 
-def test_warnings_are_counted_once_per_message():
-    rows = [_row(id=f"r{i}", instruct="happy") for i in range(3)]
-    v = _validate(rows, model="fake-0.6b")
-    assert all(r.instruct is None for r in v.requests)
-    assert list(v.warnings.values()) == [3]
-
-
-def test_string_seed_column_values_fail(write_manifest):
-    schema = pa.schema([("id", pa.string()), ("text", pa.string()), ("seed", pa.float64())])
-    path = write_manifest([{"id": "a", "text": "x", "seed": 2.0}], schema=schema)
-    (req,) = _validate(read_parquet_manifest(str(path))).requests
-    assert req.seed == 2
+def test_file_keys_are_file_key():
+    ids = ["Take", "take", "café", unicodedata.normalize("NFD", "café"), "Straße", None, "ǅ"]
+    keys = file_keys(pa.chunked_array([pa.array(ids)])).to_pylist()
+    assert keys == [None if i is None else file_key(i) for i in ids]

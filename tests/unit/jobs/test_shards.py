@@ -1,8 +1,23 @@
 """Shard assignment and where a run's shard comes from (flags, Slurm array, srun, torchrun)."""
 
+import pyarrow as pa
 import pytest
 
-from qtts.core.jobs.shards import Shard, local_rank_device, resolve_shard, shard_of
+from qtts.core.errors import UsageError
+from qtts.core.jobs.shards import (
+    UNSHARDED,
+    Shard,
+    local_rank_device,
+    shard_of,
+    shard_request,
+    shards_of,
+)
+
+
+def resolve_shard(num_shards, shard_index, env) -> Shard:
+    """What a run is told, on an out dir that records nothing yet."""
+    req = shard_request(num_shards, shard_index, env)
+    return UNSHARDED if req.count is None else Shard(req.count, req.index, req.source)
 
 
 def test_assignment_is_sha1_of_the_id_and_does_not_move_when_the_manifest_changes():
@@ -22,6 +37,13 @@ def test_every_row_has_exactly_one_shard():
     for row_id in [f"r{i}" for i in range(300)] + [None]:
         assert sum(s.owns(row_id) for s in shards) == 1
     assert Shard(5, 0).owns(None)  # null ids (validation failures) are shard 0's to report
+
+
+def test_the_vectorized_assignment_is_shard_of():
+    ids = [f"r{i}" for i in range(3000)] + [None, "日本"]
+    got = shards_of(pa.chunked_array([pa.array(ids)]), 7, chunk=1000)
+    assert got.tolist() == [shard_of(i, 7) if i else 0 for i in ids]
+    assert Shard(7, 3).mask(pa.array(ids)).tolist() == [Shard(7, 3).owns(i) for i in ids]
 
 
 @pytest.mark.parametrize(
@@ -46,9 +68,9 @@ def test_the_shard_comes_from_the_environment(env, want):
 def test_flags_win_and_come_in_pairs():
     env = {"SLURM_ARRAY_TASK_COUNT": "16", "SLURM_ARRAY_TASK_ID": "3"}
     assert (resolve_shard(2, 1, env).count, resolve_shard(2, 1, env).index) == (2, 1)
-    with pytest.raises(ValueError, match="both --num-shards and --shard-index"):
+    with pytest.raises(UsageError, match="both --num-shards and --shard-index"):
         resolve_shard(4, None, {})
-    with pytest.raises(ValueError, match="must be in 0..3"):
+    with pytest.raises(UsageError, match="must be in 0..3"):
         resolve_shard(4, 4, {})
 
 
@@ -59,10 +81,13 @@ def test_torchrun_local_rank_picks_the_gpu():
     assert local_rank_device("auto", {}) == "auto"
 
 
-def test_each_shard_has_its_own_lock_and_journal():
+def test_each_shard_has_its_own_lock_journal_and_state():
     assert (Shard(1, 0).lock_name, Shard(1, 0).journal_name) == (
         ".qtts.lock",
         ".qtts-journal.jsonl",
     )
     assert Shard(16, 3).lock_name == ".qtts-shard-3-of-16.lock"
     assert Shard(16, 3).journal_name == ".qtts-journal-shard-3-of-16.jsonl"
+    assert Shard(16, 3).state_name == ".qtts-state-shard-3-of-16.parquet"
+    assert UNSHARDED.owns_journal(".qtts-journal-ray-abc.jsonl")
+    assert not Shard(2, 0).owns_journal(".qtts-journal-ray-abc.jsonl")

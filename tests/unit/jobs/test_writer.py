@@ -1,20 +1,17 @@
-"""Atomic files, audio/codes encoding, resume's decode check, journal, results, lock."""
+"""Atomic files, audio/codes encoding, the stale files a redone row removes, the lock."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
 import sys
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 
 from qtts.core.jobs import writer
-from qtts.core.jobs.journal import RESULT_FIELDS, Journal, write_metadata, write_results
 from qtts.core.jobs.lock import LockHeldError, OutDirLock
 from qtts.core.jobs.writer import (
     TEMP_MARK,
@@ -23,7 +20,6 @@ from qtts.core.jobs.writer import (
     WriteJob,
     atomic_write,
     atomic_write_bytes,
-    audio_decodes,
     cleanup_temp_files,
 )
 
@@ -79,16 +75,7 @@ def test_audio_roundtrip_16bit(tmp_path, fmt):
     assert sr == 24000 and sf.info(str(tmp_path / name)).subtype == "PCM_16"
     assert np.max(np.abs(data[1:] - audio[1:])) < 1e-4 and data[0] > 0.99
     np.testing.assert_array_equal(np.load(tmp_path / "u1.codes.npy"), codes)
-    assert audio_decodes(tmp_path / name, 4800) and not audio_decodes(tmp_path / name, 4801)
-
-
-def test_damaged_audio_does_not_decode(tmp_path):
-    p = tmp_path / "a.wav"
-    p.write_bytes(writer.encode_audio(np.zeros(24000, np.float32), 24000, "wav")[:1000])
-    assert not audio_decodes(p, 24000)
-    (tmp_path / "junk.wav").write_bytes(b"not audio")
-    assert not audio_decodes(tmp_path / "junk.wav")
-    assert not audio_decodes(tmp_path / "missing.wav")
+    assert sf.info(str(tmp_path / name)).frames == 4800
 
 
 def test_disk_full_is_its_own_error(tmp_path, monkeypatch):
@@ -101,34 +88,6 @@ def test_disk_full_is_its_own_error(tmp_path, monkeypatch):
     with pytest.raises(DiskFullError, match="disk full writing"):
         fut.result()
     w.close()
-
-
-def test_journal_latest_wins_and_survives_a_cut_line(tmp_path):
-    j = Journal(tmp_path)
-    assert j.read() == {}
-    j.append([{"id": "a", "status": "failed"}, {"id": "b", "status": "ok"}])
-    with open(j.path, "ab") as f:
-        f.write(b'{"id": "a", "stat')  # a kill -9 mid-append
-    assert j.read()["a"]["status"] == "failed"
-    j.append([{"id": "a", "status": "ok"}])
-    assert {k: v["status"] for k, v in j.read().items()} == {"a": "ok", "b": "ok"}
-    j.reset()
-    assert j.read() == {}
-
-
-def test_results_and_metadata(tmp_path):
-    recs = [
-        {"id": "a", "status": "ok", "path": str(tmp_path / "a.wav"), "text": "hi",
-         "duration_s": 1.5, "num_frames": 3, "hit_frame_budget": False},
-        {"id": "b", "status": "failed", "error": "empty text", "seed": None},
-    ]  # fmt: skip
-    path = write_results(tmp_path, recs)
-    table = pq.read_table(path)
-    assert table.column_names == list(RESULT_FIELDS)
-    assert table.column("status").to_pylist() == ["ok", "failed"]
-    meta = [json.loads(line) for line in write_metadata(tmp_path, recs).read_text().splitlines()]
-    assert meta == [{"file_name": "a.wav", "id": "a", "text": "hi", "speaker": None,
-                     "language": None, "duration": 1.5}]  # fmt: skip
 
 
 HOLD = """

@@ -156,14 +156,18 @@ def test_clone_prompt_sizes_match_the_embedding(base_talker, text, ref_text, fra
 
 
 def test_job_reference_defaults():
-    from qtts.core.jobs.manifest import InputRow
+    import pyarrow as pa
+
+    from qtts.core.jobs.manifest import ROW_SCHEMA
     from qtts.core.jobs.run import apply_reference_defaults
     from qtts.core.jobs.spec import JobSpec
 
-    rows = [InputRow(1, "a", "x"), InputRow(2, "b", "y", ref_audio="own.wav", ref_text="own")]
+    rows = pa.Table.from_pylist([{"row": 1, "id": "a", "text": "x"},
+                                 {"row": 2, "id": "b", "text": "y", "ref_audio": "own.wav",
+                                  "ref_text": "own"}], schema=ROW_SCHEMA)  # fmt: skip
     spec = JobSpec("batch", "m.parquet", Path("o"), ref_audio="cli.wav", ref_text="cli text")
-    a, b = apply_reference_defaults(rows, spec)
-    assert Path(a.ref_audio).is_absolute() and a.ref_audio.endswith("cli.wav")
-    assert (a.ref_text, b.ref_audio, b.ref_text) == ("cli text", "own.wav", "own")
+    a, b = apply_reference_defaults(rows, spec).to_pylist()
+    assert Path(a["ref_audio"]).is_absolute() and a["ref_audio"].endswith("cli.wav")
+    assert (a["ref_text"], b["ref_audio"], b["ref_text"]) == ("cli text", "own.wav", "own")
     spec = JobSpec("batch", "m.parquet", Path("o"), x_vector_only=True)
-    assert [r.ref_text for r in apply_reference_defaults(rows, spec)] == [None, None]
+    assert apply_reference_defaults(rows, spec)["ref_text"].to_pylist() == [None, None]

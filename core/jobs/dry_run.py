@@ -1,0 +1,90 @@
+"""`--dry-run`: everything a run decides before synthesis, reported instead of done.
+
+Reads and validates every row, selects the shard, scans the out dir's state for rows already
+done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
+weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
+to redo and why, failing validation (the first reasons), frames and hours of audio estimated.
+Knows the job's work and the TextModel; no tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from qtts.core.jobs import state
+from qtts.core.jobs.chunks import CHUNK_ROWS, chunk_requests
+from qtts.core.jobs.fingerprint import read_registry
+from qtts.core.jobs.resume import list_files
+from qtts.core.jobs.work import Work, plan_work
+
+log = logging.getLogger("qtts")
+
+FRAMES_PER_SECOND = 12.5  # the 12 Hz codec: 1920 samples per frame at 24 kHz
+FIRST_FAILURES = 5
+
+
+@dataclass
+class DryRunSummary:
+    total: int
+    to_synthesize: int
+    skipped: int
+    redo: int
+    redo_reasons: dict[str, int]
+    failed: int
+    first_failures: list[dict[str, Any]]
+    est_frames: int
+    memory_plan: str
+    shard: str
+    wall_s: float
+    status: str = "dry-run"
+    exit_code: int = 0
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["est_audio_hours"] = round(self.est_frames / FRAMES_PER_SECOND / 3600, 3)
+        d["wall_s"] = round(self.wall_s, 3)
+        return d
+
+    def describe(self) -> str:
+        hours = self.est_frames / FRAMES_PER_SECOND / 3600
+        return (f"dry run: {self.to_synthesize} row(s) to synthesize (about {hours:.2f} h of "
+                f"audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
+                f"failing validation; nothing was written")  # fmt: skip
+
+
+def dry_run(job) -> DryRunSummary:
+    """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
+    t0 = time.monotonic()
+    spec, out = job.spec, Path(job.spec.out_dir)
+    records = state.empty_records() if spec.overwrite else state.read_own(out, job.shard)[0]
+    work = plan_work(job.prepared, records, list_files(out), model=job.text_model,
+                     budget=job.budget, settings=job.settings, registry=read_registry(out),
+                     audio_format=spec.audio_format, save_codes=spec.save_codes)  # fmt: skip
+    plan = _first_chunk_plan(job, work)
+    failures = work.rejected.select(["row", "id", "error"])
+    reasons = pc.value_counts(failures["error"]).to_pylist()
+    reasons.sort(key=lambda r: -r["counts"])
+    return DryRunSummary(
+        total=work.total, to_synthesize=work.todo.num_rows, skipped=work.skipped,
+        redo=len(work.resume.stale), redo_reasons=work.resume.reasons,
+        failed=failures.num_rows, first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
+        est_frames=int(work.est_frames.sum()), memory_plan=plan, shard=job.shard.describe(),
+        wall_s=time.monotonic() - t0,
+        failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
+    )  # fmt: skip
+
+
+def _first_chunk_plan(job, work: Work) -> str:
+    """The plan of the longest rows: the chunk that must fit for the job to fit."""
+    if work.todo.num_rows == 0:
+        return "nothing to plan"
+    first = chunk_requests(work.todo.slice(0, CHUNK_ROWS), job.text_model, job.budget)
+    spec = job.spec
+    return job.text_model.memory_plan(first.requests, spec.device, spec.dtype, spec.batch_size)

@@ -1,0 +1,35 @@
+"""Failed rows, said on the terminal: the first few as `row ID: reason`, the rest counted by
+reason, and the most common reasons for the summary. Knows strings and a logger."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+log = logging.getLogger("qtts")
+
+SHOWN_IN_FULL = 20
+TOP_REASONS = 5
+
+
+class FailureLog:
+    def __init__(self) -> None:
+        self.reasons: Counter[str] = Counter()
+        self.count = 0
+
+    def add(self, row_id: str | None, row: int | None, reason: str) -> None:
+        self.count += 1
+        self.reasons[reason] += 1
+        if self.count <= SHOWN_IN_FULL:
+            name = f"row {row_id}" if row_id is not None else f"row {row} (no id)"
+            log.warning("%s: %s", name, reason)
+
+    def close(self) -> None:
+        """After the job: how many more failed, by reason."""
+        hidden = self.count - SHOWN_IN_FULL
+        if hidden > 0:
+            log.warning("... and %d more failed row(s); by reason: %s", hidden,
+                        "; ".join(f"{r} ({n})" for r, n in self.reasons.most_common()))  # fmt: skip
+
+    def top(self) -> dict[str, int]:
+        return dict(self.reasons.most_common(TOP_REASONS))

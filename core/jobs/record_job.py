@@ -1,0 +1,64 @@
+"""Recording a run in the out dir, under the job lock: the job file (input and shard count,
+checked again now that no other run can change it between check and write) and the settings
+registry. --overwrite with another shard count voids the old split's state, but only while no
+other run holds a lock in the out dir. Knows the job file, lock files and state names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from qtts.core.errors import UsageError
+from qtts.core.jobs import state
+from qtts.core.jobs.fingerprint import remember
+from qtts.core.jobs.jobfile import (
+    JOB_LOCK,
+    JOB_LOCK_TIMEOUT_S,
+    check_input,
+    job_for,
+    read_job_file,
+    resolve_shard,
+    write_job_file,
+)
+from qtts.core.jobs.shards import ShardRequest
+
+OTHER_LOCKS = ".qtts*.lock"
+
+
+def record_job(job, req: ShardRequest, source: str) -> None:
+    """job: locked_run.Job, whose shard lock this process holds."""
+    from filelock import FileLock
+
+    spec, out = job.spec, Path(job.spec.out_dir)
+    with FileLock(str(out / JOB_LOCK), timeout=JOB_LOCK_TIMEOUT_S):
+        recorded = read_job_file(out)
+        check_input(out, recorded, spec.kind, source, input_moved=spec.input_moved,
+                    overwrite=spec.overwrite)  # fmt: skip
+        shard = resolve_shard(out, req, recorded, overwrite=spec.overwrite)
+        if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
+            raise UsageError(f"{out} was just recorded with {recorded.num_shards} shard(s) by "
+                             "another run; run again to join it")  # fmt: skip
+        if recorded is not None and recorded.num_shards != shard.count:
+            _no_other_run(out, job.shard.lock_name)
+            state.remove_every_shard(out)
+        new = job_for(spec.kind, source, shard, req)
+        if recorded is not None and recorded.num_shards == new.num_shards:
+            new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
+        if new != recorded:
+            write_job_file(out, new)
+        remember(out, job.settings)
+
+
+def _no_other_run(out: Path, own_lock: str) -> None:
+    from filelock import FileLock, Timeout
+
+    for path in sorted(out.glob(OTHER_LOCKS)):
+        if path.name in (own_lock, JOB_LOCK) or path.name.startswith(".qtts-results"):
+            continue
+        lock = FileLock(str(path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise UsageError(f"--overwrite cannot change the shard count while another run "
+                             f"holds {path.name} in {out}") from None  # fmt: skip
+        lock.release()

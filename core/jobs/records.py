@@ -1,0 +1,121 @@
+"""A row's outcome as the job records it: one schema for journal lines, shard state and results.
+
+A record says what became of one row (status ok | failed | pending, the file and its byte size,
+frames and samples) and everything that shaped it: the row's own inputs (text, voice, seed,
+reference audio digest and text) and the digest of the job settings it ran under
+(qtts.core.jobs.fingerprint). Journals hold records as JSON lines; state and results hold them
+as Parquet. Tables of records are merged by `latest`: the newest record of an id wins.
+Knows columns; no files, no models.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+RECORD_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("row", pa.int64()),  # the input row it came from, when it was recorded
+        ("status", pa.string()),  # ok | failed | pending (not done after all)
+        ("error", pa.string()),
+        ("file", pa.string()),  # audio file name in the out dir
+        ("bytes", pa.int64()),  # its size: resume checks it without opening the file
+        ("num_frames", pa.int64()),
+        ("num_samples", pa.int64()),
+        ("sample_rate", pa.int64()),
+        ("duration_s", pa.float64()),
+        ("hit_frame_budget", pa.bool_()),
+        ("text", pa.string()),
+        ("speaker", pa.string()),
+        ("language", pa.string()),
+        ("instruct", pa.string()),
+        ("seed", pa.int64()),
+        ("ref_audio", pa.string()),
+        ("ref_text", pa.string()),
+        ("ref_digest", pa.string()),  # content of the reference audio (Base models)
+        ("settings", pa.string()),  # digest of the job settings (fingerprint.JobSettings)
+        ("model", pa.string()),  # the --model string, for people reading results
+        ("run", pa.string()),
+        ("t", pa.float64()),  # wall-clock time recorded: orders records across journals
+    ]
+)
+# Row inputs a record keeps: with `settings`, the row's fingerprint.
+INPUT_FIELDS = ("text", "speaker", "language", "instruct", "seed", "ref_digest", "ref_text")
+ROW_FIELDS = ("id", "row", *INPUT_FIELDS, "ref_audio")  # what a row carries into its record
+OK, FAILED, PENDING = "ok", "failed", "pending"
+
+
+def failed_record(row: dict[str, Any], error: str, **run: Any) -> dict[str, Any]:
+    """row: ROW_FIELDS (as validation resolved them); run: settings, model, run."""
+    return {**_fields(row), "status": FAILED, "error": error, **run, "t": time.time()}
+
+
+def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
+    """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget."""
+    duration = audio["num_samples"] / audio["sample_rate"]
+    return {**_fields(row), "status": OK, "error": None, **audio, "duration_s": duration,
+            **run, "t": time.time()}  # fmt: skip
+
+
+def pending_record(row_id: str, *, run: str) -> dict[str, Any]:
+    """A row that is not done after all: its write failed, or it must be redone."""
+    return {"id": row_id, "status": PENDING, "run": run, "t": time.time()}
+
+
+def _fields(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in ROW_FIELDS}
+
+
+def empty() -> pa.Table:
+    return RECORD_SCHEMA.empty_table()
+
+
+def to_table(records: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """`table` with exactly RECORD_SCHEMA's columns (missing ones null): states written by an
+    older qtts, or a journal without some field, still merge."""
+    columns = []
+    for f in RECORD_SCHEMA:
+        if f.name in table.column_names:
+            columns.append(table[f.name].cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+
+
+def latest(table: pa.Table) -> pa.Table:
+    """One record per id, the newest by `t`; equal times keep the later one in table order."""
+    if table.num_rows == 0:
+        return table
+    order = pc.sort_indices(
+        table.select(["id", "t"]), sort_keys=[("id", "ascending"), ("t", "ascending")]
+    )  # stable: ties stay in table order
+    table = table.take(order)
+    ids = table["id"].combine_chunks()
+    last = np.ones(len(ids), dtype=bool)
+    if len(ids) > 1:
+        same_as_next = pc.equal(ids.slice(0, len(ids) - 1), ids.slice(1))
+        last[:-1] = ~pc.fill_null(same_as_next, False).to_numpy(zero_copy_only=False)
+    return table.filter(pa.array(last))
+
+
+def overlay(base: pa.Table, newer: pa.Table) -> pa.Table:
+    """base (one record per id) with newer's latest record of an id replacing base's."""
+    newer = latest(newer)
+    if newer.num_rows == 0:
+        return base
+    kept = base.filter(pc.invert(pc.is_in(base["id"], value_set=newer["id"].combine_chunks())))
+    return pa.concat_tables([kept, newer])
+
+
+def outcomes(table: pa.Table) -> pa.Table:
+    """Records that are outcomes (ok or failed): pending ones mean "not done"."""
+    return table.filter(pc.is_in(table["status"], value_set=pa.array([OK, FAILED])))

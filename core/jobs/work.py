@@ -1,0 +1,52 @@
+"""What a run has to do, decided from its rows and the shard's state before any weights load: the
+rows already done (skipped), the rows to redo and why, the rows that fail validation, and the rows
+to synthesize in the order they will be synthesized. A dry run prints this; a run does it.
+Knows columns and the resume and length rules; no models beyond the TextModel, no files written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.budget import FrameBudget
+from qtts.core.jobs.chunks import longest_first
+from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.lengths import check_lengths
+from qtts.core.jobs.resume import ResumeScan, scan
+from qtts.core.jobs.validation import Prepared
+
+
+@dataclass
+class Work:
+    todo: pa.Table  # rows to synthesize, longest first (records.ROW_FIELDS)
+    est_frames: np.ndarray  # per todo row, same order
+    rejected: pa.Table  # rows failing validation, with "error" (too long included)
+    resume: ResumeScan
+    total: int  # rows of this shard
+
+    @property
+    def skipped(self) -> int:
+        return int(self.resume.done.sum())
+
+
+def plan_work(prepared: Prepared, records: pa.Table, listing: pa.Table, *, model: TextModel,
+              budget: FrameBudget, settings, registry: dict, audio_format: str,
+              save_codes: bool) -> Work:  # fmt: skip
+    """records: the shard's latest records (empty with --overwrite); settings: JobSettings."""
+    valid = prepared.valid()
+    resume = scan(valid, records, listing, settings=settings.digest, audio_format=audio_format,
+                  save_codes=save_codes, registry=registry, current=settings.values)  # fmt: skip
+    candidates = valid.filter(pa.array(~resume.done))
+    lengths = check_lengths(candidates["text"], model, budget)
+    fits = pc.is_null(lengths.error)
+    error_at = candidates.schema.get_field_index("error")
+    too_long = candidates.set_column(error_at, "error", lengths.error).filter(pc.invert(fits))
+    todo = candidates.filter(fits)
+    est = lengths.est_frames[fits.to_numpy(zero_copy_only=False)]
+    order = longest_first(todo["row"], est)
+    rejected = pa.concat_tables([prepared.rejected(), too_long])
+    return Work(todo.take(order), est[order], rejected, resume, prepared.rows.num_rows)

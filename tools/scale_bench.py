@@ -1,0 +1,189 @@
+"""The dataset job at dataset scale: time and peak RSS of the job layer on 100k..10M-row manifests.
+
+    python tools/scale_bench.py --rows 100000,1000000 --model tiny-model --work-dir /tmp/qtts-scale
+
+For each size it builds a Parquet manifest of sentences, then runs, each as its own `qtts` process
+under /usr/bin/time -v (wall time and peak RSS):
+
+  dry-run      qtts batch --dry-run on a fresh out dir (read, validate, shard, resume scan, plan)
+  rerun        qtts batch on an out dir where every row is already done (nothing to synthesize)
+  results      qtts results on an out dir split into 4 finished shards
+  shard        qtts batch --num-shards 100000 --shard-index 7 on a fresh out dir (synthesizes the
+               few rows of that shard with the model, then rebuilds results for every row)
+
+The finished out dirs are built directly, not synthesized (a million files of real audio would
+take days on a CPU): each row gets a record made by the job layer's own functions from its
+validated row and job settings, and its audio file is a hard link to one small WAV, so the resume
+scan sees a real file of the recorded size. tests/unit/jobs/test_scale_bench.py checks that a
+rerun skips every row of such an out dir, exactly as it does after a real run.
+Prints a table on stderr and one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+WORDS = ("the quiet river carried small boats past old stone houses while children ran along "
+         "its banks and a bell rang somewhere in the town as evening light turned gold over "
+         "fields of wheat and distant hills").split()  # fmt: skip
+LINKS_PER_FILE = 60_000  # ext4 allows 65,000 hard links to one inode
+
+
+def make_manifest(path: Path, rows: int, seed: int = 0, batch: int = 1_000_000) -> None:
+    """rows of id (utt-NNNNNNNNN) and text (6-24 words, a sentence each)."""
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for start in range(0, rows, batch):
+            n = min(batch, rows - start)
+            lengths = rng.integers(6, 25, size=n)
+            picks = rng.integers(0, len(WORDS), size=int(lengths.sum()))
+            words = np.array(WORDS, dtype=object)[picks]
+            ends = np.cumsum(lengths)
+            texts = [" ".join(words[e - k : e]).capitalize() + "."
+                     for e, k in zip(ends, lengths, strict=True)]  # fmt: skip
+            ids = [f"utt-{i:09d}" for i in range(start, start + n)]
+            writer.write_table(pa.table({"id": ids, "text": texts}, schema=schema))
+
+
+def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1) -> int:
+    """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian` of
+    num_shards shards: job file, settings, one state per shard, a file per row. Returns rows."""
+    from qtts.core.jobs.record_job import record_job
+    from qtts.core.jobs.records import OK, RECORD_SCHEMA
+    from qtts.core.jobs.run import prepare_job, source_path
+    from qtts.core.jobs.shards import Shard
+    from qtts.core.jobs.spec import JobSpec
+    from qtts.core.jobs.state import write_state
+    from qtts.core.jobs.validation import RowDefaults
+    from qtts.core.jobs.writer import encode_audio
+    from qtts.core.synthesis.session import open_text_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    spec = JobSpec(kind="batch", source=str(manifest), out_dir=out, model=model,
+                   row_defaults=RowDefaults(speaker="vivian"))  # fmt: skip
+    job, req, _, _ = prepare_job(spec, open_text_model, env={})
+    valid = job.prepared.valid()
+    n = valid.num_rows
+    wav = encode_audio(np.zeros(1920, np.float32), job.text_model.sample_rate, "wav")
+    names = pc.binary_join_element_wise(valid["id"], pa.scalar("wav"), ".")
+    columns = {name: valid[name] for name in valid.column_names if name != "error"}
+    columns.update(
+        status=pa.array(np.full(n, OK, dtype=object), pa.string()), file=names,
+        bytes=pa.array(np.full(n, len(wav), dtype=np.int64)),
+        num_frames=pa.array(np.ones(n, dtype=np.int64)),
+        num_samples=pa.array(np.full(n, 1920, dtype=np.int64)),
+        sample_rate=pa.array(np.full(n, job.text_model.sample_rate, dtype=np.int64)),
+        duration_s=pa.array(np.full(n, 1920 / job.text_model.sample_rate)),
+        hit_frame_budget=pa.array(np.zeros(n, dtype=bool)),
+        settings=pa.array(np.full(n, job.settings.digest, dtype=object), pa.string()),
+        model=pa.array(np.full(n, model, dtype=object), pa.string()),
+        run=pa.array(np.full(n, "scale-bench", dtype=object), pa.string()),
+        t=pa.array(np.full(n, time.time())),
+    )  # fmt: skip
+    records = pa.table({f.name: columns.get(f.name, pa.nulls(n, f.type)) for f in RECORD_SCHEMA},
+                       schema=RECORD_SCHEMA)  # fmt: skip
+    for index in range(num_shards):
+        shard = Shard(num_shards, index, "--num-shards/--shard-index")
+        write_state(out / shard.state_name, records.filter(pa.array(shard.mask(records["id"]))))
+    from dataclasses import replace
+
+    from qtts.core.jobs.shards import ShardRequest
+
+    req = ShardRequest(num_shards, 0, "--num-shards/--shard-index") if num_shards > 1 else req
+    job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, num_shards=num_shards))
+    record_job(job, req, source_path(spec))
+    _link_files(out, names, wav)
+    return n
+
+
+def _link_files(out: Path, names: pa.Array, wav: bytes) -> None:
+    templates: list[Path] = []
+    for k, name in enumerate(names.to_pylist()):
+        if k % LINKS_PER_FILE == 0:
+            templates.append(out / f".template-{len(templates)}.wav")
+            templates[-1].write_bytes(wav)
+        target = out / name
+        if not target.exists():
+            os.link(templates[-1], target)
+    for t in templates:
+        t.unlink()
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> dict:
+    """Run under /usr/bin/time -v: wall seconds, peak RSS (MB), exit code, last stdout line."""
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", proc.stderr)
+    parts = [float(x) for x in wall.group(1).split(":")] if wall else [float("nan")]
+    seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+    return {"wall_s": round(seconds, 2), "peak_rss_mb": int(rss.group(1)) // 1024 if rss else None,
+            "exit": proc.returncode, "summary": json.loads(last),
+            "stderr_tail": proc.stderr.splitlines()[-30:] if proc.returncode else []}  # fmt: skip
+
+
+def bench(rows: int, work: Path, model: str) -> dict:
+    base = work / f"{rows}"
+    base.mkdir(parents=True, exist_ok=True)
+    manifest = base / "manifest.parquet"
+    if not manifest.exists():
+        make_manifest(manifest, rows)
+    qtts = [sys.executable, "-m", "qtts"]
+    common = ["--model", model, "--speaker", "vivian", "--device", "cpu", "-q"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
+    out = {}
+    fresh = base / "fresh"
+    out["dry-run"] = timed([*qtts, "batch", str(manifest), "-o", str(fresh), "--dry-run",
+                            *common], env)  # fmt: skip
+    done = base / "done"
+    if not (done / ".qtts-state.parquet").exists():
+        finish_job(manifest, done, model)
+    out["rerun"] = timed([*qtts, "batch", str(manifest), "-o", str(done), *common], env)
+    shards = base / "done-4-shards"
+    if not (shards / ".qtts-job.json").exists():
+        finish_job(manifest, shards, model, num_shards=4)
+    out["results"] = timed([*qtts, "results", str(shards)], env)
+    one = base / "one-shard"
+    out["shard"] = timed([*qtts, "batch", str(manifest), "-o", str(one), "--num-shards", "100000",
+                          "--shard-index", "7", "--max-new-tokens", "8", *common],
+                         env)  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default="100000,1000000", help="comma-separated manifest sizes")
+    p.add_argument("--model", required=True, help="checkpoint dir (e.g. a tiny checkpoint)")
+    p.add_argument("--work-dir", default="/tmp/qtts-scale", type=Path)
+    a = p.parse_args(argv)
+    report = {}
+    for rows in (int(r) for r in a.rows.split(",")):
+        report[rows] = bench(rows, a.work_dir, a.model)
+        for name, r in report[rows].items():
+            s = r["summary"]
+            what = {k: s.get(k) for k in ("total", "to_synthesize", "skipped", "ok", "failed",
+                                            "pending", "complete") if k in s}  # fmt: skip
+            print(f"{rows:>10,} {name:<8} {r['wall_s']:>8.1f} s {r['peak_rss_mb']:>7} MB "
+                  f"exit {r['exit']}  {what}", file=sys.stderr, flush=True)  # fmt: skip
+            for line in r["stderr_tail"]:
+                print("    " + line, file=sys.stderr)
+    print(json.dumps({str(k): {n: {x: r[x] for x in ("wall_s", "peak_rss_mb", "exit")}
+                               for n, r in v.items()} for k, v in report.items()}))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
