@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from qtts.cli import bench_command, commands, plan_command, results_command
-from qtts.cli.errors import EXIT_CODES
+from qtts.cli.errors import EXIT_CODES, EXIT_USAGE, usage_error
 
 EXAMPLES = """\
 Examples:
@@ -53,7 +53,20 @@ app.command()(results_command.results)
 
 
 def main() -> None:
-    app()
+    """The console script: a command line Typer refuses while parsing (a value out of range, an
+    unknown option) is one `Error:` line naming the option, exit 2, not a usage block."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.Exit as e:
+        code = e.exit_code
+    except Exception as exc:
+        if getattr(exc, "exit_code", None) != EXIT_USAGE or not hasattr(exc, "format_message"):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `qtts`: the help, as Click shows it
+            exc.show()
+            raise SystemExit(EXIT_USAGE) from None
+        raise SystemExit(usage_error(exc).exit_code) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ Exit codes:
   2    usage or input error (bad option, unreadable/invalid input, duplicate ids, out dir not
        writable or holding another job, shard count disagreeing); nothing done
   3    finished, but some rows failed (or --fail-fast/--max-failures stopped the job)
-  75   another qtts run holds OUT/.qtts.lock
+  75   another qtts run holds the out dir (OUT/.qtts/run*.lock)
   130  interrupted by SIGINT (Ctrl-C), after flushing finished rows
   143  interrupted by SIGTERM, after flushing finished rows"""
 
@@ -66,6 +66,14 @@ def message_for(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def usage_error(exc: BaseException) -> typer.Exit:
+    """A command line Typer refused (bad value, unknown option): one line, exit 2."""
+    if debug_enabled():
+        traceback.print_exception(exc, file=sys.stderr)
+    typer.echo(f"Error: {exc.format_message()}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
 def fail(exc: BaseException) -> typer.Exit:
     """Print `Error: ...` (and the traceback with QTTS_DEBUG=1); the Exit to raise."""
     if debug_enabled():
@@ -77,16 +85,11 @@ def fail(exc: BaseException) -> typer.Exit:
 @contextmanager
 def cli_errors() -> Iterator[None]:
     """Wrap a command body: any exception becomes one line on stderr and its exit code."""
-    import click
-
     try:
         yield
     except (typer.Exit, SystemExit):
         raise
-    except click.ClickException as exc:  # a bad option value found after parsing: one line
-        if debug_enabled():
-            traceback.print_exception(exc, file=sys.stderr)
-        typer.echo(f"Error: {exc.format_message()}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+    except typer.BadParameter as exc:  # a bad option value found after parsing: one line
+        raise usage_error(exc) from None
     except BaseException as exc:  # noqa: BLE001 -- the CLI's last line of defence
         raise fail(exc) from None

@@ -58,21 +58,26 @@ def make_manifest(path: Path, rows: int, seed: int = 0, batch: int = 1_000_000) 
             writer.write_table(pa.table({"id": ids, "text": texts}, schema=schema))
 
 
-def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1) -> int:
-    """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian` of
-    num_shards shards: job file, settings, one state per shard, a file per row. Returns rows."""
+def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
+               open_text_model=None) -> int:  # fmt: skip
+    """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian --device
+    cpu` of num_shards shards: job file, settings, one state per shard, a file per row, the
+    views. Returns the rows."""
+    from qtts.core.jobs.layout import Layout
     from qtts.core.jobs.record_job import record_job
     from qtts.core.jobs.records import OK, RECORD_SCHEMA
+    from qtts.core.jobs.results import input_rows, rebuild
     from qtts.core.jobs.run import prepare_job, source_path
     from qtts.core.jobs.shards import Shard
     from qtts.core.jobs.spec import JobSpec
     from qtts.core.jobs.state import write_state
     from qtts.core.jobs.validation import RowDefaults
     from qtts.core.jobs.writer import encode_audio
-    from qtts.core.synthesis.session import open_text_model
 
-    out.mkdir(parents=True, exist_ok=True)
-    spec = JobSpec(kind="batch", source=str(manifest), out_dir=out, model=model,
+    Layout(out).dir.mkdir(parents=True, exist_ok=True)
+    if open_text_model is None:
+        from qtts.core.synthesis.session import open_text_model
+    spec = JobSpec(kind="batch", source=str(manifest), out_dir=out, model=model, device="cpu",
                    row_defaults=RowDefaults(speaker="vivian"))  # fmt: skip
     job, req, _, _ = prepare_job(spec, open_text_model, env={})
     valid = job.prepared.valid()
@@ -97,7 +102,8 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1) -> in
                        schema=RECORD_SCHEMA)  # fmt: skip
     for index in range(num_shards):
         shard = Shard(num_shards, index, "--num-shards/--shard-index")
-        write_state(out / shard.state_name, records.filter(pa.array(shard.mask(records["id"]))))
+        own = records.filter(pa.array(shard.mask(records["id"])))
+        write_state(Layout(out).state(shard.suffix), own)
     from dataclasses import replace
 
     from qtts.core.jobs.shards import ShardRequest
@@ -106,6 +112,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1) -> in
     job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, num_shards=num_shards))
     record_job(job, req, source_path(spec))
     _link_files(out, names, wav)
+    rebuild(out, input_rows("batch", str(manifest)), wait_s=60)  # a finished job has its views
     return n
 
 
@@ -149,12 +156,12 @@ def bench(rows: int, work: Path, model: str) -> dict:
     out["dry-run"] = timed([*qtts, "batch", str(manifest), "-o", str(fresh), "--dry-run",
                             *common], env)  # fmt: skip
     done = base / "done"
-    if not (done / ".qtts-state.parquet").exists():
-        finish_job(manifest, done, model)
+    if not (done / ".qtts" / "state.parquet").exists():
+        _finish_in_a_process(manifest, done, model, 1)
     out["rerun"] = timed([*qtts, "batch", str(manifest), "-o", str(done), *common], env)
     shards = base / "done-4-shards"
-    if not (shards / ".qtts-job.json").exists():
-        finish_job(manifest, shards, model, num_shards=4)
+    if not (shards / ".qtts" / "job.json").exists():
+        _finish_in_a_process(manifest, shards, model, 4)
     out["results"] = timed([*qtts, "results", str(shards)], env)
     one = base / "one-shard"
     out["shard"] = timed([*qtts, "batch", str(manifest), "-o", str(one), "--num-shards", "100000",
@@ -163,12 +170,29 @@ def bench(rows: int, work: Path, model: str) -> dict:
     return out
 
 
+def _finish_in_a_process(manifest: Path, out: Path, model: str, shards: int) -> None:
+    """finish_job in a child, so its memory is gone before the measured commands run."""
+    cmd = [sys.executable, __file__, "--finish", str(manifest), str(out), "--model", model,
+           "--shards", str(shards)]  # fmt: skip
+    subprocess.run(cmd, check=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--finish",
+        nargs=2,
+        metavar=("MANIFEST", "OUT"),
+        help="only build a finished out dir (used by the benchmark itself)",
+    )
+    p.add_argument("--shards", type=int, default=1)
     p.add_argument("--rows", default="100000,1000000", help="comma-separated manifest sizes")
     p.add_argument("--model", required=True, help="checkpoint dir (e.g. a tiny checkpoint)")
     p.add_argument("--work-dir", default="/tmp/qtts-scale", type=Path)
     a = p.parse_args(argv)
+    if a.finish:
+        finish_job(Path(a.finish[0]), Path(a.finish[1]), a.model, a.shards)
+        return 0
     report = {}
     for rows in (int(r) for r in a.rows.split(",")):
         report[rows] = bench(rows, a.work_dir, a.model)

@@ -25,14 +25,19 @@ GUARD_FRAMES_PER_TOKEN = 8
 MIN_FRAMES_PER_TOKEN = 1.5
 # What the synthesis order sorts by: a typical delivery.
 EST_FRAMES_PER_TOKEN = 4
+# Prompt positions around the text (role markers, codec prefix, speaker): a bound, as instruct and
+# reference tokens come on top; the synthesizer checks the exact prompt too.
+PROMPT_OVERHEAD = 16
 
 
 @dataclass(frozen=True)
 class FrameBudget:
-    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens (None when not given)."""
+    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens (None when not given);
+    max_positions: the talker's trained positions (prompt + frames must fit in them)."""
 
     cap: int
     explicit: int | None = None
+    max_positions: int | None = None
 
     def __post_init__(self) -> None:
         if self.explicit is not None and self.explicit < 1:
@@ -51,8 +56,16 @@ class FrameBudget:
         """Reason the text cannot be spoken within the checkpoint's budget, or None.
 
         An explicit --max-new-tokens is the operator's call and is not second-guessed: a row that
-        runs out of steps is flagged hit_frame_budget instead (see --on-budget).
+        runs out of steps is flagged hit_frame_budget instead (see --on-budget). Either way the
+        prompt and the frames must fit the model's positions.
         """
+        positions = text_tokens + PROMPT_OVERHEAD + self.max_new_tokens(text_tokens)
+        if self.max_positions is not None and positions > self.max_positions:
+            return (
+                f"text too long for the model: {text_tokens} text tokens and max_new_tokens "
+                f"{self.max_new_tokens(text_tokens)} need about {positions} positions, the model "
+                f"has {self.max_positions}; split the text or lower --max-new-tokens"
+            )
         if self.explicit is not None:
             return None
         needed = int(MIN_FRAMES_PER_TOKEN * text_tokens)
@@ -77,9 +90,12 @@ class FrameBudget:
 
     def too_long_mask(self, tokens: np.ndarray) -> np.ndarray:
         """too_long(t) is not None, for each t."""
-        if self.explicit is not None:
-            return np.zeros(len(tokens), dtype=bool)
-        return (MIN_FRAMES_PER_TOKEN * tokens).astype(np.int64) > self.cap - 1
+        mask = np.zeros(len(tokens), dtype=bool)
+        if self.max_positions is not None:
+            mask |= tokens + PROMPT_OVERHEAD + self.max_new_tokens_of(tokens) > self.max_positions
+        if self.explicit is None:
+            mask |= (MIN_FRAMES_PER_TOKEN * tokens).astype(np.int64) > self.cap - 1
+        return mask
 
     def estimate_frames_of(self, tokens: np.ndarray) -> np.ndarray:
         est = EST_FRAMES_PER_TOKEN * np.maximum(tokens, 1)

@@ -29,6 +29,32 @@ REQUEST_FIELDS = ("id", "text", "row", "speaker", "language", "instruct", "seed"
 
 
 @dataclass
+class Todo:
+    """The rows to synthesize and their order, longest first by frame estimate; the table is
+    never copied whole in that order: each chunk takes its own rows."""
+
+    rows: pa.Table  # records.ROW_FIELDS, in input order
+    order: np.ndarray  # indices into rows, longest first
+    est_frames: np.ndarray  # per row of `order`
+
+    @classmethod
+    def of(cls, rows: pa.Table, est_frames: np.ndarray) -> Todo:
+        order = longest_first(rows["row"], est_frames)
+        return cls(rows, order, est_frames[order])
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.order)
+
+    def slices(self, size: int = CHUNK_ROWS) -> Iterator[pa.Table]:
+        for start in range(0, self.num_rows, size):
+            yield self.rows.take(pa.array(self.order[start : start + size]))
+
+    def ordered(self, columns: list[str]) -> pa.Table:
+        return self.rows.select(columns).take(pa.array(self.order))
+
+
+@dataclass
 class Chunk:
     requests: list[Request]  # longest first
     rows: dict[str, dict[str, Any]]  # id -> the row's fields, for its record
@@ -55,8 +81,8 @@ def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget) -> Chu
     return Chunk(requests, {r["id"]: r for r in fields})
 
 
-def chunks(todo: pa.Table, model: TextModel, budget: FrameBudget,
+def chunks(todo: Todo, model: TextModel, budget: FrameBudget,
            size: int = CHUNK_ROWS) -> Iterator[Chunk]:  # fmt: skip
-    """todo (already longest first) a chunk at a time."""
-    for start in range(0, todo.num_rows, size):
-        yield chunk_requests(todo.slice(start, size), model, budget)
+    """The job's requests, longest first, a chunk at a time."""
+    for rows in todo.slices(size):
+        yield chunk_requests(rows, model, budget)

@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 from qtts.core.jobs import state
 from qtts.core.jobs.chunks import CHUNK_ROWS, chunk_requests
 from qtts.core.jobs.fingerprint import read_registry
-from qtts.core.jobs.resume import list_files
+from qtts.core.jobs.listing import list_out_dir
+from qtts.core.jobs.records import SCAN_COLUMNS, empty
 from qtts.core.jobs.work import Work, plan_work
 
 log = logging.getLogger("qtts")
@@ -63,8 +64,8 @@ def dry_run(job) -> DryRunSummary:
     """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
     t0 = time.monotonic()
     spec, out = job.spec, Path(job.spec.out_dir)
-    records = state.empty_records() if spec.overwrite else state.read_own(out, job.shard)[0]
-    work = plan_work(job.prepared, records, list_files(out), model=job.text_model,
+    records = empty() if spec.overwrite else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
+    work = plan_work(job.prepared, records, list_out_dir(out), model=job.text_model,
                      budget=job.budget, settings=job.settings, registry=read_registry(out),
                      audio_format=spec.audio_format, save_codes=spec.save_codes)  # fmt: skip
     plan = _first_chunk_plan(job, work)
@@ -75,7 +76,7 @@ def dry_run(job) -> DryRunSummary:
         total=work.total, to_synthesize=work.todo.num_rows, skipped=work.skipped,
         redo=len(work.resume.stale), redo_reasons=work.resume.reasons,
         failed=failures.num_rows, first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
-        est_frames=int(work.est_frames.sum()), memory_plan=plan, shard=job.shard.describe(),
+        est_frames=int(work.todo.est_frames.sum()), memory_plan=plan, shard=job.shard.describe(),
         wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
     )  # fmt: skip
@@ -85,6 +86,6 @@ def _first_chunk_plan(job, work: Work) -> str:
     """The plan of the longest rows: the chunk that must fit for the job to fit."""
     if work.todo.num_rows == 0:
         return "nothing to plan"
-    first = chunk_requests(work.todo.slice(0, CHUNK_ROWS), job.text_model, job.budget)
+    first = chunk_requests(next(work.todo.slices(CHUNK_ROWS)), job.text_model, job.budget)
     spec = job.spec
     return job.text_model.memory_plan(first.requests, spec.device, spec.dtype, spec.batch_size)

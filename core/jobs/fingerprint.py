@@ -4,9 +4,9 @@ A row's fingerprint is its recorded inputs (records.INPUT_FIELDS: text, voice, s
 audio content and text) plus the digest of the job settings it ran under: the model's identity
 (its config, tokenizer and weight files, read cheaply: see TextModel.identity), the precision it
 ran in, both sampling sites, the frame budget and the audio format. The settings behind each
-digest are kept in OUT/.qtts-settings.json, so a rerun can say which setting changed.
+digest are kept in OUT/.qtts/settings.json, so a rerun can say which setting changed.
 Reference audio is identified by content (sha256), cached by path, size and mtime in
-OUT/.qtts-refs.json so an unchanged clip is not read again.
+OUT/.qtts/refs.json so an unchanged clip is not read again.
 Knows settings, hashes and two small JSON files; no rows beyond columns, no models.
 """
 
@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.writer import atomic_write_bytes
-
-SETTINGS_FILE = ".qtts-settings.json"
-REFS_FILE = ".qtts-refs.json"
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ def job_settings(*, model: str, precision: str, options, max_new_tokens: int | N
 
 def read_registry(out_dir: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads((out_dir / SETTINGS_FILE).read_text("utf-8"))
+        data = json.loads(Layout(out_dir).settings_file.read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -68,7 +66,8 @@ def remember(out_dir: Path, settings: JobSettings) -> None:
     if registry.get(settings.digest) == settings.values:
         return
     registry[settings.digest] = settings.values
-    atomic_write_bytes(out_dir / SETTINGS_FILE, (json.dumps(registry, indent=1) + "\n").encode())
+    data = (json.dumps(registry, indent=1) + "\n").encode()
+    atomic_write_bytes(Layout(out_dir).settings_file, data)
 
 
 def setting_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
@@ -90,7 +89,7 @@ class RefDigests:
     """sha256 of reference clips, cached by (path, size, mtime) across runs."""
 
     def __init__(self, out_dir: Path) -> None:
-        self.path = out_dir / REFS_FILE
+        self.path = Layout(out_dir).refs_file
         try:
             self.cache: dict[str, list] = json.loads(self.path.read_text("utf-8"))
         except (OSError, ValueError):

@@ -1,4 +1,4 @@
-"""The out dir's job file (OUT/.qtts-job.json): which input the out dir belongs to and how many
+"""The out dir's job file (OUT/.qtts/job.json): which input the out dir belongs to and how many
 shards it is split into. Every run checks it before creating anything, and records it under a
 short lock, so two runs can never disagree about either.
 
@@ -18,14 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qtts.core.errors import UsageError
+from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.shards import UNSHARDED, Shard, ShardRequest
 from qtts.core.jobs.writer import atomic_write_bytes
 
 log = logging.getLogger("qtts")
 
-JOB_FILE = ".qtts-job.json"
-JOB_LOCK = ".qtts-job.lock"  # guards the job file and the settings registry (short sections)
-JOB_LOCK_TIMEOUT_S = 60
+JOB_LOCK_TIMEOUT_S = 60  # the job lock guards short sections: reading and writing small files
 FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
 
 
@@ -39,9 +38,14 @@ class JobFile:
     format: int = FORMAT
 
 
-def read_job_file(out_dir: Path) -> JobFile | None:
-    """The recorded job, or None when the out dir holds none yet."""
-    path = out_dir / JOB_FILE
+def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
+    """The recorded job, or None when the out dir holds none yet (legacy_ok: nor one of qtts
+    0.1, which --overwrite replaces)."""
+    layout = Layout(out_dir)
+    if layout.legacy() and not legacy_ok:
+        raise UsageError(f"{out_dir} was written by qtts 0.1, which kept no row fingerprints: "
+                         "redo it with --overwrite, or use a new --out-dir")  # fmt: skip
+    path = layout.job_file
     try:
         data = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
@@ -59,7 +63,8 @@ def read_job_file(out_dir: Path) -> JobFile | None:
 
 
 def write_job_file(out_dir: Path, job: JobFile) -> None:
-    atomic_write_bytes(out_dir / JOB_FILE, (json.dumps(asdict(job), indent=2) + "\n").encode())
+    data = (json.dumps(asdict(job), indent=2) + "\n").encode()
+    atomic_write_bytes(Layout(out_dir).job_file, data)
 
 
 def check_input(out_dir: Path, recorded: JobFile | None, kind: str, source: str,
@@ -69,7 +74,7 @@ def check_input(out_dir: Path, recorded: JobFile | None, kind: str, source: str,
     if (recorded.kind, recorded.source) != (kind, source):
         what = "text lines" if recorded.kind == "synth" else "manifest"
         raise UsageError(
-            f"{out_dir} holds the job of {recorded.source} ({what}; recorded in {JOB_FILE}), "
+            f"{out_dir} holds the job of {recorded.source} ({what}; recorded in .qtts/job.json), "
             f"not {source}: pass --input-moved if it is the same input moved or renamed, "
             "--overwrite to start afresh, or use another --out-dir"
         )
@@ -81,7 +86,7 @@ def resolve_shard(out_dir: Path, req: ShardRequest, recorded: JobFile | None,
     if recorded is None or recorded.num_shards == (req.count or 1) or overwrite:
         return UNSHARDED if req.count is None else Shard(req.count, req.index, req.source)
     n = recorded.num_shards
-    where = f"{out_dir} is split into {n} shard{'s' if n > 1 else ''} (recorded in {JOB_FILE})"
+    where = f"{out_dir} is split into {n} shard{'s' if n > 1 else ''} (recorded in .qtts/job.json)"
     if req.count is None:
         raise UsageError(f"{where}: run a shard of it with --num-shards {n} --shard-index "
                          f"0..{n - 1}, or start afresh with --overwrite")  # fmt: skip

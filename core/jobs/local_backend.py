@@ -15,10 +15,8 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
 from qtts.core.jobs.budget import FrameBudget
-from qtts.core.jobs.chunks import Chunk, chunks
+from qtts.core.jobs.chunks import Chunk, Todo, chunks
 from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
 from qtts.core.jobs.interrupt import StopSignals
 from qtts.core.jobs.journal import Journal
@@ -40,7 +38,7 @@ class LocalBackend:
     options: object  # GenerationOptions
     budget: FrameBudget
 
-    def outcomes(self, todo: pa.Table, journal: Journal, ctx: RecordContext,
+    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
                  stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
         with stop.interruptible():
             synth = self.load_synthesizer(self.text_model, self.device, self.dtype,

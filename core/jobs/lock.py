@@ -1,5 +1,5 @@
-"""One run per out dir (per shard of it): an exclusive, non-blocking filelock on OUT/.qtts.lock
-(OUT/.qtts-shard-I-of-N.lock for shard I of N, so shards share the dir).
+"""One run per out dir (per shard of it): an exclusive, non-blocking filelock on OUT/.qtts/run.lock
+(run-shard-I-of-N.lock for shard I of N, so shards share the dir; qtts.core.jobs.layout).
 
 A second run names the holder's pid: Linux's /proc/locks says who holds the flock; elsewhere the
 pid the holder wrote into the lock file is used. The lock is
@@ -14,8 +14,6 @@ from pathlib import Path
 
 from qtts.core.errors import LockHeldError as HeldError
 
-LOCK_NAME = ".qtts.lock"
-
 
 class LockHeldError(HeldError):
     """Another run holds the out dir's lock (exit 75)."""
@@ -29,10 +27,10 @@ class LockHeldError(HeldError):
 class OutDirLock:
     """Context manager: acquire at once or raise LockHeldError."""
 
-    def __init__(self, out_dir: Path, name: str = LOCK_NAME) -> None:
+    def __init__(self, path: Path) -> None:
         from filelock import FileLock
 
-        self.path = out_dir / name
+        self.path = path
         self._lock = FileLock(str(self.path), timeout=0)
 
     def acquire(self) -> None:

@@ -23,15 +23,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs import state
+from qtts.core.jobs.chunks import Todo
 from qtts.core.jobs.failures import FailureLog
 from qtts.core.jobs.fingerprint import JobSettings, read_registry
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.journal import Journal
+from qtts.core.jobs.layout import Layout
+from qtts.core.jobs.listing import list_out_dir
 from qtts.core.jobs.recorder import Outcome, RecordContext
-from qtts.core.jobs.records import FAILED, OK, ROW_FIELDS, failed_record, pending_record
+from qtts.core.jobs.records import (
+    FAILED,
+    OK,
+    ROW_FIELDS,
+    SCAN_COLUMNS,
+    failed_record,
+    pending_record,
+)
 from qtts.core.jobs.results import rebuild, up_to_date
-from qtts.core.jobs.resume import aligned, list_files
+from qtts.core.jobs.resume import aligned
 from qtts.core.jobs.shards import Shard
 from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.summary import JobSummary
@@ -45,7 +55,7 @@ RESULTS_WAIT_S = 10  # another shard rebuilding results: leave it to them after 
 
 
 class Backend(Protocol):
-    def outcomes(self, todo: pa.Table, journal: Journal, ctx: RecordContext,
+    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
                  stop: StopSignals) -> Iterator[Outcome]: ...  # fmt: skip
 
 
@@ -76,7 +86,7 @@ class JobRun:
         self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
                                  job.spec.audio_format, job.spec.save_codes,
                                  job.spec.on_budget)  # fmt: skip
-        self.journal = Journal(self.out / self.shard.journal_name)
+        self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
         self.ok = self.audio_s = 0
         self.aborted = False
@@ -84,8 +94,6 @@ class JobRun:
 
     def execute(self) -> JobSummary:
         with StopSignals(on_exit_now=remove_live_temps) as stop:
-            if cleanup_temp_files(self.out, owns=self._owns_file):
-                log.info("removed temp files left by an interrupted run")
             if self.spec.overwrite:
                 state.reset(self.out, self.shard)
             work = self._plan()
@@ -106,9 +114,14 @@ class JobRun:
             return summary
 
     def _plan(self) -> Work:
-        records, _ = state.read_own(self.out, self.shard)
+        self.records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
+        listing = list_out_dir(self.out)
+        if cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps):
+            log.info("removed temp files left by an interrupted run")
+        own_state = Layout(self.out).state(self.shard.suffix)
+        cleanup_temp_files(own_state.parent, owns=lambda final: final == own_state.name)
         j = self.job
-        return plan_work(j.prepared, records, list_files(self.out), model=j.text_model,
+        return plan_work(j.prepared, self.records, listing, model=j.text_model,
                          budget=j.budget, settings=j.settings, registry=read_registry(self.out),
                          audio_format=self.spec.audio_format,
                          save_codes=self.spec.save_codes)  # fmt: skip
@@ -126,8 +139,7 @@ class JobRun:
             log.info("resuming: %d row(s) already done, %d to do", work.skipped,
                      work.todo.num_rows)  # fmt: skip
         rejected = work.rejected
-        records, _ = state.read_own(self.out, self.shard)
-        old = aligned(rejected, records)
+        old = aligned(rejected, self.records)
         same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
         fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
         self.journal.append([failed_record(r, r["error"], **self.ctx.stamp())
@@ -163,19 +175,17 @@ class JobRun:
         return limit is not None and self.failures.count >= limit
 
     def _owns_file(self, final: str) -> bool:
-        """Row files of this shard's rows, and its own journal and state (the shared views'
-        temps are cleared under the results lock)."""
+        """Row files of this shard's rows (the shared views' temps are cleared under the
+        results lock)."""
         row_id = row_id_of(final)
-        if row_id is not None:
-            return self.shard.owns(row_id)
-        return final in (self.journal.path.name, self.shard.state_name)
+        return row_id is not None and self.shard.owns(row_id)
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self, work: Work) -> JobSummary:
         """Fold the journal into the state, rebuild the shared views, count this shard's rows."""
         self.failures.close()
-        state.compact(self.out, self.shard)
-        records, _ = state.read_own(self.out, self.shard)
+        records = state.compact(self.out, self.shard)
+        records = self.records if records is None else records
         self._rebuild_results()
         own = self.job.prepared.rows.select(["id"])
         mine = aligned(own, records)

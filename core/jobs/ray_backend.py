@@ -31,12 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import FatalError, UsageError
-from qtts.core.jobs.chunks import chunk_requests
+from qtts.core.jobs.chunks import Todo, chunk_requests
 from qtts.core.jobs.interrupt import StopSignals
 from qtts.core.jobs.journal import Journal
+from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.records import OK, ROW_FIELDS
-from qtts.core.jobs.shards import RAY_JOURNAL_PREFIX
 from qtts.core.jobs.writer import OutputWriter
 
 log = logging.getLogger("qtts")
@@ -98,16 +98,17 @@ class RayBackend:
         slots = spec.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
         return cls(ray, started, workers, gpus, kwargs, slots)
 
-    def outcomes(self, todo: pa.Table, journal: Journal, ctx: RecordContext,
+    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
                  stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
         ray = self.ray
+        todo = todo.ordered(list(ROW_FIELDS))  # units of similar lengths
         try:
             unit = rows_per_unit(todo.num_rows, self.workers, self.slots)
             log.info("ray: %d worker(s), %g GPU(s) each, %d rows in units of %d", self.workers,
                      self.gpus, todo.num_rows, unit)  # fmt: skip
             ray.data.DataContext.get_current().wait_for_min_actors_s = MIN_ACTORS_WAIT_S
             results = (
-                ray.data.from_arrow(todo.select(list(ROW_FIELDS)))
+                ray.data.from_arrow(todo)
                 .repartition(math.ceil(todo.num_rows / unit))
                 .map_batches(
                     SynthesisActor,
@@ -155,7 +156,7 @@ class SynthesisActor:
         self.synth = load_synthesizer(self.text_model, device, dtype, batch_size)
         self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
         self.started = started  # when the driver handed the rows out (wall clock)
-        journal = Journal(self.out_dir / f"{RAY_JOURNAL_PREFIX}{uuid.uuid4().hex[:12]}.jsonl")
+        journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
         self.recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format, workers=1),
                                     journal, ctx)  # fmt: skip
 

@@ -1,7 +1,8 @@
 """Recording a run in the out dir, under the job lock: the job file (input and shard count,
 checked again now that no other run can change it between check and write) and the settings
 registry. --overwrite with another shard count voids the old split's state, but only while no
-other run holds a lock in the out dir. Knows the job file, lock files and state names."""
+other run holds a lock in the out dir; on an out dir of qtts 0.1 it removes the old state files.
+Knows the job file, lock files and state names."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from qtts.core.errors import UsageError
 from qtts.core.jobs import state
 from qtts.core.jobs.fingerprint import remember
 from qtts.core.jobs.jobfile import (
-    JOB_LOCK,
     JOB_LOCK_TIMEOUT_S,
     check_input,
     job_for,
@@ -20,9 +20,12 @@ from qtts.core.jobs.jobfile import (
     resolve_shard,
     write_job_file,
 )
+from qtts.core.jobs.layout import LEGACY_JOB_FILE, Layout
 from qtts.core.jobs.shards import ShardRequest
+from qtts.core.jobs.writer import cleanup_temp_files
 
-OTHER_LOCKS = ".qtts*.lock"
+SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
+LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
 
 
 def record_job(job, req: ShardRequest, source: str) -> None:
@@ -30,8 +33,12 @@ def record_job(job, req: ShardRequest, source: str) -> None:
     from filelock import FileLock
 
     spec, out = job.spec, Path(job.spec.out_dir)
-    with FileLock(str(out / JOB_LOCK), timeout=JOB_LOCK_TIMEOUT_S):
-        recorded = read_job_file(out)
+    layout = Layout(out)
+    with FileLock(str(layout.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
+        recorded = read_job_file(out, legacy_ok=spec.overwrite)
+        cleanup_temp_files(layout.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
+        if spec.overwrite:
+            _remove_legacy(out)
         check_input(out, recorded, spec.kind, source, input_moved=spec.input_moved,
                     overwrite=spec.overwrite)  # fmt: skip
         shard = resolve_shard(out, req, recorded, overwrite=spec.overwrite)
@@ -39,7 +46,7 @@ def record_job(job, req: ShardRequest, source: str) -> None:
             raise UsageError(f"{out} was just recorded with {recorded.num_shards} shard(s) by "
                              "another run; run again to join it")  # fmt: skip
         if recorded is not None and recorded.num_shards != shard.count:
-            _no_other_run(out, job.shard.lock_name)
+            _no_other_run(layout, layout.lock(job.shard.suffix))
             state.remove_every_shard(out)
         new = job_for(spec.kind, source, shard, req)
         if recorded is not None and recorded.num_shards == new.num_shards:
@@ -49,16 +56,23 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         remember(out, job.settings)
 
 
-def _no_other_run(out: Path, own_lock: str) -> None:
+def _no_other_run(layout: Layout, own_lock: Path) -> None:
     from filelock import FileLock, Timeout
 
-    for path in sorted(out.glob(OTHER_LOCKS)):
-        if path.name in (own_lock, JOB_LOCK) or path.name.startswith(".qtts-results"):
+    for path in layout.run_locks():
+        if path == own_lock:
             continue
         lock = FileLock(str(path), timeout=0)
         try:
             lock.acquire()
         except Timeout:
             raise UsageError(f"--overwrite cannot change the shard count while another run "
-                             f"holds {path.name} in {out}") from None  # fmt: skip
+                             f"holds {path.name} in {layout.dir}") from None  # fmt: skip
         lock.release()
+
+
+def _remove_legacy(out: Path) -> None:
+    """qtts 0.1 kept its state at the top of the out dir; --overwrite starts over without it."""
+    for pattern in LEGACY_FILES:
+        for path in out.glob(pattern):
+            path.unlink(missing_ok=True)

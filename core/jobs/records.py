@@ -10,6 +10,7 @@ Knows columns; no files, no models.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ RECORD_SCHEMA = pa.schema(
         ("duration_s", pa.float64()),
         ("hit_frame_budget", pa.bool_()),
         ("text", pa.string()),
+        ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
         ("speaker", pa.string()),
         ("language", pa.string()),
         ("instruct", pa.string()),
@@ -44,9 +46,9 @@ RECORD_SCHEMA = pa.schema(
         ("t", pa.float64()),  # wall-clock time recorded: orders records across journals
     ]
 )
-# Row inputs a record keeps: with `settings`, the row's fingerprint.
-INPUT_FIELDS = ("text", "speaker", "language", "instruct", "seed", "ref_digest", "ref_text")
-ROW_FIELDS = ("id", "row", *INPUT_FIELDS, "ref_audio")  # what a row carries into its record
+# Row inputs that, with `settings`, make the row's fingerprint (the text by its digest).
+INPUT_FIELDS = ("text_digest", "speaker", "language", "instruct", "seed", "ref_digest", "ref_text")
+ROW_FIELDS = ("id", "row", "text", *INPUT_FIELDS, "ref_audio")  # a row's fields in its record
 OK, FAILED, PENDING = "ok", "failed", "pending"
 
 
@@ -79,16 +81,34 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
 
 
-def conform(table: pa.Table) -> pa.Table:
-    """`table` with exactly RECORD_SCHEMA's columns (missing ones null): states written by an
-    older qtts, or a journal without some field, still merge."""
-    columns = []
-    for f in RECORD_SCHEMA:
+# What deciding the work reads of each record (the resume scan, the summary): a run that has
+# nothing to do never holds the rest in memory.
+SCAN_COLUMNS = ("id", "status", "error", "file", "bytes", "hit_frame_budget", *INPUT_FIELDS,
+                "settings", "t")  # fmt: skip
+
+
+def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:
+    """A 64-bit digest (blake2b) of each text, null for null: what resume compares."""
+    out = []
+    for start in range(0, len(texts), chunk):
+        out.append(pa.array([None if t is None else int.from_bytes(
+            hashlib.blake2b(t.encode(), digest_size=8).digest(), "big", signed=True)
+            for t in texts.slice(start, chunk).to_pylist()], pa.int64()))  # fmt: skip
+    return pa.concat_arrays(out) if out else pa.array([], pa.int64())
+
+
+def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """`table` with exactly RECORD_SCHEMA's columns (or `columns` of them; missing ones null):
+    states written by an older qtts, or a journal without some field, still merge."""
+    schema = RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c)
+                                                              for c in columns])  # fmt: skip
+    arrays = []
+    for f in schema:
         if f.name in table.column_names:
-            columns.append(table[f.name].cast(f.type))
+            arrays.append(table[f.name].cast(f.type))
         else:
-            columns.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+            arrays.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def latest(table: pa.Table) -> pa.Table:

@@ -11,19 +11,21 @@ Knows records, input ids and files; no models, no tensors.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.records import FAILED, OK, outcomes
-from qtts.core.jobs.resume import list_files
-from qtts.core.jobs.shards import JOURNAL_GLOB, STATE_GLOB
+from qtts.core.jobs.layout import Layout
+from qtts.core.jobs.listing import Listing, list_out_dir
+from qtts.core.jobs.metadata import metadata_lines
+from qtts.core.jobs.records import FAILED, OK
+from qtts.core.jobs.resume import present
 from qtts.core.jobs.state import read_all
 from qtts.core.jobs.writer import atomic_write, cleanup_temp_files
 
@@ -31,7 +33,6 @@ log = logging.getLogger("qtts")
 
 RESULTS_NAME = "results.parquet"
 METADATA_NAME = "metadata.jsonl"
-RESULTS_LOCK = ".qtts-results.lock"
 SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
 REBUILD_ROUNDS = 3  # rebuild again while other shards' states change under us
 RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "duration_s",
@@ -52,21 +53,21 @@ class Counts:
         return self.total - self.ok - self.failed
 
 
-def build(out_dir: Path, rows: pa.Table, records: pa.Table, listing: pa.Table) -> pa.Table:
+def build(out_dir: Path, rows: pa.Table, records: pa.Table, listing: Listing) -> pa.Table:
     """rows: the input's row, id and text columns (all shards)."""
-    recs = outcomes(records)
-    listed = pc.index_in(recs["file"], value_set=listing["name"].combine_chunks())
-    size = listing["size"].combine_chunks().take(listed)
-    present = pc.fill_null(pc.equal(size, recs["bytes"]), False)
-    recs = recs.filter(pc.or_(pc.not_equal(recs["status"], OK), present))
-    at = pc.index_in(rows["id"], value_set=recs["id"].combine_chunks())
+    # Decide on a few columns, then copy the chosen records once.
+    status = records["status"]
+    ok = pc.fill_null(pc.equal(status, OK), False).to_numpy(zero_copy_only=False)
+    is_failed = pc.fill_null(pc.equal(status, FAILED), False).to_numpy(zero_copy_only=False)
+    keep = is_failed | (ok & present(records["file"], records["bytes"], listing))
+    kept = np.flatnonzero(keep)
+    at = pc.index_in(rows["id"], value_set=records["id"].combine_chunks().take(kept))
     has = pc.is_valid(at)
-    picked = recs.take(pc.drop_null(at))
-    picked = picked.set_column(picked.schema.get_field_index("row"), "row",
-                               rows["row"].filter(has))  # fmt: skip
+    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path")] + ["file"]
+    picked = records.select(wanted).take(kept[pc.drop_null(at).to_numpy()])
     root = str(out_dir.resolve()) + os.sep
     path = pc.binary_join_element_wise(pa.scalar(root), picked["file"], "")
-    picked = picked.append_column("path", path)
+    picked = picked.append_column("row", rows["row"].filter(has)).append_column("path", path)
     null_ids = rows.filter(pc.is_null(rows["id"]))
     if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
         reason = pa.array(["id is null"] * null_ids.num_rows, pa.string())
@@ -88,17 +89,14 @@ def count(table: pa.Table, total: int) -> Counts:
 def write_views(out_dir: Path, table: pa.Table) -> None:
     atomic_write(out_dir / RESULTS_NAME, lambda f: pq.write_table(table, f, compression="zstd"))
     ok = table.filter(pc.equal(table["status"], OK))
+    ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
 
     def write(f) -> None:
         for batch in ok.to_batches(METADATA_BATCH):
-            cols = batch.to_pydict()
-            lines = [json.dumps({"file_name": os.path.basename(p), "id": i, "text": t,
-                                 "speaker": s, "language": lang, "duration": d},
-                                ensure_ascii=False) + "\n"
-                     for p, i, t, s, lang, d in zip(cols["path"], cols["id"], cols["text"],
-                                                    cols["speaker"], cols["language"],
-                                                    cols["duration_s"], strict=True)]  # fmt: skip
-            f.write("".join(lines).encode())
+            lines = metadata_lines(batch)
+            offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
+            start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
+            f.write(memoryview(lines.buffers()[2])[start:end])
 
     atomic_write(out_dir / METADATA_NAME, write)
 
@@ -109,11 +107,13 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
     from filelock import FileLock, Timeout
 
     try:
-        with FileLock(str(out_dir / RESULTS_LOCK), timeout=wait_s):
-            cleanup_temp_files(out_dir, owns=lambda final: final in SHARED_VIEWS)
+        with FileLock(str(Layout(out_dir).results_lock), timeout=wait_s):
             for _ in range(REBUILD_ROUNDS):
                 before = _state_stamp(out_dir)
-                table = build(out_dir, rows, read_all(out_dir), list_files(out_dir))
+                listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
+                cleanup_temp_files(out_dir, owns=lambda final: final in SHARED_VIEWS,
+                                   names=listing.temps)  # a rebuild that was killed  # fmt: skip
+                table = build(out_dir, rows, read_all(out_dir), listing)
                 write_views(out_dir, table)
                 if _state_stamp(out_dir) == before:
                     break
@@ -134,13 +134,14 @@ def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
 
 
 def _state_files(out_dir: Path) -> list[Path]:
-    return [*out_dir.glob(STATE_GLOB), *out_dir.glob(JOURNAL_GLOB)]
+    layout = Layout(out_dir)
+    return [*layout.states(), *layout.journals()]
 
 
 def _state_stamp(out_dir: Path) -> set[tuple[str, int, int]]:
     """What a finishing shard changes: its state file (journals change all the time)."""
     stamp = set()
-    for p in out_dir.glob(STATE_GLOB):
+    for p in Layout(out_dir).states():
         try:
             st = p.stat()
         except FileNotFoundError:
@@ -164,19 +165,19 @@ def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     """`qtts results OUT`: the views rebuilt for every row of the job's input (re-read from
     where the job file says, or `source`); the counts as one dict."""
     from qtts.core.errors import UsageError
-    from qtts.core.jobs.jobfile import JOB_FILE, read_job_file
+    from qtts.core.jobs.jobfile import read_job_file
 
     job = read_job_file(out_dir)
     if job is None:
-        raise UsageError(f"{out_dir} holds no qtts job (no {JOB_FILE}): run qtts synth or qtts "
-                         "batch with --out-dir there first")  # fmt: skip
+        raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json): run qtts synth or "
+                         "qtts batch with --out-dir there first")  # fmt: skip
     source = source or job.source
     if source == "-":
         raise UsageError("the job read stdin: pass the same lines with --input PATH")
     rows = input_rows(job.kind, source)
     counts = rebuild(out_dir, rows, wait_s=RESULTS_COMMAND_WAIT_S)
     if counts is None:
-        raise UsageError(f"another process has held {out_dir / RESULTS_LOCK} for "
+        raise UsageError(f"another process has held {Layout(out_dir).results_lock} for "
                          f"{RESULTS_COMMAND_WAIT_S} s; try again later")  # fmt: skip
     return {"total": counts.total, "ok": counts.ok, "failed": counts.failed,
             "pending": counts.pending, "complete": counts.ok == counts.total,

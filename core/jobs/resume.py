@@ -11,18 +11,18 @@ Knows record columns and file names; no models, no tensors.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.fingerprint import setting_changes
+from qtts.core.jobs.listing import Listing
 from qtts.core.jobs.records import INPUT_FIELDS, OK
 
-LIST_CHUNK = 1 << 16
+COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
+FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as users know them
 
 
 @dataclass
@@ -35,68 +35,61 @@ class ResumeScan:
         return ", ".join(f"{why} ({n:,})" for why, n in self.reasons.items())
 
 
-def list_files(out_dir: Path) -> pa.Table:
-    """name and size of every plain file in out_dir (dot files left out), in Arrow columns."""
-    names: list[pa.Array] = []
-    sizes: list[pa.Array] = []
-    batch_names, batch_sizes = [], []
-    try:
-        entries = os.scandir(out_dir)
-    except FileNotFoundError:
-        return pa.table({"name": pa.array([], pa.string()), "size": pa.array([], pa.int64())})
-    with entries:
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                batch_sizes.append(entry.stat(follow_symlinks=False).st_size)
-            except OSError:
-                continue
-            batch_names.append(entry.name)
-            if len(batch_names) >= LIST_CHUNK:
-                names.append(pa.array(batch_names, pa.string()))
-                sizes.append(pa.array(batch_sizes, pa.int64()))
-                batch_names, batch_sizes = [], []
-    names.append(pa.array(batch_names, pa.string()))
-    sizes.append(pa.array(batch_sizes, pa.int64()))
-    return pa.table({"name": pa.chunked_array(names), "size": pa.chunked_array(sizes)})
-
-
-def aligned(valid: pa.Table, records: pa.Table) -> pa.Table:
-    """records' columns for each row of `valid` (in its order; nulls where it has none)."""
-    index = pc.index_in(valid["id"], value_set=records["id"].combine_chunks())
+def aligned(rows: pa.Table, records: pa.Table) -> pa.Table:
+    """records' columns for each row of `rows` (in its order; nulls where it has none)."""
+    if rows.num_rows * 8 < records.num_rows:  # hash the few ids, not the many records
+        records = records.filter(pc.is_in(records["id"], value_set=rows["id"].combine_chunks()))
+    index = pc.index_in(rows["id"], value_set=records["id"].combine_chunks())
     return records.take(index)
 
 
-def scan(valid: pa.Table, records: pa.Table, listing: pa.Table, *, settings: str,
+def scan(valid: pa.Table, records: pa.Table, listing: Listing, *, settings: str,
          audio_format: str, save_codes: bool, registry: dict,
          current: dict) -> ResumeScan:  # fmt: skip
     """valid: this run's valid rows (records.ROW_FIELDS); records: the shard's latest records."""
-    old = aligned(valid, records)
-    was_ok = _true(pc.equal(old["status"], OK))
-    same = {name: _same(valid[name], old[name]) for name in INPUT_FIELDS}
-    same_settings = _true(pc.equal(old["settings"], settings))
+    index = pc.index_in(valid["id"], value_set=records["id"].combine_chunks())
+
+    def old(name: str) -> pa.Array:  # one recorded column at a time, in valid's order
+        return records[name].take(index)
+
+    def same_as_recorded(name: str) -> np.ndarray:  # a slice at a time: text is the bulk
+        return np.concatenate([
+            _same(_plain(valid[name].slice(start, COMPARE_SLICE)),
+                  records[name].take(index.slice(start, COMPARE_SLICE)))
+            for start in range(0, max(len(index), 1), COMPARE_SLICE)
+        ])  # fmt: skip
+
+    was_ok = _true(pc.equal(old("status"), OK))
+    same = {name: same_as_recorded(name) for name in INPUT_FIELDS}
+    old_settings = old("settings")
+    same_settings = _true(pc.equal(old_settings, settings))
     fingerprint_same = same_settings.copy()
     for mask in same.values():
         fingerprint_same &= mask
     expected = pc.binary_join_element_wise(valid["id"], pa.scalar(audio_format), ".")
-    file_ok = _true(pc.equal(old["file"], expected)) & _present(old["file"], old["bytes"], listing)
+    old_file = old("file")
+    file_ok = _true(pc.equal(old_file, expected)) & present(old_file, old("bytes"), listing)
     if save_codes:
         codes = pc.binary_join_element_wise(valid["id"], pa.scalar("codes.npy"), ".")
-        file_ok &= _true(pc.is_in(codes, value_set=listing["name"].combine_chunks()))
+        file_ok &= _true(pc.is_in(codes, value_set=listing.names()))
     done = was_ok & fingerprint_same & file_ok
     stale = was_ok & ~done
     reasons: dict[str, int] = {}
     if stale.any():
         for name, mask in same.items():
             if n := int((stale & ~mask).sum()):
-                reasons[name.replace("ref_digest", "ref_audio content")] = n
-        changed = pc.filter(old["settings"], pa.array(stale & ~same_settings))
+                reasons[FIELD_NAMES.get(name, name)] = n
+        changed = pc.filter(old_settings, pa.array(stale & ~same_settings))
         for item in pc.value_counts(changed).to_pylist():
             reasons[setting_changes(registry.get(item["values"]), current)] = item["counts"]
         if n := int((stale & fingerprint_same).sum()):
             reasons["file missing or not as recorded"] = n
     return ResumeScan(done, pc.filter(valid["id"], pa.array(stale)), reasons)
+
+
+def _plain(column):
+    """A dictionary-encoded column (speaker, language) as its values, to compare."""
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
 def _true(mask) -> np.ndarray:
@@ -109,8 +102,10 @@ def _same(new, old) -> np.ndarray:
     return _true(pc.or_(pc.fill_null(pc.equal(new, old), False), both_null))
 
 
-def _present(files, sizes, listing: pa.Table) -> np.ndarray:
-    """The recorded file is listed with the recorded size."""
-    at = pc.index_in(files, value_set=listing["name"].combine_chunks())
-    listed = listing["size"].combine_chunks().take(at)
-    return _true(pc.equal(listed, sizes))
+def present(files, sizes, listing: Listing) -> np.ndarray:
+    """The recorded file is listed (with the recorded size, when the listing has sizes)."""
+    at = pc.index_in(files, value_set=listing.names())
+    listed = listing.files["size"].combine_chunks()
+    if listed.null_count == len(listed):  # a names-only listing
+        return _true(pc.is_valid(at))
+    return _true(pc.equal(listed.take(at), sizes))

@@ -23,6 +23,7 @@ from qtts.core.jobs.budget import FrameBudget
 from qtts.core.jobs.fingerprint import RefDigests, job_settings
 from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
 from qtts.core.jobs.jobfile import check_input, read_job_file, resolve_shard
+from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.local_backend import LocalBackend
 from qtts.core.jobs.lock import OutDirLock
 from qtts.core.jobs.locked_run import Job, JobRun
@@ -41,6 +42,7 @@ def read_rows(spec: JobSpec) -> pa.Table:
         read_text_lines(spec.source) if spec.kind == "synth" else read_parquet_manifest(spec.source)
     )
     check_unique_ids(rows)
+    pa.default_memory_pool().release_unused()  # the reader's buffers: a million rows' worth
     return rows
 
 
@@ -78,7 +80,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     the lock; writes nothing."""
     rows = apply_reference_defaults(read_rows(spec), spec)
     out = Path(spec.out_dir)
-    recorded = read_job_file(out)
+    recorded = read_job_file(out, legacy_ok=spec.overwrite)
     check_input(out, recorded, spec.kind, source_path(spec), input_moved=spec.input_moved,
                 overwrite=spec.overwrite)  # fmt: skip
     req = shard_request(spec.num_shards, spec.shard_index, env)
@@ -93,7 +95,8 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     check_shared_voice(rows, model, spec.row_defaults)
     try:
         options = generation_options(model.defaults, spec.sampling)
-        budget = FrameBudget(model.defaults.max_new_tokens, spec.max_new_tokens)
+        budget = FrameBudget(model.defaults.max_new_tokens, spec.max_new_tokens,
+                             model.config.talker.max_position_embeddings)  # fmt: skip
     except ValueError as e:
         raise ManifestError(str(e)) from None
     settings = job_settings(model=model.identity, precision=model.precision(spec.device,
@@ -105,14 +108,24 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     ref_dir = Path(spec.source).resolve().parent if spec.kind == "batch" else None
     refs = RefDigests(out)
     prepared = prepare_rows(own, model, spec.row_defaults, ref_dir=ref_dir, refs=refs)
+    pa.default_memory_pool().release_unused()
     for message, count in prepared.warnings.items():
         log.warning("%s (%d row%s)", message, count, "" if count == 1 else "s")
     if rows.num_rows == 0:
         log.warning("%s has no rows: nothing to do", spec.source)
     inputs = [] if spec.source == "-" else [Path(spec.source)]
-    job = Job(replace(spec, out_dir=out), model, shard, rows.select(["row", "id", "text"]),
-              prepared, budget, settings, inputs)  # fmt: skip
+    job = Job(replace(spec, out_dir=out), model, shard, _ids_of(rows), prepared, budget,
+              settings, inputs)  # fmt: skip
     return job, req, options, refs
+
+
+def _ids_of(rows: pa.Table) -> pa.Table:
+    """What results need of every input row: row, id, and the text of rows without an id."""
+    if rows["id"].null_count == 0:
+        text = pa.nulls(rows.num_rows, pa.string())  # no text held for a million rows
+    else:
+        text = pc.if_else(pc.is_null(rows["id"]), rows["text"], pa.scalar(None, pa.string()))
+    return pa.table({"row": rows["row"], "id": rows["id"], "text": text})
 
 
 def run_job(
@@ -137,13 +150,14 @@ def run_job(
     else:
         backend = LocalBackend(spec.out_dir, job.text_model, load_synthesizer, spec.device,
                                spec.dtype, spec.batch_size, options, job.budget)  # fmt: skip
+    layout = Layout(spec.out_dir)
     try:
-        spec.out_dir.mkdir(parents=True, exist_ok=True)
+        layout.dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create --out-dir {spec.out_dir}: {e.strerror or e}") from None
     if not os.access(spec.out_dir, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write to --out-dir {spec.out_dir}: permission denied")
-    with OutDirLock(spec.out_dir, job.shard.lock_name):
+    with OutDirLock(layout.lock(job.shard.suffix)):
         record_job(job, req, source_path(spec))
         refs.save()
         return JobRun(job, backend, progress).execute()

@@ -2,8 +2,8 @@
 
 A row belongs to shard sha1(id) % N (never Python's salted hash()), so reordering or appending to
 a manifest never moves a row to another shard, and every process computes the same split. Each
-shard has its own lock, journal and state in the shared out dir, so shards run at the same time;
-an unsharded run keeps the plain names. N is pinned by the out dir's job file
+shard has its own lock, journal and state in the shared out dir (qtts.core.jobs.layout), so shards
+run at the same time. N is pinned by the out dir's job file
 (qtts.core.jobs.jobfile), which decides what a disagreeing environment means.
 Knows ids, names and environment variables; touches no files.
 """
@@ -18,10 +18,6 @@ import numpy as np
 import pyarrow as pa
 
 from qtts.core.errors import UsageError
-
-STATE_GLOB = ".qtts-state*.parquet"  # every shard's state
-JOURNAL_GLOB = ".qtts-journal*.jsonl"  # every journal: runs', shards', Ray actors'
-RAY_JOURNAL_PREFIX = ".qtts-journal-ray-"  # + actor id + ".jsonl" (unsharded runs only)
 
 
 @dataclass(frozen=True)
@@ -53,26 +49,10 @@ class Shard:
             return np.ones(len(ids), dtype=bool)
         return shards_of(ids, self.count) == self.index
 
-    def _suffix(self) -> str:
+    @property
+    def suffix(self) -> str:
+        """What this shard's files add to their names (qtts.core.jobs.layout)."""
         return f"-shard-{self.index}-of-{self.count}" if self.sharded else ""
-
-    @property
-    def lock_name(self) -> str:
-        return f".qtts{self._suffix()}.lock"
-
-    @property
-    def journal_name(self) -> str:
-        return f".qtts-journal{self._suffix()}.jsonl"
-
-    @property
-    def state_name(self) -> str:
-        return f".qtts-state{self._suffix()}.parquet"
-
-    def owns_journal(self, name: str) -> bool:
-        """This shard's journals: its own, and (unsharded) the Ray actors'."""
-        return name == self.journal_name or (
-            not self.sharded and name.startswith(RAY_JOURNAL_PREFIX)
-        )
 
     def describe(self) -> str:
         return f"shard {self.index} of {self.count} (from {self.source})"

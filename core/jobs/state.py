@@ -1,12 +1,12 @@
 """A shard's job state: the latest record of each of its rows, as one Parquet file, plus the
 journals written since.
 
-OUT/.qtts-state.parquet (.qtts-state-shard-I-of-N.parquet when sharded) holds one record per row
-the shard has an outcome for. A run appends to its journal as rows finish and, when it ends
-(also on interruption or error), compacts: state + its journals -> a new state file (written
-atomically) -> the journals it read are removed. A kill between the two leaves records in both,
-which merge to the same answer. Readers take a state and the journals beside it, newest record
-of an id winning, so the state of a run still in progress (or killed) is read correctly too.
+OUT/.qtts/state.parquet (state-shard-I-of-N.parquet when sharded) holds one record per row the
+shard has an outcome for. A run appends to its journal as rows finish and, when it ends (also on
+interruption or error), compacts: state + its journals -> a new state file (written atomically)
+-> the journals it read are removed. A kill between the two leaves records in both, which merge
+to the same answer. Readers take a state and the journals beside it, newest record of an id
+winning, so the state of a run still in progress (or killed) is read correctly too.
 Knows file names and record tables; no rows beyond ids, no models.
 """
 
@@ -21,56 +21,65 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.journal import read_journals
-from qtts.core.jobs.records import conform, empty, latest, overlay
-from qtts.core.jobs.shards import JOURNAL_GLOB, STATE_GLOB, Shard
+from qtts.core.jobs.layout import Layout
+from qtts.core.jobs.records import PENDING, conform, empty, latest, overlay
+from qtts.core.jobs.shards import Shard
 from qtts.core.jobs.writer import atomic_write
 
 log = logging.getLogger("qtts")
 
 
-def read_state_file(path: Path) -> pa.Table:
+def read_state_file(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     try:
-        return conform(pq.read_table(path))
+        present = pq.read_schema(path).names
+        wanted = None if columns is None else [c for c in columns if c in present]
+        table = conform(pq.read_table(path, columns=wanted), columns)
+        pa.default_memory_pool().release_unused()  # the decoder's buffers, back to the OS
+        return table
     except FileNotFoundError:
-        return empty()
+        return empty() if columns is None else conform(empty(), columns)
     except (OSError, pa.ArrowException) as e:
         log.warning("state %s is unreadable (%s): its rows will be redone", path, e)
         return empty()
 
 
-def own_journals(out_dir: Path, shard: Shard) -> list[Path]:
-    return sorted(p for p in out_dir.glob(JOURNAL_GLOB) if shard.owns_journal(p.name))
-
-
-def read_own(out_dir: Path, shard: Shard) -> tuple[pa.Table, dict[Path, int]]:
+def read_own(
+    out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None
+) -> tuple[pa.Table, dict[Path, int]]:
     """(latest record per id of this shard's rows, pending ones included; bytes read per
-    journal)."""
-    journals, sizes = read_journals(own_journals(out_dir, shard))
-    return overlay(read_state_file(out_dir / shard.state_name), journals), sizes
+    journal). columns: only these record columns (records.SCAN_COLUMNS)."""
+    layout = Layout(out_dir)
+    journals, sizes = read_journals(layout.own_journals(shard.suffix))
+    if columns is not None:
+        journals = journals.select(list(columns))
+    return overlay(read_state_file(layout.state(shard.suffix), columns), journals), sizes
 
 
 def read_all(out_dir: Path) -> pa.Table:
     """Latest record per id across every shard's state and every journal in the out dir."""
-    states = [read_state_file(p) for p in sorted(out_dir.glob(STATE_GLOB))]
+    layout = Layout(out_dir)
+    states = [read_state_file(p) for p in layout.states()]
     base = pa.concat_tables(states) if states else empty()
     if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
-    journals, _ = read_journals(sorted(out_dir.glob(JOURNAL_GLOB)))
+    journals, _ = read_journals(layout.journals())
     return overlay(base, journals)
 
 
-def compact(out_dir: Path, shard: Shard) -> bool:
-    """Fold this shard's journals into its state file. True when the state changed."""
-    records, sizes = read_own(out_dir, shard)
-    if not any(sizes.values()):
-        for path in sizes:
+def compact(out_dir: Path, shard: Shard) -> pa.Table | None:
+    """Fold this shard's journals into its state file; the shard's records after it, or None
+    when no journal held anything (the state is as it was)."""
+    journals = Layout(out_dir).own_journals(shard.suffix)
+    if not any(p.stat().st_size for p in journals if p.exists()):
+        for path in journals:
             _remove_if_size(path, 0)
-        return False
-    table = records.filter(pc.not_equal(records["status"], "pending"))
-    write_state(out_dir / shard.state_name, table)
+        return None
+    records, sizes = read_own(out_dir, shard)
+    records = records.filter(pc.not_equal(records["status"], PENDING))
+    write_state(Layout(out_dir).state(shard.suffix), records)
     for path, size in sizes.items():
         _remove_if_size(path, size)  # a journal that grew meanwhile is kept (and re-read later)
-    return True
+    return records
 
 
 def write_state(path: Path, table: pa.Table) -> None:
@@ -79,13 +88,15 @@ def write_state(path: Path, table: pa.Table) -> None:
 
 def reset(out_dir: Path, shard: Shard) -> None:
     """--overwrite: this shard's earlier outcomes no longer count."""
-    for path in [out_dir / shard.state_name, *own_journals(out_dir, shard)]:
+    layout = Layout(out_dir)
+    for path in [layout.state(shard.suffix), *layout.own_journals(shard.suffix)]:
         _remove_if_size(path, None)
 
 
 def remove_every_shard(out_dir: Path) -> None:
     """--overwrite with another shard count: the old split's state is void."""
-    for path in [*out_dir.glob(STATE_GLOB), *out_dir.glob(JOURNAL_GLOB)]:
+    layout = Layout(out_dir)
+    for path in [*layout.states(), *layout.journals()]:
         _remove_if_size(path, None)
 
 

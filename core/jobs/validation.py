@@ -23,6 +23,7 @@ from qtts.core.jobs.fingerprint import RefDigests
 from qtts.core.jobs.ids import id_errors, patched
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.manifest import BLANK
+from qtts.core.jobs.records import text_digests
 
 MAX_SEED = 2**63 - 1
 BASE_NEEDS_REF = "missing ref_audio: Base models clone a voice from reference audio"
@@ -45,6 +46,8 @@ class Prepared:
     warnings: Counter[str] = field(default_factory=Counter)  # message -> rows it applies to
 
     def valid(self) -> pa.Table:
+        if self.rows["error"].null_count == self.rows.num_rows:
+            return self.rows  # every row valid: no copy of a million rows
         return self.rows.filter(pc.is_null(self.rows["error"]))
 
     def rejected(self) -> pa.Table:
@@ -74,7 +77,7 @@ def prepare_rows(rows: pa.Table, model: TextModel, defaults: RowDefaults, *,
             warnings[REF_IGNORED] += ignored
     nothing = pa.nulls(rows.num_rows, pa.string())
     out = pa.table({
-        "id": rows["id"], "row": rows["row"], "text": text,
+        "id": rows["id"], "row": rows["row"], "text": text, "text_digest": text_digests(text),
         "speaker": voice["speaker"], "language": voice["language"],
         "instruct": voice["instruct"], "seed": seed,
         "ref_digest": ref["digest"] if base else nothing,
@@ -111,8 +114,11 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         except ValueError as e:
             results.append((None, None, None, None, str(e)))
     names = ("speaker", "language", "instruct", "warning", "error")
-    take = pa.array(inverse)
-    return {n: pa.array([r[i] for r in results], pa.string()).take(take)
+    index = pa.array(inverse.astype(np.int32))
+    # Few distinct voices for many rows: dictionary columns (an index per row, not a string).
+    return {n: pa.DictionaryArray.from_arrays(index, pa.array([r[i] for r in results], pa.string()))
+            if n in ("speaker", "language") else
+            pa.array([r[i] for r in results], pa.string()).take(index)
             for i, n in enumerate(names)}  # fmt: skip
 
 

@@ -10,20 +10,19 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from qtts.core.jobs.budget import FrameBudget
-from qtts.core.jobs.chunks import longest_first
+from qtts.core.jobs.chunks import Todo
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.lengths import check_lengths
+from qtts.core.jobs.listing import Listing
 from qtts.core.jobs.resume import ResumeScan, scan
 from qtts.core.jobs.validation import Prepared
 
 
 @dataclass
 class Work:
-    todo: pa.Table  # rows to synthesize, longest first (records.ROW_FIELDS)
-    est_frames: np.ndarray  # per todo row, same order
+    todo: Todo  # rows to synthesize and their order
     rejected: pa.Table  # rows failing validation, with "error" (too long included)
     resume: ResumeScan
     total: int  # rows of this shard
@@ -33,20 +32,23 @@ class Work:
         return int(self.resume.done.sum())
 
 
-def plan_work(prepared: Prepared, records: pa.Table, listing: pa.Table, *, model: TextModel,
+def plan_work(prepared: Prepared, records: pa.Table, listing: Listing, *, model: TextModel,
               budget: FrameBudget, settings, registry: dict, audio_format: str,
               save_codes: bool) -> Work:  # fmt: skip
     """records: the shard's latest records (empty with --overwrite); settings: JobSettings."""
     valid = prepared.valid()
     resume = scan(valid, records, listing, settings=settings.digest, audio_format=audio_format,
                   save_codes=save_codes, registry=registry, current=settings.values)  # fmt: skip
-    candidates = valid.filter(pa.array(~resume.done))
+    candidates = _keep(valid, ~resume.done)
     lengths = check_lengths(candidates["text"], model, budget)
-    fits = pc.is_null(lengths.error)
+    fits = lengths.error.is_null().to_numpy(zero_copy_only=False)
     error_at = candidates.schema.get_field_index("error")
-    too_long = candidates.set_column(error_at, "error", lengths.error).filter(pc.invert(fits))
-    todo = candidates.filter(fits)
-    est = lengths.est_frames[fits.to_numpy(zero_copy_only=False)]
-    order = longest_first(todo["row"], est)
+    too_long = candidates.set_column(error_at, "error", lengths.error).filter(pa.array(~fits))
+    todo = Todo.of(_keep(candidates, fits), lengths.est_frames[fits])
     rejected = pa.concat_tables([prepared.rejected(), too_long])
-    return Work(todo.take(order), est[order], rejected, resume, prepared.rows.num_rows)
+    return Work(todo, rejected, resume, prepared.rows.num_rows)
+
+
+def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    """table.filter(mask), without copying a million rows when the mask keeps them all."""
+    return table if mask.all() else table.filter(pa.array(mask))

@@ -14,7 +14,7 @@ import io
 import itertools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +94,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def cleanup_temp_files(out_dir: Path, owns: Callable[[str], bool] = lambda final: True) -> int:
+def cleanup_temp_files(out_dir: Path, owns: Callable[[str], bool] = lambda final: True,
+                       names: Iterable[str] | None = None) -> int:  # fmt: skip
     """Remove temp files a killed run left in out_dir: those whose final file name `owns`
-    accepts (a shard owns its rows' files; other shards may be writing theirs right now)."""
+    accepts (a shard owns its rows' files; other shards may be writing theirs right now).
+    names: the temp files of a listing already made (else the folder is searched)."""
     removed = 0
-    for p in out_dir.glob(f".*{TEMP_MARK}*"):
-        final = p.name[1 : p.name.index(TEMP_MARK)]
-        if p.is_file() and owns(final):
-            _unlink_quietly(p)
+    if names is None:
+        names = [p.name for p in out_dir.glob(f".*{TEMP_MARK}*")]
+    for name in names:
+        final = name[1 : name.index(TEMP_MARK)]
+        if owns(final) and (out_dir / name).is_file():
+            _unlink_quietly(out_dir / name)
             removed += 1
     return removed
 

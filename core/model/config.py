@@ -37,6 +37,7 @@ class DecoderStackConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     num_code_groups: int = 16
+    max_position_embeddings: int = 32768  # positions the model was trained on
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DecoderStackConfig:

@@ -113,8 +113,10 @@ class Synthesizer:
                 self.references, self.text_model.tokenizer, requests, tokens
             )
             yield from failed
-            if not requests:
-                return
+        requests, tokens, too_long = self._within_positions(requests, tokens)
+        yield from too_long
+        if not requests:
+            return
         if self.generator == "naive":
             finished = self._naive(requests, tokens, options)
         else:
@@ -123,6 +125,24 @@ class Synthesizer:
         work = lambda group: list(self._vocode(group))  # noqa: E731
         for items in overlapped(finished, work, self.device, gate=self.device_gate):
             yield from items
+
+    def _within_positions(self, requests, tokens):
+        """(requests, tokens, failures): a row whose prompt plus frame budget would run past the
+        positions the talker was trained on fails alone (its KV cache and RoPE positions too)."""
+        from qtts.core.synthesis.prompt import prompt_length
+
+        limit = self.config.talker.max_position_embeddings
+        kept, kept_tokens, failed = [], [], []
+        for r, t in zip(requests, tokens, strict=True):
+            need = prompt_length(t) + r.max_new_tokens
+            if need > limit:
+                failed.append(RowFailure(r.id, f"prompt ({prompt_length(t)} positions) plus "
+                              f"max_new_tokens {r.max_new_tokens} exceeds the model's {limit} "
+                              "positions; shorten or split the text"))  # fmt: skip
+            else:
+                kept.append(r)
+                kept_tokens.append(t)
+        return kept, kept_tokens, failed
 
     def _prompt(self, tokens):
         if tokens.clone:

@@ -271,9 +271,10 @@ def test_stale_temp_files_are_removed(tmp_path):
     src.write_text("hi\n")
     assert qtts("synth", src, "--speaker", "ryan", "-o", out).exit_code == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == [".qtts-job.json", ".qtts-job.lock", ".qtts-results.lock",
-                     ".qtts-settings.json", ".qtts-state.parquet", ".qtts.lock", "000001.wav",
-                     "metadata.jsonl", "results.parquet"]  # fmt: skip
+    assert names == [".qtts", "000001.wav", "metadata.jsonl", "results.parquet"]
+    state = sorted(p.name for p in (out / ".qtts").iterdir())
+    assert state == ["job.json", "job.lock", "results.lock", "run.lock", "settings.json",
+                     "state.parquet"]  # fmt: skip
 
 
 def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):

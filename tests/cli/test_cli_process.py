@@ -15,8 +15,8 @@ import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
 
+from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.lock import OutDirLock
-from qtts.core.jobs.shards import UNSHARDED
 
 ROWS = 24
 
@@ -42,7 +42,7 @@ def wait_for(predicate, timeout: float = 30.0) -> None:
 
 def journal_lines(out) -> int:
     try:
-        return (out / UNSHARDED.journal_name).read_bytes().count(b"\n")
+        return Layout(out).journal("").read_bytes().count(b"\n")
     except FileNotFoundError:
         return 0
 
@@ -69,7 +69,7 @@ def test_signal_flushes_and_exits(tmp_path, manifest, sig, code):
     assert len(rows) == s["ok"] and all(r["status"] == "ok" for r in rows)
     assert all(sf.read(r["path"])[0].size for r in rows)
     assert litter(out) == []
-    with OutDirLock(out):  # released
+    with OutDirLock(Layout(out).lock("")):  # released
         pass
     before = snapshot(out)
     r = subprocess.run(qtts_cmd("batch", manifest, "-o", out, "--speaker", "ryan"),
@@ -133,18 +133,18 @@ def test_lock_held_by_another_run_exits_75(tmp_path, write_manifest):
 def test_lock_held_by_a_plain_flock_exits_75(tmp_path, write_manifest):
     m = write_manifest([{"id": "a", "text": "x"}])
     out = tmp_path / "out"
-    out.mkdir()
+    Layout(out).dir.mkdir(parents=True)
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import fcntl, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX);"
-         "print('held', flush=True); time.sleep(60)", str(out / ".qtts.lock")],
+         "print('held', flush=True); time.sleep(60)", str(Layout(out).lock(""))],
         stdout=subprocess.PIPE,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == b"held"
         r = subprocess.run(qtts_cmd("batch", m, "-o", out, "--speaker", "ryan"),
                            capture_output=True, env=fake_env(), timeout=30)  # fmt: skip
-        assert r.returncode == 75 and b".qtts.lock is held by" in r.stderr
+        assert r.returncode == 75 and b"run.lock is held by" in r.stderr
         if os.path.exists("/proc/locks"):
             assert f"pid {holder.pid}".encode() in r.stderr
     finally:

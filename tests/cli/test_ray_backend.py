@@ -164,7 +164,7 @@ def test_a_driver_killed_mid_job_is_finished_by_a_rerun(cluster, checkpoint, tmp
 def _journalled_ok(out) -> set[str]:
     """Rows the actors journalled as ok (each actor has its own journal in the out dir)."""
     done = set()
-    for journal in out.glob(".qtts-journal-ray-*.jsonl"):
+    for journal in (out / ".qtts").glob("journal-ray-*.jsonl"):
         for line in journal.read_text().splitlines():
             if '"status": "ok"' in line:
                 done.add(json.loads(line)["id"])

@@ -1,5 +1,5 @@
 """The README's command examples use only flags the commands have (a renamed flag would leave the
-Slurm, cron and Ray recipes quietly wrong)."""
+Slurm, cron and Ray recipes quietly wrong), and its exit-code table is the one `--help` prints."""
 
 import re
 from pathlib import Path
@@ -37,3 +37,29 @@ def test_every_readme_flag_exists(sub, flags):
         assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text), (
             f"qtts {sub} has no {flag}"
         )
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.replace("`", "").split())
+
+
+def test_the_readme_exit_codes_are_the_help_exit_codes():
+    from qtts.cli.errors import EXIT_CODES
+
+    readme = {}
+    for line in README.read_text("utf-8").splitlines():
+        m = re.fullmatch(r"\| (\d+) \| (.*) \|", line)
+        if m:
+            readme[int(m.group(1))] = _normal(m.group(2))
+    helped: dict[int, str] = {}
+    code = None
+    for line in EXIT_CODES.splitlines()[1:]:
+        m = re.match(r"\s+(\d+)\s+(.*)", line)
+        if m and len(line) - len(line.lstrip()) == 2:
+            code = int(m.group(1))
+            helped[code] = m.group(2)
+        else:
+            helped[code] += " " + line.strip()
+    assert readme == {k: _normal(v) for k, v in helped.items()}
+    help_text = CliRunner().invoke(app, ["batch", "--help"], terminal_width=200).output
+    assert "75   another qtts run holds the out dir" in help_text

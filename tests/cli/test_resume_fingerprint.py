@@ -208,3 +208,15 @@ def test_a_device_that_is_not_there_is_refused_before_anything_is_written(tmp_pa
     r = qtts("synth", src, "--speaker", "ryan", "-o", tmp_path / "out", "--device", "cuda")
     assert r.exit_code == 2 and "CUDA is not available" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_dir_of_qtts_0_1_is_redone_only_when_asked(tmp_path, write_manifest):
+    m, out = write_manifest(ROWS), tmp_path / "out"
+    out.mkdir()
+    (out / ".qtts-job.json").write_text('{"kind": "batch", "source": "x", "num_shards": 1}')
+    (out / ".qtts-journal.jsonl").write_text('{"id": "u0", "status": "ok", "file": "u0.wav"}\n')
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan")
+    assert r.exit_code == 2 and "written by qtts 0.1" in r.stderr and "--overwrite" in r.stderr
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--overwrite")
+    assert r.exit_code == 0 and summary(r)["ok"] == 5
+    assert not list(out.glob(".qtts-*"))

@@ -92,7 +92,7 @@ def test_overwrite_changes_the_shard_count_when_nothing_else_runs(manifest, tmp_
              "--shard-index", i)  # fmt: skip
     r = qtts("batch", manifest, "-o", out, "--speaker", "ryan", "--overwrite")
     assert r.exit_code == 0 and summary(r)["ok"] == 12
-    assert sorted(p.name for p in out.glob(".qtts-state*")) == [".qtts-state.parquet"]
+    assert sorted(p.name for p in (out / ".qtts").glob("state*")) == ["state.parquet"]
 
 
 SLURM = {"SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "1"}
@@ -143,8 +143,8 @@ with FileLock(sys.argv[1]):
 
 @contextlib.contextmanager
 def results_lock_held(out):
-    out.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / ".qtts-results.lock")],
+    (out / ".qtts").mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / ".qtts" / "results.lock")],
                               stdout=subprocess.PIPE)  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == b"held"

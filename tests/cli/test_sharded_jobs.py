@@ -98,10 +98,10 @@ def test_shards_one_after_another_equal_one_run(checkpoint, manifest, tmp_path, 
         code, merged = _results(out)
         assert code == 0 and merged["ok"] == done and merged["complete"] == (i == 2)
     assert done == ROWS
-    assert sorted(p.name for p in out.glob(".qtts-state*")) == [
-        f".qtts-state-shard-{i}-of-3.parquet" for i in range(3)
+    assert sorted(p.name for p in (out / ".qtts").glob("state*")) == [
+        f"state-shard-{i}-of-3.parquet" for i in range(3)
     ]
-    assert not list(out.glob(".qtts-journal*"))  # folded into each shard's state
+    assert not list((out / ".qtts").glob("journal*"))  # folded into each shard's state
     _same_as_unsharded(out, unsharded)
     # A shard rerun alone resumes: its rows are all done.
     proc = subprocess.run(_cmd(checkpoint, manifest, out, "--num-shards", 3, "--shard-index", 1),

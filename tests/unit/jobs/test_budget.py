@@ -47,3 +47,16 @@ def test_longest_first_keeps_input_order_on_ties_and_every_request_once():
     assert longest_first([], {}) == []
     with pytest.raises(ValueError, match="no frame estimate"):
         longest_first(reqs, {"r0": 1})
+
+
+def test_prompt_and_budget_must_fit_the_model_positions():
+    import numpy as np
+
+    b = FrameBudget(cap=8192, explicit=8, max_positions=32768)
+    assert b.too_long(100) is None
+    msg = b.too_long(60_000)  # an explicit budget no longer switches the check off
+    assert "need about 60024 positions, the model has 32768" in msg
+    tokens = np.array([1, 100, 32_744, 32_745, 60_000])
+    assert b.too_long_mask(tokens).tolist() == [b.too_long(int(t)) is not None for t in tokens]
+    implicit = FrameBudget(cap=40_000, max_positions=32768)
+    assert implicit.too_long_mask(np.array([5000])).tolist() == [True]  # 5000+16+40000

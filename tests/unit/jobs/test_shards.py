@@ -81,13 +81,17 @@ def test_torchrun_local_rank_picks_the_gpu():
     assert local_rank_device("auto", {}) == "auto"
 
 
-def test_each_shard_has_its_own_lock_journal_and_state():
-    assert (Shard(1, 0).lock_name, Shard(1, 0).journal_name) == (
-        ".qtts.lock",
-        ".qtts-journal.jsonl",
-    )
-    assert Shard(16, 3).lock_name == ".qtts-shard-3-of-16.lock"
-    assert Shard(16, 3).journal_name == ".qtts-journal-shard-3-of-16.jsonl"
-    assert Shard(16, 3).state_name == ".qtts-state-shard-3-of-16.parquet"
-    assert UNSHARDED.owns_journal(".qtts-journal-ray-abc.jsonl")
-    assert not Shard(2, 0).owns_journal(".qtts-journal-ray-abc.jsonl")
+def test_each_shard_has_its_own_lock_journal_and_state(tmp_path):
+    from qtts.core.jobs.layout import Layout
+
+    layout, one, s3 = Layout(tmp_path), UNSHARDED.suffix, Shard(16, 3).suffix
+    names = [p.relative_to(tmp_path).as_posix() for p in (layout.lock(one), layout.journal(one),
+             layout.state(one), layout.lock(s3), layout.journal(s3), layout.state(s3))]  # fmt: skip
+    assert names == [".qtts/run.lock", ".qtts/journal.jsonl", ".qtts/state.parquet",
+                     ".qtts/run-shard-3-of-16.lock", ".qtts/journal-shard-3-of-16.jsonl",
+                     ".qtts/state-shard-3-of-16.parquet"]  # fmt: skip
+    layout.dir.mkdir()
+    for path in (layout.journal(one), layout.journal(s3), layout.ray_journal("abc")):
+        path.touch()
+    assert set(layout.own_journals(one)) == {layout.journal(one), layout.ray_journal("abc")}
+    assert layout.own_journals(s3) == [layout.journal(s3)]

@@ -94,7 +94,7 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from qtts.core.jobs.lock import OutDirLock
-with OutDirLock(Path(sys.argv[1])):
+with OutDirLock(Path(sys.argv[1]) / "run.lock"):
     print("held", flush=True)
     time.sleep(60)
 """
@@ -105,10 +105,10 @@ def test_lock_held_names_the_pid(tmp_path):
     try:
         assert proc.stdout.readline().strip() == b"held"
         with pytest.raises(LockHeldError, match=f"pid {proc.pid}") as info:
-            OutDirLock(tmp_path).acquire()
+            OutDirLock(tmp_path / "run.lock").acquire()
         assert info.value.pid == proc.pid
     finally:
         proc.kill()
         proc.wait()
-    with OutDirLock(tmp_path):  # the kernel released it with the process
+    with OutDirLock(tmp_path / "run.lock"):  # the kernel released it with the process
         pass

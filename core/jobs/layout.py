@@ -1,0 +1,78 @@
+"""Where a job keeps its state: every file name in an out dir besides the outputs.
+
+The outputs ({id}.wav, results.parquet, metadata.jsonl) sit at the top of the out dir; the job's
+own files live in OUT/.qtts/, so finding them never lists a folder of millions of audio files.
+Per shard (suffix "-shard-I-of-N", none when unsharded): a lock, a journal and a state file; Ray
+actors add journals of their own. Shared by all: the job file, the settings registry, the
+reference-digest cache and the locks that guard them and the results. docs/job-state.md says
+what each holds. Knows names only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_DIR = ".qtts"
+LEGACY_JOB_FILE = ".qtts-job.json"  # qtts 0.1 kept its state at the top of the out dir
+RAY_PREFIX = "journal-ray-"
+
+
+@dataclass(frozen=True)
+class Layout:
+    out: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.out / STATE_DIR
+
+    @property
+    def job_file(self) -> Path:
+        return self.dir / "job.json"
+
+    @property
+    def job_lock(self) -> Path:  # guards the job file and the settings registry
+        return self.dir / "job.lock"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.dir / "settings.json"
+
+    @property
+    def refs_file(self) -> Path:
+        return self.dir / "refs.json"
+
+    @property
+    def results_lock(self) -> Path:
+        return self.dir / "results.lock"
+
+    def lock(self, suffix: str) -> Path:
+        return self.dir / f"run{suffix}.lock"
+
+    def journal(self, suffix: str) -> Path:
+        return self.dir / f"journal{suffix}.jsonl"
+
+    def state(self, suffix: str) -> Path:
+        return self.dir / f"state{suffix}.parquet"
+
+    def ray_journal(self, actor: str) -> Path:
+        return self.dir / f"{RAY_PREFIX}{actor}.jsonl"
+
+    def states(self) -> list[Path]:
+        return sorted(self.dir.glob("state*.parquet"))
+
+    def journals(self) -> list[Path]:
+        return sorted(self.dir.glob("journal*.jsonl"))
+
+    def run_locks(self) -> list[Path]:
+        return sorted(self.dir.glob("run*.lock"))
+
+    def own_journals(self, suffix: str) -> list[Path]:
+        """A shard's journals: its own, and when unsharded the Ray actors'."""
+        own = self.journal(suffix)
+        return [p for p in self.journals()
+                if p == own or (not suffix and p.name.startswith(RAY_PREFIX))]  # fmt: skip
+
+    def legacy(self) -> bool:
+        """An out dir written by qtts 0.1 (state at the top, no row fingerprints)."""
+        return (self.out / LEGACY_JOB_FILE).exists() and not self.dir.exists()

@@ -1,0 +1,68 @@
+"""The scale benchmark's finished out dirs are what a real run leaves: a rerun skips every row
+of one, touching nothing, and its records match a real run's field for field (the audio aside)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import fakes
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from qtts.cli.app import app
+
+REPO = Path(__file__).resolve().parents[3]
+SAME = ("id", "row", "status", "error", "file", "text", "speaker", "language", "instruct",
+        "seed", "ref_audio", "ref_text", "ref_digest", "settings", "model")  # fmt: skip
+
+pytestmark = pytest.mark.usefixtures("fake_model")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("scale_bench", REPO / "tools" / "scale_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(manifest, out, *extra):
+    args = ["batch", str(manifest), "-o", str(out), "--model", "fake", "--speaker", "vivian",
+            "--device", "cpu", *map(str, extra)]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    return r.exit_code, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _records(out, shard=""):
+    rows = pq.read_table(out / ".qtts" / f"state{shard}.parquet").select(list(SAME)).to_pylist()
+    return sorted(rows, key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_a_built_finished_job_is_a_finished_job(tmp_path, shards):
+    bench = _bench()
+    manifest = tmp_path / "m.parquet"
+    bench.make_manifest(manifest, 40)
+    code, real = _run(manifest, tmp_path / "real")
+    assert code == 0 and real["ok"] == 40
+    built = tmp_path / "built"
+    n = bench.finish_job(manifest, built, "fake", shards, open_text_model=fakes.open_text_model)
+    assert n == 40
+    before = {
+        p.name: p.stat().st_mtime_ns
+        for p in built.rglob("*")
+        if p.is_file() and p.suffix != ".lock"
+    }
+    flags = [] if shards == 1 else ["--num-shards", shards, "--shard-index", 0]
+    code, rerun = _run(manifest, built, *flags)
+    assert code == 0 and rerun["ok"] == 0 and rerun["skipped"] == rerun["total"] > 0
+    after = {
+        p.name: p.stat().st_mtime_ns
+        for p in built.rglob("*")
+        if p.is_file() and p.suffix != ".lock"
+    }
+    assert after == before  # nothing rewritten, not even results.parquet
+    if shards == 1:
+        assert _records(built) == _records(tmp_path / "real")

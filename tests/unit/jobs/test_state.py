@@ -1,0 +1,115 @@
+"""Records, journals and the shard state: newest wins, cut lines, compaction, listings, the
+metadata writer's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from qtts.core.jobs import listing as listing_module
+from qtts.core.jobs import state
+from qtts.core.jobs.journal import Journal, read_journal
+from qtts.core.jobs.layout import Layout
+from qtts.core.jobs.listing import list_out_dir
+from qtts.core.jobs.metadata import json_strings, metadata_lines
+from qtts.core.jobs.records import conform, latest, overlay, to_table
+from qtts.core.jobs.shards import UNSHARDED, Shard
+
+
+def rec(row_id, status="ok", t=1.0, **kw):
+    return {"id": row_id, "status": status, "t": t, **kw}
+
+
+def test_latest_keeps_the_newest_record_of_each_id_and_the_later_of_equal_times():
+    table = to_table(
+        [rec("a", "failed", 1), rec("b", t=5), rec("a", "ok", 2), rec("b", "failed", 5)]
+    )
+    got = {r["id"]: r["status"] for r in latest(table).to_pylist()}
+    assert got == {"a": "ok", "b": "failed"}
+
+
+def test_overlay_replaces_only_the_ids_it_has():
+    base = to_table([rec("a"), rec("b"), rec("c")])
+    newer = to_table([rec("b", "pending", 9)])
+    got = {r["id"]: r["status"] for r in overlay(base, newer).to_pylist()}
+    assert got == {"a": "ok", "b": "pending", "c": "ok"}
+
+
+def test_a_journal_survives_a_cut_line_and_its_next_writer_cuts_it_off(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    Journal(path).append([rec("a", "failed"), rec("b")])
+    with open(path, "ab") as f:
+        f.write(b'{"id": "a", "stat')  # a kill -9 mid-append
+    table, size = read_journal(path)
+    assert table["id"].to_pylist() == ["a", "b"] and size == path.stat().st_size
+    Journal(path).append([rec("a", "ok", 2)])
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 3 and all(line.endswith(b"}") for line in lines)
+    assert {r["id"]: r["status"] for r in latest(read_journal(path)[0]).to_pylist()} == {
+        "a": "ok", "b": "ok"}  # fmt: skip
+
+
+def test_a_damaged_middle_line_is_skipped_not_fatal(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(b'{"id": "a", "status": "ok"}\n{"id": oops\n{"id": "b", "status": "ok"}\n')
+    assert read_journal(path)[0]["id"].to_pylist() == ["a", "b"]
+
+
+@pytest.mark.parametrize("shard", [UNSHARDED, Shard(3, 1)])
+def test_compaction_folds_journals_into_the_state_and_removes_them(tmp_path, shard):
+    layout = Layout(tmp_path)
+    layout.dir.mkdir()
+    Journal(layout.journal(shard.suffix)).append([rec("a"), rec("b", "failed")])
+    assert state.compact(tmp_path, shard).num_rows == 2
+    assert not layout.journal(shard.suffix).exists() and layout.state(shard.suffix).exists()
+    Journal(layout.journal(shard.suffix)).append([rec("b", "ok", 2), rec("a", "pending", 3)])
+    records = state.compact(tmp_path, shard)
+    assert {r["id"]: r["status"] for r in records.to_pylist()} == {"b": "ok"}  # pending: no row
+    assert state.compact(tmp_path, shard) is None  # nothing new: the state is left as it was
+    assert [r["id"] for r in state.read_all(tmp_path).to_pylist()] == ["b"]
+
+
+def test_reading_a_subset_of_columns_conforms_old_states(tmp_path):
+    layout = Layout(tmp_path)
+    layout.dir.mkdir()
+    old = pa.table({"id": ["a"], "status": ["ok"], "file": ["a.wav"]})  # an older, thinner state
+    state.write_state(layout.state(""), old)
+    records, _ = state.read_own(tmp_path, UNSHARDED, ("id", "status", "settings"))
+    assert records.column_names == ["id", "status", "settings"]
+    assert records.to_pylist() == [{"id": "a", "status": "ok", "settings": None}]
+    assert conform(old).num_columns > 20
+
+
+def test_a_listing_keeps_every_file_across_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(listing_module, "BATCH", 7)
+    for i in range(30):
+        (tmp_path / f"f{i}.wav").write_bytes(b"x" * i)
+    (tmp_path / ".f1.wav.qtts-tmp-9-1").write_bytes(b"half")
+    (tmp_path / ".qtts").mkdir()
+    full, names_only = list_out_dir(tmp_path), list_out_dir(tmp_path, sizes=False)
+    sizes = dict(zip(full.files["name"].to_pylist(), full.files["size"].to_pylist(), strict=True))
+    assert sizes == {f"f{i}.wav": i for i in range(30)} and full.temps == [".f1.wav.qtts-tmp-9-1"]
+    assert sorted(names_only.names().to_pylist()) == sorted(sizes)
+    assert names_only.files["size"].null_count == 30
+
+
+TRICKY = ["plain", 'say "hi"', "back\\slash", "new\nline", "tab\tand\x01ctl", "日本語 ✓", "", None]
+
+
+def test_json_strings_are_what_json_dumps_writes():
+    got = json_strings(pa.array(TRICKY, pa.string())).to_pylist()
+    assert got == [json.dumps(t, ensure_ascii=False) for t in TRICKY]
+    repeated = pa.array(["vivian", "ryan", None] * 10, pa.string())  # the dictionary path
+    assert json_strings(repeated).to_pylist() == [json.dumps(v) for v in repeated.to_pylist()]
+
+
+def test_metadata_lines_parse_as_json():
+    batch = pa.RecordBatch.from_pylist([
+        {"file_name": f"{i}.wav", "id": str(i), "text": t, "speaker": "ryan", "language": None,
+         "duration_s": 0.08 * i} for i, t in enumerate(TRICKY)])  # fmt: skip
+    lines = "".join(metadata_lines(batch).to_pylist()).splitlines()
+    assert [json.loads(x) for x in lines] == [
+        {"file_name": f"{i}.wav", "id": str(i), "text": t, "speaker": "ryan", "language": None,
+         "duration": 0.08 * i} for i, t in enumerate(TRICKY)]  # fmt: skip
