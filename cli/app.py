@@ -6,6 +6,8 @@ Imports no torch and no core module: `qtts --help` is instant.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from qtts.cli import bench_command, commands, plan_command, results_command
@@ -22,10 +24,11 @@ Examples:
   qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare"""
 
 OUTPUTS = """\
-Outputs: OUT/{id}.wav (24 kHz mono, 16-bit), OUT/results.parquet (one row per input row:
-status ok|failed|skipped, error, hit_frame_budget, ...), OUT/metadata.jsonl (Hugging Face
+Outputs: OUT/{id}.wav (24 kHz mono, 16-bit), OUT/results.parquet (one row per input row with
+an outcome: status ok|failed, error, hit_frame_budget, ...), OUT/metadata.jsonl (Hugging Face
 AudioFolder). stdout: the final one-line JSON summary; stderr: logs, warnings, progress.
-A rerun on the same out dir resumes (rows already done are skipped); --overwrite redoes all."""
+A rerun on the same out dir resumes: rows done with the same fingerprint (text, voice, seed,
+model, sampling, format) are skipped; --dry-run says what would run; --overwrite redoes all."""
 
 
 def _epilog(*blocks: str) -> str:
@@ -40,9 +43,33 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
     no_args_is_help=True,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from qtts.cli.version import version_lines
+
+        typer.echo("\n".join(version_lines()))
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Print qtts's version, torch, CUDA, Triton and the device found, and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Batch text-to-speech with the Qwen3-TTS 12 Hz models."""
+
 
 app.command(epilog=_epilog(EXIT_CODES))(commands.synth)
 app.command(epilog=_epilog(EXIT_CODES))(commands.batch)
@@ -59,6 +86,9 @@ def main() -> None:
         code = app(standalone_mode=False)
     except typer.Exit as e:
         code = e.exit_code
+    except typer.Abort:  # Ctrl-C while Typer was still reading the command line
+        typer.echo("Error: interrupted", err=True)
+        raise SystemExit(130) from None
     except Exception as exc:
         if getattr(exc, "exit_code", None) != EXIT_USAGE or not hasattr(exc, "format_message"):
             raise

@@ -27,9 +27,12 @@ def bench(
     batch_sizes: Annotated[
         str, typer.Option(help="Comma list of slot counts; auto = the memory plan's choice.")
     ] = "1,16",
-    frames: Annotated[int, typer.Option(help="Frames per request (fixed: EOS ignored).")] = 128,
+    frames: Annotated[
+        int, typer.Option(min=2, help="Frames per request (fixed: EOS ignored).")
+    ] = 128,
     requests: Annotated[
-        int | None, typer.Option(help="Requests per batch size [default: 2 x batch size].")
+        int | None,
+        typer.Option(min=1, help="Requests per batch size. Unset: 2 x batch size."),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
@@ -52,7 +55,8 @@ def bench(
     ] = False,
 ) -> None:
     """Throughput on random weights of the real model sizes (no download): audio-s/s, frames/s,
-    RTF, per-phase time, ms per decode step, peak GPU memory. The last stdout line is JSON."""
+    RTF, per-phase time, ms per decode step, peak memory (GPU, or RSS on CPU). The last stdout
+    line is JSON."""
     from qtts.cli.commands import setup_logging
 
     setup_logging(quiet=False, verbose=False)
@@ -116,7 +120,7 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
     modes = [fast] + (["eager"] if compare else [])
     rows = []
     typer.echo(f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
-               f"{'step ms':>9}{'peak GB':>9}{'roofline':>10}")  # fmt: skip
+               f"{'step ms':>9}{'peak GiB':>9}{'roofline':>10}")  # fmt: skip
     for b in sizes:
         by_mode = {}
         for mode in modes:
@@ -138,7 +142,11 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
             typer.echo(f"{size:6}{label:>6}{r.mode:>7}{r.audio_s_per_s:>11.2f}"
                        f"{r.frames_per_s:>10.1f}{r.rtf:>8.4f}{step:>9.2f}{r.peak_mem_gb or 0:>9.2f}"
                        f"{r.roofline['fraction']:>10.1%}")  # fmt: skip
-            typer.echo(f"      phases (s): {r.phases_s}  step split (ms): {r.step_ms}")
+            typer.echo(
+                "      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items())
+            )
+            typer.echo("      step (parts timed on their own): "
+                       + ", ".join(f"{k} {v:.2f} ms" for k, v in r.step_ms.items()))  # fmt: skip
             by_mode[r.mode] = r.row()
             rows.append(r.row())
         if fast in by_mode and "eager" in by_mode:

@@ -20,7 +20,7 @@ import typer
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
-from qtts.cli.progress import Progress
+from qtts.cli.progress import BarAwareHandler, Progress
 
 FAKE_ENV = "QTTS_FAKE_SYNTH"
 
@@ -41,7 +41,7 @@ def setup_logging(quiet: bool, verbose: bool) -> None:
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
     for h in [h for h in logger.handlers if getattr(h, "_qtts", False)]:
         logger.removeHandler(h)  # a fresh handler on today's sys.stderr (tests swap it)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BarAwareHandler(sys.stderr)  # log lines print above a progress bar
     handler.setFormatter(
         logging.Formatter("%(asctime)s qtts %(levelname)s: %(message)s", "%Y-%m-%d %H:%M:%S")
     )
@@ -99,7 +99,6 @@ def synth(
     input: Annotated[
         str, typer.Argument(help="UTF-8 text file, one utterance per line; - = stdin.")
     ],
-    out_dir: o.OutDir = Path("out"),
     model: o.Model = o.DEFAULT_MODEL,
     device: o.Device = "auto",
     dtype: o.DtypeOpt = o.Dtype.auto,
@@ -120,6 +119,7 @@ def synth(
     subtalker_temperature: o.SubTemperature = None,
     subtalker_top_k: o.SubTopK = None,
     subtalker_top_p: o.SubTopP = None,
+    out_dir: o.OutDir = Path("out"),
     format: o.Format = o.AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     overwrite: o.Overwrite = False,
@@ -142,7 +142,6 @@ def batch(
     manifest: Annotated[
         str, typer.Argument(help="Parquet with id, text [, speaker, language, instruct, seed, ...]")
     ],
-    out_dir: o.OutDir = Path("out"),
     model: o.Model = o.DEFAULT_MODEL,
     device: o.Device = "auto",
     dtype: o.DtypeOpt = o.Dtype.auto,
@@ -163,6 +162,7 @@ def batch(
     subtalker_temperature: o.SubTemperature = None,
     subtalker_top_k: o.SubTopK = None,
     subtalker_top_p: o.SubTopP = None,
+    out_dir: o.OutDir = Path("out"),
     format: o.Format = o.AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     overwrite: o.Overwrite = False,
@@ -213,7 +213,6 @@ def info(
 
 def describe(tm) -> dict[str, Any]:
     cfg, d = tm.config, tm.defaults
-    sizes = {"0b6": "0.6B", "1b7": "1.7B"}
 
     def site(p) -> dict[str, Any]:
         return {"do_sample": p.do_sample, "temperature": p.temperature, "top_k": p.top_k,
@@ -222,7 +221,7 @@ def describe(tm) -> dict[str, Any]:
     return {
         "model": tm.name,
         "type": cfg.tts_model_type,
-        "size": sizes.get(cfg.tts_model_size, cfg.tts_model_size or "unknown"),
+        "size": model_size(cfg),
         "sample_rate": tm.sample_rate,
         "speakers": cfg.supported_speakers(),
         "languages": cfg.supported_languages(),
@@ -231,6 +230,21 @@ def describe(tm) -> dict[str, Any]:
         "subtalker_sampling": site(d.subtalker),
         "max_new_tokens": d.max_new_tokens,
     }
+
+
+def model_size(cfg) -> str:
+    """0.6B / 1.7B when the dimensions are the published ones; else the layout and the dims."""
+    from qtts.core.model.sizes import SIZES
+
+    name = {"0b6": "0.6b", "1b7": "1.7b"}.get(cfg.tts_model_size)
+    t = cfg.talker
+    if name is not None and (t.hidden_size, t.num_hidden_layers) == (
+        SIZES[name]["hidden"],
+        SIZES[name]["layers"],
+    ):
+        return name.upper()
+    layout = f"{name.upper()} layout" if name else "unknown layout"
+    return f"{layout}, custom dimensions (talker {t.hidden_size} x {t.num_hidden_layers} layers)"
 
 
 def _plain(value: Any) -> str:

@@ -1,4 +1,6 @@
-"""Shared command-line options as Annotated aliases, so synth and batch spell them once.
+"""Shared command-line options as Annotated aliases, so synth and batch spell them once, grouped
+into the help panels a user scans: input and resume, voice, sampling, output, engine, scale out,
+logging. Help text is Rich markup: a literal "[" is written "\\[".
 
 Defaults for sampling are None: None keeps the checkpoint's generation_config.json value.
 No core imports here (qtts --help must not import torch).
@@ -12,12 +14,15 @@ from typing import Annotated
 
 import typer
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # = qtts.core.jobs.run.DEFAULT_MODEL
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # = qtts.core.jobs.spec.DEFAULT_MODEL
 
-MODEL_PANEL = "Model and device"
+INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
-SAMPLING_PANEL = "Sampling (defaults: the checkpoint's generation_config.json)"
-OUTPUT_PANEL = "Output and job control"
+SAMPLING_PANEL = "Sampling (unset: the checkpoint's generation_config.json)"
+OUTPUT_PANEL = "Output"
+ENGINE_PANEL = "Model and engine"
+SCALE_PANEL = "Scale out"
+LOG_PANEL = "Failures and logging"
 
 
 class Dtype(str, Enum):
@@ -37,20 +42,13 @@ class OnBudget(str, Enum):
     fail = "fail"
 
 
+class Backend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 def _opt(*names: str, panel: str, **kw):
     return typer.Option(*names, rich_help_panel=panel, **kw)
-
-
-OutDir = Annotated[
-    Path, _opt("--out-dir", "-o", panel=OUTPUT_PANEL, help="Folder for audio files and results.")
-]
-Model = Annotated[
-    str, _opt("--model", "-m", panel=MODEL_PANEL, help="Local checkpoint dir or HF repo id.")
-]
-Device = Annotated[str, _opt("--device", panel=MODEL_PANEL, help="auto, cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[
-    Dtype, _opt("--dtype", panel=MODEL_PANEL, help="auto = bfloat16 on CUDA, float32 on CPU.")
-]
 
 
 def parse_batch_size(value: str) -> int | None:
@@ -66,43 +64,85 @@ def parse_batch_size(value: str) -> int | None:
     return size
 
 
-BatchSize = Annotated[
+# -- input and resume ------------------------------------------------------------
+Overwrite = Annotated[
+    bool,
+    _opt(
+        "--overwrite",
+        panel=INPUT_PANEL,
+        help=(
+            "Redo every row. Default: resume, skipping rows already done with the same "
+            "fingerprint (text, voice, seed, model, sampling, format)."
+        ),
+    ),
+]
+InputMoved = Annotated[
+    bool,
+    _opt(
+        "--input-moved",
+        panel=INPUT_PANEL,
+        help=(
+            "The out dir's input was moved or renamed to INPUT: adopt the new path and resume "
+            "(another "
+            "input is refused otherwise)."
+        ),
+    ),
+]
+DryRun = Annotated[
+    bool,
+    _opt(
+        "--dry-run",
+        panel=INPUT_PANEL,
+        help=(
+            "Read and validate every row, scan what is done, plan memory, and print what would "
+            "run (one "
+            "JSON line); load no weights, write nothing."
+        ),
+    ),
+]
+
+# -- voice -----------------------------------------------------------------------
+Speaker = Annotated[
+    str | None,
+    _opt(
+        "--speaker",
+        panel=VOICE_PANEL,
+        help=(
+            "Speaker of CustomVoice models, for rows without their own (qtts info MODEL lists "
+            "them)."
+        ),
+    ),
+]
+Language = Annotated[
     str,
     _opt(
-        "--batch-size",
-        "-b",
-        panel=MODEL_PANEL,
-        help="Rows decoded together (engine slots; freed slots are refilled at once). auto: as "
-        "many as the memory plan fits (see qtts plan); a number that cannot fit is refused.",
+        "--language",
+        panel=VOICE_PANEL,
+        help=("Language, or auto (detected from the text), for rows without their own."),
     ),
 ]
-MaxNewTokens = Annotated[
-    int | None,
-    _opt(
-        "--max-new-tokens",
-        min=1,
-        panel=MODEL_PANEL,
-        help="Talker steps per row, used exactly (a row that never stops gets N-1 frames at "
-        "12.5 Hz). Default: min(generation_config max_new_tokens, 100 + 8 x text tokens).",
-    ),
-]
-Speaker = Annotated[
-    str | None, _opt("--speaker", panel=VOICE_PANEL, help="Speaker (CustomVoice models).")
-]
-Language = Annotated[str, _opt("--language", panel=VOICE_PANEL, help="Language, or auto.")]
 Instruct = Annotated[
-    str | None, _opt("--instruct", panel=VOICE_PANEL, help="Style instruction (1.7B, VoiceDesign).")
+    str | None,
+    _opt(
+        "--instruct",
+        panel=VOICE_PANEL,
+        help=("Style instruction (1.7B CustomVoice, VoiceDesign), for rows without their own."),
+    ),
 ]
 RefAudio = Annotated[
     Path | None,
-    _opt("--ref-audio", panel=VOICE_PANEL, help="Reference clip to clone (Base models)."),
+    _opt(
+        "--ref-audio",
+        panel=VOICE_PANEL,
+        help=("Base models: the clip whose voice rows without their own ref_audio clone."),
+    ),
 ]
 RefText = Annotated[
     str | None,
     _opt(
         "--ref-text",
         panel=VOICE_PANEL,
-        help="Transcript of the reference clip: in-context cloning. Without it: x-vector only.",
+        help=("Transcript of --ref-audio: in-context cloning. Without it: x-vector only."),
     ),
 ]
 XVectorOnly = Annotated[
@@ -110,112 +150,213 @@ XVectorOnly = Annotated[
     _opt(
         "--x-vector-only",
         panel=VOICE_PANEL,
-        help="Clone from the speaker embedding alone, ignoring any ref_text.",
+        help=("Clone from the speaker embedding alone, ignoring every ref_text."),
     ),
 ]
 Seed = Annotated[
-    int, _opt("--seed", min=0, panel=VOICE_PANEL, help="Seed; a manifest seed column overrides.")
+    int,
+    _opt(
+        "--seed",
+        min=0,
+        panel=VOICE_PANEL,
+        help=("Seed of rows without their own seed column value."),
+    ),
 ]
+
+# -- sampling --------------------------------------------------------------------
 Greedy = Annotated[
-    bool, _opt("--greedy", panel=SAMPLING_PANEL, help="No sampling anywhere (argmax).")
+    bool,
+    _opt(
+        "--greedy",
+        panel=SAMPLING_PANEL,
+        help=("No sampling anywhere (argmax; the repetition penalty still applies)."),
+    ),
 ]
-Temperature = Annotated[float | None, _opt("--temperature", panel=SAMPLING_PANEL)]
-TopK = Annotated[int | None, _opt("--top-k", min=0, panel=SAMPLING_PANEL)]
-TopP = Annotated[float | None, _opt("--top-p", panel=SAMPLING_PANEL)]
-RepetitionPenalty = Annotated[float | None, _opt("--repetition-penalty", panel=SAMPLING_PANEL)]
-SubTemperature = Annotated[float | None, _opt("--subtalker-temperature", panel=SAMPLING_PANEL)]
-SubTopK = Annotated[int | None, _opt("--subtalker-top-k", min=0, panel=SAMPLING_PANEL)]
-SubTopP = Annotated[float | None, _opt("--subtalker-top-p", panel=SAMPLING_PANEL)]
+Temperature = Annotated[
+    float | None, _opt("--temperature", panel=SAMPLING_PANEL, help=("Talker temperature (> 0)."))
+]
+TopK = Annotated[
+    int | None, _opt("--top-k", min=0, panel=SAMPLING_PANEL, help=("Talker top-k (0: off)."))
+]
+TopP = Annotated[
+    float | None, _opt("--top-p", panel=SAMPLING_PANEL, help=("Talker top-p, in (0, 1]."))
+]
+RepetitionPenalty = Annotated[
+    float | None,
+    _opt(
+        "--repetition-penalty", panel=SAMPLING_PANEL, help="Talker repetition penalty (1.0: off)."
+    ),
+]
+SubTemperature = Annotated[
+    float | None,
+    _opt("--subtalker-temperature", panel=SAMPLING_PANEL, help="Code predictor temperature (> 0)."),
+]
+SubTopK = Annotated[
+    int | None,
+    _opt("--subtalker-top-k", min=0, panel=SAMPLING_PANEL, help="Code predictor top-k (0: off)."),
+]
+SubTopP = Annotated[
+    float | None,
+    _opt("--subtalker-top-p", panel=SAMPLING_PANEL, help="Code predictor top-p, in (0, 1]."),
+]
+
+# -- output ----------------------------------------------------------------------
+OutDir = Annotated[
+    Path,
+    _opt(
+        "--out-dir",
+        "-o",
+        panel=OUTPUT_PANEL,
+        help=("Folder for audio files, results.parquet and metadata.jsonl."),
+    ),
+]
 Format = Annotated[
-    AudioFormat, _opt("--format", "-f", panel=OUTPUT_PANEL, help="Audio files (16-bit PCM).")
+    AudioFormat,
+    _opt("--format", "-f", panel=OUTPUT_PANEL, help=("Audio file format (16-bit PCM).")),
 ]
 SaveCodes = Annotated[
     bool,
-    _opt("--save-codes", panel=OUTPUT_PANEL, help="Also write {id}.codes.npy, int [frames, 16]."),
-]
-Overwrite = Annotated[
-    bool,
     _opt(
-        "--overwrite",
+        "--save-codes",
         panel=OUTPUT_PANEL,
-        help="Redo every row. Default: resume, skipping rows already done (file decodes).",
+        help=("Also write OUT/{id}.codes.npy: int64 \\[frames, 16] codec codes."),
     ),
 ]
-FailFast = Annotated[
-    bool,
-    _opt("--fail-fast/--no-fail-fast", panel=OUTPUT_PANEL, help="Stop at the first failed row."),
+
+# -- model and engine ------------------------------------------------------------
+Model = Annotated[
+    str,
+    _opt(
+        "--model", "-m", panel=ENGINE_PANEL, help=("Local checkpoint dir or Hugging Face repo id.")
+    ),
 ]
-SCALE_PANEL = "Scale out"
+Device = Annotated[
+    str,
+    _opt(
+        "--device",
+        panel=ENGINE_PANEL,
+        help=("auto, cpu, cuda or cuda:N (auto: cuda when there is one)."),
+    ),
+]
+DtypeOpt = Annotated[
+    Dtype, _opt("--dtype", panel=ENGINE_PANEL, help=("auto: bfloat16 on CUDA, float32 on CPU."))
+]
+BatchSize = Annotated[
+    str,
+    _opt(
+        "--batch-size",
+        "-b",
+        panel=ENGINE_PANEL,
+        help=(
+            "Rows decoded together (engine slots, refilled as rows finish). auto: as many as the "
+            "memory "
+            "plan fits (see qtts plan); a number that cannot fit is refused."
+        ),
+    ),
+]
+MaxNewTokens = Annotated[
+    int | None,
+    _opt(
+        "--max-new-tokens",
+        min=1,
+        panel=ENGINE_PANEL,
+        help=(
+            "Talker steps per row, used exactly (a row that never stops gets N-1 frames at 12.5 "
+            "Hz). "
+            "Unset: min(generation_config max_new_tokens, 100 + 8 x text tokens)."
+        ),
+    ),
+]
+
+# -- scale out -------------------------------------------------------------------
 NumShards = Annotated[
     int | None,
     _opt(
         "--num-shards",
         min=1,
         panel=SCALE_PANEL,
-        help="Split the job into N shards by sha1(id) % N (default: from a Slurm array, srun or "
-        "torchrun environment; else 1). Shards share the out dir.",
+        help=(
+            "Split the job into N shards by sha1(id) % N. Unset: from a Slurm array, srun or "
+            "torchrun "
+            "environment, else 1. The out dir pins N."
+        ),
     ),
 ]
 ShardIndex = Annotated[
-    int | None,
-    _opt("--shard-index", min=0, panel=SCALE_PANEL, help="This run's shard, 0..N-1."),
+    int | None, _opt("--shard-index", min=0, panel=SCALE_PANEL, help=("This run's shard, 0..N-1."))
 ]
-
-
-class Backend(str, Enum):
-    local = "local"
-    ray = "ray"
-
-
 BackendOpt = Annotated[
     Backend,
-    _opt("--backend", panel=SCALE_PANEL,
-         help="local: this process and device. ray: Ray Data actors over a cluster's GPUs "
-         "(pip install 'qtts[ray]'); outputs go to a folder every worker can see."),
-]  # fmt: skip
+    _opt(
+        "--backend",
+        panel=SCALE_PANEL,
+        help=(
+            "local: this process and device. ray: Ray Data actors over a cluster's GPUs (pip "
+            "install "
+            "'qtts\\[ray]'); outputs go to a folder every worker can see."
+        ),
+    ),
+]
 RayAddress = Annotated[
     str | None,
-    _opt("--ray-address", panel=SCALE_PANEL,
-         help="Ray cluster to join [default: RAY_ADDRESS, else a local Ray for this job]."),
-]  # fmt: skip
+    _opt(
+        "--ray-address",
+        panel=SCALE_PANEL,
+        help=("Ray cluster to join. Unset: RAY_ADDRESS, else a local Ray for this job."),
+    ),
+]
 Workers = Annotated[
     int | None,
-    _opt("--workers", min=1, panel=SCALE_PANEL,
-         help="Ray actors [default: one per GPU in the cluster, or 1 without GPUs]."),
-]  # fmt: skip
+    _opt(
+        "--workers",
+        min=1,
+        panel=SCALE_PANEL,
+        help=("Ray actors. Unset: one per GPU in the cluster, or 1 without GPUs."),
+    ),
+]
 GpusPerWorker = Annotated[
     float | None,
-    _opt("--gpus-per-worker", min=0, panel=SCALE_PANEL,
-         help="GPUs per Ray actor [default: 1 when the cluster has GPUs, else 0]."),
-]  # fmt: skip
+    _opt(
+        "--gpus-per-worker",
+        min=0,
+        panel=SCALE_PANEL,
+        help=("GPUs per Ray actor. Unset: 1 when the cluster has GPUs, else 0."),
+    ),
+]
 RayTimeout = Annotated[
     float,
-    _opt("--ray-timeout", min=0.1, panel=SCALE_PANEL,
-         help="Seconds to reach --ray-address before giving up (nothing is written)."),
-]  # fmt: skip
-DryRun = Annotated[
+    _opt(
+        "--ray-timeout",
+        min=0.1,
+        panel=SCALE_PANEL,
+        help=("Seconds to reach --ray-address before giving up (nothing is written)."),
+    ),
+]
+
+# -- failures and logging --------------------------------------------------------
+FailFast = Annotated[
     bool,
-    _opt("--dry-run", panel=OUTPUT_PANEL,
-         help="Read and validate every row, scan what is done, plan memory, and print what "
-         "would run (one JSON line); load no weights, write nothing."),
-]  # fmt: skip
-InputMoved = Annotated[
-    bool,
-    _opt("--input-moved", panel=OUTPUT_PANEL,
-         help="The out dir's input was moved or renamed to INPUT: adopt the new path and "
-         "resume (a different input is refused otherwise)."),
-]  # fmt: skip
+    _opt("--fail-fast/--no-fail-fast", panel=LOG_PANEL, help=("Stop at the first failed row.")),
+]
 MaxFailures = Annotated[
     int | None,
-    _opt("--max-failures", min=1, panel=OUTPUT_PANEL, help="Stop after N failed rows (exit 3)."),
+    _opt(
+        "--max-failures",
+        min=1,
+        panel=LOG_PANEL,
+        help=("Stop after N failed rows (exit 3). Unset: never stop for failures."),
+    ),
 ]
 OnBudgetOpt = Annotated[
     OnBudget,
     _opt(
         "--on-budget",
-        panel=OUTPUT_PANEL,
-        help="A row that uses its whole frame budget without EOS: ok (kept, flagged "
-        "hit_frame_budget in results) or fail.",
+        panel=LOG_PANEL,
+        help=(
+            "A row that uses its whole frame budget without EOS: ok (kept, flagged "
+            "hit_frame_budget in "
+            "results) or fail."
+        ),
     ),
 ]
 LogInterval = Annotated[
@@ -223,9 +364,9 @@ LogInterval = Annotated[
     _opt(
         "--log-interval",
         min=1.0,
-        panel=OUTPUT_PANEL,
-        help="Seconds between progress log lines when stderr is not a terminal.",
+        panel=LOG_PANEL,
+        help=("Seconds between progress log lines when stderr is not a terminal."),
     ),
 ]
-Quiet = Annotated[bool, _opt("--quiet", "-q", panel=OUTPUT_PANEL, help="Warnings and errors only.")]
-Verbose = Annotated[bool, _opt("--verbose", "-v", panel=OUTPUT_PANEL, help="Debug logging.")]
+Quiet = Annotated[bool, _opt("--quiet", "-q", panel=LOG_PANEL, help="Warnings and errors only.")]
+Verbose = Annotated[bool, _opt("--verbose", "-v", panel=LOG_PANEL, help="Debug logging.")]

@@ -1,6 +1,8 @@
-"""`qtts plan`: parse options, run qtts.core.bench.plan, print the table and a final JSON line.
+"""`qtts plan`: parse options, run qtts.core.bench.plan, print the tables and a final JSON line.
 
-No GPU and no model allocation needed: plan a job before spending GPU hours on it.
+No GPU and no model allocation needed: plan a job before spending GPU hours on it, on the card
+you would rent. Exits as `qtts batch` would: 2 when the job does not fit, naming the largest batch
+size that does.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import typer
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 
-DEVICE_NAMES = ("h100", "h200", "a100", "l40s")
+GPUS = ("l4", "a10", "rtx4090", "l40s", "a100-40", "a100-80", "h100", "h200")
 
 
 def plan(
-    source: Annotated[
+    input: Annotated[
         Path | None,
-        typer.Argument(help="Text file or Parquet manifest to plan for [default: --text-tokens]."),
+        typer.Argument(help="Text file or Parquet manifest to plan for. Unset: --text-tokens."),
     ] = None,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Checkpoint dir (or cached HF repo id).")
@@ -28,7 +30,13 @@ def plan(
     size: Annotated[
         str | None, typer.Option(help="Published dimensions instead of a checkpoint: 0.6b, 1.7b.")
     ] = None,
-    gpu_memory: Annotated[float, typer.Option(help="GPU memory to plan for, in GiB.")] = 80.0,
+    gpu: Annotated[
+        str,
+        typer.Option(help=f"The card: {', '.join(GPUS)}, or custom (with --bandwidth, --tflops)."),
+    ] = "h100",
+    gpu_memory: Annotated[
+        float | None, typer.Option(min=1.0, help="GiB to plan for. Unset: the card's memory.")
+    ] = None,
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32.")] = "bfloat16",
     batch_size: o.BatchSize = "auto",
     text_tokens: Annotated[
@@ -39,35 +47,51 @@ def plan(
     speaker: Annotated[
         str | None, typer.Option(help="CustomVoice speaker for INPUT rows (any: same length).")
     ] = None,
-    device: Annotated[
-        str, typer.Option(help=f"Roofline device: {', '.join(DEVICE_NAMES)}, or custom.")
-    ] = "h100",
     bandwidth: Annotated[
-        float | None, typer.Option(help="Custom roofline device: memory bandwidth in TB/s.")
+        float | None, typer.Option(min=0.001, help="--gpu custom: memory bandwidth in TB/s.")
     ] = None,
     tflops: Annotated[
-        float | None, typer.Option(help="Custom roofline device: dense TFLOP/s in --dtype.")
+        float | None, typer.Option(min=0.001, help="--gpu custom: dense TFLOP/s in --dtype.")
     ] = None,
 ) -> None:
-    """Plan a job's GPU memory (slots, KV per length group, graphs, vocoder batch) and its decode
-    step's roofline, without a GPU. The last stdout line is JSON (fits, slots, *_bytes, groups)."""
+    """Plan a job's GPU memory (slots, KV per length group, graphs, vocoder batch), its decode
+    step's roofline and the job's duration at that ceiling, without a GPU. The last stdout line
+    is JSON; exit 2 when the job does not fit the card."""
     with cli_errors():
-        lines, out = _run(source, model, size, gpu_memory, dtype, o.parse_batch_size(batch_size),
-                          text_tokens, rows, max_new_tokens, speaker, device, bandwidth,
-                          tflops)  # fmt: skip
+        lines, out, refusal = _run(input, model, size, gpu, gpu_memory, dtype,
+                                   o.parse_batch_size(batch_size), text_tokens, rows,
+                                   max_new_tokens, speaker, bandwidth, tflops)  # fmt: skip
     for line in lines:
         typer.echo(line)
     typer.echo(json.dumps(out))
+    if refusal is not None:
+        typer.echo(f"Error: {refusal}", err=True)
+        raise typer.Exit(2)
 
 
-def _run(source, model, size, gpu_memory, dtype, batch_size, text_tokens, rows, max_new_tokens,
-         speaker, device, bandwidth, tflops):  # fmt: skip
+def _device(gpu: str, bandwidth, tflops):
+    from qtts.core.engine.roofline import DEVICES, DeviceSpec
+
+    if gpu == "custom":
+        if bandwidth is None or tflops is None:
+            raise typer.BadParameter("--gpu custom needs both --bandwidth and --tflops")
+        return DeviceSpec(f"custom ({bandwidth} TB/s, {tflops} TFLOP/s)", bandwidth * 1e12,
+                          tflops * 1e12)  # fmt: skip
+    if gpu not in DEVICES:
+        raise typer.BadParameter(f"--gpu {gpu!r}: use {', '.join(GPUS)} or custom")
+    if bandwidth is not None or tflops is not None:
+        raise typer.BadParameter("--bandwidth and --tflops go with --gpu custom")
+    return DEVICES[gpu]
+
+
+def _run(source, model, size, gpu, gpu_memory, dtype, batch_size, text_tokens, rows,
+         max_new_tokens, speaker, bandwidth, tflops):  # fmt: skip
     import torch
 
     from qtts.core.bench.plan import input_shapes, plan_model, report, synthetic_shapes
     from qtts.core.engine.planner import GIB, plan_memory
-    from qtts.core.engine.roofline import DEVICES, DeviceSpec
     from qtts.core.engine.settings import EngineSettings
+    from qtts.core.synthesis.memory_plan import refusal
 
     dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(dtype)
     if dt is None:
@@ -76,25 +100,24 @@ def _run(source, model, size, gpu_memory, dtype, batch_size, text_tokens, rows, 
         raise typer.BadParameter("give either --model DIR or --size 0.6b|1.7b")
     if size not in (None, "0.6b", "1.7b"):
         raise typer.BadParameter(f"--size {size!r}: use 0.6b or 1.7b")
-    if bandwidth is not None or tflops is not None:
-        if bandwidth is None or tflops is None:
-            raise typer.BadParameter("a custom device needs both --bandwidth and --tflops")
-        spec = DeviceSpec(f"custom ({bandwidth} TB/s, {tflops} TFLOP/s)", bandwidth * 1e12,
-                          tflops * 1e12)  # fmt: skip
-    elif device in DEVICES:
-        spec = DEVICES[device]
-    else:
-        raise typer.BadParameter(f"--device {device!r}: use {', '.join(DEVICES)} or --bandwidth")
+    spec = _device(gpu, bandwidth, tflops)
+    memory = gpu_memory or spec.memory_gib
+    if memory is None:
+        raise typer.BadParameter("--gpu custom needs --gpu-memory")
     m = plan_model(model, size, dt)
     if source is None:
-        shapes = synthetic_shapes(m, text_tokens, rows, max_new_tokens)
+        shapes, frames = synthetic_shapes(m, text_tokens, rows, max_new_tokens)
         what = f"{rows} rows of {text_tokens} text tokens"
     else:
-        shapes, note = input_shapes(m, str(source), max_new_tokens, speaker)
+        shapes, frames, note = input_shapes(m, str(source), max_new_tokens, speaker)
         what = f"{len(shapes)} rows of {source} ({note})"
     settings = EngineSettings.for_device("cuda", env={})
-    plan = plan_memory(shapes, m.dims, int(gpu_memory * GIB), m.weights_bytes, settings,
+    plan = plan_memory(shapes, m.dims, int(memory * GIB), m.weights_bytes, settings,
                        batch_size, "cuda")  # fmt: skip
-    lines, out = report(plan, m, spec)
-    header = f"qtts plan: {m.name} in {dtype} on a {gpu_memory:g} GiB GPU, {what}"
-    return [header, *lines], {"model": m.name, "dtype": dtype, **out}
+    lines, out = report(plan, m, spec, frames)
+    header = f"qtts plan: {m.name} in {dtype} on {spec.name}, {memory:g} GiB, {what}"
+    return (
+        [header, *lines],
+        {"model": m.name, "dtype": dtype, "gpu": gpu, **out},
+        (None if plan.fits else refusal(plan, "cuda")),
+    )

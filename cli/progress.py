@@ -1,5 +1,8 @@
-"""Progress on stderr: a tqdm bar (rows, audio-s/s, ETA) when stderr is a terminal, otherwise a log
-line every N seconds for cron logs; nothing with -q. Never writes to stdout.
+"""Progress on stderr, by audio: a tqdm bar (audio seconds done of those planned, rows, audio-s/s,
+ETA) when stderr is a terminal, otherwise a log line every --log-interval seconds from the
+moment synthesis starts (cron logs see a heartbeat even before the first row finishes); nothing
+with -q. Rows finish in bursts (a batch at a time), so the ETA counts audio, not rows. Log
+records go through the bar (tqdm.write), never into it. Never writes to stdout.
 
 Implements qtts.core.jobs.interfaces.ProgressSink; knows nothing of a job beyond rows and seconds.
 """
@@ -8,14 +11,32 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 
 log = logging.getLogger("qtts")
+
+_bars = 0  # bars on screen: while any is, log records are written through tqdm
 
 
 def _clock(seconds: float) -> str:
     s = int(max(seconds, 0))
     return f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class BarAwareHandler(logging.StreamHandler):
+    """A stderr handler that prints above a progress bar instead of into it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not _bars:
+            super().emit(record)
+            return
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 -- logging must not fail the job
+            self.handleError(record)
 
 
 class Progress:
@@ -24,44 +45,73 @@ class Progress:
         self.log_interval = log_interval
         self.bar = None
         self.total = self.done = 0
-        self.audio_s = 0.0
-        self.t0 = self.last_log = time.monotonic()
+        self.planned_s = self.audio_s = 0.0
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
-    def start(self, total: int) -> None:
-        self.total = total
-        self.t0 = self.last_log = time.monotonic()
-        if self.quiet or not total or not _is_tty(sys.stderr):
+    def start(self, total: int, planned_audio_s: float = 0.0) -> None:
+        """total rows to synthesize, and the audio they are expected to make (an estimate)."""
+        global _bars
+        self.total, self.planned_s = total, planned_audio_s
+        self.t0 = time.monotonic()
+        if self.quiet or not total:
             return
-        from tqdm import tqdm
+        if _is_tty(sys.stderr):
+            from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="row", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(total=round(planned_audio_s, 1) or None, unit="s audio",
+                            file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
+                            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio "
+                            "[{elapsed}<{remaining}{postfix}]")  # fmt: skip
+            _bars += 1
+            self._postfix()
+            return
+        self._ticker = threading.Thread(target=self._tick, name="qtts-progress", daemon=True)
+        self._ticker.start()
 
     def advance(self, rows: int, audio_s: float) -> None:
         self.done += rows
         self.audio_s += audio_s
+        if self.bar is not None:
+            if self.bar.total is not None and self.bar.n + audio_s > self.bar.total:
+                self.bar.total = self.bar.n + audio_s  # the estimate was short: never past 100%
+            self.bar.update(audio_s)
+            self._postfix()
+
+    def _postfix(self) -> None:
         elapsed = time.monotonic() - self.t0
         rate = self.audio_s / elapsed if elapsed > 0 else 0.0
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{rate:.1f} audio-s/s", refresh=False)
-            self.bar.update(rows)
-            return
-        now = time.monotonic()
-        if not self.quiet and now - self.last_log >= self.log_interval:
-            self.last_log = now
-            log.info(self.line(elapsed, rate))
+        self.bar.set_postfix_str(f"{self.done}/{self.total} rows, {rate:.1f} audio-s/s",
+                                 refresh=True)  # fmt: skip
 
-    def line(self, elapsed: float, rate: float) -> str:
-        left = self.total - self.done
-        eta = _clock(elapsed / self.done * left) if self.done else "?"
+    def _tick(self) -> None:
+        while not self._stop.wait(self.log_interval):
+            log.info(self.line())
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        rate = self.audio_s / elapsed if elapsed > 0 else 0.0
+        left = max(self.planned_s - self.audio_s, 0.0)
+        if self.done >= self.total:
+            eta = "0:00:00"
+        elif rate > 0 and left > 0:
+            eta = _clock(left / rate)
+        else:
+            eta = "?"
         return (
-            f"progress: {self.done}/{self.total} rows, {self.audio_s:.1f} s of audio, "
-            f"{rate:.2f} audio-s/s, elapsed {_clock(elapsed)}, ETA {eta}"
+            f"progress: {self.done}/{self.total} rows, {self.audio_s:.1f} of about "
+            f"{self.planned_s:.0f} s of audio, {rate:.2f} audio-s/s, elapsed {_clock(elapsed)}, "
+            f"ETA {eta}"
         )
 
     def close(self) -> None:
+        global _bars
+        self._stop.set()
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+            _bars -= 1
 
 
 def _is_tty(stream) -> bool:

@@ -21,9 +21,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-type", choices=["custom_voice", "voice_design"], default="custom_voice")
     p.add_argument(
         "--size",
-        choices=["1b7", "0b6"],
-        default="1b7",
-        help="1b7: predictor narrower than the talker (projection); 0b6: equal widths",
+        choices=["1.7b", "0.6b"],
+        default="1.7b",
+        help="the layout of: 1.7b (predictor narrower than the talker), 0.6b (equal widths)",
     )
     p.add_argument("--preset", choices=["tiny", "small"], default="tiny")
     p.add_argument("--seed", type=int, default=0)
@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     dims = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     try:
         out = make_tiny_checkpoint(
-            args.out_dir, model_type=args.model_type, size=args.size, seed=args.seed,
+            args.out_dir, model_type=args.model_type, seed=args.seed,
+            size={"1.7b": "1b7", "0.6b": "0b6"}[args.size],
             greedy=args.greedy, dtype=args.dtype, preset=args.preset, **dims,
         )  # fmt: skip
     except ValueError as e:

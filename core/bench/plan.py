@@ -18,7 +18,7 @@ import torch
 
 from qtts.core.engine.footprint import Dims
 from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
-from qtts.core.engine.roofline import DeviceSpec, decode_step_cost
+from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
@@ -78,15 +78,19 @@ def synthetic_tokens(config: ModelConfig, text_tokens: int) -> PromptTokens:
 
 def synthetic_shapes(
     m: PlanModel, text_tokens: int, rows: int, max_new_tokens: int | None
-) -> list[RowShape]:
-    budget = FrameBudget(m.max_new_tokens, max_new_tokens).max_new_tokens(text_tokens)
-    return row_shapes([budget] * rows, [synthetic_tokens(m.config, text_tokens)] * rows)
+) -> tuple[list[RowShape], list[int]]:
+    """(shapes, expected frames per row) of `rows` rows of `text_tokens` text tokens."""
+    b = FrameBudget(m.max_new_tokens, max_new_tokens)
+    shapes = row_shapes([b.max_new_tokens(text_tokens)] * rows,
+                        [synthetic_tokens(m.config, text_tokens)] * rows)  # fmt: skip
+    return shapes, [b.estimate_frames(text_tokens)] * rows
 
 
 def input_shapes(
     m: PlanModel, source: str, max_new_tokens: int | None, speaker: str | None
-) -> tuple[list[RowShape], str]:
-    """Shapes of an input file's rows, and a note on how their tokens were counted."""
+) -> tuple[list[RowShape], list[int], str]:
+    """Shapes of an input file's rows, their expected frames, and a note on how their tokens
+    were counted."""
     from qtts.core.jobs.manifest import read_parquet_manifest, read_text_lines
 
     is_parquet = source.endswith(".parquet")
@@ -94,26 +98,30 @@ def input_shapes(
     texts = [t for t in rows["text"].to_pylist() if t is not None]
     if m.model_dir is None:  # no tokenizer: estimate from the text's length
         counts = [math.ceil(len(t.encode()) / ESTIMATED_BYTES_PER_TOKEN) for t in texts]
-        shapes = [s for c in counts for s in synthetic_shapes(m, c, 1, max_new_tokens)]
+        pairs = [synthetic_shapes(m, c, 1, max_new_tokens) for c in counts]
         note = f"token counts estimated at {ESTIMATED_BYTES_PER_TOKEN} bytes each (no tokenizer)"
-        return shapes, note
+        return [p[0][0] for p in pairs], [p[1][0] for p in pairs], note
     from qtts.core.synthesis.prompt import prompt_tokens
     from qtts.core.synthesis.session import CheckpointText
 
     text = CheckpointText(m.name, m.model_dir)
     budget = FrameBudget(m.max_new_tokens, max_new_tokens)
     speaker = speaker or (m.config.supported_speakers() or [None])[0]
-    budgets, tokens = [], []
+    budgets, tokens, frames = [], [], []
     for t in texts:
         voice = speaker if m.config.uses_speaker else None
         ids = prompt_tokens(m.config, text.tokenizer, t, voice, "auto", None)
-        budgets.append(budget.max_new_tokens(len(ids.text_ids) - 8))
+        n = len(ids.text_ids) - 8
+        budgets.append(budget.max_new_tokens(n))
+        frames.append(budget.estimate_frames(n))
         tokens.append(ids)
-    return row_shapes(budgets, tokens), "token counts from the checkpoint's tokenizer"
+    return row_shapes(budgets, tokens), frames, "token counts from the checkpoint's tokenizer"
 
 
-def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec) -> tuple[list[str], dict]:
-    """The table lines and the JSON object (the last stdout line) for a plan."""
+def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
+           frames: list[int]) -> tuple[list[str], dict]:  # fmt: skip
+    """The table lines and the JSON object (the last stdout line) for a plan; frames: each
+    row's expected frames (the job estimate)."""
     g = plan.peak_group
     lines = [
         f"{'component':<20}{'GiB':>9}",
@@ -132,9 +140,11 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec) -> tuple[list[str
         f"{'margin':<20}{plan.margin_bytes / GIB:>9.2f}",
         f"{'total':<20}{plan.total_bytes / GIB:>9.2f}   of {plan.budget_bytes / GIB:.2f}: "
         + ("fits" if plan.fits else "DOES NOT FIT"),
-        "groups (rows x kv_len @ slots, graphs): "
-        + ", ".join(f"{len(x.rows)} x {x.kv_len} @ {x.slots}, {len(x.views)}" for x in plan.groups),
-    ]
+        "",
+        f"{'length group':<14}{'rows':>10}{'KV positions':>14}{'slots':>8}{'graphs':>8}",
+        *(f"{k:<14}{len(x.rows):>10,}{x.kv_len:>14,}{x.slots:>8}{len(x.views):>8}"
+          for k, x in enumerate(plan.groups, start=1)),
+    ]  # fmt: skip
     if not plan.fits:
         lines.append(
             f"largest batch size that fits: {plan.largest_fitting}"
@@ -173,4 +183,17 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec) -> tuple[list[str
             "lower_bound_ms": bound * 1e3,
             "ceiling_audio_s_per_s": cost.ceiling_audio_s_per_s(g.slots, device),
         }
+        lines += job_estimate(out, frames, cost.ceiling_audio_s_per_s(g.slots, device), device)
     return lines, out
+
+
+def job_estimate(out: dict, frames: list[int], ceiling: float, device: DeviceSpec) -> list[str]:
+    """The job in rows and hours of audio, and its duration at the roofline ceiling (an upper
+    bound on speed: the real job is slower)."""
+    audio_s = sum(frames) * FRAME_S
+    hours_at_ceiling = audio_s / ceiling / 3600
+    out["job"] = {"rows": len(frames), "audio_hours": audio_s / 3600,
+                  "hours_at_ceiling": hours_at_ceiling}  # fmt: skip
+    return [f"job: {len(frames):,} rows, about {audio_s / 3600:,.1f} h of audio (frame estimate); "
+            f"at least {hours_at_ceiling:,.2f} h on one {device.name.split(' (')[0]} "
+            "(at the roofline ceiling: an upper bound on speed)"]  # fmt: skip

@@ -214,6 +214,10 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
     if cuda:
         res.peak_mem_gb = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    else:  # the process's peak resident set: what the job would need of this machine
+        import resource
+
+        res.peak_mem_gb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     res.step_ms, view = profile_step(engine, step, prompts[:batch], params)
     res.view = view
     return res

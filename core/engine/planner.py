@@ -165,7 +165,8 @@ def plan_memory(
     spare = budget_bytes - weights_bytes - margin
     longest = max((r.budget for r in rows), default=1)
     per_utterance = vocoder_bytes(dims, 1, longest)
-    vocoder_batch = max(1, min(VOCODER_MAX_BATCH, int(VOCODER_SHARE * spare) // per_utterance))
+    at_most = min(VOCODER_MAX_BATCH, max(len(rows), 1))  # never more rows than the job has
+    vocoder_batch = max(1, min(at_most, int(VOCODER_SHARE * spare) // per_utterance))
     room = spare - vocoder_batch * per_utterance  # for the largest group's working set
     groups = length_groups(rows)
 

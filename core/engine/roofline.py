@@ -27,14 +27,28 @@ class DeviceSpec:
     bandwidth: float  # bytes/s of device memory
     flops: float  # dense matmul FLOP/s in the job's dtype
     launch_s: float = LAUNCH_S  # seconds per kernel launch inside a graph
+    memory_gib: float | None = None  # the card's memory, when it is a known card
 
 
+# Datasheet figures: memory bandwidth, dense bf16 tensor FLOP/s (no sparsity), memory.
 DEVICES = {
-    "h100": DeviceSpec("H100 SXM (3.35 TB/s, 989 TFLOP/s bf16 dense)", 3.35e12, 989e12),
-    "h200": DeviceSpec("H200 SXM (4.8 TB/s, 989 TFLOP/s bf16 dense)", 4.8e12, 989e12),
-    "a100": DeviceSpec("A100 80GB SXM (2.04 TB/s, 312 TFLOP/s bf16 dense)", 2.04e12, 312e12),
-    "l40s": DeviceSpec("L40S (0.864 TB/s, 362 TFLOP/s bf16 dense)", 0.864e12, 362e12),
-}
+    "l4": DeviceSpec("L4 (0.3 TB/s, 121 TFLOP/s bf16 dense, 24 GiB)", 0.3e12, 121e12,
+                     memory_gib=24),
+    "a10": DeviceSpec("A10 (0.6 TB/s, 125 TFLOP/s bf16 dense, 24 GiB)", 0.6e12, 125e12,
+                      memory_gib=24),
+    "rtx4090": DeviceSpec("RTX 4090 (1.0 TB/s, 165 TFLOP/s bf16 dense, 24 GiB)", 1.008e12,
+                          165e12, memory_gib=24),
+    "l40s": DeviceSpec("L40S (0.864 TB/s, 362 TFLOP/s bf16 dense, 48 GiB)", 0.864e12, 362e12,
+                       memory_gib=48),
+    "a100-40": DeviceSpec("A100 40GB SXM (1.56 TB/s, 312 TFLOP/s bf16 dense)", 1.555e12,
+                          312e12, memory_gib=40),
+    "a100-80": DeviceSpec("A100 80GB SXM (2.04 TB/s, 312 TFLOP/s bf16 dense)", 2.039e12,
+                          312e12, memory_gib=80),
+    "h100": DeviceSpec("H100 SXM (3.35 TB/s, 989 TFLOP/s bf16 dense, 80 GiB)", 3.35e12, 989e12,
+                       memory_gib=80),
+    "h200": DeviceSpec("H200 SXM (4.8 TB/s, 989 TFLOP/s bf16 dense, 141 GiB)", 4.8e12, 989e12,
+                       memory_gib=141),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

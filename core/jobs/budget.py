@@ -4,18 +4,17 @@ Policy: an explicit --max-new-tokens is used exactly, for every row (the officia
 that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
 min(generation_config max_new_tokens, a runaway guard from the text length), so a sample that
 never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
-check, the frame estimate and the longest-first order it gives. Pure arithmetic: knows no model
+check and the frame estimate. Pure arithmetic: knows no model
 and no tensors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from qtts.core.synthesis.requests import Request
+FRAME_S = 0.08  # audio per frame: the 12 Hz codec runs at 12.5 frames per second
 
 # Runaway guard: 8 s for any text, plus 8 frames (0.64 s) per text token. Normal speech runs at
 # 2-5 frames per text token, so the guard is about twice the slowest normal delivery.
@@ -100,15 +99,3 @@ class FrameBudget:
     def estimate_frames_of(self, tokens: np.ndarray) -> np.ndarray:
         est = EST_FRAMES_PER_TOKEN * np.maximum(tokens, 1)
         return np.minimum(est, self.max_new_tokens_of(tokens))
-
-
-def longest_first(
-    requests: Sequence[Request], estimated_frames: Mapping[str, int]
-) -> list[Request]:
-    """The synthesis order: longest frame estimate first (an out-of-memory batch shows up at the
-    start of a night, not at the end, and neighbours in the engine finish at similar steps);
-    ties keep input order."""
-    missing = [r.id for r in requests if r.id not in estimated_frames]
-    if missing:
-        raise ValueError(f"no frame estimate for request(s) {', '.join(missing[:5])}")
-    return sorted(requests, key=lambda r: (-estimated_frames[r.id], r.row))

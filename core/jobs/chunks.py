@@ -46,7 +46,8 @@ class Todo:
     def num_rows(self) -> int:
         return len(self.order)
 
-    def slices(self, size: int = CHUNK_ROWS) -> Iterator[pa.Table]:
+    def slices(self, size: int | None = None) -> Iterator[pa.Table]:
+        size = size or CHUNK_ROWS
         for start in range(0, self.num_rows, size):
             yield self.rows.take(pa.array(self.order[start : start + size]))
 
@@ -82,7 +83,7 @@ def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget) -> Chu
 
 
 def chunks(todo: Todo, model: TextModel, budget: FrameBudget,
-           size: int = CHUNK_ROWS) -> Iterator[Chunk]:  # fmt: skip
+           size: int | None = None) -> Iterator[Chunk]:  # fmt: skip
     """The job's requests, longest first, a chunk at a time."""
     for rows in todo.slices(size):
         yield chunk_requests(rows, model, budget)

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from qtts.core.jobs import state
+from qtts.core.jobs.budget import FRAME_S
 from qtts.core.jobs.chunks import CHUNK_ROWS, chunk_requests
 from qtts.core.jobs.fingerprint import read_registry
 from qtts.core.jobs.listing import list_out_dir
@@ -26,7 +27,6 @@ from qtts.core.jobs.work import Work, plan_work
 
 log = logging.getLogger("qtts")
 
-FRAMES_PER_SECOND = 12.5  # the 12 Hz codec: 1920 samples per frame at 24 kHz
 FIRST_FAILURES = 5
 
 
@@ -49,12 +49,12 @@ class DryRunSummary:
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d["est_audio_hours"] = round(self.est_frames / FRAMES_PER_SECOND / 3600, 3)
+        d["est_audio_hours"] = round(self.est_frames * FRAME_S / 3600, 3)
         d["wall_s"] = round(self.wall_s, 3)
         return d
 
     def describe(self) -> str:
-        hours = self.est_frames / FRAMES_PER_SECOND / 3600
+        hours = self.est_frames * FRAME_S / 3600
         return (f"dry run: {self.to_synthesize} row(s) to synthesize (about {hours:.2f} h of "
                 f"audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
                 f"failing validation; nothing was written")  # fmt: skip

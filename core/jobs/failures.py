@@ -24,6 +24,20 @@ class FailureLog:
             name = f"row {row_id}" if row_id is not None else f"row {row} (no id)"
             log.warning("%s: %s", name, reason)
 
+    def add_table(self, rows) -> None:
+        """rows: an Arrow table with id, row and error: the first few said, all counted."""
+        if rows.num_rows == 0:
+            return
+        import pyarrow.compute as pc
+
+        shown = max(SHOWN_IN_FULL - self.count, 0)
+        for r in rows.slice(0, shown).select(["id", "row", "error"]).to_pylist():
+            self.add(r["id"], r["row"], r["error"])
+        rest = rows.slice(shown)
+        self.count += rest.num_rows
+        for item in pc.value_counts(rest["error"]).to_pylist():
+            self.reasons[item["values"]] += item["counts"]
+
     def close(self) -> None:
         """After the job: how many more failed, by reason."""
         hidden = self.count - SHOWN_IN_FULL

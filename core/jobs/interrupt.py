@@ -22,6 +22,10 @@ log = logging.getLogger("qtts")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def _exit_now(signum: int, frame: object) -> None:
+    os._exit(128 + signum)
+
+
 class Interrupted(BaseException):  # noqa: N818 -- BaseException so `except Exception` can't eat it
     """The job was asked to stop; exit code 128 + signal number (130 SIGINT, 143 SIGTERM)."""
 
@@ -51,7 +55,9 @@ class StopSignals:
 
     def __exit__(self, *exc: object) -> None:
         for s, handler in self._previous.items():
-            signal.signal(s, handler)
+            # Stopping after a signal: a second one, while the process winds down (library
+            # atexit hooks), exits at once instead of raising a traceback out of them.
+            signal.signal(s, handler if self.signum is None else _exit_now)
         self._previous.clear()
 
     def _handle(self, signum: int, frame: object) -> None:

@@ -56,6 +56,9 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
         ) from None
     known = {k: data[k] for k in JobFile.__dataclass_fields__ if k in data}
     known.setdefault("format", 1)
+    if known["format"] > FORMAT:
+        raise UsageError(f"{path} was written by a newer qtts (job format {known['format']}); "
+                         "upgrade qtts to resume this out dir")  # fmt: skip
     try:
         return JobFile(**known)
     except TypeError as e:

@@ -38,14 +38,29 @@ class Journal:
     def append(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+        self.append_bytes([
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+        ])  # fmt: skip
+
+    def append_table(self, table: pa.Table) -> None:
+        """Many records at once (RECORD_SCHEMA columns), as JSON lines built from columns."""
+        if table.num_rows:
+            from qtts.core.jobs.jsonl import table_lines
+
+            self.append_bytes(table_lines(table))
+
+    def append_bytes(self, parts) -> None:
+        """Whole lines, appended as one write per part and fsynced once."""
         with self._lock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
             try:
                 if not self._repaired:
                     _cut_unfinished_line(fd)
                     self._repaired = True
-                os.write(fd, data)
+                for data in parts:
+                    view = memoryview(data)
+                    while view:  # os.write may write less than asked (large parts)
+                        view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -9,6 +9,7 @@ is lost. Knows chunks, the synthesizer protocol and the recorder; no tensors.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
@@ -22,6 +23,8 @@ from qtts.core.jobs.interrupt import StopSignals
 from qtts.core.jobs.journal import Journal
 from qtts.core.jobs.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.writer import OutputWriter, fsync_dir
+
+log = logging.getLogger("qtts")
 
 MAX_WRITES_IN_FLIGHT = 64
 FSYNC_EVERY = 16  # published files per directory fsync (the journal already has their lines)
@@ -37,12 +40,17 @@ class LocalBackend:
     batch_size: int | None
     options: object  # GenerationOptions
     budget: FrameBudget
+    synth: object = None  # loaded by prepare()
+
+    def prepare(self, stop: StopSignals) -> None:
+        log.info("loading %s on %s", self.text_model.name, self.device)
+        with stop.interruptible():
+            self.synth = self.load_synthesizer(self.text_model, self.device, self.dtype,
+                                               self.batch_size)  # fmt: skip
 
     def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
                  stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
-        with stop.interruptible():
-            synth = self.load_synthesizer(self.text_model, self.device, self.dtype,
-                                          self.batch_size)  # fmt: skip
+        synth = self.synth
         writes = WriteQueue(self.out_dir)
         recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format), journal, ctx)
         try:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs import state
+from qtts.core.jobs.budget import FRAME_S
 from qtts.core.jobs.chunks import Todo
 from qtts.core.jobs.failures import FailureLog
 from qtts.core.jobs.fingerprint import JobSettings, read_registry
@@ -32,14 +33,7 @@ from qtts.core.jobs.journal import Journal
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.listing import list_out_dir
 from qtts.core.jobs.recorder import Outcome, RecordContext
-from qtts.core.jobs.records import (
-    FAILED,
-    OK,
-    ROW_FIELDS,
-    SCAN_COLUMNS,
-    failed_record,
-    pending_record,
-)
+from qtts.core.jobs.records import FAILED, OK, SCAN_COLUMNS, pending_records, stamped
 from qtts.core.jobs.results import rebuild, up_to_date
 from qtts.core.jobs.resume import aligned
 from qtts.core.jobs.shards import Shard
@@ -55,6 +49,10 @@ RESULTS_WAIT_S = 10  # another shard rebuilding results: leave it to them after 
 
 
 class Backend(Protocol):
+    def prepare(self, stop: StopSignals) -> None:
+        """Get ready to synthesize (load the model): before progress starts."""
+        ...
+
     def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
                  stop: StopSignals) -> Iterator[Outcome]: ...  # fmt: skip
 
@@ -133,28 +131,26 @@ class JobRun:
         if len(work.resume.stale):
             log.warning("redoing %d row(s) done before whose output would change: %s",
                         len(work.resume.stale), work.resume.describe())  # fmt: skip
-            self.journal.append([pending_record(i, run=self.run_id)
-                                 for i in work.resume.stale.to_pylist()])  # fmt: skip
+            self.journal.append_table(pending_records(work.resume.stale, run=self.run_id))
         if work.skipped:
             log.info("resuming: %d row(s) already done, %d to do", work.skipped,
                      work.todo.num_rows)  # fmt: skip
         rejected = work.rejected
-        old = aligned(rejected, self.records)
+        old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
         same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
         fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
-        self.journal.append([failed_record(r, r["error"], **self.ctx.stamp())
-                             for r in fresh.select([*ROW_FIELDS, "error"]).to_pylist()
-                             if r["id"] is not None])  # fmt: skip
-        for r in rejected.select(["id", "row", "error"]).to_pylist():
-            self.failures.add(r["id"], r["row"], r["error"])
+        fresh = fresh.filter(pc.is_valid(fresh["id"]))  # a null id has no record to key
+        self.journal.append_table(stamped(fresh, status=FAILED, **self.ctx.stamp()))
+        self.failures.add_table(rejected)
 
     def _loop(self, work: Work, stop: StopSignals) -> None:
-        self.progress.start(work.todo.num_rows)
         if self._too_many_failures():
             self.aborted = True
             return
         if work.todo.num_rows == 0:
             return
+        self.backend.prepare(stop)
+        self.progress.start(work.todo.num_rows, float(work.todo.est_frames.sum()) * FRAME_S)
         outcomes = self.backend.outcomes(work.todo, self.journal, self.ctx, stop)
         try:
             for outcome in outcomes:
@@ -188,7 +184,7 @@ class JobRun:
         records = self.records if records is None else records
         self._rebuild_results()
         own = self.job.prepared.rows.select(["id"])
-        mine = aligned(own, records)
+        mine = aligned(own, records.select(["id", "status", "hit_frame_budget"]))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
         failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
             pc.sum(pc.is_null(own["id"])).as_py() or 0

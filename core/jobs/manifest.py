@@ -23,9 +23,12 @@ from qtts.core.jobs.ids import file_keys
 REQUIRED_COLUMNS = ("id", "text")
 OPTIONAL_COLUMNS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "seed")
 STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text")
-# What every reader returns; seed stays as the manifest typed it (validation checks it).
+# What every reader returns; seed stays as the manifest typed it (validation checks it). Text is
+# a large_string: a dataset's texts pass 2 GiB, past a plain string column's 32-bit offsets.
 ROW_SCHEMA = pa.schema(
-    [("row", pa.int64())] + [(c, pa.string()) for c in STRING_COLUMNS] + [("seed", pa.float64())]
+    [("row", pa.int64())]
+    + [(c, pa.large_string() if c == "text" else pa.string()) for c in STRING_COLUMNS]
+    + [("seed", pa.float64())]
 )
 # Python's str.isspace() set, as an RE2 class (\s is ASCII-only in RE2; \p{Z} adds the rest).
 BLANK = r"^[\s\p{Z}\x0b\x1c-\x1f\x85]*$"
@@ -69,7 +72,7 @@ def _split_lines(data: bytes) -> pa.Array:
 
 def _decode_utf8(lines: pa.Array, name: str, max_bad: int) -> pa.Array:
     try:
-        return lines.cast(pa.large_string()).cast(pa.string())
+        return lines.cast(pa.large_string())
     except pa.ArrowInvalid:
         pass
     bad: list[str] = []
@@ -132,9 +135,12 @@ def _column(path: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
     is_text = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
     if not is_text and hasattr(pa.types, "is_string_view"):
         is_text = pa.types.is_string_view(t)
+    if pa.types.is_dictionary(t):  # a categorical column (pandas, Polars): its values
+        column, t = pc.cast(column, t.value_type), t.value_type
+        is_text = pa.types.is_string(t) or pa.types.is_large_string(t)
     if not is_text:
         raise ManifestError(f"manifest {path}: column {name!r} must be strings, got {t}")
-    column = pc.cast(column, pa.string())
+    column = pc.cast(column, ROW_SCHEMA.field(name).type)
     if name in ("id", "text"):
         return column
     # An empty optional cell means "not given": it takes the command-line default.

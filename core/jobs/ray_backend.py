@@ -98,6 +98,9 @@ class RayBackend:
         slots = spec.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
         return cls(ray, started, workers, gpus, kwargs, slots)
 
+    def prepare(self, stop: StopSignals) -> None:
+        """Nothing: the actors load the model as they start."""
+
     def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
                  stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
         ray = self.ray
@@ -208,6 +211,7 @@ def _connect(ray, address: str | None, timeout: float) -> bool:
         ray.init(num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS, include_dashboard=False,
                  log_to_driver=False)  # fmt: skip
         return True
+    deadline = time.monotonic() + timeout
     _probe(address, timeout)
     error: list[BaseException] = []
 
@@ -219,7 +223,7 @@ def _connect(ray, address: str | None, timeout: float) -> bool:
 
     thread = threading.Thread(target=init, name="qtts-ray-connect", daemon=True)
     thread.start()
-    thread.join(timeout)
+    thread.join(max(deadline - time.monotonic(), 0.1))  # one --ray-timeout for both steps
     if thread.is_alive():
         raise RayConnectError(f"no Ray cluster answered at {address} within {timeout:g} s "
                               "(--ray-timeout); nothing was written")  # fmt: skip

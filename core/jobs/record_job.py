@@ -21,7 +21,7 @@ from qtts.core.jobs.jobfile import (
     write_job_file,
 )
 from qtts.core.jobs.layout import LEGACY_JOB_FILE, Layout
-from qtts.core.jobs.shards import ShardRequest
+from qtts.core.jobs.shards import Shard, ShardRequest
 from qtts.core.jobs.writer import cleanup_temp_files
 
 SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
@@ -43,10 +43,11 @@ def record_job(job, req: ShardRequest, source: str) -> None:
                     overwrite=spec.overwrite)  # fmt: skip
         shard = resolve_shard(out, req, recorded, overwrite=spec.overwrite)
         if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
-            raise UsageError(f"{out} was just recorded with {recorded.num_shards} shard(s) by "
-                             "another run; run again to join it")  # fmt: skip
+            now = recorded.num_shards if recorded is not None else "another number of"
+            raise UsageError(f"{out} was just recorded with {now} shard(s) by another run; run "
+                             "again to join it")  # fmt: skip
         if recorded is not None and recorded.num_shards != shard.count:
-            _no_other_run(layout, layout.lock(job.shard.suffix))
+            _no_old_run(layout, recorded.num_shards)
             state.remove_every_shard(out)
         new = job_for(spec.kind, source, shard, req)
         if recorded is not None and recorded.num_shards == new.num_shards:
@@ -56,12 +57,14 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         remember(out, job.settings)
 
 
-def _no_other_run(layout: Layout, own_lock: Path) -> None:
+def _no_old_run(layout: Layout, old_count: int) -> None:
+    """No run of the old split may be going (the new split's tasks, starting beside this one,
+    are welcome)."""
     from filelock import FileLock, Timeout
 
-    for path in layout.run_locks():
-        if path == own_lock:
-            continue
+    old = [layout.lock("")] if old_count == 1 else [
+        layout.lock(Shard(old_count, i).suffix) for i in range(old_count)]  # fmt: skip
+    for path in (p for p in old if p.exists()):
         lock = FileLock(str(path), timeout=0)
         try:
             lock.acquire()

@@ -4,8 +4,10 @@ journalled, and a small Outcome for the loop that counts and reports.
 The same recorder runs in a local job and inside each Ray actor (each with its own journal), so a
 row is recorded the same way wherever it was synthesized. An ok row is journalled just before its
 audio file is renamed into place (never a published file without its record); a failed row at
-once. Once a redone row's audio is published, the files of its earlier version that this run no
-longer makes (another format's audio, codes without --save-codes) are removed.
+once. A redone row's old audio is removed just before its new record is written (a kill between
+the record and the rename then leaves no file, never an old one passing for the new), and once
+the new audio is published, the files of its earlier version that this run no longer makes
+(another format's audio, codes without --save-codes) are removed too.
 Knows utterances, records and files; no tensors.
 """
 
@@ -89,7 +91,12 @@ class RowRecorder:
                  "num_samples": int(len(item.audio)), "sample_rate": int(item.sample_rate),
                  "hit_frame_budget": bool(item.hit_frame_budget)}  # fmt: skip
 
+        final = self.writer.out_dir / audio["file"]
+
         def journal(nbytes: int) -> None:
+            # A redone row's old audio goes first: were we killed between this line and the
+            # rename, an old file of the same size must not pass for the new one.
+            final.unlink(missing_ok=True)
             self.journal.append([ok_record(row, {**audio, "bytes": nbytes}, **self.ctx.stamp())])
 
         codes = item.codes if self.ctx.save_codes else None

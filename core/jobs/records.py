@@ -31,7 +31,7 @@ RECORD_SCHEMA = pa.schema(
         ("sample_rate", pa.int64()),
         ("duration_s", pa.float64()),
         ("hit_frame_budget", pa.bool_()),
-        ("text", pa.string()),
+        ("text", pa.large_string()),  # a dataset's texts pass 2 GiB: 64-bit offsets
         ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
         ("speaker", pa.string()),
         ("language", pa.string()),
@@ -64,9 +64,22 @@ def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[st
             **run, "t": time.time()}  # fmt: skip
 
 
-def pending_record(row_id: str, *, run: str) -> dict[str, Any]:
-    """A row that is not done after all: its write failed, or it must be redone."""
-    return {"id": row_id, "status": PENDING, "run": run, "t": time.time()}
+def pending_records(ids: pa.Array, *, run: str) -> pa.Table:
+    """Rows that are not done after all: they must be redone."""
+    n = len(ids)
+    return pa.table({"id": ids, "status": pa.array([PENDING], pa.string()).take(np.zeros(n, int)),
+                     "run": pa.array([run], pa.string()).take(np.zeros(n, int)),
+                     "t": pa.array(np.full(n, time.time()))})  # fmt: skip
+
+
+def stamped(rows: pa.Table, *, status: str, **columns: str) -> pa.Table:
+    """rows (ROW_FIELDS and error) as records of `status`, with run columns and the time."""
+    n = rows.num_rows
+    table = rows.select([c for c in (*ROW_FIELDS, "error") if c in rows.column_names])
+    table = table.append_column("status", pa.array([status], pa.string()).take(np.zeros(n, int)))
+    for name, value in columns.items():
+        table = table.append_column(name, pa.array([value], pa.string()).take(np.zeros(n, int)))
+    return table.append_column("t", pa.array(np.full(n, time.time())))
 
 
 def _fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -129,11 +142,28 @@ def latest(table: pa.Table) -> pa.Table:
 
 def overlay(base: pa.Table, newer: pa.Table) -> pa.Table:
     """base (one record per id) with newer's latest record of an id replacing base's."""
-    newer = latest(newer)
+    newer = latest(settled(newer))
     if newer.num_rows == 0:
         return base
     kept = base.filter(pc.invert(pc.is_in(base["id"], value_set=newer["id"].combine_chunks())))
     return pa.concat_tables([kept, newer])
+
+
+def settled(table: pa.Table) -> pa.Table:
+    """Drop each pending record that an outcome of the same run follows: journals of one run
+    come from several machines (Ray actors), whose clocks may disagree about `t`."""
+    pending = pc.fill_null(pc.equal(table["status"], PENDING), False)
+    if not pc.any(pending).as_py():
+        return table
+    key = pc.binary_join_element_wise(table["id"], pc.fill_null(table["run"], ""), "\x00")
+    done = pc.filter(key, pc.invert(pending))
+    outcome_later = pc.and_(
+        pending,
+        pc.is_in(
+            key, value_set=done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
+        ),
+    )
+    return table.filter(pc.invert(outcome_later))
 
 
 def outcomes(table: pa.Table) -> pa.Table:

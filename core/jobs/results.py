@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from qtts.core.jobs.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.listing import Listing, list_out_dir
-from qtts.core.jobs.metadata import metadata_lines
 from qtts.core.jobs.records import FAILED, OK
 from qtts.core.jobs.resume import present
 from qtts.core.jobs.state import read_all
@@ -34,11 +34,10 @@ log = logging.getLogger("qtts")
 RESULTS_NAME = "results.parquet"
 METADATA_NAME = "metadata.jsonl"
 SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
-REBUILD_ROUNDS = 3  # rebuild again while other shards' states change under us
+
 RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "duration_s",
                   "sample_rate", "seed", "hit_frame_budget", "error", "model", "text", "speaker",
                   "language", "instruct", "ref_audio", "ref_text", "settings")  # fmt: skip
-METADATA_BATCH = 1 << 16
 RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
 
 
@@ -92,11 +91,8 @@ def write_views(out_dir: Path, table: pa.Table) -> None:
     ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
 
     def write(f) -> None:
-        for batch in ok.to_batches(METADATA_BATCH):
-            lines = metadata_lines(batch)
-            offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)
-            start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
-            f.write(memoryview(lines.buffers()[2])[start:end])
+        for data in table_lines(ok, METADATA_KEYS):
+            f.write(data)
 
     atomic_write(out_dir / METADATA_NAME, write)
 
@@ -108,14 +104,16 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
 
     try:
         with FileLock(str(Layout(out_dir).results_lock), timeout=wait_s):
-            for _ in range(REBUILD_ROUNDS):
+            rounds = 0
+            while True:  # again while shards finish under us: each changes its state once
+                rounds += 1
                 before = _state_stamp(out_dir)
                 listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
                 cleanup_temp_files(out_dir, owns=lambda final: final in SHARED_VIEWS,
                                    names=listing.temps)  # a rebuild that was killed  # fmt: skip
                 table = build(out_dir, rows, read_all(out_dir), listing)
                 write_views(out_dir, table)
-                if _state_stamp(out_dir) == before:
+                if _state_stamp(out_dir) == before or rounds > len(before) + 1:
                     break
             return count(table, rows.num_rows)
     except Timeout:
@@ -177,8 +175,10 @@ def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     rows = input_rows(job.kind, source)
     counts = rebuild(out_dir, rows, wait_s=RESULTS_COMMAND_WAIT_S)
     if counts is None:
-        raise UsageError(f"another process has held {Layout(out_dir).results_lock} for "
-                         f"{RESULTS_COMMAND_WAIT_S} s; try again later")  # fmt: skip
+        from qtts.core.errors import LockHeldError
+
+        raise LockHeldError(f"another process has held {Layout(out_dir).results_lock} for "
+                            f"{RESULTS_COMMAND_WAIT_S} s; try again later")  # fmt: skip
     return {"total": counts.total, "ok": counts.ok, "failed": counts.failed,
             "pending": counts.pending, "complete": counts.ok == counts.total,
             "num_shards": job.num_shards, "results": str(out_dir / RESULTS_NAME)}  # fmt: skip

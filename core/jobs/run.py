@@ -42,6 +42,7 @@ def read_rows(spec: JobSpec) -> pa.Table:
         read_text_lines(spec.source) if spec.kind == "synth" else read_parquet_manifest(spec.source)
     )
     check_unique_ids(rows)
+    rows = rows.combine_chunks()  # one chunk: every later take() is one pass, not a concat each
     pa.default_memory_pool().release_unused()  # the reader's buffers: a million rows' worth
     return rows
 
@@ -102,7 +103,8 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     settings = job_settings(model=model.identity, precision=model.precision(spec.device,
                             spec.dtype), options=options, max_new_tokens=spec.max_new_tokens,
                             audio_format=spec.audio_format)  # fmt: skip
-    own = rows.filter(pa.array(shard.mask(rows["id"])))
+    owned = shard.mask(rows["id"])
+    own = rows if owned.all() else rows.filter(pa.array(owned))
     if shard.sharded:
         log.info("%s: %d of %d rows", shard.describe(), own.num_rows, rows.num_rows)
     ref_dir = Path(spec.source).resolve().parent if spec.kind == "batch" else None
@@ -122,9 +124,9 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
 def _ids_of(rows: pa.Table) -> pa.Table:
     """What results need of every input row: row, id, and the text of rows without an id."""
     if rows["id"].null_count == 0:
-        text = pa.nulls(rows.num_rows, pa.string())  # no text held for a million rows
+        text = pa.nulls(rows.num_rows, pa.large_string())  # no text held for a million rows
     else:
-        text = pc.if_else(pc.is_null(rows["id"]), rows["text"], pa.scalar(None, pa.string()))
+        text = pc.if_else(pc.is_null(rows["id"]), rows["text"], pa.scalar(None, pa.large_string()))
     return pa.table({"row": rows["row"], "id": rows["id"], "text": text})
 
 

@@ -101,6 +101,8 @@ class ShardRequest:
 def shard_request(num_shards: int | None, shard_index: int | None,
                   env: Mapping[str, str]) -> ShardRequest:  # fmt: skip
     """The flags when given (both or neither); else a Slurm array, an srun step or torchrun."""
+    if num_shards == 1 and shard_index is None:
+        shard_index = 0  # "--num-shards 1": one shard, whatever the environment says
     if (num_shards is None) != (shard_index is None):
         raise UsageError("give both --num-shards and --shard-index, or neither")
     if num_shards is not None:

@@ -37,10 +37,10 @@ def read_state_file(path: Path, columns: tuple[str, ...] | None = None) -> pa.Ta
         pa.default_memory_pool().release_unused()  # the decoder's buffers, back to the OS
         return table
     except FileNotFoundError:
-        return empty() if columns is None else conform(empty(), columns)
+        return conform(empty(), columns)
     except (OSError, pa.ArrowException) as e:
         log.warning("state %s is unreadable (%s): its rows will be redone", path, e)
-        return empty()
+        return conform(empty(), columns)
 
 
 def read_own(
@@ -52,7 +52,8 @@ def read_own(
     journals, sizes = read_journals(layout.own_journals(shard.suffix))
     if columns is not None:
         journals = journals.select(list(columns))
-    return overlay(read_state_file(layout.state(shard.suffix), columns), journals), sizes
+    records = overlay(read_state_file(layout.state(shard.suffix), columns), journals)
+    return records.combine_chunks(), sizes  # one chunk: takes over it are single passes
 
 
 def read_all(out_dir: Path) -> pa.Table:
@@ -63,7 +64,7 @@ def read_all(out_dir: Path) -> pa.Table:
     if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
     journals, _ = read_journals(layout.journals())
-    return overlay(base, journals)
+    return overlay(base, journals).combine_chunks()
 
 
 def compact(out_dir: Path, shard: Shard) -> pa.Table | None:

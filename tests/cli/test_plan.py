@@ -11,10 +11,10 @@ from qtts.cli.app import app
 GIB = 2**30
 
 
-def _plan(*args) -> tuple[str, dict]:
+def _plan(*args, exit_code: int = 0) -> tuple[str, dict]:
     r = CliRunner().invoke(app, ["plan", *map(str, args)])
-    assert r.exit_code == 0, r.output
-    return r.output, json.loads(r.output.strip().splitlines()[-1])
+    assert r.exit_code == exit_code, r.output
+    return r.stdout, json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def test_a_1_7b_job_fits_an_80_gib_card_with_kv_sized_to_its_rows():
@@ -43,11 +43,15 @@ def test_the_roofline_counts_launches_as_a_third_bound():
 
 
 def test_too_many_slots_for_a_24_gib_card_names_the_largest_that_fits():
-    out, plan = _plan("--size", "1.7b", "--gpu-memory", 24, "--batch-size", 256,
-                      "--text-tokens", 250)  # fmt: skip
+    """Exit 2 as qtts batch would, the plan still printed, one Error line naming the size."""
+    r = CliRunner().invoke(app, ["plan", "--size", "1.7b", "--gpu-memory", "24", "--batch-size",
+                                 "256", "--text-tokens", "250"])  # fmt: skip
+    plan = json.loads(r.stdout.strip().splitlines()[-1])
     n = plan["largest_batch_size_that_fits"]
-    assert plan["fits"] is False and 1 <= n < 256
-    assert f"largest batch size that fits: {n}" in out
+    assert r.exit_code == 2 and plan["fits"] is False and 1 <= n < 256
+    assert f"largest batch size that fits: {n}" in r.stdout
+    errors = [x for x in r.stderr.splitlines() if x.startswith("Error:")]
+    assert len(errors) == 1 and f"the largest batch size that fits is {n}" in errors[0]
     _, smaller = _plan(
         "--size", "1.7b", "--gpu-memory", 24, "--batch-size", n, "--text-tokens", 250
     )
@@ -96,3 +100,20 @@ def test_qtts_batch_refuses_a_batch_size_that_cannot_fit(tmp_path, write_manifes
     assert not list(out.glob("*.wav"))
     statuses = {row["status"] for row in pq.read_table(out / "results.parquet").to_pylist()}
     assert statuses <= {"pending"} or not statuses
+
+
+@pytest.mark.parametrize("gpu, memory", [("l4", 24), ("rtx4090", 24), ("a100-40", 40),
+                                         ("h200", 141)])  # fmt: skip
+def test_a_card_name_plans_for_its_memory_and_speed(gpu, memory):
+    out, plan = _plan("--size", "0.6b", "--gpu", gpu, "--rows", 64)
+    assert plan["gpu_bytes"] == memory * GIB and plan["gpu"] == gpu
+    assert "length group" in out and "at the roofline ceiling: an upper bound" in out
+    job = plan["job"]
+    assert job["rows"] == 64 and job["hours_at_ceiling"] == pytest.approx(
+        job["audio_hours"] / plan["roofline"]["ceiling_audio_s_per_s"]
+    )
+
+
+def test_the_vocoder_batch_never_exceeds_the_rows():
+    _, plan = _plan("--size", "0.6b", "--rows", 4)
+    assert plan["vocoder_batch"] <= 4

@@ -202,6 +202,16 @@ def test_ray_inside_a_sharding_environment_is_refused(checkpoint, tmp_path, hook
     manifest = _manifest(tmp_path / "m.parquet", TEXTS[:2])
     code, _, output = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray")
     assert code == 2 and "--num-shards 1" in output and not (tmp_path / "out").exists()
+    code, summary, output = _run(
+        *_args(checkpoint, manifest, tmp_path / "out"),
+        "--backend",
+        "ray",
+        "--num-shards",
+        1,
+        "--workers",
+        1,
+    )  # what it advises
+    assert code == 0 and summary["ok"] == 2, output
 
 
 def test_a_cluster_without_the_gpus_asked_for_fails_at_once(cluster, checkpoint, tmp_path, hooks):

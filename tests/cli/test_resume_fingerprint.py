@@ -25,9 +25,9 @@ def summary(result) -> dict:
 
 
 def stamps(out) -> dict[str, tuple[int, int]]:
-    """Every file of the out dir but the locks (state included): inode and mtime."""
-    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()
-            if p.is_file() and p.suffix != ".lock"}  # fmt: skip
+    """Every file of the out dir but the locks (its state in .qtts/ included): inode, mtime."""
+    return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in out.rglob("*") if p.is_file() and p.suffix != ".lock"}  # fmt: skip
 
 
 def rewritten(before, after) -> set[str]:
@@ -62,7 +62,11 @@ def test_the_same_settings_redo_nothing_and_write_nothing(done):
     assert "redoing" not in r.stderr
 
 
-def test_a_changed_seed_redoes_exactly_its_rows(done, write_manifest):
+@pytest.mark.parametrize("slice_rows", [1 << 20, 2])
+def test_a_changed_seed_redoes_exactly_its_rows(done, write_manifest, monkeypatch, slice_rows):
+    from qtts.core.jobs import resume
+
+    monkeypatch.setattr(resume, "COMPARE_SLICE", slice_rows)  # one slice, or a slice of two rows
     m, out = done
     before = stamps(out)
     rows = [dict(r, seed=99) if r["id"] in ("u1", "u3") else r for r in ROWS]
@@ -220,3 +224,26 @@ def test_an_out_dir_of_qtts_0_1_is_redone_only_when_asked(tmp_path, write_manife
     r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--overwrite")
     assert r.exit_code == 0 and summary(r)["ok"] == 5
     assert not list(out.glob(".qtts-*"))
+
+
+def test_a_job_bigger_than_a_chunk_goes_longest_first_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """Rows ordered longest first over the whole job, cut into chunks; within a chunk the
+    exact estimate orders them again; every row synthesized once."""
+    import fakes
+
+    from qtts.core.jobs import chunks
+    from qtts.core.jobs.run import run_job
+    from qtts.core.jobs.spec import JobSpec
+    from qtts.core.jobs.validation import RowDefaults
+
+    monkeypatch.setattr(chunks, "CHUNK_ROWS", 3)
+    src = tmp_path / "lines.txt"
+    words = [1, 9, 4, 7, 2, 8, 3, 6, 5, 10]
+    src.write_text("".join(" ".join(["w"] * n) + "\n" for n in words))
+    synth = fakes.FakeSynthesizer()
+    spec = JobSpec(kind="synth", source=str(src), out_dir=tmp_path / "out",
+                   row_defaults=RowDefaults(speaker="ryan"))  # fmt: skip
+    s = run_job(spec, fakes.open_text_model, lambda *a: synth)
+    assert s.exit_code == 0 and s.ok == 10
+    by_length = [f"{i + 1:06d}" for i in sorted(range(10), key=lambda i: -words[i])]
+    assert synth.calls == [by_length[0:3], by_length[3:6], by_length[6:9], by_length[9:]]

@@ -19,7 +19,7 @@ def model(request):
 
 
 def _rows(model, tokens: list[int]):
-    return [s for t in tokens for s in synthetic_shapes(model, t, 1, None)]
+    return [s for t in tokens for s in synthetic_shapes(model, t, 1, None)[0]]
 
 
 ROWS = {

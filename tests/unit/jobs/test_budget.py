@@ -37,16 +37,17 @@ def test_nonsense_budgets_are_refused(cap, explicit):
         FrameBudget(cap=cap, explicit=explicit)
 
 
-def test_longest_first_keeps_input_order_on_ties_and_every_request_once():
-    from qtts.core.jobs.budget import longest_first
-    from qtts.core.synthesis.requests import Request
+def test_longest_first_keeps_input_order_on_ties_and_every_row_once():
+    import numpy as np
+    import pyarrow as pa
 
-    reqs = [Request(id=f"r{i}", text="t", row=i + 1) for i in range(5)]
-    est = {"r0": 10, "r1": 50, "r2": 30, "r3": 50, "r4": 5}
-    assert [r.id for r in longest_first(reqs, est)] == ["r1", "r3", "r2", "r0", "r4"]
-    assert longest_first([], {}) == []
-    with pytest.raises(ValueError, match="no frame estimate"):
-        longest_first(reqs, {"r0": 1})
+    from qtts.core.jobs.chunks import Todo
+
+    rows = pa.table({"row": [1, 2, 3, 4, 5], "id": ["r0", "r1", "r2", "r3", "r4"]})
+    todo = Todo.of(rows, np.array([10, 50, 30, 50, 5]))
+    assert todo.ordered(["id"])["id"].to_pylist() == ["r1", "r3", "r2", "r0", "r4"]
+    assert todo.est_frames.tolist() == [50, 50, 30, 10, 5]
+    assert [t["id"].to_pylist() for t in todo.slices(2)] == [["r1", "r3"], ["r2", "r0"], ["r4"]]
 
 
 def test_prompt_and_budget_must_fit_the_model_positions():

@@ -163,3 +163,13 @@ def test_file_keys_are_file_key():
     ids = ["Take", "take", "café", unicodedata.normalize("NFD", "café"), "Straße", None, "ǅ"]
     keys = file_keys(pa.chunked_array([pa.array(ids)])).to_pylist()
     assert keys == [None if i is None else file_key(i) for i in ids]
+
+
+def test_categorical_columns_are_their_values(tmp_path):
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": ["a", "b"], "text": ["x", "y"],
+                      "speaker": pa.array(["ryan", "ryan"]).dictionary_encode()})  # fmt: skip
+    pq.write_table(table, tmp_path / "m.parquet")
+    assert read_parquet_manifest(str(tmp_path / "m.parquet"))["speaker"].to_pylist() == [
+        "ryan", "ryan"]  # fmt: skip

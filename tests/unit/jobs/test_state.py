@@ -11,9 +11,9 @@ import pytest
 from qtts.core.jobs import listing as listing_module
 from qtts.core.jobs import state
 from qtts.core.jobs.journal import Journal, read_journal
+from qtts.core.jobs.jsonl import json_strings, metadata_lines
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.listing import list_out_dir
-from qtts.core.jobs.metadata import json_strings, metadata_lines
 from qtts.core.jobs.records import conform, latest, overlay, to_table
 from qtts.core.jobs.shards import UNSHARDED, Shard
 
@@ -35,6 +35,15 @@ def test_overlay_replaces_only_the_ids_it_has():
     newer = to_table([rec("b", "pending", 9)])
     got = {r["id"]: r["status"] for r in overlay(base, newer).to_pylist()}
     assert got == {"a": "ok", "b": "pending", "c": "ok"}
+
+
+def test_an_outcome_beats_the_pending_record_of_its_own_run_whatever_the_clocks():
+    """The driver marks a row pending; an actor whose clock runs behind then finishes it."""
+    base = to_table([rec("a", "ok", 1, run="old")])
+    journal = to_table([rec("a", "pending", 100, run="R"), rec("a", "ok", 50, run="R")])
+    assert overlay(base, journal).to_pylist()[0]["status"] == "ok"
+    later = to_table([rec("a", "ok", 50, run="R"), rec("a", "pending", 100, run="S")])
+    assert overlay(base, later).to_pylist()[0]["status"] == "pending"  # another run's: by time
 
 
 def test_a_journal_survives_a_cut_line_and_its_next_writer_cuts_it_off(tmp_path):

@@ -1,0 +1,36 @@
+"""`qtts --version`: qtts and what it runs on (torch, CUDA, Triton, the other libraries that
+shape results, the device found), so a bug report or a first GPU run says what it ran on.
+Imports torch only when asked."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def device_found() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "torch not installed"
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return f"cuda ({', '.join(names)}; CUDA {torch.version.cuda})"
+    return f"cpu ({platform.processor() or platform.machine()}; no CUDA device)"
+
+
+def version_lines() -> list[str]:
+    from qtts import __version__
+
+    lines = [f"qtts {__version__}", f"python {platform.python_version()}"]
+    for dist in ("torch", "triton", "transformers", "pyarrow", "numpy", "ray"):
+        lines.append(f"{dist} {_version(dist)}")
+    lines.append(f"device {device_found()}")
+    return lines
