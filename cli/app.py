@@ -20,7 +20,7 @@ Examples:
   qtts info Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice
   qtts batch manifest.parquet -o out/ --num-shards 16 --shard-index 3
   qtts results out/
-  qtts plan manifest.parquet --model DIR --gpu-memory 24
+  qtts plan manifest.parquet --model DIR --gpu l4
   qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare"""
 
 OUTPUTS = """\

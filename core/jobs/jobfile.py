@@ -48,7 +48,7 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     path = layout.job_file
     try:
         data = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no out dir yet (or it cannot be one)
         return None
     except (OSError, ValueError) as e:
         raise UsageError(
