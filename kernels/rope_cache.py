@@ -10,18 +10,37 @@ model's own order: norm in fp32 then cast and scale in the input dtype; q*cos an
 rotate_half(q)*sin each rounded to that dtype, then their sum.
 
 The op runs the Triton kernel on CUDA and the twin elsewhere; its fake implementation gives meta
-calls their shape, so a meta-device count sees one op. The cache position of a token is its RoPE
-position (the talker writes at each slot's length, the predictor at its frame-local position).
+calls their shape, so a meta-device count sees one op. The kernel trusts its positions (a check
+per token would cost a host sync per step); with `checked_positions()` it flags any position
+outside the RoPE table or the cache, the launcher restores the caches and raises. The job layer
+and the synthesizer refuse rows that could get there; tests run the kernel checked. The cache
+position of a token is its RoPE position (the talker writes at each slot's length, the
+predictor at its frame-local position).
 tests/unit/kernels/test_layer_kernels.py ties kernel and twin under TRITON_INTERPRET=1.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
 from qtts.kernels.backend import TRITON_AVAILABLE, tl, triton
 from qtts.kernels.rms_norm import rms_norm_twin
 from qtts.kernels.rounding import rounded
+
+_checked = False  # checked_positions(): flag out-of-range positions and raise (a host sync)
+
+
+@contextlib.contextmanager
+def checked_positions():
+    """Within: the kernel refuses positions outside the RoPE table or the KV cache."""
+    global _checked
+    before, _checked = _checked, True
+    try:
+        yield
+    finally:
+        _checked = before
 
 
 def qk_norm_rope_cache_twin(
@@ -80,12 +99,19 @@ if TRITON_AVAILABLE:
         heads,  # H
         kv_heads,  # Hk
         eps,
+        bad_ptr,  # int32 [1]: set to 1 by a position out of range (CHECKED)
+        positions_limit,  # min(RoPE table rows, cache length) (CHECKED)
         HALF: tl.constexpr,  # D / 2
+        CHECKED: tl.constexpr,
     ):
         n = tl.program_id(0).to(tl.int64)  # b * T + t
         head = tl.program_id(1).to(tl.int64)  # q heads, then k heads, then v heads
         b, t = n // tokens, n % tokens
         pos = tl.load(pos_ptr + b * pos_stride_b + t * pos_stride_t)
+        if CHECKED:
+            outside = (pos < 0) | (pos >= positions_limit)
+            tl.store(bad_ptr, 1, mask=outside)
+            pos = tl.where(outside, 0, pos)  # read in range; the launcher raises after
         i = tl.arange(0, HALF)
         src = qkv_ptr + b * qkv_stride_b + t * qkv_stride_t + head * 2 * HALF
         x1 = tl.load(src + i)
@@ -136,14 +162,25 @@ def qk_norm_rope_cache_triton(qkv, q_weight, k_weight, cos, sin, positions, k_ca
     if (d // 2) & (d // 2 - 1) or positions.dtype not in (torch.int32, torch.int64):
         raise ValueError("qk_norm_rope_cache: head_dim / 2 must be a power of two, positions int")
     q = torch.empty((b, heads, t, d), dtype=qkv.dtype, device=qkv.device)  # [B, H, T, D]
+    checked = _checked
+    limit = min(cos.shape[0], k_cache.shape[2])
+    bad = positions  # unchecked: never written (CHECKED compiles the store away), no allocation
+    if checked:  # the cache must not be written where the position is wrong: copy, then restore
+        bad = torch.zeros(1, dtype=torch.int32, device=qkv.device)  # [1]
+        k_before, v_before = k_cache.clone(), v_cache.clone()
     if b * t:
         grid = (b * t, heads + 2 * kv_heads)
         _qk_norm_rope_cache_kernel[grid](
             qkv, qkv.stride(0), qkv.stride(1), q_weight, k_weight, cos, sin,
             positions, positions.stride(0), positions.stride(1), q, k_cache, v_cache,
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), t, heads, kv_heads, eps,
-            HALF=d // 2,
+            bad, limit, HALF=d // 2, CHECKED=checked,
         )  # fmt: skip
+    if checked and bad.item():
+        k_cache.copy_(k_before)
+        v_cache.copy_(v_before)
+        raise IndexError(f"qk_norm_rope_cache: a position is outside 0..{limit - 1} (the RoPE "
+                         "table or the KV cache)")  # fmt: skip
     return q
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.listing import Listing, list_out_dir
-from qtts.core.jobs.records import FAILED, OK
+from qtts.core.jobs.records import FAILED, OK, RECORD_SCHEMA
 from qtts.core.jobs.resume import present
 from qtts.core.jobs.state import read_all
 from qtts.core.jobs.writer import atomic_write, cleanup_temp_files
@@ -38,7 +39,11 @@ SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
 RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "duration_s",
                   "sample_rate", "seed", "hit_frame_budget", "error", "model", "text", "speaker",
                   "language", "instruct", "ref_audio", "ref_text", "settings")  # fmt: skip
+# What a rebuild reads of each record: the results' columns, and what merging and checks need.
+READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path")) + (
+    "file", "bytes", "run", "t")  # fmt: skip
 RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
+BATCH = 1 << 18  # input rows per batch of the views being written
 
 
 @dataclass(frozen=True)
@@ -52,49 +57,96 @@ class Counts:
         return self.total - self.ok - self.failed
 
 
-def build(out_dir: Path, rows: pa.Table, records: pa.Table, listing: Listing) -> pa.Table:
-    """rows: the input's row, id and text columns (all shards)."""
-    # Decide on a few columns, then copy the chosen records once.
+@dataclass
+class Picks:
+    """Which record each input row shows: decided on a few columns, then copied a batch at a
+    time while the views are written (memory: the records once, plus a batch)."""
+
+    rows: pa.Table  # the input's row, id, text
+    records: pa.Table  # READ_COLUMNS, one chunk
+    source: np.ndarray  # per input row: the index of its record, or -1 (no outcome)
+
+    def counts(self) -> Counts:
+        shown = self.records["status"].take(pa.array(self.source[self.source >= 0]))
+        ok = pc.sum(pc.equal(shown, OK)).as_py() or 0
+        failed = (pc.sum(pc.equal(shown, FAILED)).as_py() or 0) + self.rows["id"].null_count
+        return Counts(self.rows.num_rows, ok, failed)
+
+
+def pick(rows: pa.Table, records: pa.Table, listing: Listing) -> Picks:
+    """rows: every input row (all shards); records: read_all's, handed over (made one chunk a
+    column at a time, so the chunked copy is freed as it goes)."""
+    records = _one_chunk(records)
     status = records["status"]
     ok = pc.fill_null(pc.equal(status, OK), False).to_numpy(zero_copy_only=False)
     is_failed = pc.fill_null(pc.equal(status, FAILED), False).to_numpy(zero_copy_only=False)
     keep = is_failed | (ok & present(records["file"], records["bytes"], listing))
     kept = np.flatnonzero(keep)
-    at = pc.index_in(rows["id"], value_set=records["id"].combine_chunks().take(kept))
-    has = pc.is_valid(at)
+    at = pc.index_in(rows["id"], value_set=records["id"].take(pa.array(kept)))
+    source = np.full(rows.num_rows, -1, dtype=np.int64)
+    has = pc.is_valid(at).to_numpy(zero_copy_only=False)
+    source[has] = kept[pc.drop_null(at).to_numpy()]
+    return Picks(rows, records, source)
+
+
+def _one_chunk(table: pa.Table) -> pa.Table:
+    arrays = {}
+    for name in list(table.column_names):
+        arrays[name] = table[name].combine_chunks()
+        table = table.drop_columns([name])  # the chunked column goes as its copy comes
+    return pa.table(arrays)
+
+
+def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[pa.Table]:
+    """results.parquet's rows in input order, `size` input rows at a time."""
+    root = pa.scalar(str(out_dir.resolve()) + os.sep)
     wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path")] + ["file"]
-    picked = records.select(wanted).take(kept[pc.drop_null(at).to_numpy()])
-    root = str(out_dir.resolve()) + os.sep
-    path = pc.binary_join_element_wise(pa.scalar(root), picked["file"], "")
-    picked = picked.append_column("row", rows["row"].filter(has)).append_column("path", path)
-    null_ids = rows.filter(pc.is_null(rows["id"]))
-    if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
-        reason = pa.array(["id is null"] * null_ids.num_rows, pa.string())
-        failed = pa.array([FAILED] * null_ids.num_rows, pa.string())
-        extra = pa.table({"row": null_ids["row"], "text": null_ids["text"], "status": failed,
-                          "error": reason})  # fmt: skip
-        picked = pa.concat_tables([picked, extra], promote_options="default")
-        picked = picked.take(pc.sort_indices(picked["row"]))
-    return picked.select(list(RESULT_COLUMNS))
+    records = picks.records.select(wanted)
+    for start in range(0, picks.rows.num_rows, size):
+        rows = picks.rows.slice(start, size)
+        source = picks.source[start : start + size]
+        has = source >= 0
+        taken = records.take(pa.array(source[has]))
+        taken = taken.append_column("row", rows["row"].filter(pa.array(has)))
+        taken = taken.append_column("path", pc.binary_join_element_wise(root, taken["file"], ""))
+        null_ids = rows.filter(pc.is_null(rows["id"]))
+        if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
+            n = null_ids.num_rows
+            extra = pa.table({"row": null_ids["row"], "text": null_ids["text"],
+                              "status": pa.array([FAILED] * n, pa.string()),
+                              "error": pa.array(["id is null"] * n, pa.string())})  # fmt: skip
+            taken = pa.concat_tables([taken, extra], promote_options="default")
+            taken = taken.take(pc.sort_indices(taken["row"]))
+        yield taken.select(list(RESULT_COLUMNS))
 
 
-def count(table: pa.Table, total: int) -> Counts:
-    status = table["status"]
-    ok = pc.sum(pc.equal(status, OK)).as_py() or 0
-    failed = pc.sum(pc.equal(status, FAILED)).as_py() or 0
-    return Counts(total, ok, failed)
+def write_views(out_dir: Path, picks: Picks) -> None:
+    """results.parquet and metadata.jsonl in one pass over the batches (each file atomic)."""
+
+    def write_both(results_file, metadata_file) -> None:
+        schema = _empty_results().schema
+        writer = pq.ParquetWriter(results_file, schema, compression="zstd")
+        for batch in result_batches(out_dir, picks):
+            writer.write_table(batch.cast(schema))
+            ok = batch.filter(pc.equal(batch["status"], OK))
+            ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
+            for data in table_lines(ok, METADATA_KEYS):
+                metadata_file.write(data)
+        writer.close()
+
+    atomic_write(
+        out_dir / RESULTS_NAME,
+        lambda results_file: atomic_write(
+            out_dir / METADATA_NAME, lambda metadata_file: write_both(results_file, metadata_file)
+        ),
+    )
 
 
-def write_views(out_dir: Path, table: pa.Table) -> None:
-    atomic_write(out_dir / RESULTS_NAME, lambda f: pq.write_table(table, f, compression="zstd"))
-    ok = table.filter(pc.equal(table["status"], OK))
-    ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
-
-    def write(f) -> None:
-        for data in table_lines(ok, METADATA_KEYS):
-            f.write(data)
-
-    atomic_write(out_dir / METADATA_NAME, write)
+def _empty_results() -> pa.Table:
+    schema = RECORD_SCHEMA
+    fields = [schema.field(c) if c in schema.names else pa.field(c, pa.int64() if c == "row"
+              else pa.string()) for c in RESULT_COLUMNS]  # fmt: skip
+    return pa.schema(fields).empty_table()
 
 
 def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
@@ -111,11 +163,11 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
                 listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
                 cleanup_temp_files(out_dir, owns=lambda final: final in SHARED_VIEWS,
                                    names=listing.temps)  # a rebuild that was killed  # fmt: skip
-                table = build(out_dir, rows, read_all(out_dir), listing)
-                write_views(out_dir, table)
+                picks = pick(rows, read_all(out_dir, READ_COLUMNS), listing)
+                write_views(out_dir, picks)
                 if _state_stamp(out_dir) == before or rounds > len(before) + 1:
                     break
-            return count(table, rows.num_rows)
+            return picks.counts()
     except Timeout:
         return None
 

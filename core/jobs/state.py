@@ -56,15 +56,19 @@ def read_own(
     return records.combine_chunks(), sizes  # one chunk: takes over it are single passes
 
 
-def read_all(out_dir: Path) -> pa.Table:
-    """Latest record per id across every shard's state and every journal in the out dir."""
+def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """Latest record per id across every shard's state and every journal in the out dir
+    (columns: only these; keep "id", "status", "run" and "t", which merging needs). Left in
+    chunks: the caller takes from it once."""
     layout = Layout(out_dir)
-    states = [read_state_file(p) for p in layout.states()]
-    base = pa.concat_tables(states) if states else empty()
+    states = [read_state_file(p, columns) for p in layout.states()]
+    base = pa.concat_tables(states) if states else conform(empty(), columns)
     if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
     journals, _ = read_journals(layout.journals())
-    return overlay(base, journals).combine_chunks()
+    if columns is not None:
+        journals = journals.select(list(columns))
+    return overlay(base, journals)
 
 
 def compact(out_dir: Path, shard: Shard) -> pa.Table | None:

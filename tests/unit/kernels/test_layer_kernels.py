@@ -67,6 +67,21 @@ for name in ("float32", "float16", "bfloat16"):
                                        caches[1][1, 1], h, 1e-6)
         out[f"rope_cache_q/{tokens}/{name}"] = rel(got, want)
         out[f"rope_cache_kv/{tokens}/{name}"] = rel(caches[0], caches[1])
+    # Checked: a position past the table/cache (s=12) raises and leaves the cache as it was.
+    from qtts.kernels.rope_cache import checked_positions
+    cache = start.clone()
+    with checked_positions():
+        qk_norm_rope_cache_triton(qkv[:, :1], qw, kw, cos, sin, torch.tensor([[0], [5], [11]]),
+                                  cache[0, 1], cache[1, 1], h, 1e-6)  # in range: runs
+        cache = start.clone()
+        try:
+            qk_norm_rope_cache_triton(qkv[:, :1], qw, kw, cos, sin,
+                                      torch.tensor([[0], [5], [12]]), cache[0, 1], cache[1, 1],
+                                      h, 1e-6)
+            out[f"checked_raises/{name}"] = 0.0
+        except IndexError:
+            out[f"checked_raises/{name}"] = 1.0
+    out[f"checked_cache_kept/{name}"] = float(torch.equal(cache, start))
 json.dump(out, sys.stdout)
 """
 
@@ -86,6 +101,13 @@ def kernel_errors():
                                   "rope_cache_q/2", "rope_cache_kv/2"])  # fmt: skip
 def test_kernel_equals_its_twin(kernel_errors, case, dtype):
     assert kernel_errors[f"{case}/{dtype}"] <= TOLERANCE[dtype]
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+def test_the_checked_kernel_refuses_a_position_out_of_range(kernel_errors, dtype):
+    assert kernel_errors[f"checked_raises/{dtype}"] == 1.0
+    assert kernel_errors[f"checked_cache_kept/{dtype}"] == 1.0
 
 
 def test_the_ops_run_their_twins_off_cuda_and_their_shapes_on_meta():
