@@ -1,4 +1,5 @@
-"""Speech-tokenizer decoder: 16-codebook codes at 12.5 Hz -> 24 kHz audio (QWEN3_TTS.md §6).
+"""Speech-tokenizer decoder: 16-codebook codes at 12.5 Hz -> 24 kHz audio (docs/model.md, "Speech
+decoder").
 
 Owns `SpeechDecoderConfig` (from speech_tokenizer/config.json), the `SpeechDecoder` module (its
 state_dict keys are the checkpoint's `decoder.*` names without the prefix) and

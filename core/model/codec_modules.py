@@ -1,7 +1,7 @@
 """Convolutional layers of the speech-tokenizer decoder: RVQ lookup, causal convs, upsampling.
 
 Owns the layers that turn code indices into latent frames and latent frames into samples
-(QWEN3_TTS.md §6 steps 1, 2, 4, 5). Attribute names mirror the checkpoint's tensor names so the
+(docs/model.md, "Speech decoder"). Attribute names mirror the checkpoint's tensor names so the
 decoder's state_dict loads strictly. Knows nothing of chunking, batching of utterances or files.
 All layers are causal: output sample t depends only on inputs at or before t, which is what lets
 padded batches and chunked decoding reproduce single-utterance output.

@@ -1,4 +1,4 @@
-"""The speech-tokenizer decoder's small causal transformer (QWEN3_TTS.md §6 step 3).
+"""The speech-tokenizer decoder's small causal transformer (docs/model.md, "Speech decoder").
 
 Owns: RMSNorm, LayerScale, RoPE, sliding-window causal self-attention, SwiGLU MLP and the
 stack `pre_transformer` (input_proj -> layers -> norm -> output_proj). Attribute names mirror the

@@ -1,7 +1,8 @@
 """Model configuration: dataclasses read from a checkpoint's config.json and generation_config.json.
 
-Owns the names and defaults of the official `qwen3_tts` config (QWEN3_TTS.md §2). Knows no tensors.
-Unknown keys are ignored so newer checkpoints still load; missing required keys raise ValueError.
+Owns the names and defaults of the official `qwen3_tts` config (docs/model.md, "Configuration").
+Knows no tensors. Unknown keys are ignored so newer checkpoints still load; missing required keys
+raise ValueError.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Where a checkpoint lives: `--model` (local dir or HF repo id) -> a complete local directory.
 
 Owns ModelLoadError (the one-line, user-facing error the CLI maps to exit 1), Hugging Face Hub
-resolution (cache first, then download) and the checkpoint layout check (QWEN3_TTS.md §1).
-Must not import torch: the CLI imports this module to map errors, and `qtts --help` must be instant.
-Knows file names, not tensors.
+resolution (cache first, then download) and the checkpoint layout check (docs/model.md, "Checkpoint
+layout"). Must not import torch: the CLI imports this module to map errors, and `qtts --help` must
+be instant. Knows file names, not tensors.
 """
 
 from __future__ import annotations

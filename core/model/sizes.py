@@ -1,7 +1,7 @@
 """The published model sizes as configs, without a download: the 0.6B and 1.7B talker, code
-predictor and speech-decoder dimensions (QWEN3_TTS.md §2, §6), plus a "small" size for quick
-tests. Used by `qtts bench` (random weights of these shapes), `qtts plan` and the meta-device
-checks. Token ids and speakers are placeholders: only the shapes are real.
+predictor and speech-decoder dimensions (docs/model.md, "Configuration" and "Speech decoder"), plus
+a "small" size for quick tests. Used by `qtts bench` (random weights of these shapes), `qtts plan`
+and the meta-device checks. Token ids and speakers are placeholders: only the shapes are real.
 """
 
 from __future__ import annotations

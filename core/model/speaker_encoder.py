@@ -1,5 +1,5 @@
 """The Base models' speaker encoder: the log-mel front end and the ECAPA-TDNN that turns it into
-an x-vector (QWEN3_TTS.md §7).
+an x-vector (docs/model.md, "Speaker encoder (Base)").
 
 Module names mirror the checkpoint's `speaker_encoder.*` tensors, so a strict load needs no
 renaming. The Slaney mel filterbank is computed here in numpy (librosa is not a dependency) with

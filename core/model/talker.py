@@ -1,7 +1,7 @@
 """Plain-PyTorch Qwen3-TTS talker and code predictor (eager; every speed trick lives in the engine).
 
-Module names mirror the checkpoint's state-dict names (QWEN3_TTS.md §1), so a strict load needs no
-renaming. Knows tensors and token ids, not text, files or sampling.
+Module names mirror the checkpoint's state-dict names (docs/model.md, "Checkpoint layout"), so a
+strict load needs no renaming. Knows tensors and token ids, not text, files or sampling.
 
 Attention follows the official SDPA dispatch so greedy codes match bit for bit on CPU: without a
 padding mask, SDPA runs causal with native GQA; with one, K/V are repeated and a boolean mask is
@@ -221,9 +221,10 @@ class CodePredictor(nn.Module):
         one_token_step: Callable | None = None,  # replaces self.model for the one-token steps
         first_step: Callable | None = None,  # replaces self.model for the 2-token prefill
     ) -> torch.Tensor:
-        """Codebooks 1..G-1 of one frame (QWEN3_TTS.md §4): a 2-token prefill at positions 0, 1
-        and lm_head[0] give code 1; code j is fed back (its own embedding, talker width, through
-        the projection) at position j + 1 and lm_head[j] gives code j + 1. -> int64 [B, G - 1]."""
+        """Codebooks 1..G-1 of one frame (docs/model.md, "Decode loop"): a 2-token prefill at
+        positions 0, 1 and lm_head[0] give code 1; code j is fed back (its own embedding, talker
+        width, through the projection) at position j + 1 and lm_head[j] gives code j + 1. -> int64
+        [B, G - 1]."""
         b = start.shape[0]
         positions = torch.arange(len(self.lm_head) + 1, device=start.device)  # [G]
         x, codes = start, []

@@ -1,9 +1,9 @@
 """Text -> prompt: tokenization, row normalisation, and the talker's prefill embeddings.
 
-Owns the prompt layout of QWEN3_TTS.md §3 (CustomVoice and VoiceDesign use the non-streaming layout,
-as the official wrapper does). Embeddings are computed with the same slices and projection calls as
-the official code so that they are bitwise equal. Knows token ids and the model's embedding tables;
-knows nothing of files, batching or sampling.
+Owns the prompt layout of docs/model.md, "Prompt layout" (CustomVoice and VoiceDesign use the
+non-streaming layout, as the official wrapper does). Embeddings are computed with the same slices
+and projection calls as the official code so that they are bitwise equal. Knows token ids and the
+model's embedding tables; knows nothing of files, batching or sampling.
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def _special_ids(config: ModelConfig) -> list[int]:
 
 @torch.no_grad()
 def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
-    """Non-streaming prefill layout (QWEN3_TTS.md §3), built with the official slices. Every id
-    reaches the device in one non-blocking copy (qtts.core.engine.host_copy)."""
+    """Non-streaming prefill layout (docs/model.md, "Prompt layout"), built with the official
+    slices. Every id reaches the device in one non-blocking copy (qtts.core.engine.host_copy)."""
     t = config.talker
     n = len(tokens.text_ids) - 8 + 1  # text tokens + tts_eos
     ids = ids_to_device(

@@ -198,5 +198,5 @@ def clone_inputs(cache: ReferenceCache, tokenizer, requests: list, tokens: list)
 def cut_reference(wav: np.ndarray, ref_frames: int, total_frames: int) -> np.ndarray:
     """Drop the reference part of audio decoded from ref_code ++ generated codes, at the official
     int(ref / total * samples). Matched for parity; float rounding can put the cut a sample before
-    ref_frames * 1920 (QWEN3_TTS.md §8), so the output may carry one reference sample."""
+    ref_frames * 1920 (docs/model.md, "Pitfalls"), so the output may carry one reference sample."""
     return wav[int(ref_frames / max(total_frames, 1) * wav.shape[0]) :]

@@ -2,11 +2,10 @@
 
 Owns the tiny dimensions (and a "small" preset), the config.json / generation_config.json /
 speech_tokenizer/config.json contents with the real codec, speaker and language ids of the published
-checkpoints (QWEN3_TTS.md §2), and a deterministic weight draw. Tensor names come from the project's
-own modules (qtts.core.model.talker, qtts.core.model.codec), so the output loads strictly by
-construction.
-Must not know: generation, prompts or files beyond the checkpoint layout. The speech tokenizer holds
-the decoder only (qtts never encodes audio for CustomVoice/VoiceDesign).
+checkpoints (docs/model.md, "Configuration"), and a deterministic weight draw. Tensor names come
+from the project's own modules (qtts.core.model.talker, qtts.core.model.codec), so the output loads
+strictly by construction. Must not know: generation, prompts or files beyond the checkpoint layout.
+The speech tokenizer holds the decoder only (qtts never encodes audio for CustomVoice/VoiceDesign).
 Over 300 lines: the three config files and the weight draw must agree, so they stay in one place.
 """
 

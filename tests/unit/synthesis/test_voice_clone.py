@@ -111,7 +111,8 @@ def test_a_bad_reference_fails_every_time_without_rereading(tmp_path):
 
 def test_cut_reference_matches_the_official_rounding():
     wav = np.arange(23 * 1920, dtype=np.float32)
-    # int(ref / total * samples): float rounding can land one sample early (QWEN3_TTS.md §8).
+    # int(ref / total * samples): float rounding can land one sample early (docs/model.md,
+    # "Pitfalls").
     for ref in range(1, 23):
         assert cut_reference(wav, ref, 23).shape[0] == wav.shape[0] - int(ref / 23 * wav.shape[0])
     assert cut_reference(wav[:0], 0, 0).shape == (0,)

@@ -1,0 +1,36 @@
+"""The repository explains itself: every doc the code cites is in docs/ (with the section named),
+and nothing cites a document that is not in the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = [p for folder in ("cli", "core", "kernels", "pkg", "tests", "tools", "examples")
+           for p in (REPO / folder).rglob("*.py") if ".venv" not in p.parts]  # fmt: skip
+ELSEWHERE = re.compile(r"\b(?:DESIGN|QWEN3_TTS|REFERENCE|STYLE)\.md\b|\.\./shared")
+CITED = re.compile(r'docs/([\w-]+\.md)(?:,\s*"([^"]+)")?')
+
+
+def test_no_document_outside_the_repository_is_cited():
+    here = Path(__file__).name
+    bad = [f"{p.relative_to(REPO)}:{n}" for p in SOURCES if p.name != here
+           for n, line in enumerate(p.read_text("utf-8").splitlines(), 1)
+           if ELSEWHERE.search(line)]  # fmt: skip
+    bad += [str(p.relative_to(REPO)) for p in [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+            if ELSEWHERE.search(p.read_text("utf-8"))]  # fmt: skip
+    assert bad == []
+
+
+def test_every_cited_doc_and_section_exists():
+    missing = []
+    for p in [*SOURCES, REPO / "README.md"]:
+        text = " ".join(p.read_text("utf-8").split())  # citations may wrap across lines
+        for name, section in CITED.findall(text):
+            doc = REPO / "docs" / name
+            if not doc.is_file():
+                missing.append(f"{p.relative_to(REPO)}: docs/{name}")
+            elif section and f"## {section}" not in doc.read_text("utf-8"):
+                missing.append(f"{p.relative_to(REPO)}: docs/{name}, {section!r}")
+    assert missing == []
