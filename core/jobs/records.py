@@ -164,8 +164,3 @@ def settled(table: pa.Table) -> pa.Table:
         ),
     )
     return table.filter(pc.invert(outcome_later))
-
-
-def outcomes(table: pa.Table) -> pa.Table:
-    """Records that are outcomes (ok or failed): pending ones mean "not done"."""
-    return table.filter(pc.is_in(table["status"], value_set=pa.array([OK, FAILED])))
