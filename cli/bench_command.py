@@ -145,8 +145,7 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
             typer.echo(
                 "      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items())
             )
-            typer.echo("      step (parts timed on their own): "
-                       + ", ".join(f"{k} {v:.2f} ms" for k, v in r.step_ms.items()))  # fmt: skip
+            typer.echo(_step_line(r.step_ms))
             by_mode[r.mode] = r.row()
             rows.append(r.row())
         if fast in by_mode and "eager" in by_mode:
@@ -157,6 +156,16 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
     if compare:
         typer.echo("      official qwen-tts: not run here; see tools/compare_official_cpu.py")
     return rows
+
+
+def _step_line(step_ms: dict) -> str:
+    """The plain step, the graphed one, and the plain step's parts (timed inside the same steps,
+    synced at each part's edges, so they add up to the instrumented step)."""
+    parts = step_ms["parts"]
+    split = " + ".join(f"{k} {parts[k]:.2f}" for k in parts if k != "instrumented_step")
+    graph = f", graphed {step_ms['graph_step']:.2f} ms" if "graph_step" in step_ms else ""
+    return (f"      step: {step_ms['step']:.2f} ms{graph}; split (synced at each part): "
+            f"{split} = {parts['instrumented_step']:.2f} ms")
 
 
 def _machine(device: str) -> dict:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
+from qtts.core.bench.step_parts import step_parts
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
 from qtts.core.model.config import SamplingParams
@@ -241,9 +242,9 @@ def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:
 
 
 def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
-    """ms per decode step with every slot active, and the eager split into its parts."""
+    """ms per decode step with every slot active (plain and, if captured, graphed), and the
+    plain step split into parts that add up to it (core/bench/step_parts.py)."""
     from qtts.core.engine.runner import view_length
-    from qtts.core.engine.sampling import choose_tokens
     from qtts.core.engine.slots import SlotFill
 
     s = engine.state
@@ -266,11 +267,6 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     out = {"step": clock(lambda: engine.decode_step(view))}  # no graph: packed or module path
     if step is not None:
         out["graph_step"] = clock(lambda: step(view))
-    frame = s.num_tokens - 1
-    out["predictor"] = clock(lambda: engine._predict_codes(frame))
-    logits = torch.randn(s.slots, engine.suppress.shape[0], device=dev)
-    out["sampling_talker"] = clock(lambda: choose_tokens(
-        logits, s.talker, s.seeds, s.num_tokens, 0, seen=s.seen, block_eos=s.finished,
-        eos_id=engine.eos, suppress=engine.suppress,
-        allow_host_sync=engine.settings.allow_host_sync))  # fmt: skip
-    return {k: round(v, 3) for k, v in out.items()}, view
+    out = {k: round(v, 3) for k, v in out.items()}
+    out["parts"] = step_parts(engine, view, repeats)
+    return out, view

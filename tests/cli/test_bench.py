@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def test_bench_small_cpu_prints_table_and_json():
     proc = subprocess.run(
@@ -20,12 +22,17 @@ def test_bench_small_cpu_prints_table_and_json():
     assert row["batch"] == 2 and row["requests"] == 3
     assert row["audio_s"] == 3 * 6 * 1920 / 24000  # every request ran the fixed length
     assert row["audio_s_per_s"] > 0 and set(row["phases_s"]) >= {"prefill", "vocoder"}
-    assert {"step", "predictor", "sampling_talker"} <= set(row["step_ms"])
+    parts = row["step_ms"]["parts"]  # the step split into parts that add up to it
+    assert row["step_ms"]["step"] > 0
+    assert parts["instrumented_step"] == pytest.approx(
+        parts["talker_stack"] + parts["predictor"] + parts["sampling"] + parts["other"], abs=1e-3
+    )
     assert eager["audio_s"] == row["audio_s"]
     for r in report["bench"]:  # the step's roofline on this machine, measured
         assert r["roofline"]["bound_ms"] > 0 and r["roofline"]["fraction"] > 0
         assert "measured" in r["roofline"]["device"]
     assert any("audio-s/s" in line for line in lines[:-1])  # the table
+    assert any("split (synced at each part):" in line for line in lines[:-1])
     assert any("packed / eager:" in line for line in lines[:-1])  # the side-by-side ratio
 
 

@@ -1,0 +1,61 @@
+"""`qtts bench`'s step split: parts timed inside the same steps add up to the step, nested parts
+are not counted twice, and wrapping the parts changes nothing the step computes."""
+
+import engines
+import pytest
+import torch
+
+from qtts.core.bench import step_parts as sp
+from qtts.core.engine import engine as engine_module
+
+
+class FakeClock:
+    """perf_counter that only moves when a test says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_nested_part_counts_once(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(sp.time, "perf_counter", clock)
+    parts = sp.PartClock(torch.device("cpu"))
+
+    def inner():
+        clock.now += 3.0
+
+    timed_inner = parts.wrap("inner", inner)
+
+    def outer():
+        clock.now += 2.0
+        timed_inner()
+        clock.now += 1.0
+        timed_inner()
+
+    parts.wrap("outer", outer)()
+    assert parts.totals == {"inner": 6.0, "outer": 3.0}  # 9 s of wall time, each second once
+
+
+@pytest.mark.parametrize("path", ["module", "packed"])
+def test_parts_add_up_and_leave_the_step_unchanged(tiny_gqa, path):
+    settings = engines.cpu_settings(**engines.GPU_PATHS[path])
+    timed = engines.prefilled(tiny_gqa, 3, 3, greedy=True, settings=settings)
+    plain = engines.prefilled(tiny_gqa, 3, 3, greedy=True, settings=settings)
+    original_choose = engine_module.choose_tokens
+
+    parts = sp.step_parts(timed, 64, repeats=2)
+    for _ in range(3):  # step_parts ran 1 warm-up + 2 timed steps
+        plain.decode_step(64)
+
+    assert set(parts) == {*sp.PARTS, "instrumented_step"}
+    assert parts["instrumented_step"] == pytest.approx(sum(parts[p] for p in sp.PARTS), abs=1e-3)
+    assert all(parts[p] > 0 for p in ("talker_stack", "predictor", "sampling"))
+    assert parts["other"] >= 0
+    assert torch.equal(timed.state.codes, plain.state.codes)  # greedy: token codes exact
+    assert torch.equal(timed.state.num_tokens, plain.state.num_tokens)
+    # the wrappers are gone: the engine and the sampler are the ones it had
+    assert engine_module.choose_tokens is original_choose
+    assert "_predict_codes" not in vars(timed) and not hasattr(timed.talker_step, "__wrapped__")
