@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
+from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
+from qtts.cli.logs import setup_logging
 
 
 def _parse_sizes(text: str) -> list[int | None]:
@@ -34,8 +36,8 @@ def bench(
         int | None,
         typer.Option(min=1, help="Requests per batch size. Unset: 2 x batch size."),
     ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
+    device: o.Device = "auto",
+    dtype: o.DtypeOpt = o.Dtype.auto,
     compare: Annotated[
         bool,
         typer.Option(
@@ -57,8 +59,6 @@ def bench(
     """Throughput on random weights of the real model sizes (no download): audio-s/s, frames/s,
     RTF, per-phase time, ms per decode step, peak memory (GPU, or RSS on CPU). The last stdout
     line is JSON."""
-    from qtts.cli.commands import setup_logging
-
     setup_logging(quiet=False, verbose=False)
     sizes = _parse_sizes(batch_sizes)
     if size not in ("0.6b", "1.7b", "small"):
@@ -71,7 +71,7 @@ def bench(
         typer.echo(json.dumps({"launches": rows}))
         return
     with cli_errors():
-        rows = _run(size, sizes, frames, requests, device, dtype, compare, write)
+        rows = _run(size, sizes, frames, requests, device, dtype.value, compare, write)
     typer.echo(json.dumps({"bench": rows, "machine": _machine(device)}))
 
 
@@ -164,8 +164,10 @@ def _step_line(step_ms: dict) -> str:
     parts = step_ms["parts"]
     split = " + ".join(f"{k} {parts[k]:.2f}" for k in parts if k != "instrumented_step")
     graph = f", graphed {step_ms['graph_step']:.2f} ms" if "graph_step" in step_ms else ""
-    return (f"      step: {step_ms['step']:.2f} ms{graph}; split (synced at each part): "
-            f"{split} = {parts['instrumented_step']:.2f} ms")
+    return (
+        f"      step: {step_ms['step']:.2f} ms{graph}; split (synced at each part): "
+        f"{split} = {parts['instrumented_step']:.2f} ms"
+    )
 
 
 def _machine(device: str) -> dict:

@@ -3,18 +3,17 @@ into the help panels a user scans: input and resume, voice, sampling, output, en
 logging. Help text is Rich markup: a literal "[" is written "\\[".
 
 Defaults for sampling are None: None keeps the checkpoint's generation_config.json value.
-No core imports here (qtts --help must not import torch).
+The choices come from qtts.core.jobs.choices (standard library only: `qtts --help` stays fast).
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # = qtts.core.jobs.spec.DEFAULT_MODEL
+from qtts.core.jobs.choices import AudioFormat, Backend, Dtype, OnBudget
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
@@ -23,28 +22,6 @@ OUTPUT_PANEL = "Output"
 ENGINE_PANEL = "Model and engine"
 SCALE_PANEL = "Scale out"
 LOG_PANEL = "Failures and logging"
-
-
-class Dtype(str, Enum):
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-
-
-class AudioFormat(str, Enum):
-    wav = "wav"
-    flac = "flac"
-
-
-class OnBudget(str, Enum):
-    ok = "ok"
-    fail = "fail"
-
-
-class Backend(str, Enum):
-    local = "local"
-    ray = "ray"
 
 
 def _opt(*names: str, panel: str, **kw):

@@ -1,6 +1,7 @@
 """The sampling kernel: penalties, filters and the seeded draw for one sampling site, one row per
-program. Semantics are those of the pure-torch twin in qtts/core/engine/sampling.py
-(apply_penalties then select_tokens); tests/unit/test_sampling_kernel.py ties the two together.
+program. Semantics are those of the pure-torch twin in core/engine/sampling.py
+(apply_penalties then select_tokens); tests/unit/kernels/test_sampling_kernel.py ties the two
+together.
 
 The whole vocabulary of a row sits in one block (BLOCK_V = next power of two >= V, masked). No
 sort: the top-k threshold and the HF top-p cut are found by exact radix searches over an integer

@@ -69,16 +69,22 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     from qtts.core.jobs.results import input_rows, rebuild
     from qtts.core.jobs.run import prepare_job, source_path
     from qtts.core.jobs.shards import Shard
-    from qtts.core.jobs.spec import JobSpec
+    from qtts.core.jobs.spec import (
+        JobSpec,
+        ModelSettings,
+        OutputSettings,
+        RowDefaults,
+        VoiceSettings,
+    )
     from qtts.core.jobs.state import write_state
-    from qtts.core.jobs.validation import RowDefaults
     from qtts.core.jobs.writer import encode_audio
 
     Layout(out).dir.mkdir(parents=True, exist_ok=True)
     if open_text_model is None:
         from qtts.core.synthesis.session import open_text_model
-    spec = JobSpec(kind="batch", source=str(manifest), out_dir=out, model=model, device="cpu",
-                   row_defaults=RowDefaults(speaker="vivian"))  # fmt: skip
+    spec = JobSpec(kind="batch", source=str(manifest), output=OutputSettings(out),
+                   model=ModelSettings(model, device="cpu"),
+                   voice=VoiceSettings(RowDefaults(speaker="vivian")))  # fmt: skip
     job, req, _, _ = prepare_job(spec, open_text_model, env={})
     valid = job.prepared.valid()
     n = valid.num_rows
@@ -109,7 +115,8 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     from qtts.core.jobs.shards import ShardRequest
 
     req = ShardRequest(num_shards, 0, "--num-shards/--shard-index") if num_shards > 1 else req
-    job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, num_shards=num_shards))
+    scale_out = replace(job.spec.scale_out, num_shards=num_shards)
+    job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, scale_out=scale_out))
     record_job(job, req, source_path(spec))
     _link_files(out, names, wav)
     rebuild(out, input_rows("batch", str(manifest)), wait_s=60)  # a finished job has its views

@@ -18,9 +18,10 @@ from dataclasses import replace
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from qtts.core.engine.build import EngineShape, build_engine
 from qtts.core.engine.engine import Engine
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.slots import SlotFill, SlotState
+from qtts.core.engine.slots import SlotFill
 from qtts.core.model.config import ModelConfig, SamplingParams
 from qtts.core.model.sizes import model_config
 from qtts.core.model.talker import build_model
@@ -87,9 +88,10 @@ def meta_engine(
     with torch.device("meta"):
         model = build_model(config).to(device="meta", dtype=torch.bfloat16).eval()
     settings = settings or replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False)
-    state = SlotState(config, slots, COUNT_VIEW + 64, 128, 1, talker=COUNT_PARAMS,
-                      subtalker=COUNT_PARAMS, dtype=torch.bfloat16, device="meta")  # fmt: skip
-    eng = Engine(model, config, state, pad_embedding(model.talker, config), settings)
+    shape = EngineShape(slots, COUNT_VIEW + 64, 128, 1)
+    eng, _ = build_engine(model, config, shape, tts_pad=pad_embedding(model.talker, config),
+                          talker=COUNT_PARAMS, subtalker=COUNT_PARAMS, dtype=torch.bfloat16,
+                          device="meta", settings=settings)  # fmt: skip
     speaker = 0 if config.uses_speaker else None
     tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
     prompt = embed_prompt(model.talker, config, tokens)

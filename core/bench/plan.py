@@ -19,12 +19,13 @@ import torch
 from qtts.core.engine.footprint import Dims
 from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
+from qtts.core.engine.settings import EngineSettings
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
-from qtts.core.synthesis.memory_plan import dims_for, module_bytes, row_shapes
+from qtts.core.synthesis.memory_plan import dims_for, row_shapes, weights_bytes
 from qtts.core.synthesis.prompt import PromptTokens
 
 PUBLISHED_MAX_NEW_TOKENS = 8192  # generation_config.json of the published checkpoints
@@ -60,12 +61,10 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
         cap = GenerationDefaults.from_file(model_dir / "generation_config.json").max_new_tokens
         name = model
     with torch.device("meta"):
-        modules = [build_model(config).to(dtype), SpeechDecoder(decoder).to(dtype)]
-    weights = module_bytes(modules)
-    if model_dir is not None and config.tts_model_type == "base":
-        from qtts.core.synthesis.memory_plan import speech_encoder_bytes
-
-        weights += speech_encoder_bytes(model_dir / "speech_tokenizer")
+        talker, vocoder = build_model(config).to(dtype), SpeechDecoder(decoder).to(dtype)
+    base = model_dir is not None and config.tts_model_type == "base"
+    weights = weights_bytes(talker, vocoder, EngineSettings.for_device("cuda", env={}),
+                            model_dir / "speech_tokenizer" if base else None)  # fmt: skip
     dims = dims_for(config, decoder, dtype, "cuda")
     return PlanModel(name, config, decoder, cap, weights, dims, model_dir)
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
+from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
@@ -93,11 +94,6 @@ class BenchResult:
         return asdict(self)
 
 
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def synthetic_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
     rng = np.random.default_rng(i)
     text = rng.integers(10, text_vocab, size=text_len).tolist()
@@ -106,31 +102,19 @@ def synthetic_tokens(i: int, text_vocab: int, text_len: int) -> PromptTokens:
 
 def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_len=TEXT_LEN):
     """The memory plan `qtts batch` would make for the bench's rows on this device (batch None:
-    auto). Raises MemoryPlanError when an explicit batch cannot fit."""
-    from qtts.core.synthesis.memory_plan import (
-        device_budget,
-        dims_for,
-        module_bytes,
-        packed_copy_bytes,
-        plan_job,
-        row_shapes,
-    )
+    auto), by the same function. Raises MemoryPlanError when an explicit batch cannot fit."""
+    from qtts.core.synthesis.memory_plan import plan_rows
 
     dev = torch.device(device)
-    settings = mode_settings(mode, dev)
-    weights = module_bytes([model, decoder])
-    weights += packed_copy_bytes(model) if settings.packed_predictor else 0
-    dims = dims_for(config, decoder.cfg, model.talker.codec_head.weight.dtype, dev.type)
     tokens = synthetic_tokens(0, config.talker.text_vocab_size, text_len)
-    shapes = row_shapes([frames + 1] * rows, [tokens] * rows)
-    return plan_job(shapes, dims, device_budget(dev), weights, settings, batch, dev.type)
+    return plan_rows(config, model, decoder, [frames + 1] * rows, [tokens] * rows, dev,
+                     mode_settings(mode, dev), batch)  # fmt: skip
 
 
 def run_one(size, config, model, decoder, *, plan, requests, frames, device, mode,
             write=False, text_len=TEXT_LEN) -> BenchResult:  # fmt: skip
-    from qtts.core.engine.engine import Engine
+    from qtts.core.engine.build import EngineShape, build_engine
     from qtts.core.engine.runner import EngineJob, run_continuous
-    from qtts.core.engine.slots import SlotState
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -139,47 +123,25 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     batch = group.slots
     res = BenchResult(size, batch, requests, frames, mode, auto=plan.requested is None)
     talker = model.talker
-    dtype = talker.codec_head.weight.dtype
-    tts_pad = pad_embedding(talker, config)
     prompts = [
         embed_prompt(talker, config, synthetic_tokens(i, config.talker.text_vocab_size, text_len))
         for i in range(requests)
     ]
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
-    state = SlotState(
-        config,
-        batch,
-        group.kv_len,
-        group.max_frames,
-        group.max_trailing,
-        talker=params,
-        subtalker=params,
-        dtype=dtype,
-        device=dev,
-    )
-    settings = replace(mode_settings(mode, dev), prefill_group=group.prefill_rows)
-    engine = Engine(model, config, state, tts_pad, settings)
+    # Graphs are captured here, before the vocoder thread exists (as qtts batch).
+    engine, step = build_engine(
+        model, config, EngineShape.of(group), tts_pad=pad_embedding(talker, config),
+        talker=params, subtalker=params, dtype=talker.codec_head.weight.dtype, device=dev,
+        settings=mode_settings(mode, dev),
+    )  # fmt: skip
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
-    step = None
-    if settings.cuda_graphs:  # captured up front, before the vocoder thread exists (as qtts batch)
-        from qtts.core.engine.graphs import GraphedDecodeStep
-
-        step = GraphedDecodeStep(engine, group.views)
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
-    prefill = engine.prefill
-
-    def timed_prefill(*a, **k):
-        _sync(dev)
-        t = time.perf_counter()
-        prefill(*a, **k)
-        _sync(dev)
-        timers["prefill"] += time.perf_counter() - t
-
-    engine.prefill = timed_prefill
+    prefill = PartClock(dev, ["prefill"])  # the engine's prefill passes, synced at their edges
+    engine.timer = prefill
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    _sync(dev)
+    sync(dev)
     start = time.perf_counter()
     total_frames = 0
     cuda = dev.type == "cuda"
@@ -204,8 +166,10 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     finished = run_continuous(engine, jobs, step=step)
     for frames_done in overlapped(finished, vocode, dev, gate=gate):
         total_frames += frames_done
-    _sync(dev)
+    sync(dev)
     res.wall_s = time.perf_counter() - start
+    engine.timer = None
+    timers["prefill"] = prefill.totals["prefill"]
     res.audio_s = total_frames * SAMPLES_PER_FRAME / SAMPLE_RATE
     res.audio_s_per_s = res.audio_s / res.wall_s
     res.frames_per_s = total_frames / res.wall_s
@@ -257,11 +221,11 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
 
     def clock(fn) -> float:
         fn()
-        _sync(dev)
+        sync(dev)
         t = time.perf_counter()
         for _ in range(repeats):
             fn()
-        _sync(dev)
+        sync(dev)
         return (time.perf_counter() - t) / repeats * 1e3
 
     out = {"step": clock(lambda: engine.decode_step(view))}  # no graph: packed or module path

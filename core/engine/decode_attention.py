@@ -4,7 +4,7 @@ The model's default masked attention repeats each KV head's keys for its n_rep q
 on a static cache view copies [B, H, S, D] per layer per step. Here the n_rep query heads that
 share a KV head become that head's n_rep query rows (same keys, same per-slot mask), so SDPA reads
 the cache view in place. Same result as the repeat path up to float rounding
-(tests/unit/test_decode_attention.py ties the two); the engine uses it on GPU.
+(tests/unit/engine/test_decode_attention.py ties the two); the engine uses it on GPU.
 
 Independent of SDPA's output layout: CUDA's flash and memory-efficient kernels return
 [B, H, T, D] laid out as [B, T, H, D], so results are reshaped, never viewed.

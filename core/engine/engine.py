@@ -20,6 +20,7 @@ from qtts.core.engine.refill import pack_refill
 from qtts.core.engine.sampling import ROW_FIELDS, RowParams, choose_tokens, hints_of
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.slots import SlotFill, SlotState
+from qtts.core.engine.timer import StepTimer
 from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig
 
 
@@ -35,6 +36,7 @@ class Engine:
         self.talker, self.config, self.state = model.talker, config, state
         self.tts_pad = tts_pad  # [H]
         self.settings = settings or EngineSettings.for_device(tts_pad.device)
+        self.timer: StepTimer | None = None  # marks prefill and the step's parts (engine.timer)
         # The predictor's one-token steps through packed weights (engine.packed_stack): the
         # CPU default, where op dispatch dominates its 75 small layer passes per frame. The
         # packed copy is small (5 predictor layers); the talker, most of the weights, is not
@@ -67,6 +69,9 @@ class Engine:
         of one per slot (what the GPU path uses; padded query rows still see real keys, no NaN).
         Every host value reaches the device in one non-blocking copy (engine.refill) and each
         per-slot field is written for all fills at once, so the cost does not grow per slot."""
+        self._timed("prefill", self._prefill, fills)
+
+    def _prefill(self, fills: list[SlotFill]) -> None:
         s = self.state
         self._check(fills)
         m = len(fills)
@@ -90,10 +95,9 @@ class Engine:
         s.seeds[slots] = table.seed
         s.seen[slots] = False
         first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
-        c0 = choose_tokens(logits, _rows(s.talker, slots), table.seed, torch.zeros_like(slots),
-                           0, seen=s.seen[slots], block_eos=first, eos_id=self.eos,
-                           suppress=self.suppress,
-                           allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
+        c0 = self._choose(logits, _rows(s.talker, slots), table.seed, torch.zeros_like(slots), 0,
+                          seen=s.seen[slots], block_eos=first, eos_id=self.eos,
+                          suppress=self.suppress)  # fmt: skip
         s.seen[slots, c0] = True
         s.c0[slots], s.past_hidden[slots] = c0, hidden[rows, lengths - 1]
         s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, table.budget
@@ -140,10 +144,13 @@ class Engine:
     # -- one decode step (graph-capturable) -----------------------------------------------------
     @torch.no_grad()
     def decode_step(self, view_len: int) -> None:
+        self._timed("decode_step", self._decode_step, view_len)
+
+    def _decode_step(self, view_len: int) -> None:
         s, talker = self.state, self.talker
         active = ~s.finished  # [B]
         frame = s.num_tokens - 1  # the frame whose residual codes we predict now
-        codes = self._predict_codes(frame)  # [B, G]
+        codes = self._timed("predictor", self._predict_codes, frame)  # [B, G]
         s.codes[s.kv.rows, frame.clamp(0, s.max_frames - 1)] = codes
         has_text = frame < s.trailing_len
         text = s.trailing[s.kv.rows, frame.clamp(0, s.trailing.shape[1] - 1)]  # [B, H]
@@ -151,20 +158,11 @@ class Engine:
         mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
         pos = s.kv.lengths[:, None]  # [B, 1]
         view = s.kv.decode_view(view_len, self.decode_attend)
-        hidden = self.talker_step(x[:, None], pos, mask, view)  # [B, 1, H]
+        hidden = self._timed("talker_stack", self.talker_step, x[:, None], pos, mask, view)
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
-        c0 = choose_tokens(
-            logits,
-            s.talker,
-            s.seeds,
-            s.num_tokens,
-            0,
-            seen=s.seen,
-            block_eos=s.num_tokens < MIN_NEW_TOKENS,
-            eos_id=self.eos,
-            suppress=self.suppress,
-            allow_host_sync=self.settings.allow_host_sync,
-        )
+        c0 = self._choose(logits, s.talker, s.seeds, s.num_tokens, 0, seen=s.seen,
+                          block_eos=s.num_tokens < MIN_NEW_TOKENS, eos_id=self.eos,
+                          suppress=self.suppress)  # fmt: skip
         s.seen[s.kv.rows, c0] |= active
         s.c0.copy_(torch.where(active, c0, s.c0))
         s.past_hidden.copy_(torch.where(active[:, None], hidden[:, 0], s.past_hidden))
@@ -183,13 +181,25 @@ class Engine:
         s.cp_kv.start = 0  # frame-local positions
 
         def choose(logits: torch.Tensor, codebook: int) -> torch.Tensor:
-            return choose_tokens(logits, s.subtalker, s.seeds, frame, codebook,
-                                 allow_host_sync=self.settings.allow_host_sync)  # fmt: skip
+            return self._choose(logits, s.subtalker, s.seeds, frame, codebook)
 
         rest = talker.code_predictor.residual_codes(
             start, s.cp_kv, choose, self.predictor_step, self.predictor_first
         )
         return torch.cat((s.c0[:, None], rest), dim=1)  # [B, G]
+
+    def _choose(self, logits, params, seeds, frames, codebook: int, **site) -> torch.Tensor:
+        """choose_tokens with this engine's sampler and sync rule, marked as "sampling"."""
+        return self._timed("sampling", choose_tokens, logits, params, seeds, frames, codebook,
+                           allow_host_sync=self.settings.allow_host_sync,
+                           sampler=self.settings.sampler, **site)  # fmt: skip
+
+    def _timed(self, part: str, fn, *args, **kwargs):
+        """fn(*args, **kwargs), inside the timer's `part` when a timer is set (engine.timer)."""
+        if self.timer is None:
+            return fn(*args, **kwargs)
+        with self.timer.part(part):
+            return fn(*args, **kwargs)
 
 
 def _rows(params: RowParams, index: torch.Tensor) -> RowParams:

@@ -6,9 +6,9 @@ per-op dispatch and awkward matmul layouts cost more than the arithmetic. This t
 q/k/v and gate/up fused into one matmul each, every weight pre-transposed to [in, out] (a much
 faster layout for a few rows), RMSNorm as one fused call, RoPE as a roll, attention over the cached
 keys as two small matmuls. It reads the same KV cache (the KVCache protocol) and returns the same
-hidden states as the module path up to float rounding; tests/unit/test_packed_stack.py ties the
-two together. The packed copy doubles only the predictor's weights (5 layers). Knows tensors only;
-the GPU path keeps the module forward (captured in a CUDA graph).
+hidden states as the module path up to float rounding; tests/unit/engine/test_packed_stack.py
+ties the two together. The packed copy doubles only the predictor's weights (5 layers). Knows
+tensors only; the GPU runs the fused stack (core/engine/fused_stack.py) instead.
 """
 
 from __future__ import annotations

@@ -22,8 +22,7 @@ from qtts.core.engine.footprint import (
     vocoder_bytes,
 )
 from qtts.core.engine.runner import view_lengths
-from qtts.core.engine.settings import EngineSettings
-from qtts.kernels.backend import TRITON_AVAILABLE
+from qtts.core.engine.settings import EngineSettings, sampler_on
 
 GIB = 2**30
 # A new length group starts where a row needs less than this share of the group's KV length, so
@@ -169,11 +168,10 @@ def plan_memory(
     vocoder_batch = max(1, min(at_most, int(VOCODER_SHARE * spare) // per_utterance))
     room = spare - vocoder_batch * per_utterance  # for the largest group's working set
     groups = length_groups(rows)
+    kernel_sampler = sampler_on(settings.sampler, device_kind) == "triton"  # the one that runs
 
     def group(index: list[int], slots: int) -> GroupPlan:
-        return _group(
-            rows, index, slots, dims, settings, device_kind == "cuda" and TRITON_AVAILABLE
-        )
+        return _group(rows, index, slots, dims, settings, kernel_sampler)
 
     def fits(index: list[int], slots: int) -> bool:
         return group(index, slots).working_bytes(settings.cuda_graphs) <= room

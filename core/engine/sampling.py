@@ -7,16 +7,21 @@ k-th value kept) -> top-p (only when < 1) -> draw. The draw is Gumbel-max with n
 function of (request seed, frame index, codebook index, vocab index) (qtts.core.engine.noise), so
 a request's tokens do not depend on its batch, slot, device or a resume. Every per-row parameter
 is a device tensor (graph-safe).
+
+The choice between kernel and twin is EngineSettings.sampler, made here by hand rather than by a
+CUDA kernel registered on one torch op (as kernels/rms_norm.py does): the twin uses host hints and
+the CPU's host-syncing top-k draw, which an op's tensor schema cannot carry, and either side may
+be forced on either device (the kernel interpreted on CPU, the twin on CUDA).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from qtts.core.engine.noise import gumbel, noise_at, row_keys, uniform_noise
+from qtts.core.engine.settings import sampler_on
 from qtts.core.model.config import SamplingParams
 
 
@@ -204,24 +209,6 @@ def draw_among_top_k(
     return torch.where(scored == best, index, vocab).min(dim=-1).values  # lowest index on ties
 
 
-def sampler_backend(device: torch.device) -> str:
-    """The sampler for logits on `device`, "triton" or "torch": QTTS_SAMPLER forces one; by default
-    the kernel serves CUDA tensors when triton is importable and the twin serves the rest. Meta
-    tensors stand in for CUDA (dry runs and launch counts see the GPU's one op per site)."""
-    forced = os.environ.get("QTTS_SAMPLER", "").strip().lower()
-    if forced not in ("", "torch", "triton"):
-        raise ValueError(f"QTTS_SAMPLER must be 'torch' or 'triton', got {forced!r}")
-    if forced:
-        return forced
-    if device.type == "meta":
-        return "triton"
-    if device.type != "cuda":
-        return "torch"
-    from qtts.kernels.sampling import TRITON_AVAILABLE
-
-    return "triton" if TRITON_AVAILABLE else "torch"
-
-
 def choose_tokens(
     logits: torch.Tensor,  # float32 [B, V]
     params: RowParams,
@@ -235,14 +222,15 @@ def choose_tokens(
     suppress: torch.Tensor | None = None,  # bool [V]
     out: torch.Tensor | None = None,  # int64 [B]; written when given
     allow_host_sync: bool = False,  # see select_tokens
+    sampler: str = "auto",  # EngineSettings.sampler: "auto" | "torch" | "triton"
 ) -> torch.Tensor:
-    """apply_penalties + select_tokens, by the Triton kernel or by this twin (sampler_backend).
-    Returns int64 [B] token ids (`out` itself when given)."""
-    if sampler_backend(logits.device) == "triton":
+    """apply_penalties + select_tokens, by the Triton kernel or by this twin. Returns int64 [B]
+    token ids (`out` itself when given)."""
+    if sampler_on(sampler, logits.device) == "triton":
         from qtts.kernels.sampling import TRITON_AVAILABLE, sample_tokens_op
 
         if not TRITON_AVAILABLE and not logits.is_meta:
-            raise ValueError("QTTS_SAMPLER=triton but triton is not importable: install it")
+            raise ValueError("the triton sampler (QTTS_SAMPLER=triton) needs triton: install it")
         if out is None:
             out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
         p = params

@@ -1,8 +1,9 @@
 """How the engine runs on a device: one settings object, with the CPU and GPU defaults decided here.
 
 `qtts batch`, `qtts synth` and `qtts bench` all take their engine settings from
-`EngineSettings.for_device`, so the two never drift apart. Knows devices and environment knobs; no
-tensors, no model.
+`EngineSettings.for_device`, so the two never drift apart. Every QTTS_* knob of the engine and the
+synthesizer is read from the environment in this module and nowhere else (the table in
+docs/engine-settings.md). Knows devices and environment knobs; no tensors, no model.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+
+from qtts.kernels.backend import TRITON_AVAILABLE
+
+SAMPLERS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -37,15 +42,18 @@ class EngineSettings:
     # The decode loop may read device values on the host inside a step (the CPU sampler's top-k
     # candidate draw does). Never where steps are captured in graphs.
     allow_host_sync: bool
+    # Who chooses tokens: "triton" (the kernel, kernels/sampling.py: one op per sampling site),
+    # "torch" (its twin, core/engine/sampling.py) or "auto" (by the tensors' device: these
+    # settings also run on CPU and meta tensors in tests and dry runs). `sampler_on` resolves
+    # it, for the sampler and for the planner alike.
+    sampler: str
 
     @classmethod
     def for_device(
         cls, device: torch.device | str, env: Mapping[str, str] = os.environ
     ) -> EngineSettings:
-        """The defaults for `device`. Environment knobs: QTTS_CUDA_GRAPHS=0 runs the GPU eagerly;
-        QTTS_PACKED=0 runs the predictor's module path on CPU too (the packed step's twin);
-        QTTS_FUSED=0 runs the module path on GPU (the fused stack's twin); QTTS_FUSED=1 runs the
-        fused stack on CPU too, through the ops' torch twins (a check, not a speed-up)."""
+        """The defaults for `device`, with the environment's knobs (docs/engine-settings.md)
+        applied: QTTS_CUDA_GRAPHS, QTTS_PACKED, QTTS_FUSED, QTTS_SAMPLER."""
         cuda = torch.device(device).type == "cuda"
         fused = env.get("QTTS_FUSED", "1" if cuda else "0") != "0"
         return cls(
@@ -57,6 +65,7 @@ class EngineSettings:
             fused_layers=fused,
             grouped_attention=cuda,
             allow_host_sync=not cuda,
+            sampler=_sampler(env.get("QTTS_SAMPLER", "")),
         )
 
     def __post_init__(self):
@@ -66,3 +75,29 @@ class EngineSettings:
             raise ValueError("engine settings: a step captured in a CUDA graph cannot sync")
         if self.fused_layers and self.packed_predictor:
             raise ValueError("engine settings: the predictor runs fused or packed, not both")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"engine settings: sampler must be one of {SAMPLERS}")
+
+
+def sampler_on(sampler: str, device: torch.device | str) -> str:
+    """What `sampler` (EngineSettings.sampler) runs on `device`'s tensors: "triton" or "torch".
+    "auto": the kernel on CUDA when triton is importable, the twin elsewhere; meta tensors stand
+    in for CUDA (dry runs and launch counts see the GPU's one op per site)."""
+    if sampler != "auto":
+        return sampler
+    kind = torch.device(device).type
+    return "triton" if kind == "meta" or (kind == "cuda" and TRITON_AVAILABLE) else "torch"
+
+
+def _sampler(forced: str) -> str:
+    """QTTS_SAMPLER=torch|triton forces one (any case); unset or empty: "auto"."""
+    forced = forced.strip().lower()
+    if forced not in ("", "torch", "triton"):
+        raise ValueError(f"QTTS_SAMPLER must be 'torch' or 'triton', got {forced!r}")
+    return forced or "auto"
+
+
+def synthesis_generator(env: Mapping[str, str] = os.environ) -> str:
+    """The generator a loaded synthesizer runs: QTTS_GENERATOR=naive picks the yardstick
+    (qtts.core.synthesis.naive_generator) over the engine. Validated by the synthesizer."""
+    return env.get("QTTS_GENERATOR", "engine")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -63,11 +62,13 @@ class DryRunSummary:
 def dry_run(job) -> DryRunSummary:
     """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
     t0 = time.monotonic()
-    spec, out = job.spec, Path(job.spec.out_dir)
-    records = empty() if spec.overwrite else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
+    spec, out = job.spec, job.spec.output.out_dir
+    fresh = spec.output.overwrite
+    records = empty() if fresh else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
     work = plan_work(job.prepared, records, list_out_dir(out), model=job.text_model,
                      budget=job.budget, settings=job.settings, registry=read_registry(out),
-                     audio_format=spec.audio_format, save_codes=spec.save_codes)  # fmt: skip
+                     audio_format=spec.output.audio_format.value,
+                     save_codes=spec.output.save_codes)  # fmt: skip
     plan = _first_chunk_plan(job, work)
     failures = work.rejected.select(["row", "id", "error"])
     reasons = pc.value_counts(failures["error"]).to_pylist()
@@ -88,4 +89,5 @@ def _first_chunk_plan(job, work: Work) -> str:
         return "nothing to plan"
     first = chunk_requests(next(work.todo.slices(CHUNK_ROWS)), job.text_model, job.budget)
     spec = job.spec
-    return job.text_model.memory_plan(first.requests, spec.device, spec.dtype, spec.batch_size)
+    m = spec.model
+    return job.text_model.memory_plan(first.requests, m.device, m.dtype.value, m.batch_size)

@@ -78,12 +78,12 @@ def new_run_id() -> str:
 class JobRun:
     def __init__(self, job: Job, backend: Backend, progress: ProgressSink | None = None) -> None:
         self.job, self.backend = job, backend
-        self.spec, self.shard, self.out = job.spec, job.shard, Path(job.spec.out_dir)
+        self.spec, self.shard, self.out = job.spec, job.shard, job.spec.output.out_dir
         self.progress = progress or NoProgress()
         self.run_id = new_run_id()
         self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
-                                 job.spec.audio_format, job.spec.save_codes,
-                                 job.spec.on_budget)  # fmt: skip
+                                 job.spec.output.audio_format.value, job.spec.output.save_codes,
+                                 job.spec.failures.on_budget.value)  # fmt: skip
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
         self.ok = self.audio_s = 0
@@ -92,7 +92,7 @@ class JobRun:
 
     def execute(self) -> JobSummary:
         with StopSignals(on_exit_now=remove_live_temps) as stop:
-            if self.spec.overwrite:
+            if self.spec.output.overwrite:
                 state.reset(self.out, self.shard)
             work = self._plan()
             self._record_work(work)
@@ -121,8 +121,8 @@ class JobRun:
         j = self.job
         return plan_work(j.prepared, self.records, listing, model=j.text_model,
                          budget=j.budget, settings=j.settings, registry=read_registry(self.out),
-                         audio_format=self.spec.audio_format,
-                         save_codes=self.spec.save_codes)  # fmt: skip
+                         audio_format=self.spec.output.audio_format.value,
+                         save_codes=self.spec.output.save_codes)  # fmt: skip
 
     def _record_work(self, work: Work) -> None:
         """Journal what is decided before synthesis: rows to redo lose their done status, rows
@@ -167,7 +167,7 @@ class JobRun:
             outcomes.close()
 
     def _too_many_failures(self) -> bool:
-        limit = self.spec.max_failures
+        limit = self.spec.failures.max_failures
         return limit is not None and self.failures.count >= limit
 
     def _owns_file(self, final: str) -> bool:

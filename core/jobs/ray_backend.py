@@ -84,18 +84,21 @@ class RayBackend:
     def connect(cls, spec, job, options, open_text_model, load_synthesizer) -> RayBackend:
         """Reach the cluster (or start a local one) and size the actors; writes nothing."""
         ray = import_ray()
-        started = _connect(ray, spec.ray_address, spec.ray_timeout)
+        started = _connect(ray, spec.scale_out.ray.address, spec.scale_out.ray.timeout)
         try:
-            workers, gpus = _actors(ray, spec.workers, spec.gpus_per_worker)
+            workers, gpus = _actors(
+                ray, spec.scale_out.ray.workers, spec.scale_out.ray.gpus_per_worker
+            )
         except BaseException:
             if started:
                 ray.shutdown()
             raise
-        kwargs = {"model": spec.model, "device": spec.device, "dtype": spec.dtype,
-                  "batch_size": spec.batch_size, "out_dir": str(Path(spec.out_dir).resolve()),
+        m = spec.model
+        kwargs = {"model": m.name, "device": m.device, "dtype": m.dtype.value,
+                  "batch_size": m.batch_size, "out_dir": str(spec.output.out_dir.resolve()),
                   "options": options, "budget": job.budget, "open_text_model": open_text_model,
                   "load_synthesizer": load_synthesizer}  # fmt: skip
-        slots = spec.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
+        slots = spec.model.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
         return cls(ray, started, workers, gpus, kwargs, slots)
 
     def prepare(self, stop: StopSignals) -> None:

@@ -32,16 +32,16 @@ def record_job(job, req: ShardRequest, source: str) -> None:
     """job: locked_run.Job, whose shard lock this process holds."""
     from filelock import FileLock
 
-    spec, out = job.spec, Path(job.spec.out_dir)
+    spec, out = job.spec, job.spec.output.out_dir
     layout = Layout(out)
     with FileLock(str(layout.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
-        recorded = read_job_file(out, legacy_ok=spec.overwrite)
+        recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
         cleanup_temp_files(layout.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
-        if spec.overwrite:
+        if spec.output.overwrite:
             _remove_legacy(out)
-        check_input(out, recorded, spec.kind, source, input_moved=spec.input_moved,
-                    overwrite=spec.overwrite)  # fmt: skip
-        shard = resolve_shard(out, req, recorded, overwrite=spec.overwrite)
+        check_input(out, recorded, spec.kind.value, source, input_moved=spec.output.input_moved,
+                    overwrite=spec.output.overwrite)  # fmt: skip
+        shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
         if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
             now = recorded.num_shards if recorded is not None else "another number of"
             raise UsageError(f"{out} was just recorded with {now} shard(s) by another run; run "
@@ -49,7 +49,7 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         if recorded is not None and recorded.num_shards != shard.count:
             _no_old_run(layout, recorded.num_shards)
             state.remove_every_shard(out)
-        new = job_for(spec.kind, source, shard, req)
+        new = job_for(spec.kind.value, source, shard, req)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
         if new != recorded:

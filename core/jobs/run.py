@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from qtts.core.errors import ManifestError, UsageError
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.jobs.fingerprint import RefDigests, job_settings
+from qtts.core.jobs.generation import generation_options
 from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
 from qtts.core.jobs.jobfile import check_input, read_job_file, resolve_shard
 from qtts.core.jobs.layout import Layout
@@ -30,7 +31,7 @@ from qtts.core.jobs.locked_run import Job, JobRun
 from qtts.core.jobs.manifest import check_unique_ids, read_parquet_manifest, read_text_lines
 from qtts.core.jobs.record_job import record_job
 from qtts.core.jobs.shards import local_rank_device, shard_request
-from qtts.core.jobs.spec import JobSpec, generation_options
+from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.summary import JobSummary
 from qtts.core.jobs.validation import RowDefaults, prepare_rows
 
@@ -50,15 +51,15 @@ def read_rows(spec: JobSpec) -> pa.Table:
 def apply_reference_defaults(rows: pa.Table, spec: JobSpec) -> pa.Table:
     """--ref-audio/--ref-text fill rows without their own; --x-vector-only drops every ref_text.
     A command-line path is relative to the working directory (a manifest's to the manifest)."""
-    if spec.ref_audio is not None:
-        audio = str(Path(spec.ref_audio).expanduser().absolute())
+    if spec.voice.ref_audio is not None:
+        audio = str(Path(spec.voice.ref_audio).expanduser().absolute())
         rows = rows.set_column(rows.schema.get_field_index("ref_audio"), "ref_audio",
                                pc.fill_null(rows["ref_audio"], audio))  # fmt: skip
     text = rows["ref_text"]
-    if spec.x_vector_only:
+    if spec.voice.x_vector_only:
         text = pa.nulls(rows.num_rows, pa.string())
-    elif spec.ref_text is not None:
-        text = pc.fill_null(text, spec.ref_text)
+    elif spec.voice.ref_text is not None:
+        text = pc.fill_null(text, spec.voice.ref_text)
     return rows.set_column(rows.schema.get_field_index("ref_text"), "ref_text", text)
 
 
@@ -80,44 +81,49 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     """(Job, shard request, sampling options, reference digests): everything decided before
     the lock; writes nothing."""
     rows = apply_reference_defaults(read_rows(spec), spec)
-    out = Path(spec.out_dir)
-    recorded = read_job_file(out, legacy_ok=spec.overwrite)
-    check_input(out, recorded, spec.kind, source_path(spec), input_moved=spec.input_moved,
-                overwrite=spec.overwrite)  # fmt: skip
-    req = shard_request(spec.num_shards, spec.shard_index, env)
-    if spec.backend == "ray" and req.from_environment:
+    out = spec.output.out_dir
+    recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
+    check_input(out, recorded, spec.kind.value, source_path(spec),
+                input_moved=spec.output.input_moved, overwrite=spec.output.overwrite)  # fmt: skip
+    req = shard_request(spec.scale_out.num_shards, spec.scale_out.shard_index, env)
+    if spec.scale_out.backend == "ray" and req.from_environment:
         raise UsageError(f"--backend ray inside {req.source} ({req.count} tasks) would split the "
                          "job silently: run Ray from one process, or pass --num-shards 1 to "
                          "say this is intended")  # fmt: skip
-    shard = resolve_shard(out, req, recorded, overwrite=spec.overwrite)
+    shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
     if shard.sharded:
-        spec = replace(spec, device=local_rank_device(spec.device, env))
-    model = open_text_model(spec.model)
-    check_shared_voice(rows, model, spec.row_defaults)
+        spec = replace(
+            spec, model=replace(spec.model, device=local_rank_device(spec.model.device, env))
+        )
+    model = open_text_model(spec.model.name)
+    check_shared_voice(rows, model, spec.voice.row_defaults)
     try:
         options = generation_options(model.defaults, spec.sampling)
-        budget = FrameBudget(model.defaults.max_new_tokens, spec.max_new_tokens,
+        budget = FrameBudget(model.defaults.max_new_tokens, spec.model.max_new_tokens,
                              model.config.talker.max_position_embeddings)  # fmt: skip
     except ValueError as e:
         raise ManifestError(str(e)) from None
-    settings = job_settings(model=model.identity, precision=model.precision(spec.device,
-                            spec.dtype), options=options, max_new_tokens=spec.max_new_tokens,
-                            audio_format=spec.audio_format)  # fmt: skip
+    settings = job_settings(
+        model=model.identity,
+        precision=model.precision(spec.model.device, spec.model.dtype.value),
+        options=options,
+        max_new_tokens=spec.model.max_new_tokens,
+        audio_format=spec.output.audio_format.value,
+    )
     owned = shard.mask(rows["id"])
     own = rows if owned.all() else rows.filter(pa.array(owned))
     if shard.sharded:
         log.info("%s: %d of %d rows", shard.describe(), own.num_rows, rows.num_rows)
     ref_dir = Path(spec.source).resolve().parent if spec.kind == "batch" else None
     refs = RefDigests(out)
-    prepared = prepare_rows(own, model, spec.row_defaults, ref_dir=ref_dir, refs=refs)
+    prepared = prepare_rows(own, model, spec.voice.row_defaults, ref_dir=ref_dir, refs=refs)
     pa.default_memory_pool().release_unused()
     for message, count in prepared.warnings.items():
         log.warning("%s (%d row%s)", message, count, "" if count == 1 else "s")
     if rows.num_rows == 0:
         log.warning("%s has no rows: nothing to do", spec.source)
     inputs = [] if spec.source == "-" else [Path(spec.source)]
-    job = Job(replace(spec, out_dir=out), model, shard, _ids_of(rows), prepared, budget,
-              settings, inputs)  # fmt: skip
+    job = Job(spec, model, shard, _ids_of(rows), prepared, budget, settings, inputs)
     return job, req, options, refs
 
 
@@ -141,24 +147,25 @@ def run_job(
     written, LockHeldError (75), FatalError (1); otherwise returns the summary."""
     job, req, options, refs = prepare_job(spec, open_text_model, env)
     spec = job.spec
-    if spec.dry_run:
+    if spec.output.dry_run:
         from qtts.core.jobs.dry_run import dry_run
 
         return dry_run(job)
-    if spec.backend == "ray":
+    if spec.scale_out.backend == "ray":
         from qtts.core.jobs.ray_backend import RayBackend
 
         backend = RayBackend.connect(spec, job, options, open_text_model, load_synthesizer)
     else:
-        backend = LocalBackend(spec.out_dir, job.text_model, load_synthesizer, spec.device,
-                               spec.dtype, spec.batch_size, options, job.budget)  # fmt: skip
-    layout = Layout(spec.out_dir)
+        m = spec.model
+        backend = LocalBackend(spec.output.out_dir, job.text_model, load_synthesizer, m.device,
+                               m.dtype.value, m.batch_size, options, job.budget)  # fmt: skip
+    layout = Layout(spec.output.out_dir)
     try:
         layout.dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"cannot create --out-dir {spec.out_dir}: {e.strerror or e}") from None
-    if not os.access(spec.out_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write to --out-dir {spec.out_dir}: permission denied")
+        raise UsageError(f"cannot create --out-dir {layout.dir}: {e.strerror or e}") from None
+    if not os.access(layout.dir, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write to --out-dir {layout.dir}: permission denied")
     with OutDirLock(layout.lock(job.shard.suffix)):
         record_job(job, req, source_path(spec))
         refs.save()

@@ -24,20 +24,11 @@ from qtts.core.jobs.ids import id_errors, patched
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.manifest import BLANK
 from qtts.core.jobs.records import text_digests
+from qtts.core.jobs.spec import RowDefaults
 
 MAX_SEED = 2**63 - 1
 BASE_NEEDS_REF = "missing ref_audio: Base models clone a voice from reference audio"
 REF_IGNORED = "ref_audio ignored: only Base models clone a voice from reference audio"
-
-
-@dataclass(frozen=True)
-class RowDefaults:
-    """Command-line values a row takes where its own field is absent or null."""
-
-    speaker: str | None = None
-    language: str = "auto"
-    instruct: str | None = None
-    seed: int = 0
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The speech-tokenizer decoder's small causal transformer (docs/model.md, "Speech decoder").
 
-Owns: RMSNorm, LayerScale, RoPE, sliding-window causal self-attention, SwiGLU MLP and the
-stack `pre_transformer` (input_proj -> layers -> norm -> output_proj). Attribute names mirror the
-checkpoint. Positions always start at 0: the caller decodes each chunk as a fresh sequence.
-Knows nothing of codes, audio or chunking.
+Owns: LayerScale, sliding-window causal self-attention and the stack `pre_transformer`
+(input_proj -> layers -> norm -> output_proj); RMSNorm, RoPE and the MLP are the shared ones of
+core/model/layers.py. Attribute names mirror the checkpoint. Positions always start at 0: the
+caller decodes each chunk as a fresh sequence. Knows nothing of codes, audio or chunking.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from qtts.core.model.layers import MLP, RMSNorm, rope_cos_sin, rope_inv_freq, rotate_half
 
 
 @dataclass(frozen=True)
@@ -30,20 +32,6 @@ class TransformerDims:
     attention_bias: bool
 
 
-class RMSNorm(nn.Module):
-    """Normalises in float32, casts back, then scales (the official order, for bf16 parity)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, C]
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
 class LayerScale(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
@@ -51,11 +39,6 @@ class LayerScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, C]
         return self.scale * x
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class SlidingWindowAttention(nn.Module):
@@ -79,8 +62,8 @@ class SlidingWindowAttention(nn.Module):
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B,H,T,D]
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         if self.num_kv_heads != self.num_heads:  # grouped heads: query head h reads kv h // rep
             rep = self.num_heads // self.num_kv_heads
             k = k.repeat_interleave(rep, dim=1)  # [B, H, T, D]
@@ -89,24 +72,13 @@ class SlidingWindowAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))  # [B, T, C]
 
 
-class SwiGLU(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, C]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class TransformerLayer(nn.Module):
     """Pre-norm block; each branch is scaled per channel (LayerScale) before the residual add."""
 
     def __init__(self, d: TransformerDims):
         super().__init__()
         self.self_attn = SlidingWindowAttention(d)
-        self.mlp = SwiGLU(d.hidden_size, d.intermediate_size)
+        self.mlp = MLP(d.hidden_size, d.intermediate_size)
         self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
         self.self_attn_layer_scale = LayerScale(d.hidden_size)
@@ -133,12 +105,8 @@ class CodecTransformer(nn.Module):
     def _rope(self, t: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Built in float32 on every call rather than kept as a buffer, which `.to(bfloat16)`
         # would round; it is not in the checkpoint either.
-        exponents = torch.arange(0, self.head_dim, 2, device=x.device).float() / self.head_dim
-        inv_freq = 1.0 / (self.rope_theta**exponents)  # [D / 2]
-        pos = torch.arange(t, device=x.device, dtype=torch.float32)  # [T]
-        freqs = pos[:, None] * inv_freq[None, :]  # [T, D / 2]
-        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        inv_freq = rope_inv_freq(self.head_dim, self.rope_theta, x.device)  # [D / 2]
+        return rope_cos_sin(torch.arange(t, device=x.device), inv_freq, x.dtype)  # [T, D] x 2
 
     def _mask(self, t: int, device: torch.device) -> torch.Tensor:
         i = torch.arange(t, device=device)

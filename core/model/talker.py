@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qtts.core.model.config import DecoderStackConfig, ModelConfig, TalkerConfig
+from qtts.core.model.layers import MLP, RMSNorm, rope_cos_sin, rope_inv_freq, rotate_half
 
 
 class KVCache(Protocol):
@@ -28,19 +29,6 @@ class KVCache(Protocol):
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32, scale in the input dtype (as the official RMSNorm does).
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -54,25 +42,16 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", self.table("cpu"), persistent=False)
 
     def table(self, device) -> torch.Tensor:
-        """inv_freq [D/2] in fp32, computed as the official code does."""
-        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float()
-        return 1.0 / (self.theta ** (exponents / self.head_dim))
+        return rope_inv_freq(self.head_dim, self.theta, device)
 
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype):
-        freqs = positions[..., None].float() * self.inv_freq.float()  # [B, T, D/2], fp32
-        emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype):  # [B, T] -> [B, T, D] x 2
+        return rope_cos_sin(positions, self.inv_freq, dtype)
 
 
 def embedding(num: int, dim: int) -> nn.Embedding:
     """An embedding whose weight is left uninitialised: checkpoints overwrite it, and the default
     init on the meta device costs seconds (it imports torch._dynamo)."""
     return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -126,17 +105,6 @@ def attend(q, k, v, mask: torch.Tensor | None, scale: float, n_rep: int) -> torc
         )
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):

@@ -133,31 +133,33 @@ def speech_encoder_bytes(st_dir: Path) -> int:
     return total
 
 
-def weights_bytes(model, decoder, device: torch.device, model_dir: Path, base: bool) -> int:
-    """What a loaded checkpoint holds on `device` (real or meta modules): weights, the CPU's
-    packed predictor copy, and the Mimi encoder of Base models."""
+def weights_bytes(model, decoder, settings: EngineSettings, encoder_dir: Path | None = None) -> int:
+    """What a job holds on its device (real or meta modules): the weights, the packed predictor
+    copy when the settings pack it (CPU), and the Mimi encoder in `encoder_dir` (Base checkpoints'
+    speech_tokenizer/, loaded for voice-clone rows; None: no encoder)."""
     weights = module_bytes([model, decoder])
-    if EngineSettings.for_device(device).packed_predictor:
+    if settings.packed_predictor:
         weights += packed_copy_bytes(model)
-    if base:
-        weights += speech_encoder_bytes(model_dir / "speech_tokenizer")
+    if encoder_dir is not None:
+        weights += speech_encoder_bytes(encoder_dir)
     return weights
 
 
-def plan_rows(config: ModelConfig, decoder: SpeechDecoderConfig, requests, tokens,
-              device: torch.device, dtype: torch.dtype, weights: int,
-              batch_size: int | None) -> MemoryPlan:  # fmt: skip
-    """The memory plan of these rows (prompt tokens given) on `device`."""
-    settings = EngineSettings.for_device(device)
-    dims = dims_for(config, decoder, dtype, device.type)
-    shapes = row_shapes([r.max_new_tokens for r in requests], tokens)
-    return plan_job(shapes, dims, device_budget(device), weights, settings, batch_size,
-                    device.type)  # fmt: skip
+def plan_rows(config: ModelConfig, model, decoder, budgets: Sequence[int],
+              tokens: Sequence[PromptTokens], device: torch.device, settings: EngineSettings,
+              batch_size: int | None, encoder_dir: Path | None = None) -> MemoryPlan:  # fmt: skip
+    """The memory plan of rows (frame budgets, prompt tokens) for `model` and `decoder` held on
+    `device`, running the engine `settings` describe: `qtts batch` and `qtts bench` plan here."""
+    weights = weights_bytes(model, decoder, settings, encoder_dir)
+    dtype = model.talker.codec_head.weight.dtype
+    dims = dims_for(config, decoder.cfg, dtype, device.type)
+    return plan_job(row_shapes(budgets, tokens), dims, device_budget(device), weights, settings,
+                    batch_size, device.type)  # fmt: skip
 
 
 def plan_without_weights(text_model, requests, device: str, dtype: str,
                          batch_size: int | None) -> MemoryPlan:  # fmt: skip
-    """plan_rows with the weights counted on the meta device (nothing loaded). A Base row's
+    """plan_rows with the model built on the meta device (nothing loaded). A Base row's
     reference is counted from its clip's duration (in-context rows prefill its frames)."""
     from qtts.core.model.codec import SpeechDecoder
     from qtts.core.model.loader import parse_device, parse_dtype
@@ -172,13 +174,13 @@ def plan_without_weights(text_model, requests, device: str, dtype: str,
         model = build_model(text_model.config).to(dt)
         decoder = SpeechDecoder(decoder_cfg).to(torch.float32 if dev.type == "cpu" else dt)
     base = text_model.config.tts_model_type == "base"
-    weights = weights_bytes(model, decoder, dev, text_model.model_dir, base)
     tokenizer, config = text_model.tokenizer, text_model.config
     tokens = [prompt_tokens(config, tokenizer, r.text, r.speaker, r.language, r.instruct)
               for r in requests]  # fmt: skip
     if base:
         tokens = [_clone_estimate(t, tokenizer, r) for t, r in zip(tokens, requests, strict=True)]
-    return plan_rows(config, decoder_cfg, requests, tokens, dev, dt, weights, batch_size)
+    return plan_rows(config, model, decoder, [r.max_new_tokens for r in requests], tokens, dev,
+                     EngineSettings.for_device(dev), batch_size, st if base else None)  # fmt: skip
 
 
 def _clone_estimate(tokens, tokenizer, request):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from pathlib import Path
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
@@ -91,7 +90,8 @@ def load_synthesizer(
     text_model: CheckpointText, device: str, dtype: str, batch_size: int | None = None
 ):
     """Weights on the device. QTTS_GENERATOR=naive runs the yardstick instead of the engine."""
+    from qtts.core.engine.settings import synthesis_generator
     from qtts.core.synthesis.synthesizer import Synthesizer
 
-    generator = os.environ.get("QTTS_GENERATOR", "engine")
+    generator = synthesis_generator()
     return Synthesizer.load(text_model, device, dtype, batch_size=batch_size, generator=generator)

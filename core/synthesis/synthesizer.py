@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -61,6 +60,7 @@ class Synthesizer:
         *,
         batch_size: int | None = None,
         generator: str = "engine",
+        settings: EngineSettings | None = None,
     ):
         if generator not in GENERATORS:
             raise ValueError(f"generator must be one of {GENERATORS}, not {generator!r}")
@@ -68,6 +68,8 @@ class Synthesizer:
         self.model, self.decoder, self.device = model, decoder, device
         self.batch_size, self.generator = batch_size, generator  # batch_size None: planned
         self.dtype = model.talker.codec_head.weight.dtype
+        # Read once: the memory plan and every engine pass of this synthesizer run the same engine.
+        self.settings = settings or EngineSettings.for_device(device)
         self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
@@ -173,12 +175,13 @@ class Synthesizer:
     def plan(self, requests, tokens) -> MemoryPlan:
         """The memory plan of these rows on this device (raises MemoryPlanError if an explicit
         batch size, or even one slot, cannot fit)."""
-        from qtts.core.synthesis.memory_plan import plan_rows, weights_bytes
+        from qtts.core.synthesis.memory_plan import plan_rows
 
-        weights = weights_bytes(self.model, self.decoder, self.device, self.text_model.model_dir,
-                                self.references is not None)  # fmt: skip
-        return plan_rows(self.config, self.decoder.cfg, requests, tokens, self.device, self.dtype,
-                         weights, self.batch_size)  # fmt: skip
+        base = self.references is not None  # Base: voice-clone rows load the Mimi encoder
+        encoder = self.text_model.model_dir / "speech_tokenizer" if base else None
+        return plan_rows(self.config, self.model, self.decoder,
+                         [r.max_new_tokens for r in requests], tokens, self.device, self.settings,
+                         self.batch_size, encoder)  # fmt: skip
 
     def _engine(self, requests, tokens, options):
         """Continuous batching, one engine pass per length group of the memory plan. Out of
@@ -208,36 +211,18 @@ class Synthesizer:
                 _empty_cache(self.device)  # outside the except: its traceback pins the pass
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
-        from qtts.core.engine.engine import Engine
+        from qtts.core.engine.build import EngineShape, build_engine
         from qtts.core.engine.runner import EngineJob, run_continuous
-        from qtts.core.engine.slots import SlotState
 
-        state = SlotState(
-            self.config,
-            slots,
-            group.kv_len,
-            group.max_frames,
-            group.max_trailing,
-            talker=options.talker,
-            subtalker=options.subtalker,
-            dtype=self.dtype,
-            device=self.device,
-        )
-        settings = EngineSettings.for_device(self.device)
-        settings = replace(settings, prefill_group=min(settings.prefill_group, group.prefill_rows))
-        engine = Engine(self.model, self.config, state, self.tts_pad, settings)
-        step = None
-        if settings.cuda_graphs:
-            from qtts.core.engine.graphs import GraphCaptureError, GraphedDecodeStep
-
-            # Every graph this pass can need, before its first prefill, with no vocoder work in
-            # flight (the vocoder thread holds the same gate while it works). Out of memory goes
-            # to the halving retry; any other capture failure costs speed, not the job.
-            with self.device_gate:
-                try:
-                    step = GraphedDecodeStep(engine, group.views)
-                except GraphCaptureError as e:
-                    log.warning("%s; decoding this pass without CUDA graphs", e)
+        # Every graph this pass can need is captured before its first prefill, with no vocoder
+        # work in flight (the vocoder thread holds the same gate while it works). Out of memory
+        # goes to the halving retry; any other capture failure costs speed, not the job.
+        engine, step = build_engine(
+            self.model, self.config, EngineShape.of(group, slots), tts_pad=self.tts_pad,
+            talker=options.talker, subtalker=options.subtalker, dtype=self.dtype,
+            device=self.device, settings=self.settings, gate=self.device_gate,
+            on_capture_error=lambda e: log.warning("%s; decoding this pass without CUDA graphs", e),
+        )  # fmt: skip
         jobs = (
             EngineJob(
                 key=i,

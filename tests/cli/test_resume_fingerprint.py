@@ -233,16 +233,20 @@ def test_a_job_bigger_than_a_chunk_goes_longest_first_a_chunk_at_a_time(tmp_path
 
     from qtts.core.jobs import chunks
     from qtts.core.jobs.run import run_job
-    from qtts.core.jobs.spec import JobSpec
-    from qtts.core.jobs.validation import RowDefaults
+    from qtts.core.jobs.spec import (
+        JobSpec,
+        OutputSettings,
+        RowDefaults,
+        VoiceSettings,
+    )
 
     monkeypatch.setattr(chunks, "CHUNK_ROWS", 3)
     src = tmp_path / "lines.txt"
     words = [1, 9, 4, 7, 2, 8, 3, 6, 5, 10]
     src.write_text("".join(" ".join(["w"] * n) + "\n" for n in words))
     synth = fakes.FakeSynthesizer()
-    spec = JobSpec(kind="synth", source=str(src), out_dir=tmp_path / "out",
-                   row_defaults=RowDefaults(speaker="ryan"))  # fmt: skip
+    spec = JobSpec(kind="synth", source=str(src), output=OutputSettings(tmp_path / "out"),
+                   voice=VoiceSettings(RowDefaults(speaker="ryan")))  # fmt: skip
     s = run_job(spec, fakes.open_text_model, lambda *a: synth)
     assert s.exit_code == 0 and s.ok == 10
     by_length = [f"{i + 1:06d}" for i in sorted(range(10), key=lambda i: -words[i])]

@@ -79,7 +79,8 @@ def test_graph_replay_equals_eager_fp32(checkpoint, monkeypatch, greedy):
 @pytest.mark.parametrize("path", ["fused", "module"])
 def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
     """Same forced tokens for both precisions, so each site's logits are compared on the same
-    inputs (tests/teacher_forcing.py); the CPU twin is tests/unit/test_bf16_teacher_forced.py.
+    inputs (tests/teacher_forcing.py); the CPU twin is
+    tests/unit/engine/test_bf16_teacher_forced.py.
     Both layer paths: the fused Triton ops the GPU runs by default, and the module path."""
     from dataclasses import replace
 

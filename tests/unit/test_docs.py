@@ -34,3 +34,40 @@ def test_every_cited_doc_and_section_exists():
             elif section and f"## {section}" not in doc.read_text("utf-8"):
                 missing.append(f"{p.relative_to(REPO)}: docs/{name}, {section!r}")
     assert missing == []
+
+
+PATH_NAMED = re.compile(
+    r"(?<![\w/.])((?:cli|core|kernels|tests|tools|examples|docs|\.ci)/[\w./-]*\w)"
+)
+MODULE_NAMED = re.compile(r"\bqtts\.((?:cli|core|kernels)(?:\.[a-z_]\w*)+)")
+
+
+def _module_file(dotted: list[str]) -> Path | None:
+    base = REPO.joinpath(*dotted)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_reference_resolves(name: str) -> bool:
+    """qtts.a.b.c: the longest prefix that is a module, and the name after it defined there."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        found = _module_file(parts[:cut])
+        if found is not None:
+            return cut == len(parts) or re.search(rf"\b{parts[cut]}\b", found.read_text("utf-8"))
+    return False
+
+
+def test_every_path_and_module_named_in_the_code_exists():
+    missing = []
+    for p in SOURCES + [REPO / "README.md", *(REPO / "docs").glob("*.md")]:
+        text = p.read_text("utf-8")
+        for path in PATH_NAMED.findall(text):
+            if "*" not in path and not (REPO / path).exists():
+                missing.append(f"{p.relative_to(REPO)}: {path}")
+        for name in MODULE_NAMED.findall(text):
+            if not _module_reference_resolves(name):
+                missing.append(f"{p.relative_to(REPO)}: qtts.{name}")
+    assert missing == []

@@ -1,10 +1,11 @@
 """`qtts bench`'s step split: parts timed inside the same steps add up to the step, nested parts
-are not counted twice, and wrapping the parts changes nothing the step computes."""
+are not counted twice, and timing the parts changes nothing the step computes."""
 
 import engines
 import pytest
 import torch
 
+from qtts.core.bench import part_clock
 from qtts.core.bench import step_parts as sp
 from qtts.core.engine import engine as engine_module
 
@@ -21,21 +22,19 @@ class FakeClock:
 
 def test_a_nested_part_counts_once(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(sp.time, "perf_counter", clock)
-    parts = sp.PartClock(torch.device("cpu"))
+    monkeypatch.setattr(part_clock.time, "perf_counter", clock)
+    parts = part_clock.PartClock(torch.device("cpu"), ["inner", "outer"])
 
     def inner():
-        clock.now += 3.0
+        with parts.part("inner"):
+            clock.now += 3.0
 
-    timed_inner = parts.wrap("inner", inner)
-
-    def outer():
+    with parts.part("outer"):
         clock.now += 2.0
-        timed_inner()
-        clock.now += 1.0
-        timed_inner()
-
-    parts.wrap("outer", outer)()
+        inner()
+        with parts.part("untimed"):  # a part not asked for counts toward the one around it
+            clock.now += 1.0
+        inner()
     assert parts.totals == {"inner": 6.0, "outer": 3.0}  # 9 s of wall time, each second once
 
 
@@ -56,6 +55,6 @@ def test_parts_add_up_and_leave_the_step_unchanged(tiny_gqa, path):
     assert parts["other"] >= 0
     assert torch.equal(timed.state.codes, plain.state.codes)  # greedy: token codes exact
     assert torch.equal(timed.state.num_tokens, plain.state.num_tokens)
-    # the wrappers are gone: the engine and the sampler are the ones it had
-    assert engine_module.choose_tokens is original_choose
+    # nothing is left set or patched: the engine's timer, its methods and the sampler
+    assert timed.timer is None and engine_module.choose_tokens is original_choose
     assert "_predict_codes" not in vars(timed) and not hasattr(timed.talker_step, "__wrapped__")

@@ -88,3 +88,19 @@ def test_nothing_fits_is_reported_not_hidden(model):
     assert not plan.fits and plan.largest_fitting is None
     with pytest.raises(MemoryPlanError, match="not even one slot fits"):
         plan_job(rows, model.dims, 2 * GIB, model.weights_bytes, GPU, None, "cuda")
+
+
+def test_the_plan_sizes_the_sampler_the_settings_choose(model):
+    """QTTS_SAMPLER=torch on a GPU runs the twin, whose step holds more per vocabulary id than
+    the kernel: the plan counts that sampler's bytes, not the kernel's."""
+    from dataclasses import replace
+
+    rows = _rows(model, [20] * 8)
+
+    def activation(settings) -> int:
+        plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, settings, 8)
+        return plan.groups[0].activation_bytes
+
+    twin = activation(EngineSettings.for_device("cuda", env={"QTTS_SAMPLER": "torch"}))
+    assert twin == activation(replace(GPU, sampler="torch"))
+    assert twin > activation(replace(GPU, sampler="triton"))

@@ -12,7 +12,8 @@ from qtts.core.jobs.chunks import chunk_requests
 from qtts.core.jobs.fingerprint import RefDigests
 from qtts.core.jobs.lengths import check_lengths
 from qtts.core.jobs.manifest import ROW_SCHEMA, read_parquet_manifest
-from qtts.core.jobs.validation import RowDefaults, prepare_rows
+from qtts.core.jobs.spec import RowDefaults
+from qtts.core.jobs.validation import prepare_rows
 
 
 def _table(rows: list[dict]) -> pa.Table:

@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -23,9 +24,9 @@ from qtts.core.engine.sampling import (
     apply_penalties,
     choose_tokens,
     filter_top_k_top_p,
-    sampler_backend,
     select_tokens,
 )
+from qtts.core.engine.settings import EngineSettings, sampler_on
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
@@ -41,7 +42,7 @@ _DTYPES = dict(
 
 # Runs in the subprocess: every case through sample_tokens (or choose_tokens when asked).
 _WORKER = r"""
-import os, sys, torch
+import sys, torch
 import qtts.kernels.sampling as ks
 from qtts.core.engine.sampling import RowParams, choose_tokens
 assert ks.INTERPRETED, "TRITON_INTERPRET=1 did not reach triton"
@@ -52,12 +53,10 @@ for name, c in torch.load(sys.argv[1]).items():
     kw = {k: c[k] for k in ("seen", "block_eos", "eos_id", "suppress")}
     try:
         if c.get("dispatch"):
-            os.environ["QTTS_SAMPLER"] = "triton"
             params = RowParams(*(c[k] for k in PARAMS))
             results[name] = choose_tokens(
-                c["logits"], params, c["seeds"], c["frames"], c["codebook"], **kw
+                c["logits"], params, c["seeds"], c["frames"], c["codebook"], sampler="triton", **kw
             )
-            del os.environ["QTTS_SAMPLER"]
             continue
         out = torch.full((c["logits"].shape[0],), -1, dtype=torch.int64)
         kw.update({k: c[k] for k in PARAMS + ("seeds", "frames", "codebook")})
@@ -215,7 +214,6 @@ def kernel(tmp_path_factory):
     cases = _cases()
     torch.save(cases, tmp / "cases.pt")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env.pop("QTTS_SAMPLER", None)
     proc = subprocess.run(
         [sys.executable, "-c", _WORKER, str(tmp / "cases.pt"), str(tmp / "out.pt")],
         env=env,
@@ -339,18 +337,19 @@ def test_sampled_tokens_follow_the_filtered_distribution(kernel):
 # -- without the interpreter --------------------------------------------------------------------
 
 
-def test_backend_choice(monkeypatch):
-    monkeypatch.delenv("QTTS_SAMPLER", raising=False)
-    assert sampler_backend(torch.device("cpu")) == "torch"
-    monkeypatch.setenv("QTTS_SAMPLER", "Triton")
-    assert sampler_backend(torch.device("cpu")) == "triton"
-    monkeypatch.setenv("QTTS_SAMPLER", "cuda")
+def test_backend_choice():
+    assert sampler_on("auto", "cpu") == "torch" and sampler_on("auto", "meta") == "triton"
+    assert sampler_on("triton", "cpu") == "triton" and sampler_on("torch", "meta") == "torch"
+    cpu = EngineSettings.for_device("cpu", env={})
+    assert cpu.sampler == "auto"
+    assert EngineSettings.for_device("cpu", env={"QTTS_SAMPLER": "Triton"}).sampler == "triton"
     with pytest.raises(ValueError, match="QTTS_SAMPLER"):
-        sampler_backend(torch.device("cpu"))
+        EngineSettings.for_device("cpu", env={"QTTS_SAMPLER": "cuda"})
+    with pytest.raises(ValueError, match="sampler"):
+        replace(cpu, sampler="cuda")
 
 
-def test_choose_tokens_on_cpu_is_the_twin(monkeypatch):
-    monkeypatch.delenv("QTTS_SAMPLER", raising=False)
+def test_choose_tokens_on_cpu_is_the_twin():
     c = _mixed(100, 3)
     params = RowParams(*(c[k] for k in _PARAMS))
     kw = {k: c[k] for k in ("seen", "block_eos", "eos_id", "suppress")}

@@ -123,7 +123,7 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     expected, _ = _run(text_model, s)
     cpu = EngineSettings.for_device("cpu", env={})
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False)
-    monkeypatch.setattr(EngineSettings, "for_device", classmethod(lambda cls, *a, **k: graphed))
+    monkeypatch.setattr(s, "settings", graphed)
     vocoding, captures, jobs = threading.Event(), [], []
     real_vocode = type(s)._vocode
 
@@ -179,7 +179,7 @@ def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeyp
     expected, _ = _run(text_model, s)
     cpu = EngineSettings.for_device("cpu", env={})
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False)
-    monkeypatch.setattr(EngineSettings, "for_device", classmethod(lambda cls, *a, **k: graphed))
+    monkeypatch.setattr(s, "settings", graphed)
 
     class Broken(graphs.EagerGraphs):
         def capture(self, step, view_len):

@@ -1,0 +1,151 @@
+"""The job commands' options, declared once and shared by `synth` and `batch`.
+
+Each builder's signature is a group of options (the Annotated aliases of qtts.cli.options), and its
+body turns them into the typed settings group of qtts.core.jobs.spec. `job_command` gives a command
+the options of the groups it names and calls it with the built groups, so a value goes from the
+command line to the JobSpec field that holds it without passing through a dict.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from qtts.cli import options as o
+from qtts.cli.errors import cli_errors
+from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, OnBudget
+from qtts.core.jobs.spec import (
+    FailurePolicy,
+    ModelSettings,
+    OutputSettings,
+    RaySettings,
+    RowDefaults,
+    SamplingOverrides,
+    ScaleOut,
+    VoiceSettings,
+)
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """How the run talks on stderr (not part of the job: changing it never redoes a row)."""
+
+    log_interval: float = 30.0
+    quiet: bool = False
+    verbose: bool = False
+
+
+def model_options(
+    model: o.Model = DEFAULT_MODEL,
+    device: o.Device = "auto",
+    dtype: o.DtypeOpt = Dtype.auto,
+    batch_size: o.BatchSize = "auto",
+    max_new_tokens: o.MaxNewTokens = None,
+) -> ModelSettings:
+    return ModelSettings(model, device, dtype, o.parse_batch_size(batch_size), max_new_tokens)
+
+
+def voice_options(
+    speaker: o.Speaker = None,
+    language: o.Language = "auto",
+    instruct: o.Instruct = None,
+    ref_audio: o.RefAudio = None,
+    ref_text: o.RefText = None,
+    x_vector_only: o.XVectorOnly = False,
+    seed: o.Seed = 0,
+) -> VoiceSettings:
+    audio = None if ref_audio is None else str(ref_audio)
+    return VoiceSettings(RowDefaults(speaker, language, instruct, seed), audio, ref_text,
+                         x_vector_only)  # fmt: skip
+
+
+def sampling_options(
+    greedy: o.Greedy = False,
+    temperature: o.Temperature = None,
+    top_k: o.TopK = None,
+    top_p: o.TopP = None,
+    repetition_penalty: o.RepetitionPenalty = None,
+    subtalker_temperature: o.SubTemperature = None,
+    subtalker_top_k: o.SubTopK = None,
+    subtalker_top_p: o.SubTopP = None,
+) -> SamplingOverrides:
+    return SamplingOverrides(greedy, temperature, top_k, top_p, repetition_penalty,
+                             subtalker_temperature, subtalker_top_k, subtalker_top_p)  # fmt: skip
+
+
+def output_options(
+    out_dir: o.OutDir = Path("out"),
+    format: o.Format = AudioFormat.wav,
+    save_codes: o.SaveCodes = False,
+    overwrite: o.Overwrite = False,
+    input_moved: o.InputMoved = False,
+    dry_run: o.DryRun = False,
+) -> OutputSettings:
+    return OutputSettings(out_dir, format, save_codes, overwrite, input_moved, dry_run)
+
+
+def shard_options(num_shards: o.NumShards = None, shard_index: o.ShardIndex = None) -> ScaleOut:
+    return ScaleOut(num_shards, shard_index)
+
+
+def scale_out_options(
+    num_shards: o.NumShards = None,
+    shard_index: o.ShardIndex = None,
+    backend: o.BackendOpt = Backend.local,
+    ray_address: o.RayAddress = None,
+    workers: o.Workers = None,
+    gpus_per_worker: o.GpusPerWorker = None,
+    ray_timeout: o.RayTimeout = 30.0,
+) -> ScaleOut:
+    ray = RaySettings(ray_address, workers, gpus_per_worker, ray_timeout)
+    return replace(shard_options(num_shards, shard_index), backend=backend, ray=ray)
+
+
+def failure_options(
+    fail_fast: o.FailFast = False,
+    max_failures: o.MaxFailures = None,
+    on_budget: o.OnBudgetOpt = OnBudget.ok,
+) -> FailurePolicy:
+    limits = [n for n in (1 if fail_fast else None, max_failures) if n is not None]
+    return FailurePolicy(min(limits) if limits else None, on_budget)
+
+
+def report_options(
+    log_interval: o.LogInterval = 30.0, quiet: o.Quiet = False, verbose: o.Verbose = False
+) -> Reporting:
+    return Reporting(log_interval, quiet, verbose)
+
+
+def job_command(**groups: Callable) -> Callable:
+    """Decorate a command whose parameters include the names in `groups`: Typer sees the
+    command's other parameters, then every builder's options; the command receives each group
+    built (a bad value is a one-line usage error, as from the parser)."""
+
+    def decorate(body: Callable) -> Callable:
+        own = [p for p in _parameters(body) if p.name not in groups]
+        per_group = {name: _parameters(build) for name, build in groups.items()}
+        every = own + [p for params in per_group.values() for p in params]
+
+        @functools.wraps(body)
+        def command(**options):
+            with cli_errors():
+                built = {
+                    name: groups[name](**{p.name: options.pop(p.name) for p in params})
+                    for name, params in per_group.items()
+                }
+            return body(**options, **built)
+
+        command.__signature__ = inspect.Signature(every)  # what Typer reads
+        command.__annotations__ = {p.name: p.annotation for p in every}
+        return command
+
+    return decorate
+
+
+def _parameters(fn: Callable) -> list[inspect.Parameter]:
+    """fn's parameters as keyword-only (Typer passes every value by name), annotations resolved."""
+    params = inspect.signature(fn, eval_str=True).parameters.values()
+    return [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]

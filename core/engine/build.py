@@ -1,0 +1,70 @@
+"""One way to assemble an engine: slot state, the Engine, and its decode graphs when the settings
+replay graphs. `qtts batch` (one engine per memory-plan pass), `qtts bench` and the launch counter
+all build here, so what the bench measures and counts is what a job runs. Knows shapes, settings
+and the model; no text, no files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+
+import torch
+
+from qtts.core.engine.engine import Engine
+from qtts.core.engine.graphs import GraphCaptureError, GraphedDecodeStep
+from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.slots import SlotState
+from qtts.core.model.config import ModelConfig, SamplingParams
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    slots: int
+    kv_len: int  # KV positions per slot
+    max_frames: int
+    max_trailing: int  # trailing text rows per slot
+    prefill_rows: int | None = None  # prompts per prefill pass, at most; None: the settings'
+    views: tuple[int, ...] = ()  # KV view lengths to capture a decode graph for
+
+    @classmethod
+    def of(cls, group, slots: int | None = None) -> EngineShape:
+        """A memory plan's group (qtts.core.engine.planner.GroupPlan), with `slots` slots when
+        fewer than planned run (an out-of-memory retry, the last rows of a group)."""
+        return cls(group.slots if slots is None else slots, group.kv_len, group.max_frames,
+                   group.max_trailing, group.prefill_rows, group.views)  # fmt: skip
+
+
+def build_engine(
+    model,
+    config: ModelConfig,
+    shape: EngineShape,
+    *,
+    tts_pad: torch.Tensor,
+    talker: SamplingParams,
+    subtalker: SamplingParams,
+    dtype: torch.dtype,
+    device,
+    settings: EngineSettings,
+    gate: AbstractContextManager | None = None,
+    on_capture_error: Callable[[GraphCaptureError], None] | None = None,
+) -> tuple[Engine, GraphedDecodeStep | None]:
+    """(engine, graphed step or None). The graphs are captured holding `gate` (no other thread's
+    device work may run during a capture). A capture that fails for another reason than memory
+    goes to `on_capture_error`, and the engine then decodes eagerly; without it, it raises."""
+    if shape.prefill_rows is not None:
+        settings = replace(settings, prefill_group=min(settings.prefill_group, shape.prefill_rows))
+    state = SlotState(config, shape.slots, shape.kv_len, shape.max_frames, shape.max_trailing,
+                      talker=talker, subtalker=subtalker, dtype=dtype, device=device)  # fmt: skip
+    engine = Engine(model, config, state, tts_pad, settings)
+    if not settings.cuda_graphs:
+        return engine, None
+    with gate or nullcontext():
+        try:
+            return engine, GraphedDecodeStep(engine, shape.views)
+        except GraphCaptureError as e:
+            if on_capture_error is None:
+                raise
+            on_capture_error(e)
+    return engine, None

@@ -1,0 +1,50 @@
+"""The closed sets a job's settings choose from, defined once for the command line and the core.
+
+Standard library only (and qtts.core.errors): the CLI imports this to build `--help` without
+torch or pyarrow. Each choice is a str Enum, so a value compares equal to its spelling
+("wav" == AudioFormat.wav) and prints as it is typed.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from qtts.core.errors import UsageError
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+
+
+class Choice(str, Enum):
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | Choice, option: str) -> Choice:
+        """The member spelled `value`, or a UsageError naming the option and the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            names = ", ".join(m.value for m in cls)
+            raise UsageError(f"{option} must be one of {names}, got {value!r}") from None
+
+
+class Dtype(Choice):
+    auto = "auto"  # bfloat16 on CUDA, float32 on CPU
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class AudioFormat(Choice):
+    wav = "wav"
+    flac = "flac"
+
+
+class OnBudget(Choice):
+    ok = "ok"  # kept, flagged hit_frame_budget
+    fail = "fail"
+
+
+class Backend(Choice):
+    local = "local"  # this process and device
+    ray = "ray"  # Ray Data actors (qtts.core.jobs.ray_backend)

@@ -1,0 +1,69 @@
+"""The job options are declared once and reach the command as typed settings groups: synth and
+batch share every option but the Ray ones, and values arrive parsed (a number, an enum member),
+never as a dict of raw strings."""
+
+from __future__ import annotations
+
+import typer
+from typer.testing import CliRunner
+
+from qtts.cli import commands
+from qtts.cli.job_options import (
+    failure_options,
+    job_command,
+    model_options,
+    output_options,
+    scale_out_options,
+)
+from qtts.core.jobs.choices import AudioFormat, Backend, Dtype
+from qtts.core.jobs.spec import FailurePolicy, ModelSettings, OutputSettings, ScaleOut
+
+
+def _option_names(command) -> set[str]:
+    app = typer.Typer()
+    app.command()(command)
+    return {p.name for p in typer.main.get_command(app).params}
+
+
+def test_synth_and_batch_differ_only_by_the_ray_options():
+    synth, batch = _option_names(commands.synth), _option_names(commands.batch)
+    ray = {"backend", "ray_address", "workers", "gpus_per_worker", "ray_timeout"}
+    assert batch - synth == ray | {"manifest"} and synth - batch == {"input"}
+    assert {"batch_size", "speaker", "top_k", "format", "on_budget", "num_shards", "quiet"} <= synth
+
+
+def test_values_arrive_typed_in_their_groups():
+    seen = {}
+
+    @job_command(model=model_options, output=output_options, failures=failure_options,
+                 scale_out=scale_out_options)  # fmt: skip
+    def probe(source: str, model: ModelSettings, output: OutputSettings,
+              failures: FailurePolicy, scale_out: ScaleOut) -> None:  # fmt: skip
+        seen.update(source=source, model=model, output=output, failures=failures,
+                    scale_out=scale_out)  # fmt: skip
+
+    app = typer.Typer()
+    app.command()(probe)
+    app.command()(lambda: None)  # two commands: the probe is invoked by name
+    result = CliRunner().invoke(app, [
+        "probe", "rows.parquet", "--batch-size", "4", "--dtype", "float16", "-f", "flac",
+        "--fail-fast", "--max-failures", "5", "--backend", "ray", "--workers", "2",
+        "-o", "somewhere",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    model, output, scale_out = seen["model"], seen["output"], seen["scale_out"]
+    assert model.batch_size == 4 and model.dtype is Dtype.float16
+    assert output.audio_format is AudioFormat.flac and str(output.out_dir) == "somewhere"
+    assert seen["failures"].max_failures == 1  # --fail-fast is the lower limit
+    assert scale_out.backend is Backend.ray and scale_out.ray.workers == 2
+    assert seen["source"] == "rows.parquet"
+
+
+def test_a_value_a_group_refuses_is_a_one_line_usage_error():
+    app = typer.Typer()
+    app.command()(commands.synth)
+    app.command()(commands.batch)
+    result = CliRunner().invoke(app, ["batch", "m.parquet", "--device", "tpu"])
+    assert result.exit_code == 2
+    assert "--device must be auto, cpu, cuda or cuda:N" in result.output
+    assert "Traceback" not in result.output
