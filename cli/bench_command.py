@@ -82,7 +82,9 @@ def _count(size: str, sizes: list[int]) -> list[dict]:
     from qtts.core.bench.launches import PHASES, count_decode_step, launches_per_step, meta_engine
     from qtts.core.engine.settings import EngineSettings
 
-    twin = replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False, fused_layers=False)
+    twin = replace(
+        EngineSettings.for_device("cuda", env={}), cuda_graphs=False, layer_path="module"
+    )
     rows = []
     typer.echo(f"{'batch':>6} {'launches':>9} " + " ".join(f"{p:>17}" for p in PHASES)
                + f" {'module path':>12}")  # fmt: skip

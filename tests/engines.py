@@ -34,8 +34,8 @@ def gpu_settings(**overrides) -> EngineSettings:
 # twin (the module path) and the CPU's packed predictor.
 GPU_PATHS = {
     "fused": {},
-    "module": {"fused_layers": False},
-    "packed": {"fused_layers": False, "packed_predictor": True},
+    "module": {"layer_path": "module"},
+    "packed": {"layer_path": "packed"},
 }
 
 

@@ -53,7 +53,7 @@ run)
     python3 -m qtts bench --size 1.7b --batch-sizes 1,16,64,128,256 --frames 128 --compare
   # Before the fused layer ops: the same bench on the module path, for the before/after figure.
   check "bench 0.6b module path" bench_0.6b_module.log \
-    env QTTS_FUSED=0 python3 -m qtts bench --size 0.6b --batch-sizes 64,256 --frames 128
+    env QTTS_LAYER_PATH=module python3 -m qtts bench --size 0.6b --batch-sizes 64,256 --frames 128
   check "launch count" launches.log \
     python3 -m qtts bench --size 0.6b --count-launches --batch-sizes 64,256
   if ((${#failed[@]})); then

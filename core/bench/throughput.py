@@ -64,11 +64,11 @@ def mode_settings(mode: str, device) -> EngineSettings:
     """qtts batch's settings for `device`, with the fast path on ("graph"/"packed") or off."""
     base = EngineSettings.for_device(device)
     if mode == "eager":  # the twin: no CUDA graphs, no packed predictor weights
-        return replace(base, cuda_graphs=False, packed_predictor=False, fused_layers=False)
+        return replace(base, cuda_graphs=False, layer_path="module")
     if mode != fast_mode(device):
         raise ValueError(f"mode {mode!r} does not run on {torch.device(device).type}")
-    return replace(base, cuda_graphs=mode == "graph", packed_predictor=mode == "packed",
-                   fused_layers=mode == "graph" and base.fused_layers)  # fmt: skip
+    path = "packed" if mode == "packed" else base.layer_path  # graph: the GPU's (fused)
+    return replace(base, cuda_graphs=mode == "graph", layer_path=path)
 
 
 @dataclass

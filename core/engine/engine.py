@@ -14,8 +14,7 @@ import dataclasses
 import torch
 
 from qtts.core.engine.decode_attention import attend_grouped
-from qtts.core.engine.fused_stack import FusedStack
-from qtts.core.engine.packed_stack import PackedStack
+from qtts.core.engine.layer_path import layer_steps
 from qtts.core.engine.refill import pack_refill
 from qtts.core.engine.sampling import ROW_FIELDS, RowParams, choose_tokens, hints_of
 from qtts.core.engine.settings import EngineSettings
@@ -37,19 +36,11 @@ class Engine:
         self.tts_pad = tts_pad  # [H]
         self.settings = settings or EngineSettings.for_device(tts_pad.device)
         self.timer: StepTimer | None = None  # marks prefill and the step's parts (engine.timer)
-        # The predictor's one-token steps through packed weights (engine.packed_stack): the
-        # CPU default, where op dispatch dominates its 75 small layer passes per frame. The
-        # packed copy is small (5 predictor layers); the talker, most of the weights, is not
-        # duplicated. The GPU replays the module path inside a CUDA graph.
-        cp = self.talker.code_predictor.model
-        self.talker_step, self.predictor_step = self.talker.model, cp
-        self.predictor_first = None  # the predictor's 2-token pass: the module unless fused
-        if self.settings.packed_predictor:
-            self.predictor_step = PackedStack(cp)
-        if self.settings.fused_layers:  # GPU: few, fat ops per layer (engine.fused_stack)
-            self.talker_step = FusedStack(self.talker.model, state.kv.max_len)
-            self.predictor_step = FusedStack(cp, state.cp_kv.k.shape[3])
-            self.predictor_first = self.predictor_step
+        # The stacks' decode passes: module, packed or fused (engine.layer_path).
+        steps = layer_steps(model, self.settings.layer_path, state.kv.max_len,
+                            state.cp_kv.k.shape[3])  # fmt: skip
+        self.talker_step, self.predictor_step = steps.talker, steps.predictor
+        self.predictor_first = steps.predictor_first
         # GPU: attend over the cache view without repeating K/V (qtts.core.engine.decode_attention).
         self.decode_attend = attend_grouped if self.settings.grouped_attention else None
         t = config.talker

@@ -9,9 +9,9 @@ put a floor of ~20 ms under every step, whatever the batch. This twin of `Decode
     -> decode_attention -> o_proj matmul + residual -> rms_norm -> gate/up matmul
     -> silu_mul -> down matmul + residual
 
-q/k/v and gate/up are one matmul each: their weights are concatenated once and the modules'
-own parameters re-pointed at slices of the result, so no weight is held twice. RoPE comes from
-cos/sin tables built once from the model's RotaryEmbedding. The custom ops (qtts.kernels,
+q/k/v and gate/up are one matmul each, over the weights core/model/fused_weights.py fused once
+at load (the modules' own parameters view slices of them, so no weight is held twice). RoPE
+comes from cos/sin tables built once from the model's RotaryEmbedding. The custom ops (qtts.kernels,
 qtts::decode_attention) run Triton kernels or SDPA on CUDA and their torch twins elsewhere, so
 on CPU this is the same model up to float rounding (tests/unit/engine/test_fused_stack.py).
 The residual adds ride in the matmuls (addmm) on a GPU; on CPU they stay separate adds, the
@@ -21,13 +21,11 @@ Knows tensors and the KV cache protocol; no sampling, no slots.
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from qtts.core.engine.decode_attention import decode_attention
+from qtts.core.model.fused_weights import fused_weight
 from qtts.core.model.talker import DecoderStack
 from qtts.kernels.rms_norm import rms_norm
 from qtts.kernels.rope_cache import qk_norm_rope_cache
@@ -84,36 +82,12 @@ class FusedStack:
 class _FusedLayer:
     def __init__(self, layer):
         attn, mlp = layer.self_attn, layer.mlp
-        self.qkv = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)  # [(Hq + 2 Hk) D, H]
-        self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj)  # [2I, H]
+        self.qkv = fused_weight(attn, "qkv_weight")  # [(Hq + 2 Hk) D, H]
+        self.gate_up = fused_weight(mlp, "gate_up_weight")  # [2I, H]
         self.o, self.down = attn.o_proj.weight, mlp.down_proj.weight  # [out, in]
         self.input_norm = layer.input_layernorm.weight
         self.post_norm = layer.post_attention_layernorm.weight
         self.q_norm, self.k_norm = attn.q_norm.weight, attn.k_norm.weight
-
-
-# first module -> (fused weight, the parameters that view it): a second engine on the same model
-# finds its layers already fused instead of concatenating (and copying) again.
-_FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _fuse(*linears: nn.Linear) -> torch.Tensor:
-    """One [sum(out), in] weight; each module's weight becomes a view of its rows (no copy kept)."""
-    known = _FUSED.get(linears[0])
-    if known is not None and all(
-        m.weight is p
-        and m.weight.untyped_storage().data_ptr() == known[0].untyped_storage().data_ptr()
-        for m, p in zip(linears, known[1], strict=True)
-    ):  # the same parameters, still viewing the fused weight (not moved or cast since)
-        return known[0]
-    fused = torch.cat([m.weight.detach() for m in linears])  # [sum(out), in]
-    start = 0
-    for m in linears:
-        rows = m.weight.shape[0]
-        m.weight = nn.Parameter(fused[start : start + rows], requires_grad=False)
-        start += rows
-    _FUSED[linears[0]] = (fused, tuple(m.weight for m in linears))
-    return fused
 
 
 def _plus_linear(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,13 @@ import torch
 from qtts.kernels.backend import TRITON_AVAILABLE
 
 SAMPLERS = ("auto", "torch", "triton")
+# How a decode step runs a decoder layer (core/engine/layer_path.py): the model's own modules,
+# packed one-token predictor weights (CPU), or the fused ops (GPU; their torch twins elsewhere).
+LAYER_PATHS = ("module", "packed", "fused")
+RETIRED = {
+    "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
+    "QTTS_PACKED": "QTTS_LAYER_PATH=packed|module",
+}
 
 
 @dataclass(frozen=True)
@@ -32,11 +39,11 @@ class EngineSettings:
     prefill_group: int
     # Replay each decode step as a captured CUDA graph (GPU only).
     cuda_graphs: bool
-    # The code predictor's one-token steps through packed weights (engine.packed_stack).
-    packed_predictor: bool
-    # Both stacks' decode passes through the fused ops (engine.fused_stack): 9 launches per
-    # layer pass instead of ~70 (GPU; the CPU runs the module or packed path, its twins).
-    fused_layers: bool
+    # "fused": both stacks' decode passes through the fused ops (engine.fused_stack), 9 launches
+    # per layer pass instead of ~70 (the GPU default). "packed": the code predictor's one-token
+    # steps through packed weights (engine.packed_stack; the CPU default, where op dispatch
+    # dominates). "module": the model's own forward, the twin of both.
+    layer_path: str
     # Decode attention as grouped query rows instead of repeated K/V (engine.decode_attention).
     grouped_attention: bool
     # The decode loop may read device values on the host inside a step (the CPU sampler's top-k
@@ -53,16 +60,20 @@ class EngineSettings:
         cls, device: torch.device | str, env: Mapping[str, str] = os.environ
     ) -> EngineSettings:
         """The defaults for `device`, with the environment's knobs (docs/engine-settings.md)
-        applied: QTTS_CUDA_GRAPHS, QTTS_PACKED, QTTS_FUSED, QTTS_SAMPLER."""
+        applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER."""
+        for old, new in RETIRED.items():
+            if old in env:
+                raise ValueError(f"{old} is retired: set {new} instead")
         cuda = torch.device(device).type == "cuda"
-        fused = env.get("QTTS_FUSED", "1" if cuda else "0") != "0"
+        layer_path = env.get("QTTS_LAYER_PATH", "").strip().lower() or (
+            "fused" if cuda else "packed"
+        )
         return cls(
             check_every=8 if cuda else 1,
             view_bucket=256 if cuda else 64,
             prefill_group=64 if cuda else 1,
             cuda_graphs=cuda and env.get("QTTS_CUDA_GRAPHS", "1") != "0",
-            packed_predictor=not cuda and not fused and env.get("QTTS_PACKED", "1") != "0",
-            fused_layers=fused,
+            layer_path=layer_path,
             grouped_attention=cuda,
             allow_host_sync=not cuda,
             sampler=_sampler(env.get("QTTS_SAMPLER", "")),
@@ -73,8 +84,9 @@ class EngineSettings:
             raise ValueError("engine settings: check_every, view_bucket, prefill_group must be > 0")
         if self.cuda_graphs and self.allow_host_sync:
             raise ValueError("engine settings: a step captured in a CUDA graph cannot sync")
-        if self.fused_layers and self.packed_predictor:
-            raise ValueError("engine settings: the predictor runs fused or packed, not both")
+        if self.layer_path not in LAYER_PATHS:
+            raise ValueError(f"QTTS_LAYER_PATH must be one of {', '.join(LAYER_PATHS)}, "
+                             f"got {self.layer_path!r}")  # fmt: skip
         if self.sampler not in SAMPLERS:
             raise ValueError(f"engine settings: sampler must be one of {SAMPLERS}")
 

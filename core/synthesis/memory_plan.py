@@ -138,7 +138,7 @@ def weights_bytes(model, decoder, settings: EngineSettings, encoder_dir: Path | 
     copy when the settings pack it (CPU), and the Mimi encoder in `encoder_dir` (Base checkpoints'
     speech_tokenizer/, loaded for voice-clone rows; None: no encoder)."""
     weights = module_bytes([model, decoder])
-    if settings.packed_predictor:
+    if settings.layer_path == "packed":
         weights += packed_copy_bytes(model)
     if encoder_dir is not None:
         weights += speech_encoder_bytes(encoder_dir)

@@ -107,7 +107,7 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
         state = SlotState(config, n, 256, frames + 1, 1, talker=opts.talker,
                           subtalker=opts.subtalker, dtype=weights, device="cuda")  # fmt: skip
         settings = replace(EngineSettings.for_device("cuda"), cuda_graphs=False,
-                           fused_layers=path == "fused")  # fmt: skip
+                           layer_path=path)  # fmt: skip
         eng = Engine(synth.model, config, state, synth.tts_pad, settings)
         logits[dtype] = forced_logits(eng, prompts, codes, opts.talker, monkeypatch)
     for sites in (range(0, 1), range(1, 16)):

@@ -57,8 +57,8 @@ def _requests(text_model, case: dict) -> list[Request]:
 def test_codes_and_audio_match_official(case, generator, synthesizers, monkeypatch):
     """The naive generator runs the rows as one padded batch (as the official call did); the
     engine runs them in as many slots, each prefilled alone: on the CPU's packed path, and on
-    the GPU's fused layer ops through their torch twins (QTTS_FUSED=1)."""
-    monkeypatch.setenv("QTTS_FUSED", "1" if generator == "engine-fused" else "0")
+    the GPU's fused layer ops through their torch twins (QTTS_LAYER_PATH=fused)."""
+    monkeypatch.setenv("QTTS_LAYER_PATH", "fused" if generator == "engine-fused" else "packed")
     text_model, synth = synthesizers(case["checkpoint"], generator)
     synth.batch_size = len(case["rows"])
     requests = _requests(text_model, case)

@@ -12,6 +12,7 @@ import torch
 
 from qtts.core.engine.fused_stack import FusedStack
 from qtts.core.engine.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.model.fused_weights import fuse_projections
 
 # fp32, same arithmetic except the fused q/k/v and gate/up matmuls, whose column blocks may sum in
 # another order: a few ulps of hidden states of order 1.
@@ -38,6 +39,7 @@ def test_talker_one_token_step_matches_the_module_path(tiny_gqa):
     x = torch.randn(slots, 1, config.talker.hidden_size, generator=torch.Generator().manual_seed(4))
     pos, mask = lengths[:, None], module_cache.decode_mask(view)
     want = model.talker.model(x, pos, mask, module_cache.decode_view(view))
+    fuse_projections(model.talker.model)
     got = FusedStack(model.talker.model, 32)(x, pos, mask, fused_cache.decode_view(view))
     torch.testing.assert_close(got, want, atol=HIDDEN_ATOL, rtol=0)
     torch.testing.assert_close(fused_cache.k, module_cache.k, atol=HIDDEN_ATOL, rtol=0)
@@ -51,6 +53,7 @@ def test_predictor_passes_match_the_module_path(tiny_gqa):
     cp, c = model.talker.code_predictor.model, config.code_predictor
     caches = [PredictorKVCache(c.num_hidden_layers, 3, c.num_key_value_heads, 16, c.head_dim,
                                dtype=torch.float32, device="cpu") for _ in range(2)]  # fmt: skip
+    fuse_projections(cp)
     fused = FusedStack(cp, 16)
     g = torch.Generator().manual_seed(5)
     for tokens, first in ((2, 0), (1, 2), (1, 3)):
@@ -79,15 +82,24 @@ def test_fused_engine_gives_the_module_paths_codes(tiny_gqa, greedy):
 
 def test_fused_weights_are_views_not_copies(tiny_gqa):
     model = copy.deepcopy(tiny_gqa[1])
-    layer = model.talker.model.layers[0]
+    stack = model.talker.model
+    with pytest.raises(RuntimeError, match="fuse_projections first"):
+        FusedStack(stack, 8)  # an engine never fuses behind the model's back
+    layer = stack.layers[0]
     before = {n: p.clone() for n, p in layer.named_parameters()}
-    first = FusedStack(model.talker.model, 8)
+    fuse_projections(stack)
+    first = FusedStack(stack, 8)
     attn = layer.self_attn
     fused_ptr = first.layers[0].qkv.untyped_storage().data_ptr()
     for m in (attn.q_proj, attn.k_proj, attn.v_proj):
         assert m.weight.untyped_storage().data_ptr() == fused_ptr  # the module reads the fused
     for name, p in layer.named_parameters():
         assert torch.equal(p, before[name]), name  # same values
-    second = FusedStack(model.talker.model, 8)  # a second engine on the same model
+    assert "qkv_weight" not in "".join(stack.state_dict())  # the checkpoint's names only
+    fuse_projections(stack)  # a second engine on the same model: nothing fused again
+    second = FusedStack(stack, 8)
     assert second.layers[0].qkv is first.layers[0].qkv
     assert second.layers[0].gate_up is first.layers[0].gate_up
+    stack.to(torch.float64)  # a cast breaks the views: the stale fused weight is refused
+    with pytest.raises(RuntimeError, match="fuse_projections first"):
+        FusedStack(stack, 8)

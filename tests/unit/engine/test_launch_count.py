@@ -36,10 +36,11 @@ def test_the_count_does_not_depend_on_the_batch():
 
 
 def test_the_counter_sees_the_unfused_twin():
-    """The same counter on the module path (QTTS_FUSED=0): the ~70 ops per layer pass that the
-    fused stack replaces, so the low count above is the fused path's, not a blind counter's."""
+    """The same counter on the module path (QTTS_LAYER_PATH=module): the ~70 ops per layer pass
+    that the fused stack replaces, so the low count above is the fused path's, not a blind
+    counter's."""
     twin = replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False,
-                   fused_layers=False)  # fmt: skip
+                   layer_path="module")  # fmt: skip
     counter = count_decode_step(meta_engine("0.6b", 64, twin))
     assert counter.total > 4 * LAUNCH_BUDGET
     assert counter.by_op["aten.mm"] > 700 and counter.by_op["aten.rsqrt"] > 400

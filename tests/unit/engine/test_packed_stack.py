@@ -51,7 +51,9 @@ def test_bfloat16_stack_follows_the_module(tiny):
 
 
 def _codes(tiny, packed: bool, greedy: bool):
-    eng = engines.engine(tiny, 3, greedy, engines.cpu_settings(packed_predictor=packed))
+    eng = engines.engine(
+        tiny, 3, greedy, engines.cpu_settings(layer_path="packed" if packed else "module")
+    )
     assert isinstance(eng.predictor_step, PackedStack) == packed
     texts = ["Hi.", "A longer sentence for the test.", "Mid line.", "Ok."]
     return engines.run_codes(eng, engines.jobs(engines.prompts(tiny, texts), greedy, 8, 50))

@@ -1,0 +1,40 @@
+"""The one place a layer path becomes the callables a decode step runs its stacks through.
+
+`EngineSettings.layer_path` picks one of three implementations of the same layers: "module" (the
+model's forward, the twin of the others), "packed" (the predictor's one-token steps through packed
+weights, core/engine/packed_stack.py: the CPU default) and "fused" (both stacks through the fused
+ops, core/engine/fused_stack.py: the GPU default). Each is tied to the module path by its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from qtts.core.engine.fused_stack import FusedStack
+from qtts.core.engine.packed_stack import PackedStack
+from qtts.core.model.fused_weights import fuse_projections
+
+
+@dataclass(frozen=True)
+class LayerSteps:
+    talker: Callable  # (x [B, T, H], positions [B, T], mask, cache) -> hidden [B, T, H]
+    predictor: Callable  # the same signature, for the code predictor's one-token steps
+    predictor_first: Callable | None  # its 2-token first pass; None: the module
+
+
+def layer_steps(model, layer_path: str, talker_positions: int, predictor_positions: int):
+    """The steps for `layer_path` over `model` (core/model/talker.py). The fused path needs the
+    projections fused (core/model/fused_weights.py): the synthesizer does it at load, after which
+    this is a no-op; a model built elsewhere (bench, tests) is fused here, once."""
+    talker, predictor = model.talker.model, model.talker.code_predictor.model
+    if layer_path == "module":
+        return LayerSteps(talker, predictor, None)
+    if layer_path == "packed":
+        return LayerSteps(talker, PackedStack(predictor), None)
+    if layer_path == "fused":
+        fuse_projections(talker)
+        fuse_projections(predictor)
+        fused_predictor = FusedStack(predictor, predictor_positions)
+        return LayerSteps(FusedStack(talker, talker_positions), fused_predictor, fused_predictor)
+    raise ValueError(f"unknown layer path {layer_path!r}")

@@ -1,0 +1,54 @@
+"""q/k/v and gate/up as one weight each, for the fused layer path's two matmuls per layer.
+
+Done once, when the weights are on their device and in their dtype: each layer's concatenated
+weight is kept on its module (`qkv_weight`, `gate_up_weight`, plain attributes, not in the state
+dict) and the separate projections' parameters become views of its rows, so no weight is held
+twice and the module path still computes with the same numbers. Fusing again is a no-op while
+the views still share the fused storage; after a move or a cast (which breaks the views) it fuses
+anew.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def fuse_projections(stack: nn.Module) -> None:
+    """Fuse every layer of a decoder stack (core/model/talker.py DecoderStack) in place."""
+    for layer in stack.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        _fuse(attn, "qkv_weight", (attn.q_proj, attn.k_proj, attn.v_proj))
+        _fuse(mlp, "gate_up_weight", (mlp.gate_proj, mlp.up_proj))
+
+
+def fused_weight(module: nn.Module, name: str) -> torch.Tensor:
+    """The fused weight `name` of an attention or MLP module; refuses an unfused or stale one."""
+    fused = getattr(module, name, None)
+    if fused is None or not _views(fused, _parts(module, name)):
+        raise RuntimeError(f"{type(module).__name__}.{name}: call fuse_projections first")
+    return fused
+
+
+def _parts(module: nn.Module, name: str) -> tuple[nn.Linear, ...]:
+    if name == "qkv_weight":
+        return (module.q_proj, module.k_proj, module.v_proj)
+    return (module.gate_proj, module.up_proj)
+
+
+def _views(fused: torch.Tensor, linears: tuple[nn.Linear, ...]) -> bool:
+    base = fused.untyped_storage().data_ptr()
+    return all(m.weight.untyped_storage().data_ptr() == base for m in linears)
+
+
+def _fuse(owner: nn.Module, name: str, linears: tuple[nn.Linear, ...]) -> None:
+    known = getattr(owner, name, None)
+    if known is not None and _views(known, linears):
+        return
+    fused = torch.cat([m.weight.detach() for m in linears])  # [sum(out), in]
+    start = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight = nn.Parameter(fused[start : start + rows], requires_grad=False)
+        start += rows
+    object.__setattr__(owner, name, fused)  # a plain attribute: not a parameter, not saved

@@ -1,0 +1,65 @@
+"""Engine settings: the device defaults, every environment knob read here and nowhere else, bad
+values refused before any work, and one layer path turned into the engine's stacks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import engines
+import pytest
+
+from qtts.core.engine.fused_stack import FusedStack
+from qtts.core.engine.packed_stack import PackedStack
+from qtts.core.engine.settings import EngineSettings
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_layer_path_defaults_and_knob():
+    assert EngineSettings.for_device("cuda", env={}).layer_path == "fused"
+    assert EngineSettings.for_device("cpu", env={}).layer_path == "packed"
+    for path in ("module", "packed", "fused"):
+        env = {"QTTS_LAYER_PATH": path.upper()}
+        assert EngineSettings.for_device("cuda", env=env).layer_path == path
+    with pytest.raises(ValueError, match="QTTS_LAYER_PATH must be one of module, packed, fused"):
+        EngineSettings.for_device("cpu", env={"QTTS_LAYER_PATH": "turbo"})
+    with pytest.raises(ValueError, match="QTTS_FUSED is retired: set QTTS_LAYER_PATH"):
+        EngineSettings.for_device("cpu", env={"QTTS_FUSED": "1"})
+
+
+@pytest.mark.parametrize("path", ["module", "packed", "fused"])
+def test_one_layer_path_builds_the_stacks(tiny_gqa, path):
+    settings = replace(engines.cpu_settings(), layer_path=path)
+    eng = engines.engine(tiny_gqa, 2, True, settings)
+    model = tiny_gqa[1]
+    kinds = {
+        "module": (type(model.talker.model), type(model.talker.code_predictor.model)),
+        "packed": (type(model.talker.model), PackedStack),
+        "fused": (FusedStack, FusedStack),
+    }[path]
+    assert (type(eng.talker_step), type(eng.predictor_step)) == kinds
+    assert (eng.predictor_first is eng.predictor_step) == (path == "fused")
+
+
+def test_the_environment_is_read_only_in_the_settings_module():
+    """Reads of QTTS_* knobs (env.get, env[...], getenv) outside core/engine/settings.py (the CLI's
+    own QTTS_DEBUG and the test hook QTTS_FAKE_SYNTH excepted: they change no synthesis)."""
+    read = re.compile(r"(?:\.get\(|getenv\(|\[)\s*[\"'](QTTS_\w+)")
+    found = []
+    for folder in ("core", "kernels", "cli"):
+        for p in (REPO / folder).rglob("*.py"):
+            if p.relative_to(REPO).as_posix() == "core/engine/settings.py":
+                continue
+            for name in read.findall(p.read_text("utf-8")):
+                if name not in ("QTTS_DEBUG", "QTTS_FAKE_SYNTH"):
+                    found.append(f"{p.relative_to(REPO)}: {name}")
+    assert found == []
+
+
+def test_one_engine_construction_site():
+    sources = [p for folder in ("core", "cli") for p in (REPO / folder).rglob("*.py")]
+    calls = [p.relative_to(REPO).as_posix() for p in sources
+             for _ in re.findall(r"(?<![\w.])Engine\(", p.read_text("utf-8"))]  # fmt: skip
+    assert calls == ["core/engine/build.py"]
