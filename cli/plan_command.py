@@ -1,4 +1,4 @@
-"""`qtts plan`: parse options, run qtts.core.bench.plan, print the tables and a final JSON line.
+"""`qtts plan`: parse options, run qtts.core.capacity.job_fit, print tables and a final JSON line.
 
 No GPU and no model allocation needed: plan a job before spending GPU hours on it, on the card
 you would rent. Exits as `qtts batch` would: 2 when the job does not fit, naming the largest batch
@@ -88,7 +88,7 @@ def _run(source, model, size, gpu, gpu_memory, dtype, batch_size, text_tokens, r
          max_new_tokens, speaker, bandwidth, tflops):  # fmt: skip
     import torch
 
-    from qtts.core.bench.plan import input_shapes, plan_model, report, synthetic_shapes
+    from qtts.core.capacity.job_fit import input_shapes, plan_model, report, synthetic_shapes
     from qtts.core.engine.planner import GIB, plan_memory
     from qtts.core.engine.settings import EngineSettings
     from qtts.core.synthesis.memory_plan import refusal

@@ -208,8 +208,8 @@ def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:
 def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     """ms per decode step with every slot active (plain and, if captured, graphed), and the
     plain step split into parts that add up to it (core/bench/step_parts.py)."""
-    from qtts.core.engine.runner import view_length
     from qtts.core.engine.slots import SlotFill
+    from qtts.core.engine.views import view_length
 
     s = engine.state
     dev = s.c0.device

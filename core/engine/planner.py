@@ -21,8 +21,8 @@ from qtts.core.engine.footprint import (
     step_activation_bytes,
     vocoder_bytes,
 )
-from qtts.core.engine.runner import view_lengths
 from qtts.core.engine.settings import EngineSettings, sampler_on
+from qtts.core.engine.views import view_lengths
 
 GIB = 2**30
 # A new length group starts where a row needs less than this share of the group's KV length, so

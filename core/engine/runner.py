@@ -19,6 +19,7 @@ import torch
 
 from qtts.core.engine.engine import Engine
 from qtts.core.engine.slots import Prompt, SlotFill
+from qtts.core.engine.views import view_length
 from qtts.core.model.config import SamplingParams
 
 
@@ -37,16 +38,6 @@ class EngineResult:
     key: Any
     codes: torch.Tensor  # int64 [frames, G], on the engine's device
     hit_budget: bool
-
-
-def view_length(bound: int, bucket: int, max_len: int) -> int:
-    """Smallest multiple of `bucket` >= bound, capped at the cache length."""
-    return min(max_len, -(-bound // bucket) * bucket)
-
-
-def view_lengths(bucket: int, max_len: int) -> list[int]:
-    """Every length view_length can return for this cache: the decode graphs to capture."""
-    return [view_length(k * bucket, bucket, max_len) for k in range(1, -(-max_len // bucket) + 1)]
 
 
 def run_continuous(

@@ -12,14 +12,12 @@ from pathlib import Path
 import torch
 
 from qtts.core.engine.footprint import Dims
-from qtts.core.engine.planner import MemoryPlan, RowShape, plan_memory
+from qtts.core.engine.planner import GIB, MemoryPlan, RowShape, plan_memory
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.errors import UsageError
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 from qtts.core.synthesis.prompt import PromptTokens, prompt_length, trailing_length
-
-GIB = 2**30
 
 
 class MemoryPlanError(UsageError):

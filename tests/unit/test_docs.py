@@ -71,3 +71,14 @@ def test_every_path_and_module_named_in_the_code_exists():
             if not _module_reference_resolves(name):
                 missing.append(f"{p.relative_to(REPO)}: qtts.{name}")
     assert missing == []
+
+
+def test_the_readme_layout_table_covers_the_tree():
+    """Every package folder of cli/, core/ and kernels/ has a row in the README's layout table."""
+    readme = (REPO / "README.md").read_text("utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| `")]
+    named = {m for line in rows for m in re.findall(r"`((?:cli|core|kernels)/[\w/]*)`", line)}
+    folders = {"cli/", "kernels/"} | {
+        f"core/{p.name}/" for p in (REPO / "core").iterdir() if (p / "__init__.py").is_file()
+    }
+    assert folders - named == set()

@@ -20,8 +20,8 @@ from qtts.core.engine.graphs import (
     GraphCaptureError,
     GraphedDecodeStep,
 )
-from qtts.core.engine.runner import view_lengths
 from qtts.core.engine.slots import SlotFill
+from qtts.core.engine.views import view_lengths
 
 
 class Recording(EagerGraphs):
@@ -90,7 +90,7 @@ def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy,
 
 
 def test_view_lengths_cover_every_view_the_loop_can_pick():
-    from qtts.core.engine.runner import view_length
+    from qtts.core.engine.views import view_length
 
     for bucket, max_len in ((16, 96), (16, 100), (256, 8400), (64, 64), (64, 10)):
         views = view_lengths(bucket, max_len)

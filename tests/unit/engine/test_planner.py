@@ -5,7 +5,7 @@ batch size that cannot fit is refused, naming the largest that can."""
 import pytest
 import torch
 
-from qtts.core.bench.plan import plan_model, synthetic_shapes
+from qtts.core.capacity.job_fit import plan_model, synthetic_shapes
 from qtts.core.engine.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
