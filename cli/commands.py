@@ -18,30 +18,10 @@ from typing import Annotated, Any
 import typer
 
 from qtts.cli.errors import cli_errors
-from qtts.cli.job_options import (
-    Reporting,
-    failure_options,
-    job_command,
-    model_options,
-    output_options,
-    report_options,
-    sampling_options,
-    scale_out_options,
-    shard_options,
-    voice_options,
-)
+from qtts.cli.job_options import JobOptions, job_command, scale_out_options, shard_options
 from qtts.cli.logs import setup_logging
 from qtts.cli.progress import Progress
-from qtts.core.jobs.spec import (
-    FailurePolicy,
-    JobKind,
-    JobSpec,
-    ModelSettings,
-    OutputSettings,
-    SamplingOverrides,
-    ScaleOut,
-    VoiceSettings,
-)
+from qtts.core.jobs.spec import JobKind
 
 FAKE_ENV = "QTTS_FAKE_SYNTH"
 
@@ -57,11 +37,14 @@ def factories():
     return session.open_text_model, session.load_synthesizer
 
 
-def run_command(spec, report: Reporting) -> None:
+def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
     """Run one job (synth or batch) and exit with its code; the summary is stdout's JSON line."""
+    report = options.report
     setup_logging(report.quiet, report.verbose)
     with cli_errors():
         from qtts.core.jobs.run import run_job
+
+        spec = options.spec(kind, source)
 
         progress = Progress(quiet=report.quiet, log_interval=report.log_interval)
         open_text_model, load_synthesizer = factories()
@@ -72,50 +55,30 @@ def run_command(spec, report: Reporting) -> None:
     raise typer.Exit(summary.exit_code)
 
 
-GROUPS = dict(model=model_options, voice=voice_options, sampling=sampling_options,
-              output=output_options, failures=failure_options, report=report_options)  # fmt: skip
-
-
-@job_command(**GROUPS, scale_out=shard_options)
+@job_command(scale_out=shard_options)
 def synth(
     input: Annotated[
         str, typer.Argument(help="UTF-8 text file, one utterance per line; - = stdin.")
     ],
-    model: ModelSettings,
-    voice: VoiceSettings,
-    sampling: SamplingOverrides,
-    output: OutputSettings,
-    failures: FailurePolicy,
-    scale_out: ScaleOut,
-    report: Reporting,
+    options: JobOptions,
 ) -> None:
     """Speak each non-empty line of a text file: line n -> OUT/{n:06d}.wav (blank lines count)."""
-    with cli_errors():
-        spec = JobSpec(JobKind.synth, input, output, model, voice, sampling, failures, scale_out)
-    run_command(spec, report)
+    run_command(JobKind.synth, input, options)
 
 
-@job_command(**GROUPS, scale_out=scale_out_options)
+@job_command(scale_out=scale_out_options)
 def batch(
     manifest: Annotated[
         str, typer.Argument(help="Parquet with id, text [, speaker, language, instruct, seed, ...]")
     ],
-    model: ModelSettings,
-    voice: VoiceSettings,
-    sampling: SamplingOverrides,
-    output: OutputSettings,
-    failures: FailurePolicy,
-    scale_out: ScaleOut,
-    report: Reporting,
+    options: JobOptions,
 ) -> None:
     """Speak every row of a Parquet manifest: row -> OUT/{id}.wav, plus OUT/results.parquet.
 
     Columns: id (string, unique, filename-safe) and text are required; speaker, language,
     instruct, ref_audio, ref_text and seed (int) are optional, a null taking the option's value.
     """
-    with cli_errors():
-        spec = JobSpec(JobKind.batch, manifest, output, model, voice, sampling, failures, scale_out)
-    run_command(spec, report)
+    run_command(JobKind.batch, manifest, options)
 
 
 def info(

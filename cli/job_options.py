@@ -2,8 +2,8 @@
 
 Each builder's signature is a group of options (the Annotated aliases of qtts.cli.options), and its
 body turns them into the typed settings group of qtts.core.jobs.spec. `job_command` gives a command
-the options of the groups it names and calls it with the built groups, so a value goes from the
-command line to the JobSpec field that holds it without passing through a dict.
+every group's options and calls it with the groups built into one JobOptions, so a value goes from
+the command line to the JobSpec field that holds it without passing through a dict.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from qtts.cli.errors import cli_errors
 from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, OnBudget
 from qtts.core.jobs.spec import (
     FailurePolicy,
+    JobKind,
+    JobSpec,
     ModelSettings,
     OutputSettings,
     RaySettings,
@@ -119,24 +121,49 @@ def report_options(
     return Reporting(log_interval, quiet, verbose)
 
 
-def job_command(**groups: Callable) -> Callable:
-    """Decorate a command whose parameters include the names in `groups`: Typer sees the
-    command's other parameters, then every builder's options; the command receives each group
-    built (a bad value is a one-line usage error, as from the parser)."""
+@dataclass(frozen=True)
+class JobOptions:
+    """Every group of a job command's options, built and checked."""
+
+    model: ModelSettings
+    voice: VoiceSettings
+    sampling: SamplingOverrides
+    output: OutputSettings
+    failures: FailurePolicy
+    report: Reporting
+    scale_out: ScaleOut
+
+    def spec(self, kind: JobKind, source: str) -> JobSpec:
+        return JobSpec(kind, source, self.output, self.model, self.voice, self.sampling,
+                       self.failures, self.scale_out)  # fmt: skip
+
+
+# JobOptions field -> the builder of its options, in the order the help panels show them.
+GROUPS: dict[str, Callable] = {"model": model_options, "voice": voice_options,
+                               "sampling": sampling_options, "output": output_options,
+                               "failures": failure_options, "report": report_options}  # fmt: skip
+
+
+def job_command(scale_out: Callable = shard_options) -> Callable:
+    """Decorate `command(<its arguments>, options: JobOptions)`: Typer sees the command's own
+    arguments, then every group's options (`scale_out` builds the scale-out group: shards only,
+    or shards and Ray); the command receives them built (a bad value is a one-line usage error,
+    as from the parser)."""
+    groups = {**GROUPS, "scale_out": scale_out}
 
     def decorate(body: Callable) -> Callable:
-        own = [p for p in _parameters(body) if p.name not in groups]
+        own = [p for p in _parameters(body) if p.name != "options"]
         per_group = {name: _parameters(build) for name, build in groups.items()}
         every = own + [p for params in per_group.values() for p in params]
 
         @functools.wraps(body)
-        def command(**options):
+        def command(**values):
             with cli_errors():
                 built = {
-                    name: groups[name](**{p.name: options.pop(p.name) for p in params})
+                    name: groups[name](**{p.name: values.pop(p.name) for p in params})
                     for name, params in per_group.items()
                 }
-            return body(**options, **built)
+            return body(**values, options=JobOptions(**built))
 
         command.__signature__ = inspect.Signature(every)  # what Typer reads
         command.__annotations__ = {p.name: p.annotation for p in every}

@@ -52,23 +52,27 @@ def random_models(size: str, device, dtype):
     return config, model.eval(), decoder.eval()
 
 
-MODES = ("graph", "packed", "eager")
+# "graph": the GPU's default (CUDA graphs over its layer path); on CPU the layer path itself
+# (packed by default; QTTS_LAYER_PATH picks another); "eager": the module path, no graphs.
+MODES = ("graph", "packed", "fused", "module", "eager")
 
 
 def fast_mode(device) -> str:
-    """The default path qtts batch takes on this device."""
-    return "graph" if torch.device(device).type == "cuda" else "packed"
+    """The path qtts batch takes on this device: what `qtts bench` measures by default."""
+    if torch.device(device).type == "cuda":
+        return "graph"
+    return EngineSettings.for_device(device).layer_path
 
 
 def mode_settings(mode: str, device) -> EngineSettings:
-    """qtts batch's settings for `device`, with the fast path on ("graph"/"packed") or off."""
+    """qtts batch's settings for `device` (environment knobs included) for its fast mode, or the
+    eager twin: the module path without graphs."""
     base = EngineSettings.for_device(device)
-    if mode == "eager":  # the twin: no CUDA graphs, no packed predictor weights
+    if mode == "eager":
         return replace(base, cuda_graphs=False, layer_path="module")
     if mode != fast_mode(device):
         raise ValueError(f"mode {mode!r} does not run on {torch.device(device).type}")
-    path = "packed" if mode == "packed" else base.layer_path  # graph: the GPU's (fused)
-    return replace(base, cuda_graphs=mode == "graph", layer_path=path)
+    return base
 
 
 @dataclass

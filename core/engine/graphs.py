@@ -60,8 +60,15 @@ class CudaGraphs:
     def capture(self, step: Step, view_len: int) -> torch.cuda.CUDAGraph:
         """A graph of one step(view_len) call."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            step(view_len)
+        current = torch.cuda.current_stream(self.device)
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                step(view_len)
+        except BaseException:
+            # A failed capture_end leaves the capture stream current (the context exits before
+            # restoring it): put the caller's stream back so its later work does not land there.
+            torch.cuda.set_stream(current)
+            raise
         return graph
 
 
@@ -96,7 +103,10 @@ class GraphedDecodeStep:
         saved_lengths = state.kv.lengths.clone()
         view = views[0]
         try:
-            backend.warmup(engine.decode_step, view, warmup_steps)
+            # Every view runs eagerly before any capture: setup that happens on a shape's first
+            # call (a cuDNN attention plan, a Triton specialization) must not first run inside one.
+            for view in views:
+                backend.warmup(engine.decode_step, view, warmup_steps if view == views[0] else 1)
             self._restore(saved, saved_lengths)
             for view in views:
                 self.graphs[view] = backend.capture(engine.decode_step, view)

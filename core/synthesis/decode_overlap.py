@@ -35,13 +35,22 @@ def overlapped(
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     gate = gate if gate is not None else nullcontext()
 
-    def run(group: G, ready: torch.cuda.Event | None) -> R:
+    def work_on(group: G, ready: torch.cuda.Event | None) -> R:
+        if stream is None:
+            return work(group)
+        with torch.cuda.stream(stream):
+            stream.wait_event(ready)  # the codes were written on the producer's stream
+            return work(group)
+
+    def run(job: list) -> R:
+        # The worker's references to the group's device tensors and the event are dropped while
+        # it holds the gate: a free after the gate is released could land inside a graph capture
+        # on the producer's thread. The producer keeps none (it hands over its only ones).
         with gate:
-            if stream is None:
-                return work(group)
-            with torch.cuda.stream(stream):
-                stream.wait_event(ready)  # the codes were written on the producer's stream
-                return work(group)
+            try:
+                return work_on(*job)
+            finally:
+                job.clear()
 
     pending: deque[Future[R]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-vocoder") as pool:
@@ -51,7 +60,9 @@ def overlapped(
                 if stream is not None:
                     ready = torch.cuda.Event()
                     ready.record(torch.cuda.current_stream(device))
-                pending.append(pool.submit(run, group, ready))
+                job = [group, ready]
+                del group, ready  # the worker holds the only references from here on
+                pending.append(pool.submit(run, job))
                 while pending and (pending[0].done() or len(pending) > max_pending):
                     yield pending.popleft().result()
             while pending:

@@ -8,15 +8,9 @@ import typer
 from typer.testing import CliRunner
 
 from qtts.cli import commands
-from qtts.cli.job_options import (
-    failure_options,
-    job_command,
-    model_options,
-    output_options,
-    scale_out_options,
-)
+from qtts.cli.job_options import JobOptions, job_command, scale_out_options
 from qtts.core.jobs.choices import AudioFormat, Backend, Dtype
-from qtts.core.jobs.spec import FailurePolicy, ModelSettings, OutputSettings, ScaleOut
+from qtts.core.jobs.spec import JobKind
 
 
 def _option_names(command) -> set[str]:
@@ -35,12 +29,9 @@ def test_synth_and_batch_differ_only_by_the_ray_options():
 def test_values_arrive_typed_in_their_groups():
     seen = {}
 
-    @job_command(model=model_options, output=output_options, failures=failure_options,
-                 scale_out=scale_out_options)  # fmt: skip
-    def probe(source: str, model: ModelSettings, output: OutputSettings,
-              failures: FailurePolicy, scale_out: ScaleOut) -> None:  # fmt: skip
-        seen.update(source=source, model=model, output=output, failures=failures,
-                    scale_out=scale_out)  # fmt: skip
+    @job_command(scale_out=scale_out_options)
+    def probe(source: str, options: JobOptions) -> None:
+        seen.update(source=source, options=options)
 
     app = typer.Typer()
     app.command()(probe)
@@ -51,12 +42,15 @@ def test_values_arrive_typed_in_their_groups():
         "-o", "somewhere",
     ])  # fmt: skip
     assert result.exit_code == 0, result.output
-    model, output, scale_out = seen["model"], seen["output"], seen["scale_out"]
+    options = seen["options"]
+    model, output, scale_out = options.model, options.output, options.scale_out
     assert model.batch_size == 4 and model.dtype is Dtype.float16
     assert output.audio_format is AudioFormat.flac and str(output.out_dir) == "somewhere"
-    assert seen["failures"].max_failures == 1  # --fail-fast is the lower limit
+    assert options.failures.max_failures == 1  # --fail-fast is the lower limit
     assert scale_out.backend is Backend.ray and scale_out.ray.workers == 2
-    assert seen["source"] == "rows.parquet"
+    assert seen["source"] == "rows.parquet" and options.report.quiet is False
+    spec = options.spec(JobKind.batch, seen["source"])
+    assert spec.model is model and spec.scale_out.ray.workers == 2
 
 
 def test_a_value_a_group_refuses_is_a_one_line_usage_error():

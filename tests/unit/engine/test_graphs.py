@@ -16,6 +16,7 @@ import torch
 
 from qtts.core.engine.graphs import (
     MUTATED_STATE,
+    CudaGraphs,
     EagerGraphs,
     GraphCaptureError,
     GraphedDecodeStep,
@@ -29,10 +30,17 @@ class Recording(EagerGraphs):
 
     def __init__(self, fail_at: int | None = None, error: Exception | None = None):
         self.log, self.fail_at, self.error = [], fail_at, error
+        self.warmed, self.cold = [], []  # views run eagerly; views captured before that
+
+    def warmup(self, step, view_len, steps):
+        self.warmed.append(view_len)
+        super().warmup(step, view_len, steps)
 
     def capture(self, step, view_len):
         if len([e for e in self.log if e[0] == "capture"]) == self.fail_at:
             raise self.error
+        if view_len not in self.warmed:
+            self.cold.append(view_len)
         self.log.append(("capture", view_len))
         graph = super().capture(step, view_len)
         return type(graph)(replay=lambda: (self.log.append(("replay", view_len)), graph.replay()))
@@ -87,6 +95,35 @@ def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy,
     assert sorted(got) == sorted(want) == list(range(len(engines.TEXTS)))
     for key in want:
         assert torch.equal(got[key], want[key]), key
+
+
+def test_every_view_runs_eagerly_before_any_capture(tiny):
+    backend = Recording()
+    _, views = _graphed_codes(tiny, backend)
+    assert sorted(backend.warmed) == sorted(views) and backend.cold == []
+
+
+def test_a_failed_capture_puts_the_callers_stream_back(monkeypatch):
+    """torch.cuda.graph exits without restoring the stream when capture_end raises; the backend
+    must put the caller's stream back itself (faked CUDA: no GPU here)."""
+    calls = []
+
+    class FailingCapture:
+        def __enter__(self):
+            calls.append("capture stream made current")
+
+        def __exit__(self, *exc):
+            raise RuntimeError("capture_end: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller's stream")
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool, stream: FailingCapture())
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: calls.append(("set", stream)))
+    backend = CudaGraphs.__new__(CudaGraphs)  # no pool or side stream without a GPU
+    backend.device, backend.pool, backend.stream = torch.device("cuda"), None, "capture stream"
+    with pytest.raises(RuntimeError, match="capture_end"):
+        backend.capture(lambda view: None, 64)
+    assert calls == ["capture stream made current", ("set", "caller's stream")]
 
 
 def test_view_lengths_cover_every_view_the_loop_can_pick():

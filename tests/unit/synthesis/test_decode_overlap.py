@@ -55,3 +55,34 @@ def test_worker_errors_reach_the_caller():
 
     with pytest.raises(RuntimeError, match="decoder failed"):
         list(overlapped(range(5), work, CPU))
+
+
+def test_the_worker_drops_a_group_while_it_holds_the_gate():
+    """A group's device tensors are freed by the worker inside the gate, never after it: a free
+    outside could land in a CUDA graph capture that the producer runs holding the gate."""
+    freed = []
+
+    class Gate:
+        def __init__(self):
+            self.lock, self.held = threading.Lock(), False
+
+        def __enter__(self):
+            self.lock.acquire()
+            self.held = True
+
+        def __exit__(self, *exc):
+            self.held = False
+            self.lock.release()
+
+    gate = Gate()
+
+    class Group:  # stands in for a group of finished rows holding device tensors
+        def __init__(self, i):
+            self.i = i
+
+        def __del__(self):
+            freed.append((self.i, gate.held, threading.current_thread().name[:12]))
+
+    out = list(overlapped((Group(i) for i in range(4)), lambda g: g.i, CPU, gate=gate))
+    assert out == [0, 1, 2, 3]
+    assert sorted(freed) == [(i, True, "qtts-vocoder") for i in range(4)]

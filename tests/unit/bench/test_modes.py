@@ -1,0 +1,22 @@
+"""`qtts bench` measures the path `qtts batch` would take (environment knobs included) and its
+eager twin, the module path."""
+
+import pytest
+
+from qtts.core.bench.throughput import fast_mode, mode_settings
+
+
+@pytest.mark.parametrize("path", ["packed", "fused", "module"])
+def test_the_cpu_fast_mode_is_the_layer_path_batch_runs(monkeypatch, path):
+    monkeypatch.setenv("QTTS_LAYER_PATH", path)
+    assert fast_mode("cpu") == path
+    assert mode_settings(path, "cpu").layer_path == path
+    eager = mode_settings("eager", "cpu")
+    assert eager.layer_path == "module" and not eager.cuda_graphs
+
+
+def test_a_mode_this_device_does_not_run_is_refused(monkeypatch):
+    monkeypatch.delenv("QTTS_LAYER_PATH", raising=False)
+    assert fast_mode("cpu") == "packed"
+    with pytest.raises(ValueError, match="does not run on cpu"):
+        mode_settings("graph", "cpu")
