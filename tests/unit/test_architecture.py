@@ -137,3 +137,9 @@ def test_qtts_help_answers_without_torch():
     proc = _run("sys.argv = ['qtts', '--help']\nfrom qtts.cli.app import main\nmain()")
     assert proc.returncode == 0, proc.stderr
     assert "synth" in proc.stdout and "batch" in proc.stdout
+
+
+def test_commands_hand_no_locals_to_the_core():
+    """Options reach the job as typed groups (cli/job_options.py), never as a dict of locals()."""
+    uses = [p.name for p in (REPO / "cli").rglob("*.py") if "locals()" in p.read_text("utf-8")]
+    assert uses == []
