@@ -64,13 +64,16 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 
 @torch.library.custom_op("qtts::rms_norm", mutates_args=())
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm as one op: the Triton kernel on CUDA, the twin elsewhere."""
-    return rms_norm_twin(x, weight, eps)
+    """RMSNorm as one op: the Triton kernel on CUDA, the twin elsewhere. The result is contiguous
+    on every device, as the kernel's and the fake's (the twin keeps a permuted input's layout)."""
+    return rms_norm_twin(x, weight, eps).contiguous()
 
 
 @rms_norm.register_kernel("cuda")
 def _(x, weight, eps):
-    return rms_norm_triton(x, weight, eps) if TRITON_AVAILABLE else rms_norm_twin(x, weight, eps)
+    if TRITON_AVAILABLE:
+        return rms_norm_triton(x, weight, eps)
+    return rms_norm_twin(x, weight, eps).contiguous()
 
 
 @rms_norm.register_fake

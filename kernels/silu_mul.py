@@ -62,13 +62,14 @@ def silu_mul_triton(gate_up: torch.Tensor) -> torch.Tensor:
 
 @torch.library.custom_op("qtts::silu_mul", mutates_args=())
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up as one op: the Triton kernel on CUDA, the twin elsewhere."""
-    return silu_mul_twin(gate_up)
+    """silu(gate) * up as one op: the Triton kernel on CUDA, the twin elsewhere. The result is
+    contiguous on every device, as the kernel's and the fake's."""
+    return silu_mul_twin(gate_up).contiguous()
 
 
 @silu_mul.register_kernel("cuda")
 def _(gate_up):
-    return silu_mul_triton(gate_up) if TRITON_AVAILABLE else silu_mul_twin(gate_up)
+    return silu_mul_triton(gate_up) if TRITON_AVAILABLE else silu_mul_twin(gate_up).contiguous()
 
 
 @silu_mul.register_fake
