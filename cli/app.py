@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qtts.cli import bench_command, commands, plan_command, results_command
+from qtts.cli import bench_command, commands, doctor_command, plan_command, results_command
 from qtts.cli.errors import EXIT_CODES, EXIT_USAGE, usage_error
 
 EXAMPLES = """\
@@ -21,7 +21,8 @@ Examples:
   qtts batch manifest.parquet -o out/ --num-shards 16 --shard-index 3
   qtts results out/
   qtts plan manifest.parquet --model DIR --gpu l4
-  qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare"""
+  qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare
+  qtts doctor"""
 
 OUTPUTS = """\
 Outputs: OUT/{id}.wav (24 kHz mono, 16-bit), OUT/results.parquet (one row per input row with
@@ -77,6 +78,7 @@ app.command()(commands.info)
 app.command()(bench_command.bench)
 app.command()(plan_command.plan)
 app.command()(results_command.results)
+app.command()(doctor_command.doctor)
 
 
 def main() -> None:

@@ -42,8 +42,10 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
     report = options.report
     setup_logging(report.quiet, report.verbose)
     with cli_errors():
+        from qtts.core.engine.knobs import read_knobs
         from qtts.core.jobs.run import run_job
 
+        read_knobs()  # a bad QTTS_* value is refused before the job takes its lock
         spec = options.spec(kind, source)
 
         progress = Progress(quiet=report.quiet, log_interval=report.log_interval)

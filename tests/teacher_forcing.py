@@ -1,58 +1,17 @@
-"""Teacher forcing through the engine: every sampling site returns a given reference token instead
-of its own choice, and the logits it saw are recorded. Two runs (say bf16 and fp32) then see the
-same inputs at every step, so their logits and argmaxes can be compared site by site; comparing
-free-running decodes instead would let one early divergence change everything after it.
-
-Runs the engine eagerly (recording needs Python at every call; graph replay is tied to the eager
-step by its own tests)."""
+"""Teacher forcing for the tests: the engine's sampling sites forced to reference tokens, their
+logits recorded and compared (qtts.core.doctor.teacher_forcing, which `qtts doctor` also runs)."""
 
 from __future__ import annotations
 
 import torch
 
-from qtts.core.engine import engine as engine_module
-from qtts.core.engine.slots import SlotFill
+from qtts.core.doctor import teacher_forcing
+from qtts.core.doctor.teacher_forcing import Logits, agreement
 
-Logits = dict[tuple[int, int, int], torch.Tensor]  # (row, frame, codebook) -> fp32 [V] on CPU
-
-
-def forced_logits(eng, prompts, codes: list[torch.Tensor], params, monkeypatch) -> Logits:
-    """Prefill slot i with prompts[i] and decode max(F_i) frames, forcing codes[i] ([F_i, G]
-    int64, e.g. a free-running reference decode; zeros past its end) at every sampling site.
-    params: the engine's SamplingParams (the forced chooser ignores them)."""
-    s = eng.state
-    frames = max(int(c.shape[0]) for c in codes)
-    forced = torch.zeros(s.slots, frames + 1, codes[0].shape[1], dtype=torch.long)  # [B, F+1, G]
-    for i, c in enumerate(codes):
-        forced[i, : c.shape[0]] = c
-    forced = forced.to(s.c0.device)
-    rows = torch.arange(s.slots, device=s.c0.device)
-    seen: Logits = {}
-
-    def choose(logits, _params, _seeds, frame, codebook, **_kwargs):
-        # Every site passes the frame its token belongs to: the talker the frame its c0 starts
-        # (prefill: 0), the predictor the frame it completes.
-        assert logits.dtype == torch.float32, f"site {codebook} got {logits.dtype} logits"
-        index = frame.clamp(0, frames)  # [n]
-        for r in range(logits.shape[0]):
-            seen.setdefault((r, int(index[r]), codebook), logits[r].float().cpu())
-        return forced[rows[: logits.shape[0]], index, codebook]
-
-    with monkeypatch.context() as patch:
-        patch.setattr(engine_module, "choose_tokens", choose)
-        eng.prefill([SlotFill(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)])
-        for _ in range(frames):
-            eng.decode_step(s.kv.max_len)
-    return seen
+__all__ = ["Logits", "agreement", "forced_logits"]
 
 
-def agreement(a: Logits, b: Logits, codebooks: range, vocab: int) -> tuple[float, float, int]:
-    """Over the (row, frame, codebook) sites both runs saw, codebook in `codebooks`, ids < vocab:
-    (argmax agreement in [0, 1], worst max |a - b| / max |a| per site, number of sites)."""
-    keys = sorted(k for k in a.keys() & b.keys() if k[2] in codebooks)
-    same, worst = 0, 0.0
-    for k in keys:
-        x, y = a[k][:vocab], b[k][:vocab]
-        same += int(x.argmax() == y.argmax())
-        worst = max(worst, float((x - y).abs().max() / x.abs().max()))
-    return same / len(keys), worst, len(keys)
+def forced_logits(eng, prompts, codes: list[torch.Tensor], params, monkeypatch=None) -> Logits:
+    """teacher_forcing.forced_logits; `monkeypatch` is accepted for the tests' old signature (the
+    library swaps and restores the sampler itself)."""
+    return teacher_forcing.forced_logits(eng, prompts, codes, params)

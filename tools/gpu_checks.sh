@@ -4,7 +4,8 @@
 #   bash tools/gpu_checks.sh prepare   # here, once: wheels the GPU image lacks -> .whl/
 #                                      # (and `echo /.whl/ >> .git/info/exclude`)
 #   bash tools/gpu_checks.sh run       # on the GPU machine (device tool, carry [".whl"]):
-#                                      # tests/gpu + qtts bench 0.6b and 1.7b, logs in $OUT
+#                                      # qtts doctor, tests/gpu, qtts bench 0.6b and 1.7b,
+#                                      # logs in $OUT
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -46,6 +47,7 @@ run)
   nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
     | tee -a "$OUT/gpu.txt"
+  check "doctor 0.6b" doctor_0.6b.log python3 -m qtts doctor --size 0.6b
   check "tests/gpu" gpu_tests.log python3 -m pytest -q -rs tests/gpu
   check "bench 0.6b" bench_0.6b.log \
     python3 -m qtts bench --size 0.6b --batch-sizes 1,16,64,128,256 --frames 128 --compare

@@ -1,2 +1,2 @@
-"""Tools that measure and plan: `qtts bench` (the engine and vocoder on random weights of the
-real model dimensions) and `qtts plan` (a job's memory plan and roofline, no GPU needed)."""
+"""`qtts bench`: the engine and vocoder timed on random weights of the real model dimensions, the
+decode step split into parts that add up, and kernel launches counted on the meta device."""

@@ -60,14 +60,15 @@ class CudaGraphs:
     def capture(self, step: Step, view_len: int) -> torch.cuda.CUDAGraph:
         """A graph of one step(view_len) call."""
         graph = torch.cuda.CUDAGraph()
-        current = torch.cuda.current_stream(self.device)
+        device, stream = torch.cuda.current_device(), torch.cuda.current_stream(self.device)
         try:
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
                 step(view_len)
         except BaseException:
-            # A failed capture_end leaves the capture stream current (the context exits before
-            # restoring it): put the caller's stream back so its later work does not land there.
-            torch.cuda.set_stream(current)
+            # A failed capture_end leaves the capture stream (and its device) current: the context
+            # exits before restoring them. Put the caller's back so later work does not land there.
+            torch.cuda.set_stream(stream)
+            torch.cuda.set_device(device)
             raise
         return graph
 
@@ -101,13 +102,14 @@ class GraphedDecodeStep:
         state = engine.state
         saved = {name: getattr(state, name).clone() for name in MUTATED_STATE}
         saved_lengths = state.kv.lengths.clone()
-        view = views[0]
+        view, phase = views[0], "warm-up"
         try:
             # Every view runs eagerly before any capture: setup that happens on a shape's first
             # call (a cuDNN attention plan, a Triton specialization) must not first run inside one.
             for view in views:
                 backend.warmup(engine.decode_step, view, warmup_steps if view == views[0] else 1)
             self._restore(saved, saved_lengths)
+            phase = "capture"
             for view in views:
                 self.graphs[view] = backend.capture(engine.decode_step, view)
         except Exception as e:
@@ -119,7 +121,7 @@ class GraphedDecodeStep:
             if _is_out_of_memory(e):
                 raise torch.OutOfMemoryError(f"out of memory capturing decode graphs: {e}") from e
             raise GraphCaptureError(
-                f"CUDA graph capture failed at KV view {view}: {e} "
+                f"CUDA graph {phase} failed at KV view {view}: {e} "
                 "(QTTS_CUDA_GRAPHS=0 runs the GPU without graphs)"
             ) from e
 

@@ -2,8 +2,9 @@
 
 `qtts batch`, `qtts synth` and `qtts bench` all take their engine settings from
 `EngineSettings.for_device`, so the two never drift apart. Every QTTS_* knob of the engine and the
-synthesizer is read from the environment in this module and nowhere else (the table in
-docs/engine-settings.md). Knows devices and environment knobs; no tensors, no model.
+synthesizer is read from the environment by core/engine/knobs.py (torch-free, so the CLI checks
+them before a job starts) and applied here, nowhere else (the table in docs/engine-settings.md).
+Knows devices and environment knobs; no tensors, no model.
 """
 
 from __future__ import annotations
@@ -14,16 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from qtts.core.engine.knobs import LAYER_PATHS, SAMPLERS, read_knobs
 from qtts.kernels.backend import TRITON_AVAILABLE
-
-SAMPLERS = ("auto", "torch", "triton")
-# How a decode step runs a decoder layer (core/engine/layer_path.py): the model's own modules,
-# packed one-token predictor weights (CPU), or the fused ops (GPU; their torch twins elsewhere).
-LAYER_PATHS = ("module", "packed", "fused")
-RETIRED = {
-    "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
-    "QTTS_PACKED": "QTTS_LAYER_PATH=packed|module",
-}
 
 
 @dataclass(frozen=True)
@@ -61,22 +54,17 @@ class EngineSettings:
     ) -> EngineSettings:
         """The defaults for `device`, with the environment's knobs (docs/engine-settings.md)
         applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER."""
-        for old, new in RETIRED.items():
-            if old in env:
-                raise ValueError(f"{old} is retired: set {new} instead")
+        knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
-        layer_path = env.get("QTTS_LAYER_PATH", "").strip().lower() or (
-            "fused" if cuda else "packed"
-        )
         return cls(
             check_every=8 if cuda else 1,
             view_bucket=256 if cuda else 64,
             prefill_group=64 if cuda else 1,
-            cuda_graphs=cuda and env.get("QTTS_CUDA_GRAPHS", "1") != "0",
-            layer_path=layer_path,
+            cuda_graphs=cuda and knobs.cuda_graphs,
+            layer_path=knobs.layer_path or ("fused" if cuda else "packed"),
             grouped_attention=cuda,
             allow_host_sync=not cuda,
-            sampler=_sampler(env.get("QTTS_SAMPLER", "")),
+            sampler=knobs.sampler,
         )
 
     def __post_init__(self):
@@ -101,15 +89,7 @@ def sampler_on(sampler: str, device: torch.device | str) -> str:
     return "triton" if kind == "meta" or (kind == "cuda" and TRITON_AVAILABLE) else "torch"
 
 
-def _sampler(forced: str) -> str:
-    """QTTS_SAMPLER=torch|triton forces one (any case); unset or empty: "auto"."""
-    forced = forced.strip().lower()
-    if forced not in ("", "torch", "triton"):
-        raise ValueError(f"QTTS_SAMPLER must be 'torch' or 'triton', got {forced!r}")
-    return forced or "auto"
-
-
 def synthesis_generator(env: Mapping[str, str] = os.environ) -> str:
     """The generator a loaded synthesizer runs: QTTS_GENERATOR=naive picks the yardstick
-    (qtts.core.synthesis.naive_generator) over the engine. Validated by the synthesizer."""
-    return env.get("QTTS_GENERATOR", "engine")
+    (qtts.core.synthesis.naive_generator) over the engine."""
+    return read_knobs(env).generator

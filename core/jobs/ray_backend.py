@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,7 @@ class RayBackend:
                         size=self.workers, max_tasks_in_flight_per_actor=1
                     ),
                     num_gpus=self.gpus,
+                    **_driver_knobs(),
                     batch_size=None,  # one call per unit
                     batch_format="pyarrow",
                 )
@@ -248,6 +249,13 @@ def _probe(address: str, timeout: float) -> None:
         reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
         raise RayConnectError(f"cannot reach the Ray cluster at {address}: {reason} "
                               "(--ray-timeout); nothing was written") from None  # fmt: skip
+
+
+def _driver_knobs(env: Mapping[str, str] = os.environ) -> dict:
+    """The driver's QTTS_* knobs as the actors' environment: an actor on another machine would
+    otherwise read that machine's, and run another layer path or sampler than the driver planned."""
+    knobs = {k: v for k, v in env.items() if k.startswith("QTTS_")}
+    return {"runtime_env": {"env_vars": knobs}} if knobs else {}
 
 
 def _actors(ray, workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:

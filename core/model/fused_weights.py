@@ -37,8 +37,14 @@ def _parts(module: nn.Module, name: str) -> tuple[nn.Linear, ...]:
 
 
 def _views(fused: torch.Tensor, linears: tuple[nn.Linear, ...]) -> bool:
+    """Every projection's weight is still a view of `fused`: same storage, dtype and device (meta
+    storages all report address 0, so the address alone cannot tell), and the rows add up."""
     base = fused.untyped_storage().data_ptr()
-    return all(m.weight.untyped_storage().data_ptr() == base for m in linears)
+    return sum(m.weight.shape[0] for m in linears) == fused.shape[0] and all(
+        m.weight.untyped_storage().data_ptr() == base
+        and (m.weight.dtype, m.weight.device) == (fused.dtype, fused.device)
+        for m in linears
+    )
 
 
 def _fuse(owner: nn.Module, name: str, linears: tuple[nn.Linear, ...]) -> None:

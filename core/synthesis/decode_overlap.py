@@ -45,7 +45,8 @@ def overlapped(
     def run(job: list) -> R:
         # The worker's references to the group's device tensors and the event are dropped while
         # it holds the gate: a free after the gate is released could land inside a graph capture
-        # on the producer's thread. The producer keeps none (it hands over its only ones).
+        # on the producer's thread. References the producer keeps are freed on its own thread,
+        # which is safe; a failed work's traceback keeps its locals until the producer reads it.
         with gate:
             try:
                 return work_on(*job)

@@ -98,6 +98,21 @@ def test_refused_command_lines_are_one_line_and_create_nothing(tmp_path, write_m
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"QTTS_LAYER_PATH": "turbo"}, "QTTS_LAYER_PATH must be one of module, packed, fused"),
+        ({"QTTS_SAMPLER": "cuda"}, "QTTS_SAMPLER must be one of auto, torch, triton"),
+        ({"QTTS_FUSED": "1"}, "QTTS_FUSED is retired: set QTTS_LAYER_PATH"),
+    ],
+)
+def test_a_bad_knob_is_refused_before_anything_is_created(tmp_path, write_manifest, env, says):
+    m = write_manifest([{"id": "a", "text": "x"}])
+    p = run("batch", m, "-o", tmp_path / "out", "--speaker", "ryan", **env)
+    assert p.returncode == 2 and says in one_error(p)
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_out_dir_that_cannot_be_made_is_a_usage_error(tmp_path, write_manifest):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

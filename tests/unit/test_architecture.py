@@ -23,12 +23,14 @@ ALLOWED = {
     "tiny": {"model", "synthesis", "errors"},
     "bench": {"engine", "model", "synthesis", "jobs", "kernels", "errors"},
     "capacity": {"bench", "engine", "model", "synthesis", "jobs", "errors"},  # qtts plan
+    "doctor": {"bench", "engine", "model", "synthesis", "kernels", "errors"},  # qtts doctor
     "cli": {
         "jobs",
         "synthesis",
         "model",
         "bench",
         "capacity",
+        "doctor",
         "engine",
         "kernels",
         "pkg",
@@ -143,3 +145,18 @@ def test_commands_hand_no_locals_to_the_core():
     """Options reach the job as typed groups (cli/job_options.py), never as a dict of locals()."""
     uses = [p.name for p in (REPO / "cli").rglob("*.py") if "locals()" in p.read_text("utf-8")]
     assert uses == []
+
+
+def test_every_package_folder_is_installed():
+    """pyproject lists packages by name (the folders install as subpackages of qtts): a folder
+    missing there works in an editable install and breaks every wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]
+                 ["packages"])  # fmt: skip
+    folders = {package for folder, package in PACKAGES.items() if folder != "pkg"}
+    for folder, package in PACKAGES.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(REPO / folder).parts
+            folders.add(".".join([package, *parts]))
+    assert folders - listed == set()

@@ -103,3 +103,15 @@ def test_fused_weights_are_views_not_copies(tiny_gqa):
     stack.to(torch.float64)  # a cast breaks the views: the stale fused weight is refused
     with pytest.raises(RuntimeError, match="fuse_projections first"):
         FusedStack(stack, 8)
+
+
+def test_a_cast_on_the_meta_device_is_seen_as_stale(tiny_gqa):
+    """Meta storages all have address 0: the staleness check must also compare dtypes."""
+    stack = copy.deepcopy(tiny_gqa[1]).talker.model.to("meta")
+    fuse_projections(stack)
+    FusedStack(stack, 8)
+    stack.to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="fuse_projections first"):
+        FusedStack(stack, 8)
+    fuse_projections(stack)  # fused anew, in the new dtype
+    assert FusedStack(stack, 8).layers[0].qkv.dtype == torch.bfloat16

@@ -119,11 +119,13 @@ def test_a_failed_capture_puts_the_callers_stream_back(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller's stream")
     monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool, stream: FailingCapture())
     monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: calls.append(("set", stream)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("device", device)))
     backend = CudaGraphs.__new__(CudaGraphs)  # no pool or side stream without a GPU
     backend.device, backend.pool, backend.stream = torch.device("cuda"), None, "capture stream"
     with pytest.raises(RuntimeError, match="capture_end"):
         backend.capture(lambda view: None, 64)
-    assert calls == ["capture stream made current", ("set", "caller's stream")]
+    assert calls == ["capture stream made current", ("set", "caller's stream"), ("device", 1)]
 
 
 def test_view_lengths_cover_every_view_the_loop_can_pick():

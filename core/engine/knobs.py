@@ -1,0 +1,58 @@
+"""The environment's QTTS_* knobs, read and checked in one place, without torch.
+
+`EngineSettings.for_device` applies them to a device's defaults; the CLI reads them before a job
+takes its lock, so a bad value is a one-line usage error (exit 2) that changes nothing, instead
+of a failure after the weights are loaded. The table of knobs is in docs/engine-settings.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from qtts.core.errors import UsageError
+
+SAMPLERS = ("auto", "torch", "triton")
+# How a decode step runs a decoder layer (core/engine/layer_path.py): the model's own modules,
+# packed one-token predictor weights (CPU), or the fused ops (GPU; their torch twins elsewhere).
+LAYER_PATHS = ("module", "packed", "fused")
+GENERATORS = ("engine", "naive")
+RETIRED = {
+    "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
+    "QTTS_PACKED": "QTTS_LAYER_PATH=packed|module",
+}
+
+
+class KnobError(UsageError):
+    """A QTTS_* environment variable with a value qtts does not take (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Knobs:
+    cuda_graphs: bool  # QTTS_CUDA_GRAPHS=0: the GPU decodes eagerly
+    layer_path: str | None  # QTTS_LAYER_PATH; None: the device's default
+    sampler: str  # QTTS_SAMPLER: "auto" unless forced
+    generator: str  # QTTS_GENERATOR: the engine, or the naive yardstick
+
+
+def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
+    for old, new in RETIRED.items():
+        if old in env:
+            raise KnobError(f"{old} is retired: set {new} instead")
+    return Knobs(
+        cuda_graphs=_pick(env, "QTTS_CUDA_GRAPHS", ("1", "0"), "1") != "0",
+        layer_path=_pick(env, "QTTS_LAYER_PATH", LAYER_PATHS, None),
+        sampler=_pick(env, "QTTS_SAMPLER", SAMPLERS, "auto"),
+        generator=_pick(env, "QTTS_GENERATOR", GENERATORS, "engine"),
+    )
+
+
+def _pick(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default):
+    """env[name] as one of `allowed` (any case, spaces ignored); unset or empty: `default`."""
+    value = env.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value not in allowed:
+        raise KnobError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
