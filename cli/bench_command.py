@@ -119,7 +119,7 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
     spec = measure(dev, dt)  # the roofline's device: this machine, measured
     typer.echo(f"roofline device: {spec.name}")
     fast = fast_mode(dev)
-    modes = [fast] + (["eager"] if compare else [])
+    modes = [fast] + (["eager"] if compare and fast != "module" else [])  # module: eager already
     rows = []
     typer.echo(f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
                f"{'step ms':>9}{'peak GiB':>9}{'roofline':>10}")  # fmt: skip

@@ -59,9 +59,8 @@ MODES = ("graph", "packed", "fused", "module", "eager")
 
 def fast_mode(device) -> str:
     """The path qtts batch takes on this device: what `qtts bench` measures by default."""
-    if torch.device(device).type == "cuda":
-        return "graph"
-    return EngineSettings.for_device(device).layer_path
+    settings = EngineSettings.for_device(device)
+    return "graph" if settings.cuda_graphs else settings.layer_path
 
 
 def mode_settings(mode: str, device) -> EngineSettings:

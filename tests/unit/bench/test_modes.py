@@ -20,3 +20,11 @@ def test_a_mode_this_device_does_not_run_is_refused(monkeypatch):
     assert fast_mode("cpu") == "packed"
     with pytest.raises(ValueError, match="does not run on cpu"):
         mode_settings("graph", "cpu")
+
+
+def test_the_gpu_fast_mode_is_named_after_what_runs(monkeypatch):
+    monkeypatch.delenv("QTTS_LAYER_PATH", raising=False)
+    monkeypatch.delenv("QTTS_CUDA_GRAPHS", raising=False)
+    assert fast_mode("cuda") == "graph"
+    monkeypatch.setenv("QTTS_CUDA_GRAPHS", "0")  # no graphs: the fused layer path, eagerly
+    assert fast_mode("cuda") == "fused" and not mode_settings("fused", "cuda").cuda_graphs
