@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from qtts.core.capacity.vocoder_cost import vocoder_cost
 from qtts.core.engine.footprint import Dims
 from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
@@ -40,6 +41,7 @@ class PlanModel:
     max_new_tokens: int  # the checkpoint's cap
     weights_bytes: int
     dims: Dims
+    dtype: torch.dtype
     model_dir: Path | None = None
 
 
@@ -66,7 +68,7 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
     weights = weights_bytes(talker, vocoder, EngineSettings.for_device("cuda", env={}),
                             model_dir / "speech_tokenizer" if base else None)  # fmt: skip
     dims = dims_for(config, decoder, dtype, "cuda")
-    return PlanModel(name, config, decoder, cap, weights, dims, model_dir)
+    return PlanModel(name, config, decoder, cap, weights, dims, dtype, model_dir)
 
 
 def synthetic_tokens(config: ModelConfig, text_tokens: int) -> PromptTokens:
@@ -160,6 +162,10 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
         launches = launches_per_step(m.config, g.slots)["launches_per_step"]
         cost = decode_step_cost(m.config, g.slots, view, m.dims.act_bytes, launches)
         bound, bounds = cost.lower_bound_s(device), cost.bounds_s(device)
+        decode_ceiling = cost.ceiling_audio_s_per_s(g.slots, device)
+        vocoder = vocoder_cost(m.decoder, m.dtype)
+        vocoder_s = vocoder.seconds_per_audio_s(device, plan.vocoder_batch)
+        ceiling = 1.0 / (1.0 / decode_ceiling + vocoder_s)  # both share the GPU's time
         lines += [
             f"roofline: decode step at {g.slots} slots, mean KV view {view}, on {device.name}",
             f"  moves {cost.bytes / 1e9:.2f} GB (weights {cost.weight_bytes / 1e9:.2f}, KV "
@@ -167,8 +173,12 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
             f"{cost.flops / 1e12:.3f} TFLOP -> {bounds['compute'] * 1e3:.2f} ms; "
             f"{launches} launches x {device.launch_s * 1e6:g} us -> "
             f"{bounds['launches'] * 1e3:.2f} ms",
-            f"  ceiling {cost.ceiling_audio_s_per_s(g.slots, device):,.0f} audio-s/s "
+            f"  decode ceiling {decode_ceiling:,.0f} audio-s/s "
             f"(lower bound {bound * 1e3:.2f} ms per step, set by {max(bounds, key=bounds.get)})",
+            f"roofline: vocoder, {vocoder.flops_per_audio_s / 1e9:.1f} GFLOP and "
+            f"{vocoder.bytes_per_audio_s(plan.vocoder_batch) / 1e9:.2f} GB per audio-second "
+            f"(counted on the meta device) -> {1 / vocoder_s:,.0f} audio-s/s alone",
+            f"  ceiling {ceiling:,.0f} audio-s/s (decode and vocoder sharing the GPU)",
         ]
         out["roofline"] = {
             "device": device.name,
@@ -180,9 +190,13 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
             "launch_us": device.launch_s * 1e6,
             "bound_ms": {k: v * 1e3 for k, v in bounds.items()},
             "lower_bound_ms": bound * 1e3,
-            "ceiling_audio_s_per_s": cost.ceiling_audio_s_per_s(g.slots, device),
+            "decode_ceiling_audio_s_per_s": decode_ceiling,
+            "vocoder_flops_per_audio_s": vocoder.flops_per_audio_s,
+            "vocoder_bytes_per_audio_s": vocoder.bytes_per_audio_s(plan.vocoder_batch),
+            "vocoder_ceiling_audio_s_per_s": 1 / vocoder_s,
+            "ceiling_audio_s_per_s": ceiling,
         }
-        lines += job_estimate(out, frames, cost.ceiling_audio_s_per_s(g.slots, device), device)
+        lines += job_estimate(out, frames, ceiling, device)
     return lines, out
 
 

@@ -37,7 +37,7 @@ def test_the_roofline_counts_launches_as_a_third_bound():
     assert r["launches"] == 1185  # tests/unit/engine/test_launch_count.py pins the phases
     assert r["bound_ms"]["launches"] == pytest.approx(r["launches"] * r["launch_us"] / 1e3)
     assert r["lower_bound_ms"] == pytest.approx(max(r["bound_ms"].values()))
-    assert r["ceiling_audio_s_per_s"] == pytest.approx(
+    assert r["decode_ceiling_audio_s_per_s"] == pytest.approx(
         r["slots"] * 0.08 / (r["lower_bound_ms"] / 1e3)
     )
 
@@ -117,3 +117,17 @@ def test_a_card_name_plans_for_its_memory_and_speed(gpu, memory):
 def test_the_vocoder_batch_never_exceeds_the_rows():
     _, plan = _plan("--size", "0.6b", "--rows", 4)
     assert plan["vocoder_batch"] <= 4
+
+
+def test_the_ceiling_counts_the_vocoder_beside_the_decode_step():
+    _, plan = _plan("--size", "1.7b", "--text-tokens", 200)
+    r = plan["roofline"]
+    assert r["vocoder_flops_per_audio_s"] > 5e10 and r["vocoder_bytes_per_audio_s"] > 1e9
+    # one GPU's time per audio-second is the decode step's plus the vocoder's
+    assert 1 / r["ceiling_audio_s_per_s"] == pytest.approx(
+        1 / r["decode_ceiling_audio_s_per_s"] + 1 / r["vocoder_ceiling_audio_s_per_s"]
+    )
+    assert r["ceiling_audio_s_per_s"] < r["decode_ceiling_audio_s_per_s"]
+    assert plan["job"]["hours_at_ceiling"] == pytest.approx(
+        plan["job"]["audio_hours"] / r["ceiling_audio_s_per_s"]
+    )
