@@ -5,14 +5,6 @@ Imports torch only when asked."""
 from __future__ import annotations
 
 import platform
-from importlib import metadata
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def device_found() -> str:
@@ -28,9 +20,10 @@ def device_found() -> str:
 
 def version_lines() -> list[str]:
     from qtts import __version__
+    from qtts.core.doctor.versions import installed_version
 
     lines = [f"qtts {__version__}", f"python {platform.python_version()}"]
     for dist in ("torch", "triton", "transformers", "pyarrow", "numpy", "ray"):
-        lines.append(f"{dist} {_version(dist)}")
+        lines.append(f"{dist} {installed_version(dist)}")
     lines.append(f"device {device_found()}")
     return lines

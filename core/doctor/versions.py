@@ -11,11 +11,10 @@ from importlib import metadata
 import torch
 
 from qtts.core.doctor.check import Check, DoctorRun
+from qtts.core.engine.planner import GIB
 
-GIB = 2**30
 
-
-def _version(dist: str) -> str:
+def installed_version(dist: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -35,7 +34,8 @@ def _driver() -> str:
 
 def versions(run: DoctorRun) -> Check:
     figures = {"python": platform.python_version(), "torch": torch.__version__,
-               "triton": _version("triton"), "qtts": _version("qtts")}  # fmt: skip
+               "triton": installed_version("triton"),
+               "qtts": installed_version("qtts")}  # fmt: skip
     if run.cuda:
         props = torch.cuda.get_device_properties(run.device)
         figures |= {

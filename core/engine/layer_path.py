@@ -23,6 +23,14 @@ class LayerSteps:
     predictor_first: Callable | None  # its 2-token first pass; None: the module
 
 
+def prepare_weights(model, layer_path: str) -> None:
+    """The weight layout `layer_path` reads: q/k/v and gate/up fused for the fused path (once;
+    a no-op when already fused), nothing otherwise. Done at load, with the weights in place."""
+    if layer_path == "fused":
+        fuse_projections(model.talker.model)
+        fuse_projections(model.talker.code_predictor.model)
+
+
 def layer_steps(model, layer_path: str, talker_positions: int, predictor_positions: int):
     """The steps for `layer_path` over `model` (core/model/talker.py). The fused path needs the
     projections fused (core/model/fused_weights.py): the synthesizer does it at load, after which
@@ -33,8 +41,7 @@ def layer_steps(model, layer_path: str, talker_positions: int, predictor_positio
     if layer_path == "packed":
         return LayerSteps(talker, PackedStack(predictor), None)
     if layer_path == "fused":
-        fuse_projections(talker)
-        fuse_projections(predictor)
+        prepare_weights(model, layer_path)
         fused_predictor = FusedStack(predictor, predictor_positions)
         return LayerSteps(FusedStack(talker, talker_positions), fused_predictor, fused_predictor)
     raise ValueError(f"unknown layer path {layer_path!r}")

@@ -13,13 +13,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# fused weight's name -> the projections it concatenates, in row order
+FUSED = {"qkv_weight": ("q_proj", "k_proj", "v_proj"), "gate_up_weight": ("gate_proj", "up_proj")}
+
 
 def fuse_projections(stack: nn.Module) -> None:
     """Fuse every layer of a decoder stack (core/model/talker.py DecoderStack) in place."""
     for layer in stack.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        _fuse(attn, "qkv_weight", (attn.q_proj, attn.k_proj, attn.v_proj))
-        _fuse(mlp, "gate_up_weight", (mlp.gate_proj, mlp.up_proj))
+        _fuse(layer.self_attn, "qkv_weight")
+        _fuse(layer.mlp, "gate_up_weight")
 
 
 def fused_weight(module: nn.Module, name: str) -> torch.Tensor:
@@ -31,9 +33,7 @@ def fused_weight(module: nn.Module, name: str) -> torch.Tensor:
 
 
 def _parts(module: nn.Module, name: str) -> tuple[nn.Linear, ...]:
-    if name == "qkv_weight":
-        return (module.q_proj, module.k_proj, module.v_proj)
-    return (module.gate_proj, module.up_proj)
+    return tuple(getattr(module, part) for part in FUSED[name])
 
 
 def _views(fused: torch.Tensor, linears: tuple[nn.Linear, ...]) -> bool:
@@ -47,7 +47,8 @@ def _views(fused: torch.Tensor, linears: tuple[nn.Linear, ...]) -> bool:
     )
 
 
-def _fuse(owner: nn.Module, name: str, linears: tuple[nn.Linear, ...]) -> None:
+def _fuse(owner: nn.Module, name: str) -> None:
+    linears = _parts(owner, name)
     known = getattr(owner, name, None)
     if known is not None and _views(known, linears):
         return

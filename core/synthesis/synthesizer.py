@@ -16,11 +16,11 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from qtts.core.engine.layer_path import prepare_weights
 from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.model.codec import decode_utterances
-from qtts.core.model.fused_weights import fuse_projections
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import (
     parse_device,
@@ -71,9 +71,8 @@ class Synthesizer:
         self.dtype = model.talker.codec_head.weight.dtype
         # Read once: the memory plan and every engine pass of this synthesizer run the same engine.
         self.settings = settings or EngineSettings.for_device(device)
-        if self.settings.layer_path == "fused" and generator == "engine":
-            for stack in (model.talker.model, model.talker.code_predictor.model):
-                fuse_projections(stack)  # once, with the weights on their device and dtype
+        if generator == "engine":
+            prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
         self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
