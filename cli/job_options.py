@@ -16,8 +16,10 @@ from pathlib import Path
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
-from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, OnBudget
+from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, OnBudget, Split
 from qtts.core.jobs.spec import (
+    DEFAULT_MAX_SEGMENT_TOKENS,
+    DEFAULT_SEGMENT_PAUSE_S,
     FailurePolicy,
     JobKind,
     JobSpec,
@@ -27,6 +29,7 @@ from qtts.core.jobs.spec import (
     RowDefaults,
     SamplingOverrides,
     ScaleOut,
+    SplitSettings,
     VoiceSettings,
 )
 
@@ -89,6 +92,14 @@ def output_options(
     return OutputSettings(out_dir, format, save_codes, overwrite, input_moved, dry_run)
 
 
+def split_options(
+    split: o.SplitOpt = Split.auto,
+    max_segment_tokens: o.MaxSegmentTokens = DEFAULT_MAX_SEGMENT_TOKENS,
+    segment_pause: o.SegmentPause = DEFAULT_SEGMENT_PAUSE_S,
+) -> SplitSettings:
+    return SplitSettings(split, max_segment_tokens, segment_pause)
+
+
 def shard_options(num_shards: o.NumShards = None, shard_index: o.ShardIndex = None) -> ScaleOut:
     return ScaleOut(num_shards, shard_index)
 
@@ -129,19 +140,21 @@ class JobOptions:
     voice: VoiceSettings
     sampling: SamplingOverrides
     output: OutputSettings
+    split: SplitSettings
     failures: FailurePolicy
     report: Reporting
     scale_out: ScaleOut
 
     def spec(self, kind: JobKind, source: str) -> JobSpec:
         return JobSpec(kind, source, self.output, self.model, self.voice, self.sampling,
-                       self.failures, self.scale_out)  # fmt: skip
+                       self.failures, self.scale_out, self.split)  # fmt: skip
 
 
 # JobOptions field -> the builder of its options, in the order the help panels show them.
 GROUPS: dict[str, Callable] = {"model": model_options, "voice": voice_options,
                                "sampling": sampling_options, "output": output_options,
-                               "failures": failure_options, "report": report_options}  # fmt: skip
+                               "split": split_options, "failures": failure_options,
+                               "report": report_options}  # fmt: skip
 
 
 def job_command(scale_out: Callable = shard_options) -> Callable:

@@ -13,12 +13,13 @@ from typing import Annotated
 
 import typer
 
-from qtts.core.jobs.choices import AudioFormat, Backend, Dtype, OnBudget
+from qtts.core.jobs.choices import AudioFormat, Backend, Dtype, OnBudget, Split
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
 SAMPLING_PANEL = "Sampling (unset: the checkpoint's generation_config.json)"
 OUTPUT_PANEL = "Output"
+LONG_TEXT_PANEL = "Long text"
 ENGINE_PANEL = "Model and engine"
 SCALE_PANEL = "Scale out"
 LOG_PANEL = "Failures and logging"
@@ -197,6 +198,41 @@ SaveCodes = Annotated[
         "--save-codes",
         panel=OUTPUT_PANEL,
         help=("Also write OUT/{id}.codes.npy: int64 \\[frames, 16] codec codes."),
+    ),
+]
+
+# -- long text -------------------------------------------------------------------
+SplitOpt = Annotated[
+    Split,
+    _opt(
+        "--split",
+        panel=LONG_TEXT_PANEL,
+        help=(
+            "Cut long rows into segments, synthesized apart and joined into the row's one file. "
+            "auto: rows over --max-segment-tokens, at sentence ends (then clauses, then words); "
+            "sentence: every row at every sentence end; none: every row whole."
+        ),
+    ),
+]
+MaxSegmentTokens = Annotated[
+    int,
+    _opt(
+        "--max-segment-tokens",
+        min=1,
+        panel=LONG_TEXT_PANEL,
+        help=(
+            "Most text tokens in a segment (50: about 16 s of speech, well inside the length "
+            "the model says reliably)."
+        ),
+    ),
+]
+SegmentPause = Annotated[
+    float,
+    _opt(
+        "--segment-pause",
+        min=0.0,
+        panel=LONG_TEXT_PANEL,
+        help="Seconds of silence between a row's segments.",
     ),
 ]
 

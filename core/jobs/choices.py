@@ -48,3 +48,9 @@ class OnBudget(Choice):
 class Backend(Choice):
     local = "local"  # this process and device
     ray = "ray"  # Ray Data actors (qtts.core.jobs.ray_backend)
+
+
+class Split(Choice):
+    auto = "auto"  # rows longer than --max-segment-tokens, at sentence ends (then clauses)
+    sentence = "sentence"  # every row at every sentence end
+    none = "none"  # every row whole

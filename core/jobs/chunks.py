@@ -5,13 +5,16 @@ shows up at the start of a night, not at the end, and rows of similar length sha
 and cut into chunks of CHUNK_ROWS: only one chunk's rows exist as Python objects, so memory
 follows the chunk, not the dataset. Within a chunk each row's token count is exact and its frame
 budget final; the chunk is re-sorted by that exact estimate. A job smaller than a chunk is one
-call to the synthesizer, as it always was. Knows the budget rules and the TextModel's counter.
+call to the synthesizer, as it always was (split rows aside: qtts.core.jobs.segments). A row the
+split settings cut becomes one request per segment, each with the budget of its own text, and
+the frame-budget check applies to each segment. Knows the budget rules and the TextModel's
+counter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,8 @@ import pyarrow.compute as pc
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.lengths import count_tokens
+from qtts.core.jobs.segments import SplitRows, cut_rows, segment_id, segment_seed
+from qtts.core.jobs.spec import SplitSettings
 from qtts.core.synthesis.requests import Request
 
 CHUNK_ROWS = 65536  # rows per synthesizer call: ~100 MB of prompts, minutes of GPU work
@@ -57,8 +62,12 @@ class Todo:
 
 @dataclass
 class Chunk:
-    requests: list[Request]  # longest first
+    requests: list[Request]  # longest first; a split row's segments stand in for the row
     rows: dict[str, dict[str, Any]]  # id -> the row's fields, for its record
+    budgets: dict[str, int] = field(default_factory=dict)  # row id -> max_new_tokens (split:
+    # its longest segment's), for its record's messages
+    est_frames: list[int] = field(default_factory=list)  # per request
+    split: SplitRows = field(default_factory=SplitRows)
 
 
 def longest_first(rows: pa.ChunkedArray, est_frames: np.ndarray) -> np.ndarray:
@@ -70,20 +79,51 @@ def longest_first(rows: pa.ChunkedArray, est_frames: np.ndarray) -> np.ndarray:
     return order.to_numpy()
 
 
-def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget) -> Chunk:
+def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget,
+                   split: SplitSettings | None = None) -> Chunk:  # fmt: skip
     """Requests for `rows` with exact budgets, longest first."""
     fields = rows.to_pylist()
     tokens = count_tokens(model, [r["text"] for r in fields])
-    budgets = budget.max_new_tokens_of(tokens).tolist()
-    est = budget.estimate_frames_of(tokens).tolist()
-    order = sorted(range(len(fields)), key=lambda i: (-est[i], fields[i]["row"]))
-    requests = [Request(**{k: fields[i][k] for k in REQUEST_FIELDS}, max_new_tokens=budgets[i])
-                for i in order]  # fmt: skip
-    return Chunk(requests, {r["id"]: r for r in fields})
+    cuts = cut_rows([r["text"] for r in fields], tokens.tolist(), model, split)
+    units = [(i, k, text) for i, texts in enumerate(cuts) for k, text in enumerate(texts)]
+    counts = tokens
+    if len(units) > len(fields):  # whole rows keep their count; segments are counted
+        cut = np.array([len(cuts[i]) > 1 for i, _, _ in units])
+        counts = tokens[[i for i, _, _ in units]]
+        counts[cut] = count_tokens(model, [u[2] for u, c in zip(units, cut, strict=True) if c])
+    budgets = budget.max_new_tokens_of(counts).tolist()
+    est = budget.estimate_frames_of(counts).tolist()
+    chunk = Chunk([], {r["id"]: r for r in fields})
+    if split is not None:
+        chunk.split.pause_s = split.pause_s
+    entries = []
+    for i, row in enumerate(fields):
+        row["text_tokens"] = int(tokens[i])  # recorded: other split settings are checked by it
+    for j, (i, k, text) in enumerate(units):
+        row, count = fields[i], len(cuts[i])
+        request = Request(**{f: row[f] for f in REQUEST_FIELDS}, max_new_tokens=budgets[j])
+        if count > 1:
+            request = replace(request, id=segment_id(row["id"], k), text=text,
+                              seed=segment_seed(row["seed"], k))  # fmt: skip
+            chunk.split.add(request, row["id"], k, count)
+        chunk.budgets[row["id"]] = max(chunk.budgets.get(row["id"], 0), budgets[j])
+        # With splitting on, no row was refused for length before: each segment is checked here.
+        too_long = budget.too_long(int(counts[j])) if split is not None and split.enabled else None
+        if too_long is not None and row["id"] not in chunk.split.failed:
+            where = f"segment {k + 1}/{count}: " if count > 1 else ""
+            chunk.split.failed[row["id"]] = where + too_long
+        entries.append((-est[j], row["row"], k, request, est[j]))
+    entries.sort(key=lambda e: e[:3])
+    failed = chunk.split.failed
+    for *_, request, frames in entries:
+        if chunk.split.row_of(request.id) not in failed and request.id not in failed:
+            chunk.requests.append(request)
+            chunk.est_frames.append(frames)
+    return chunk
 
 
-def chunks(todo: Todo, model: TextModel, budget: FrameBudget,
-           size: int | None = None) -> Iterator[Chunk]:  # fmt: skip
+def chunks(todo: Todo, model: TextModel, budget: FrameBudget, size: int | None = None,
+           split: SplitSettings | None = None) -> Iterator[Chunk]:  # fmt: skip
     """The job's requests, longest first, a chunk at a time."""
     for rows in todo.slices(size):
-        yield chunk_requests(rows, model, budget)
+        yield chunk_requests(rows, model, budget, split)

@@ -3,7 +3,8 @@
 Reads and validates every row, selects the shard, scans the out dir's state for rows already
 done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
-to redo and why, failing validation (the first reasons), frames and hours of audio estimated.
+to redo and why, failing validation (the first reasons), frames and hours of audio estimated,
+and the rows of the first chunk that will be split into segments (and how many segments).
 Knows the job's work and the TextModel; no tensors.
 """
 
@@ -18,7 +19,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs import state
 from qtts.core.jobs.budget import FRAME_S
-from qtts.core.jobs.chunks import CHUNK_ROWS, chunk_requests
+from qtts.core.jobs.chunks import CHUNK_ROWS, Chunk, chunk_requests
 from qtts.core.jobs.fingerprint import read_registry
 from qtts.core.jobs.listing import list_out_dir
 from qtts.core.jobs.records import SCAN_COLUMNS, empty
@@ -40,6 +41,8 @@ class DryRunSummary:
     first_failures: list[dict[str, Any]]
     est_frames: int
     memory_plan: str
+    split_rows: int  # rows of the first (longest) chunk cut into segments
+    segments: int  # the segments they make
     shard: str
     wall_s: float
     status: str = "dry-run"
@@ -54,8 +57,9 @@ class DryRunSummary:
 
     def describe(self) -> str:
         hours = self.est_frames * FRAME_S / 3600
-        return (f"dry run: {self.to_synthesize} row(s) to synthesize (about {hours:.2f} h of "
-                f"audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
+        split = f" ({self.split_rows} split into {self.segments} segments)" * bool(self.split_rows)
+        return (f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
+                f"of audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
                 f"failing validation; nothing was written")  # fmt: skip
 
 
@@ -68,8 +72,9 @@ def dry_run(job) -> DryRunSummary:
     work = plan_work(job.prepared, records, list_out_dir(out), model=job.text_model,
                      budget=job.budget, settings=job.settings, registry=read_registry(out),
                      audio_format=spec.output.audio_format.value,
-                     save_codes=spec.output.save_codes)  # fmt: skip
-    plan = _first_chunk_plan(job, work)
+                     save_codes=spec.output.save_codes, split=spec.split)  # fmt: skip
+    plan, first = _first_chunk_plan(job, work)
+    split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
     failures = work.rejected.select(["row", "id", "error"])
     reasons = pc.value_counts(failures["error"]).to_pylist()
     reasons.sort(key=lambda r: -r["counts"])
@@ -77,17 +82,21 @@ def dry_run(job) -> DryRunSummary:
         total=work.total, to_synthesize=work.todo.num_rows, skipped=work.skipped,
         redo=len(work.resume.stale), redo_reasons=work.resume.reasons,
         failed=failures.num_rows, first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
-        est_frames=int(work.todo.est_frames.sum()), memory_plan=plan, shard=job.shard.describe(),
+        est_frames=int(work.todo.est_frames.sum()), memory_plan=plan,
+        split_rows=len(split_rows), segments=sum(split_rows.values()), shard=job.shard.describe(),
         wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
     )  # fmt: skip
 
 
-def _first_chunk_plan(job, work: Work) -> str:
-    """The plan of the longest rows: the chunk that must fit for the job to fit."""
+def _first_chunk_plan(job, work: Work) -> tuple[str, Chunk | None]:
+    """The plan of the longest rows: the chunk that must fit for the job to fit (and the
+    chunk: which of its rows are split is known exactly)."""
     if work.todo.num_rows == 0:
-        return "nothing to plan"
-    first = chunk_requests(next(work.todo.slices(CHUNK_ROWS)), job.text_model, job.budget)
+        return "nothing to plan", None
     spec = job.spec
+    rows = next(work.todo.slices(CHUNK_ROWS))
+    first = chunk_requests(rows, job.text_model, job.budget, spec.split)
     m = spec.model
-    return job.text_model.memory_plan(first.requests, m.device, m.dtype.value, m.batch_size)
+    plan = job.text_model.memory_plan(first.requests, m.device, m.dtype.value, m.batch_size)
+    return plan, first

@@ -22,6 +22,8 @@ from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
 from qtts.core.jobs.interrupt import StopSignals
 from qtts.core.jobs.journal import Journal
 from qtts.core.jobs.recorder import Outcome, RecordContext, RowRecorder
+from qtts.core.jobs.segments import synthesize_chunk
+from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.writer import OutputWriter, fsync_dir
 
 log = logging.getLogger("qtts")
@@ -40,6 +42,7 @@ class LocalBackend:
     batch_size: int | None
     options: object  # GenerationOptions
     budget: FrameBudget
+    split: SplitSettings | None = None  # long rows cut into segments (None: every row whole)
     synth: object = None  # loaded by prepare()
 
     def prepare(self, stop: StopSignals) -> None:
@@ -54,7 +57,7 @@ class LocalBackend:
         writes = WriteQueue(self.out_dir)
         recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format), journal, ctx)
         try:
-            for chunk in chunks(todo, self.text_model, self.budget):
+            for chunk in chunks(todo, self.text_model, self.budget, split=self.split):
                 yield from self._chunk(synth, chunk, recorder, writes, stop)
             yield from writes.settled(block=True, every=True)
         finally:
@@ -63,8 +66,8 @@ class LocalBackend:
 
     def _chunk(self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue,
                stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
-        budgets = {r.id: r.max_new_tokens for r in chunk.requests}
-        items = synth.synthesize(chunk.requests, self.options)
+        budgets = dict(chunk.budgets)
+        items = synthesize_chunk(synth, chunk, self.options, recorder.ctx.on_budget)
         try:
             while True:
                 with stop.interruptible():

@@ -83,7 +83,8 @@ class JobRun:
         self.run_id = new_run_id()
         self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
                                  job.spec.output.audio_format.value, job.spec.output.save_codes,
-                                 job.spec.failures.on_budget.value)  # fmt: skip
+                                 job.spec.failures.on_budget.value,
+                                 job.spec.split.key)  # fmt: skip
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
         self.ok = self.audio_s = 0
@@ -122,7 +123,7 @@ class JobRun:
         return plan_work(j.prepared, self.records, listing, model=j.text_model,
                          budget=j.budget, settings=j.settings, registry=read_registry(self.out),
                          audio_format=self.spec.output.audio_format.value,
-                         save_codes=self.spec.output.save_codes)  # fmt: skip
+                         save_codes=self.spec.output.save_codes, split=self.spec.split)  # fmt: skip
 
     def _record_work(self, work: Work) -> None:
         """Journal what is decided before synthesis: rows to redo lose their done status, rows

@@ -37,6 +37,7 @@ from qtts.core.jobs.journal import Journal
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.records import OK, ROW_FIELDS
+from qtts.core.jobs.segments import synthesize_chunk
 from qtts.core.jobs.writer import OutputWriter
 
 log = logging.getLogger("qtts")
@@ -96,7 +97,8 @@ class RayBackend:
         m = spec.model
         kwargs = {"model": m.name, "device": m.device, "dtype": m.dtype.value,
                   "batch_size": m.batch_size, "out_dir": str(spec.output.out_dir.resolve()),
-                  "options": options, "budget": job.budget, "open_text_model": open_text_model,
+                  "options": options, "budget": job.budget, "split": spec.split,
+                  "open_text_model": open_text_model,
                   "load_synthesizer": load_synthesizer}  # fmt: skip
         slots = spec.model.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
         return cls(ray, started, workers, gpus, kwargs, slots)
@@ -157,11 +159,12 @@ class SynthesisActor:
     """One Ray actor: the model loaded once; each call synthesizes one unit of rows with the
     local engine, writes and journals them, and returns one outcome row per input row."""
 
-    def __init__(self, *, model, device, dtype, batch_size, out_dir, options, budget, ctx,
-                 started, open_text_model, load_synthesizer) -> None:  # fmt: skip
+    def __init__(self, *, model, device, dtype, batch_size, out_dir, options, budget, split,
+                 ctx, started, open_text_model, load_synthesizer) -> None:  # fmt: skip
         self.text_model = open_text_model(model)
         self.synth = load_synthesizer(self.text_model, device, dtype, batch_size)
         self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
+        self.split = split
         self.started = started  # when the driver handed the rows out (wall clock)
         journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
         self.recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format, workers=1),
@@ -172,10 +175,10 @@ class SynthesisActor:
         done_ids = pa.array(list(done), pa.string())
         rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
         out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
-        chunk = chunk_requests(rest, self.text_model, self.budget)
-        budgets = {r.id: r.max_new_tokens for r in chunk.requests}
+        chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
+        budgets = dict(chunk.budgets)
         pending = []
-        for item in self.synth.synthesize(chunk.requests, self.options):
+        for item in synthesize_chunk(self.synth, chunk, self.options, self.ctx.on_budget):
             result = self.recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
             pending.append(result)
         for row_id in budgets:

@@ -48,9 +48,11 @@ class RecordContext:
     audio_format: str
     save_codes: bool
     on_budget: str  # "ok" | "fail"
+    split: str = "none"  # the split settings' key (spec.SplitSettings.key)
 
     def stamp(self) -> dict[str, str]:
-        return {"settings": self.settings, "model": self.model, "run": self.run}
+        return {"settings": self.settings, "model": self.model, "run": self.run,
+                "split": self.split}  # fmt: skip
 
     def stale_files(self, row_id: str) -> tuple[str, ...]:
         others = [f"{row_id}.{fmt}" for fmt in AUDIO_FORMATS if fmt != self.audio_format]
@@ -89,7 +91,10 @@ class RowRecorder:
             return self.failed(row, error)
         audio = {"file": f"{item.id}.{self.ctx.audio_format}", "num_frames": int(len(item.codes)),
                  "num_samples": int(len(item.audio)), "sample_rate": int(item.sample_rate),
-                 "hit_frame_budget": bool(item.hit_frame_budget)}  # fmt: skip
+                 "hit_frame_budget": bool(item.hit_frame_budget),
+                 "segments": len(item.segment_frames or (0,)),
+                 "segment_frames": None if item.segment_frames is None else list(
+                     item.segment_frames), "text_tokens": row.get("text_tokens")}  # fmt: skip
 
         final = self.writer.out_dir / audio["file"]
 

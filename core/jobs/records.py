@@ -31,6 +31,9 @@ RECORD_SCHEMA = pa.schema(
         ("sample_rate", pa.int64()),
         ("duration_s", pa.float64()),
         ("hit_frame_budget", pa.bool_()),
+        ("segments", pa.int64()),  # segments the row was synthesized in (1: whole)
+        ("segment_frames", pa.list_(pa.int64())),  # frames of each, for a split row (else null)
+        ("text_tokens", pa.int64()),  # the text's tokens: whether other split settings cut it
         ("text", pa.large_string()),  # a dataset's texts pass 2 GiB: 64-bit offsets
         ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
         ("speaker", pa.string()),
@@ -41,6 +44,7 @@ RECORD_SCHEMA = pa.schema(
         ("ref_text", pa.string()),
         ("ref_digest", pa.string()),  # content of the reference audio (Base models)
         ("settings", pa.string()),  # digest of the job settings (fingerprint.JobSettings)
+        ("split", pa.string()),  # the split settings it ran under (spec.SplitSettings.key)
         ("model", pa.string()),  # the --model string, for people reading results
         ("run", pa.string()),
         ("t", pa.float64()),  # wall-clock time recorded: orders records across journals
@@ -58,7 +62,8 @@ def failed_record(row: dict[str, Any], error: str, **run: Any) -> dict[str, Any]
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
-    """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget."""
+    """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget, segments,
+    segment_frames, text_tokens."""
     duration = audio["num_samples"] / audio["sample_rate"]
     return {**_fields(row), "status": OK, "error": None, **audio, "duration_s": duration,
             **run, "t": time.time()}  # fmt: skip
@@ -97,7 +102,7 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
 # What deciding the work reads of each record (the resume scan, the summary): a run that has
 # nothing to do never holds the rest in memory.
 SCAN_COLUMNS = ("id", "status", "error", "file", "bytes", "hit_frame_budget", *INPUT_FIELDS,
-                "settings", "t")  # fmt: skip
+                "settings", "segments", "split", "text_tokens", "t")  # fmt: skip
 
 
 def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:

@@ -37,8 +37,9 @@ METADATA_NAME = "metadata.jsonl"
 SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
 
 RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "duration_s",
-                  "sample_rate", "seed", "hit_frame_budget", "error", "model", "text", "speaker",
-                  "language", "instruct", "ref_audio", "ref_text", "settings")  # fmt: skip
+                  "sample_rate", "seed", "hit_frame_budget", "segments", "segment_frames", "error",
+                  "model", "text", "speaker", "language", "instruct", "ref_audio", "ref_text",
+                  "settings")  # fmt: skip
 # What a rebuild reads of each record: the results' columns, and what merging and checks need.
 READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path")) + (
     "file", "bytes", "run", "t")  # fmt: skip
@@ -109,6 +110,10 @@ def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[p
         taken = records.take(pa.array(source[has]))
         taken = taken.append_column("row", rows["row"].filter(pa.array(has)))
         taken = taken.append_column("path", pc.binary_join_element_wise(root, taken["file"], ""))
+        # An ok row recorded before qtts split long text was made whole: one segment.
+        whole = pc.and_(pc.equal(taken["status"], OK), pc.is_null(taken["segments"]))
+        taken = taken.set_column(taken.schema.get_field_index("segments"), "segments",
+                                 pc.if_else(whole, 1, taken["segments"]))  # fmt: skip
         null_ids = rows.filter(pc.is_null(rows["id"]))
         if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
             n = null_ids.num_rows

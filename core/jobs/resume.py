@@ -30,6 +30,7 @@ class ResumeScan:
     done: np.ndarray  # bool per valid row
     stale: pa.Array  # ids that were ok but must be redone
     reasons: dict[str, int] = field(default_factory=dict)  # why stale rows are redone -> rows
+    record_at: pa.Array | None = None  # per valid row: its record's index in records (or null)
 
     def describe(self) -> str:
         return ", ".join(f"{why} ({n:,})" for why, n in self.reasons.items())
@@ -84,7 +85,7 @@ def scan(valid: pa.Table, records: pa.Table, listing: Listing, *, settings: str,
             reasons[setting_changes(registry.get(item["values"]), current)] = item["counts"]
         if n := int((stale & fingerprint_same).sum()):
             reasons["file missing or not as recorded"] = n
-    return ResumeScan(done, pc.filter(valid["id"], pa.array(stale)), reasons)
+    return ResumeScan(done, pc.filter(valid["id"], pa.array(stale)), reasons, index)
 
 
 def _plain(column):

@@ -31,7 +31,7 @@ from qtts.core.jobs.locked_run import Job, JobRun
 from qtts.core.jobs.manifest import check_unique_ids, read_parquet_manifest, read_text_lines
 from qtts.core.jobs.record_job import record_job
 from qtts.core.jobs.shards import local_rank_device, shard_request
-from qtts.core.jobs.spec import JobSpec
+from qtts.core.jobs.spec import JobSpec, SplitSettings
 from qtts.core.jobs.summary import JobSummary
 from qtts.core.jobs.validation import RowDefaults, prepare_rows
 
@@ -73,6 +73,16 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
             raise ManifestError(f"{e} (set it with --speaker/--language)") from None
 
 
+def check_segment_limit(split: SplitSettings, budget: FrameBudget) -> None:
+    """A segment of --max-segment-tokens tokens must fit the model's frame budget."""
+    limit = split.max_segment_tokens
+    why = budget.too_long(limit) if split.enabled else None
+    if why is not None:
+        detail = why.split(": ", 1)[-1].split("; ")[0]  # the numbers, without the advice
+        raise UsageError(f"--max-segment-tokens {limit} is more than this model can speak in one "
+                         f"segment ({detail}); lower it")  # fmt: skip
+
+
 def source_path(spec: JobSpec) -> str:
     return spec.source if spec.source == "-" else str(Path(spec.source).resolve())
 
@@ -103,6 +113,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
                              model.config.talker.max_position_embeddings)  # fmt: skip
     except ValueError as e:
         raise ManifestError(str(e)) from None
+    check_segment_limit(spec.split, budget)
     settings = job_settings(
         model=model.identity,
         precision=model.precision(spec.model.device, spec.model.dtype.value),
@@ -158,7 +169,8 @@ def run_job(
     else:
         m = spec.model
         backend = LocalBackend(spec.output.out_dir, job.text_model, load_synthesizer, m.device,
-                               m.dtype.value, m.batch_size, options, job.budget)  # fmt: skip
+                               m.dtype.value, m.batch_size, options, job.budget,
+                               spec.split)  # fmt: skip
     layout = Layout(spec.output.out_dir)
     try:
         layout.dir.mkdir(parents=True, exist_ok=True)

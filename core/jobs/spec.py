@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Choice, Dtype, OnBudget
+from qtts.core.jobs.choices import (
+    DEFAULT_MODEL,
+    AudioFormat,
+    Backend,
+    Choice,
+    Dtype,
+    OnBudget,
+    Split,
+)
 
 
 class JobKind(Choice):
@@ -90,6 +98,60 @@ class OutputSettings:
         object.__setattr__(self, "audio_format", AudioFormat.parse(self.audio_format, "--format"))
 
 
+# A segment of 50 text tokens takes about 200 frames (16 s) at the typical 4 frames per token
+# (qtts.core.jobs.budget.EST_FRAMES_PER_TOKEN) and 250 frames (20 s) at a slow 5: well inside
+# the ~30 s past which long generations are reported to stop early or trail off.
+DEFAULT_MAX_SEGMENT_TOKENS = 50
+DEFAULT_SEGMENT_PAUSE_S = 0.25
+MAX_SEGMENT_PAUSE_S = 10.0
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """How long rows are cut into segments, synthesized apart and joined with a pause."""
+
+    mode: Split = Split.auto
+    max_segment_tokens: int = DEFAULT_MAX_SEGMENT_TOKENS
+    pause_s: float = DEFAULT_SEGMENT_PAUSE_S
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Split.parse(self.mode, "--split"))
+        if self.max_segment_tokens < 1:
+            raise UsageError(f"--max-segment-tokens must be >= 1, got {self.max_segment_tokens}")
+        if not 0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S:
+            raise UsageError(f"--segment-pause must be in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds, "
+                             f"got {self.pause_s:g}")  # fmt: skip
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not Split.none
+
+    @property
+    def key(self) -> str:
+        """What a split row's audio depends on, as its record keeps it: "auto/50/0.25"."""
+        if not self.enabled:
+            return Split.none.value
+        return f"{self.mode.value}/{self.max_segment_tokens}/{_exact(self.pause_s)}"
+
+    @classmethod
+    def from_key(cls, key: str | None) -> SplitSettings:
+        """The settings a record's key names; no key (a record made before qtts split long
+        text) or one it cannot read: none."""
+        mode, _, rest = (key or "").partition("/")
+        tokens, _, pause = rest.partition("/")
+        try:
+            return cls(Split(mode), int(tokens), float(pause)) if rest else cls(Split(mode))
+        except (ValueError, UsageError):
+            return cls(Split.none)
+
+
+def _exact(x: float) -> str:
+    """x short ("0.25", "0") where that reads back exactly, else in full: keys differ when the
+    values do."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
 @dataclass(frozen=True)
 class FailurePolicy:
     """When a row counts as failed, and how many failures stop the job."""
@@ -146,6 +208,7 @@ class JobSpec:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     failures: FailurePolicy = FailurePolicy()
     scale_out: ScaleOut = ScaleOut()
+    split: SplitSettings = SplitSettings()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", JobKind.parse(self.kind, "job kind"))

@@ -17,6 +17,8 @@ from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.lengths import check_lengths
 from qtts.core.jobs.listing import Listing
 from qtts.core.jobs.resume import ResumeScan, scan
+from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.split_resume import recheck_split
 from qtts.core.jobs.validation import Prepared
 
 
@@ -34,13 +36,16 @@ class Work:
 
 def plan_work(prepared: Prepared, records: pa.Table, listing: Listing, *, model: TextModel,
               budget: FrameBudget, settings, registry: dict, audio_format: str,
-              save_codes: bool) -> Work:  # fmt: skip
-    """records: the shard's latest records (empty with --overwrite); settings: JobSettings."""
+              save_codes: bool, split: SplitSettings | None = None) -> Work:  # fmt: skip
+    """records: the shard's latest records (empty with --overwrite); settings: JobSettings;
+    split: how long rows are cut (None: every row whole, and no record's split is checked)."""
     valid = prepared.valid()
     resume = scan(valid, records, listing, settings=settings.digest, audio_format=audio_format,
                   save_codes=save_codes, registry=registry, current=settings.values)  # fmt: skip
+    if split is not None:
+        resume = recheck_split(resume, valid, records, split, model)
     candidates = _keep(valid, ~resume.done)
-    lengths = check_lengths(candidates["text"], model, budget)
+    lengths = check_lengths(candidates["text"], model, budget, split)
     fits = lengths.error.is_null().to_numpy(zero_copy_only=False)
     error_at = candidates.schema.get_field_index("error")
     too_long = candidates.set_column(error_at, "error", lengths.error).filter(pa.array(~fits))

@@ -47,6 +47,9 @@ class Utterance:
     audio: np.ndarray  # float32 [samples], 24 kHz mono, in [-1, 1]
     sample_rate: int
     hit_frame_budget: bool  # stopped by max_new_tokens, not by EOS
+    # A row the job layer split into segments and joined: each segment's frames, in order (codes
+    # holds them one after another). None for a request synthesized whole.
+    segment_frames: tuple[int, ...] | None = None
 
 
 @dataclass

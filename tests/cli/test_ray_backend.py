@@ -62,12 +62,13 @@ def _manifest(path, texts):
 
 
 TEXTS = [f"Row {i} of the ray job." for i in range(10)]
+LONG = "A longer row for the ray job, split in two. Its second half is a segment of its own."
 
 
 def _args(checkpoint, manifest, out, *extra):
     return ["batch", str(manifest), "--model", str(checkpoint), "--device", "cpu", "--speaker",
             "vivian", "--max-new-tokens", "6", "--save-codes", "-o", str(out),
-            *map(str, extra)]  # fmt: skip
+            "--max-segment-tokens", "40", *map(str, extra)]  # fmt: skip
 
 
 @pytest.fixture
@@ -98,15 +99,17 @@ def _same(a, b):
 
 
 def test_two_workers_give_the_files_and_codes_of_a_local_run(cluster, checkpoint, tmp_path, hooks):
-    manifest = _manifest(tmp_path / "m.parquet", TEXTS)
+    texts = [*TEXTS, LONG]
+    manifest = _manifest(tmp_path / "m.parquet", texts)
     code, local, _ = _run(*_args(checkpoint, manifest, tmp_path / "local"))
-    assert code == 0 and local["ok"] == len(TEXTS)
+    assert code == 0 and local["ok"] == len(texts)
     code, distributed, out = _run(*_args(checkpoint, manifest, tmp_path / "ray"), "--backend",
                                   "ray", "--workers", 2)  # fmt: skip
-    assert code == 0 and distributed["ok"] == len(TEXTS), out
+    assert code == 0 and distributed["ok"] == len(texts), out
     _same(_outputs(tmp_path / "local"), _outputs(tmp_path / "ray"))
     results = pq.read_table(tmp_path / "ray" / "results.parquet").to_pylist()
-    assert {r["status"] for r in results} == {"ok"} and len(results) == len(TEXTS)
+    assert {r["status"] for r in results} == {"ok"} and len(results) == len(texts)
+    assert [r["segments"] for r in results] == [1] * len(TEXTS) + [2]  # the long row, split
 
 
 def test_bad_rows_fail_alone_with_their_reasons(cluster, checkpoint, tmp_path, hooks):

@@ -45,8 +45,9 @@ def test_failed_rows_say_why_on_stderr(tmp_path, write_manifest):
 def test_an_explicit_budget_still_has_to_fit_the_model(tmp_path, write_manifest):
     huge = " ".join(["w"] * 40_000)  # 40k text tokens: past the model's 32768 positions
     rows = [{"id": "huge", "text": huge}, {"id": "fine", "text": "a few words"}]
+    # --split none: split into segments, each segment would fit.
     p = run("batch", write_manifest(rows), "-o", tmp_path / "out", "--speaker", "ryan",
-            "--max-new-tokens", 8)  # fmt: skip
+            "--max-new-tokens", 8, "--split", "none")  # fmt: skip
     assert p.returncode == 3 and (summary(p)["ok"], summary(p)["failed"]) == (1, 1)
     assert "row huge: text too long for the model" in p.stderr
 

@@ -95,9 +95,12 @@ def test_front_end_matches_official(base):
         np.testing.assert_array_equal(ref.ref_code.numpy(), want[f"codes_{name}"])
 
 
-def test_qtts_batch_clones_end_to_end(tmp_path, write_manifest, monkeypatch):
+@pytest.mark.parametrize("split", ["none", "auto"])
+def test_qtts_batch_clones_end_to_end(tmp_path, write_manifest, monkeypatch, split):
     """`qtts batch` with ref_audio/ref_text columns on the Base checkpoint: ICL and x-vector rows
-    give the official codes; a bad reference fails its row alone with a reason."""
+    give the official codes; a bad reference fails its row alone with a reason. The golden rows
+    were made whole: with --split auto, those under the segment limit are made exactly so, and
+    the one over it is split."""
     import shutil
 
     import pyarrow.parquet as pq
@@ -124,15 +127,22 @@ def test_qtts_batch_clones_end_to_end(tmp_path, write_manifest, monkeypatch):
     manifest = write_manifest(rows)
     out = tmp_path / "out"
     args = ["batch", manifest, "-m", GOLDEN / "base", "-o", out, "--device", "cpu", "--greedy",
-            "--max-new-tokens", case["max_new_tokens"], "--save-codes", "-b", 2]  # fmt: skip
+            "--max-new-tokens", case["max_new_tokens"], "--save-codes", "-b", 2,
+            "--split", split]  # fmt: skip
     r = CliRunner().invoke(app, [str(a) for a in args])
     assert r.exit_code == 3, r.output  # finished, one row failed
     res = {x["id"]: x for x in pq.read_table(out / "results.parquet").to_pylist()}
     assert res["silent"]["status"] == "failed" and "silent" in res["silent"]["error"]
     want = np.load(GOLDEN / "base_cases" / "base_batch.npz")
+    cut = 0
     for i in range(len(case["rows"])):
         assert res[f"r{i}"]["status"] == "ok", res[f"r{i}"]
+        if res[f"r{i}"]["segments"] > 1:  # over the default limit of 50 tokens (54)
+            assert split == "auto" and len(case["rows"][i]["text"]) == 80
+            cut += 1
+            continue
         np.testing.assert_array_equal(np.load(out / f"r{i}.codes.npy"), want[f"codes_{i}"])
         audio, sr = sf.read(out / f"r{i}.wav", dtype="float32")
         assert sr == 24000 and audio.shape == want[f"audio_{i}"].shape
         np.testing.assert_allclose(audio, want[f"audio_{i}"], atol=2 / 32768)  # 16-bit PCM
+    assert (cut > 0) == (split == "auto")

@@ -16,7 +16,8 @@ from qtts.cli.app import app
 
 REPO = Path(__file__).resolve().parents[3]
 SAME = ("id", "row", "status", "error", "file", "text", "speaker", "language", "instruct",
-        "seed", "ref_audio", "ref_text", "ref_digest", "settings", "model")  # fmt: skip
+        "seed", "ref_audio", "ref_text", "ref_digest", "settings", "model", "segments",
+        "split")  # fmt: skip
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
