@@ -51,8 +51,9 @@ def bench(
         bool,
         typer.Option(
             "--count-launches",
-            help="Instead of timing: count the kernel launches of one sampled decode step on the "
-            "path the GPU runs (meta device: no GPU, no memory), split by phase.",
+            help="Instead of timing: count the kernel launches of one sampled decode step and of "
+            "one padded prefill pass on the path the GPU runs (meta device: no GPU, no memory), "
+            "split by phase.",
         ),
     ] = False,
 ) -> None:
@@ -76,25 +77,37 @@ def bench(
 
 
 def _count(size: str, sizes: list[int]) -> list[dict]:
-    """Launches per decode step per batch size, on the GPU's path and on its module-path twin."""
+    """Launches per decode step per batch size, and per layer pass of the prefill pass that
+    refills that batch (up to the GPU's prefill group), on the GPU's path and on its module-path
+    twin."""
     from dataclasses import replace
 
-    from qtts.core.bench.launches import PHASES, count_decode_step, launches_per_step, meta_engine
+    from qtts.core.bench.launches import (
+        PHASES,
+        count_decode_step,
+        launches_per_step,
+        meta_engine,
+        prefill_launches,
+    )
     from qtts.core.engine.settings import EngineSettings
 
-    twin = replace(
-        EngineSettings.for_device("cuda", env={}), cuda_graphs=False, layer_path="module"
-    )
+    gpu = EngineSettings.for_device("cuda", env={})
+    twin = replace(gpu, cuda_graphs=False, layer_path="module")
     rows = []
     typer.echo(f"{'batch':>6} {'launches':>9} " + " ".join(f"{p:>17}" for p in PHASES)
-               + f" {'module path':>12}")  # fmt: skip
+               + f" {'module path':>12} {'prefill/layer':>14} {'module path':>12}")  # fmt: skip
     for batch in sizes:
         row = {"size": size, "batch": batch, **launches_per_step(size, batch)}
         row["module_path_launches"] = count_decode_step(meta_engine(size, batch, twin)).total
+        prompts = min(batch, gpu.prefill_group)
+        row.update(prefill_launches(size, prompts))
+        module = prefill_launches(size, prompts, twin)["prefill_launches_per_layer_pass"]
+        row["module_path_prefill_launches_per_layer_pass"] = module
         rows.append(row)
         typer.echo(f"{batch:>6} {row['launches_per_step']:>9} "
                    + " ".join(f"{row['phases'][p]:>17}" for p in PHASES)
-                   + f" {row['module_path_launches']:>12}")  # fmt: skip
+                   + f" {row['module_path_launches']:>12}"
+                   + f" {row['prefill_launches_per_layer_pass']:>14} {module:>12}")  # fmt: skip
     return rows
 
 

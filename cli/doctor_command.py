@@ -27,8 +27,9 @@ def doctor(
 ) -> None:
     """Prove this install on its device in one command: versions; the fused layer path against
     the module path; Triton kernels against their torch twins; CUDA-graph replay against eager
-    steps; bf16 against fp32 teacher-forced; measured memory bandwidth; one decode step against
-    its roofline. On CPU the GPU-only checks say they were skipped. A table on stderr, one JSON
+    steps; bf16 against fp32 teacher-forced; measured memory bandwidth; one decode step and one
+    speech-decoder window against their rooflines. On CPU the GPU-only checks say they were
+    skipped. A table on stderr, one JSON
     line on stdout; exit 0 only if no check failed."""
     setup_logging(quiet=True, verbose=False)
     if size not in SIZES:

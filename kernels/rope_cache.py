@@ -16,6 +16,11 @@ outside the RoPE table or the cache, the launcher restores the caches and raises
 and the synthesizer refuse rows that could get there; tests run the kernel checked. The cache
 position of a token is its RoPE position (the talker writes at each slot's length, the
 predictor at its frame-local position).
+
+A padded prefill pass (`qtts::qk_norm_rope_prefill`) runs the same kernel with two changes: batch
+row b writes the cache row `cache_rows[b]` (its slot, so the prompts land in their slots with no
+gather or scatter of their own), and k and v also come back as [B, Hk, T, D] for the pass's
+attention, stored by the same program that writes them into the cache.
 tests/unit/kernels/test_layer_kernels.py ties kernel and twin under TRITON_INTERPRET=1.
 """
 
@@ -55,6 +60,22 @@ def qk_norm_rope_cache_twin(
     heads: int,
     eps: float,
 ) -> torch.Tensor:
+    q, _, _ = _twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads,
+                    eps)  # fmt: skip
+    return q.contiguous()
+
+
+def qk_norm_rope_prefill_twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
+                              cache_rows, heads: int, eps: float):  # fmt: skip
+    """As qk_norm_rope_cache_twin, batch row b writing cache row cache_rows[b] (int64 [B]; the
+    caches are [slots, Hk, S, D]) -> q [B, H, T, D], k and v [B, Hk, T, D], contiguous."""
+    q, k, v = _twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows,
+                    heads, eps)  # fmt: skip
+    return q.contiguous(), k.contiguous(), v.contiguous()
+
+
+def _twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
+    """-> q [B, H, T, D], k and v [B, Hk, T, D] (views, any layout); k/v also in the caches."""
     b, t, _ = qkv.shape
     kv_heads, d = k_cache.shape[1], k_cache.shape[3]
     q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
@@ -64,10 +85,11 @@ def qk_norm_rope_cache_twin(
     s = torch.cat((sin[positions], sin[positions]), dim=-1)[:, None]
     q = q * c + _rotate_half(q) * s
     k = k * c + _rotate_half(k) * s
-    rows = torch.arange(b, device=qkv.device)[:, None]  # [B, 1] against positions [B, T]
-    k_cache[rows, :, positions] = k.transpose(1, 2)  # [B, T, Hk, D]
-    v_cache[rows, :, positions] = v.reshape(b, t, kv_heads, d)
-    return q.contiguous()
+    rows = torch.arange(b, device=qkv.device) if cache_rows is None else cache_rows
+    v = v.reshape(b, t, kv_heads, d)  # [B, T, Hk, D]
+    k_cache[rows[:, None], :, positions] = k.transpose(1, 2)  # [B, 1] against positions [B, T]
+    v_cache[rows[:, None], :, positions] = v
+    return q, k, v.transpose(1, 2)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -90,11 +112,14 @@ if TRITON_AVAILABLE:
         pos_stride_b,
         pos_stride_t,
         q_ptr,  # [B, H, T, D] contiguous (out)
-        k_cache_ptr,  # [B, Hk, S, D], unit stride along D (written)
+        k_cache_ptr,  # [slots, Hk, S, D], unit stride along D (written)
         v_cache_ptr,  # same strides as k_cache
         cache_stride_b,
         cache_stride_h,
         cache_stride_s,
+        rows_ptr,  # int64 [B]: the cache row of each batch row (HAS_ROWS; else row b)
+        k_out_ptr,  # [B, Hk, T, D] contiguous (out, KV_OUT)
+        v_out_ptr,  # [B, Hk, T, D] contiguous (out, KV_OUT)
         tokens,  # T
         heads,  # H
         kv_heads,  # Hk
@@ -103,10 +128,15 @@ if TRITON_AVAILABLE:
         positions_limit,  # min(RoPE table rows, cache length) (CHECKED)
         HALF: tl.constexpr,  # D / 2
         CHECKED: tl.constexpr,
+        HAS_ROWS: tl.constexpr,
+        KV_OUT: tl.constexpr,
     ):
         n = tl.program_id(0).to(tl.int64)  # b * T + t
         head = tl.program_id(1).to(tl.int64)  # q heads, then k heads, then v heads
         b, t = n // tokens, n % tokens
+        row = b
+        if HAS_ROWS:
+            row = tl.load(rows_ptr + b).to(tl.int64)
         pos = tl.load(pos_ptr + b * pos_stride_b + t * pos_stride_t)
         if CHECKED:
             outside = (pos < 0) | (pos >= positions_limit)
@@ -123,7 +153,7 @@ if TRITON_AVAILABLE:
                 dst = q_ptr + ((b * heads + head) * tokens + t) * 2 * HALF
             else:
                 w_ptr = k_weight_ptr
-                dst = k_cache_ptr + b * cache_stride_b + (head - heads) * cache_stride_h
+                dst = k_cache_ptr + row * cache_stride_b + (head - heads) * cache_stride_h
                 dst += pos * cache_stride_s
             f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
             inv = tl.math.rsqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / (2 * HALF)
@@ -135,18 +165,45 @@ if TRITON_AVAILABLE:
             # rotate_half(x) = (-x2, x1): each product rounded, then the sum (the twin's order)
             o1 = rounded(n1 * c, dt) + rounded(-n2 * s, dt)
             o2 = rounded(n2 * c, dt) + rounded(n1 * s, dt)
-            tl.store(dst + i, rounded(o1, dt).to(dt))
-            tl.store(dst + HALF + i, rounded(o2, dt).to(dt))
+            y1, y2 = rounded(o1, dt).to(dt), rounded(o2, dt).to(dt)
+            tl.store(dst + i, y1)
+            tl.store(dst + HALF + i, y2)
+            if KV_OUT:
+                if head >= heads:  # k: also to the pass's own [B, Hk, T, D]
+                    out = k_out_ptr + ((b * kv_heads + head - heads) * tokens + t) * 2 * HALF
+                    tl.store(out + i, y1)
+                    tl.store(out + HALF + i, y2)
         else:  # v: straight into the cache
-            dst = v_cache_ptr + b * cache_stride_b + (head - heads - kv_heads) * cache_stride_h
+            kv_head = head - heads - kv_heads
+            dst = v_cache_ptr + row * cache_stride_b + kv_head * cache_stride_h
             dst += pos * cache_stride_s
             tl.store(dst + i, x1)
             tl.store(dst + HALF + i, x2)
+            if KV_OUT:
+                out = v_out_ptr + ((b * kv_heads + kv_head) * tokens + t) * 2 * HALF
+                tl.store(out + i, x1)
+                tl.store(out + HALF + i, x2)
 
 
 def qk_norm_rope_cache_triton(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
                               heads: int, eps: float) -> torch.Tensor:  # fmt: skip
     """The kernel's launcher (arguments as the twin's) -> q [B, H, T, D] contiguous."""
+    q, _, _ = _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads,
+                      eps)  # fmt: skip
+    return q
+
+
+def qk_norm_rope_prefill_triton(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
+                                cache_rows, heads: int, eps: float):  # fmt: skip
+    """The prefill form's launcher (arguments as its twin's) -> q, k, v, contiguous."""
+    return _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows,
+                   heads, eps)  # fmt: skip
+
+
+def _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads,
+            eps):  # fmt: skip
+    """One launch; with cache_rows, batch row b writes cache row cache_rows[b] and k/v come back
+    too (else None)."""
     if not TRITON_AVAILABLE:
         raise RuntimeError("the qk_norm_rope_cache kernel needs triton; the op runs the twin")
     b, t, width = qkv.shape
@@ -161,10 +218,19 @@ def qk_norm_rope_cache_triton(qkv, q_weight, k_weight, cos, sin, positions, k_ca
         raise ValueError("qk_norm_rope_cache: qkv, caches and norm weights need one dtype")
     if (d // 2) & (d // 2 - 1) or positions.dtype not in (torch.int32, torch.int64):
         raise ValueError("qk_norm_rope_cache: head_dim / 2 must be a power of two, positions int")
+    prefill = cache_rows is not None
+    if prefill and (cache_rows.shape != (b,) or cache_rows.dtype != torch.int64):
+        raise ValueError("qk_norm_rope_prefill: cache_rows must be int64 [B], one per batch row")
     q = torch.empty((b, heads, t, d), dtype=qkv.dtype, device=qkv.device)  # [B, H, T, D]
+    k_out = v_out = None
+    if prefill:
+        k_out = torch.empty((b, kv_heads, t, d), dtype=qkv.dtype, device=qkv.device)  # [B,Hk,T,D]
+        v_out = torch.empty_like(k_out)
     checked = _checked
     limit = min(cos.shape[0], k_cache.shape[2])
     bad = positions  # unchecked: never written (CHECKED compiles the store away), no allocation
+    if checked and prefill and bool(((cache_rows < 0) | (cache_rows >= k_cache.shape[0])).any()):
+        raise IndexError(f"qk_norm_rope_prefill: a cache row is outside 0..{k_cache.shape[0] - 1}")
     if checked:  # the cache must not be written where the position is wrong: copy, then restore
         bad = torch.zeros(1, dtype=torch.int32, device=qkv.device)  # [1]
         k_before, v_before = k_cache.clone(), v_cache.clone()
@@ -173,15 +239,17 @@ def qk_norm_rope_cache_triton(qkv, q_weight, k_weight, cos, sin, positions, k_ca
         _qk_norm_rope_cache_kernel[grid](
             qkv, qkv.stride(0), qkv.stride(1), q_weight, k_weight, cos, sin,
             positions, positions.stride(0), positions.stride(1), q, k_cache, v_cache,
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), t, heads, kv_heads, eps,
-            bad, limit, HALF=d // 2, CHECKED=checked,
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            cache_rows if prefill else positions, k_out if prefill else q,
+            v_out if prefill else q, t, heads, kv_heads, eps, bad, limit, HALF=d // 2,
+            CHECKED=checked, HAS_ROWS=prefill, KV_OUT=prefill,
         )  # fmt: skip
     if checked and bad.item():
         k_cache.copy_(k_before)
         v_cache.copy_(v_before)
         raise IndexError(f"qk_norm_rope_cache: a position is outside 0..{limit - 1} (the RoPE "
                          "table or the KV cache)")  # fmt: skip
-    return q
+    return q, k_out, v_out
 
 
 @torch.library.custom_op("qtts::qk_norm_rope_cache", mutates_args=("k_cache", "v_cache"))
@@ -213,3 +281,38 @@ def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps):
     b, t, _ = qkv.shape
     return qkv.new_empty((b, heads, t, k_cache.shape[3]))
+
+
+@torch.library.custom_op("qtts::qk_norm_rope_prefill", mutates_args=("k_cache", "v_cache"))
+def qk_norm_rope_prefill(
+    qkv: torch.Tensor,  # [B, T, (H + 2 Hk) D]
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,  # int64 [B, T]
+    k_cache: torch.Tensor,  # [slots, Hk, S, D]: one layer of the talker cache
+    v_cache: torch.Tensor,
+    cache_rows: torch.Tensor,  # int64 [B]: the slot each batch row writes
+    heads: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The padded prefill form of qk_norm_rope_cache: k and v land in the rows cache_rows and
+    come back for the pass's attention. Returns q [B, H, T, D], k and v [B, Hk, T, D]."""
+    return qk_norm_rope_prefill_twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache,
+                                     v_cache, cache_rows, heads, eps)  # fmt: skip
+
+
+@qk_norm_rope_prefill.register_kernel("cuda")
+def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
+    run = qk_norm_rope_prefill_triton if TRITON_AVAILABLE else qk_norm_rope_prefill_twin
+    return run(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads,
+               eps)  # fmt: skip
+
+
+@qk_norm_rope_prefill.register_fake
+def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
+    b, t, _ = qkv.shape
+    kv_heads, d = k_cache.shape[1], k_cache.shape[3]
+    return (qkv.new_empty((b, heads, t, d)), qkv.new_empty((b, kv_heads, t, d)),
+            qkv.new_empty((b, kv_heads, t, d)))  # fmt: skip

@@ -1,4 +1,5 @@
-"""Kernel launches per decode step, counted on the meta device (no GPU, no memory).
+"""Kernel launches per decode step and per prefill pass, counted on the meta device (no GPU, no
+memory).
 
 `qtts bench --count-launches` builds the real 0.6B/1.7B model on the meta device in bf16, fills
 every slot with a sampled row, and runs one `Engine.decode_step` with the GPU's engine settings:
@@ -6,7 +7,10 @@ the code `qtts batch` replays in a CUDA graph. A TorchDispatchMode sees every at
 it issues; each op that computes counts as its launches (LAUNCHES_PER_OP, 1 by default). Views,
 allocations and metadata ops launch nothing and are not counted. Inside a CUDA graph each
 launch still costs a few microseconds, so the count is a throughput bound of its own
-(qtts.core.engine.roofline). Knows the engine; allocates no device memory.
+(qtts.core.engine.roofline). A prefill pass (`count_prefill`) is counted the same way: one padded
+group of prompts into their slots, as the engine refills between decode checks, with its layer
+passes labelled so that a count per layer pass can be read off. Knows the engine; allocates no
+device memory.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from qtts.core.model.talker import build_model
 from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
 
 PHASES = ("talker_layers", "predictor_passes", "sampling", "other")
-# Ops known to launch more than one kernel on CUDA. qtts::decode_attention is SDPA (one fused
-# kernel) plus the copy that puts its grouped output back in head order.
-LAUNCHES_PER_OP = {"qtts.decode_attention": 2}
+# Ops known to launch more than one kernel on CUDA. qtts::decode_attention and
+# qtts::prefill_attention are SDPA (one fused kernel) plus the copy that puts its grouped output
+# back in head order.
+LAUNCHES_PER_OP = {"qtts.decode_attention": 2, "qtts.prefill_attention": 2}
 # Ops that launch no kernel: allocations without a fill, and metadata.
 NO_LAUNCH = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach",
              "lift_fresh", "_reshape_alias", "_unsafe_view", "alias", "resize_"}  # fmt: skip
@@ -38,6 +43,7 @@ SAMPLING_OPS = {"qtts.sample_tokens"}
 COUNT_PARAMS = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampled defaults
 COUNT_PROMPT = 64  # prompt positions per slot (the count does not depend on it)
 COUNT_VIEW = 256  # the KV view the step attends over (nor on this)
+PREFILL_PHASES = ("talker_layers", "sampling", "other")
 
 
 class LaunchCounter(TorchDispatchMode):
@@ -123,6 +129,46 @@ def launches_per_step(model: str | ModelConfig, slots: int) -> dict:
     counter = count_decode_step(meta_engine(model, slots))
     return {"launches_per_step": counter.total,
             "phases": {p: counter.by_phase.get(p, 0) for p in PHASES}}  # fmt: skip
+
+
+def count_prefill(eng: Engine, prompts: int) -> LaunchCounter:
+    """The launches of one prefill pass of `prompts` prompts of different lengths into slots
+    0..prompts-1 of `eng` (a meta_engine), its layer passes labelled "talker_layers"."""
+    config = eng.config
+    speaker = 0 if config.uses_speaker else None
+    fills = []
+    for i in range(prompts):  # lengths differ, so the group is padded
+        tokens = PromptTokens([0] * (COUNT_PROMPT - i % 8), None, [0] * 4, speaker)
+        prompt = embed_prompt(eng.talker, config, tokens)
+        fills.append(SlotFill(i, prompt, 64, i, COUNT_PARAMS, COUNT_PARAMS))
+    counter = LaunchCounter()
+    if eng.talker_prefill is not None:  # the fused stack's layer passes
+        passes = [(eng.talker_prefill.__self__, "prefill_layer")]
+    else:  # the module path's layers
+        passes = [(layer, "forward") for layer in eng.talker.model.layers]
+    for owner, name in passes:  # an instance attribute shadows the method while counting
+        setattr(owner, name, _labelled(counter, "talker_layers", getattr(owner, name)))
+    try:
+        with counter, torch.no_grad():
+            eng.prefill(fills)
+    finally:
+        for owner, name in passes:
+            delattr(owner, name)
+    return counter
+
+
+def prefill_launches(model: str | ModelConfig, prompts: int, settings=None) -> dict:
+    """{"prefill_launches_per_layer_pass": n, "prefill_launches": total, ...} for one prefill
+    pass of `prompts` padded prompts on the GPU's path (or `settings`')."""
+    eng = meta_engine(model, prompts, settings)
+    counter = count_prefill(eng, prompts)
+    layers = len(eng.talker.model.layers)
+    per_pass, rest = divmod(counter.by_phase["talker_layers"], layers)
+    if rest:
+        raise AssertionError("layer passes launched different counts")
+    return {"prefill_prompts": prompts, "prefill_launches": counter.total,
+            "prefill_launches_per_layer_pass": per_pass,
+            "prefill_phases": {p: counter.by_phase.get(p, 0) for p in PREFILL_PHASES}}  # fmt: skip
 
 
 def _labelled(counter: LaunchCounter, name: str, step):

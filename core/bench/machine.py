@@ -11,7 +11,7 @@ import torch
 from qtts.core.engine.roofline import DeviceSpec
 
 
-def _seconds(fn, device: torch.device, repeats: int) -> float:
+def seconds_per_call(fn, device: torch.device, repeats: int) -> float:
     fn()  # warm-up
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -29,11 +29,11 @@ def measure(device: torch.device, dtype: torch.dtype) -> DeviceSpec:
     n = (1 << 28) // 4  # 256 MiB: well past any CPU's last-level cache
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    bandwidth = 2 * src.nbytes / _seconds(lambda: dst.copy_(src), device, 10)
+    bandwidth = 2 * src.nbytes / seconds_per_call(lambda: dst.copy_(src), device, 10)
     m = 4096 if cuda else 1024
     a = torch.randn(m, m, device=device).to(dtype)
     b = torch.randn(m, m, device=device).to(dtype)
-    flops = 2 * m**3 / _seconds(lambda: a @ b, device, 10 if cuda else 3)
+    flops = 2 * m**3 / seconds_per_call(lambda: a @ b, device, 10 if cuda else 3)
     name = torch.cuda.get_device_name(device) if cuda else "this CPU"
     label = f"{name} (measured: {bandwidth / 1e9:.0f} GB/s, {flops / 1e12:.2f} TFLOP/s)"
     return DeviceSpec(label, bandwidth, flops)

@@ -1,9 +1,11 @@
 """Exclusive wall time per named part, as a timer on the engine (qtts.core.engine.timer).
 
-The device is synced at each timed part's edges, so a part's time is its own work and not what
-was queued before it; a part's time excludes the timed parts nested in it, so nested parts are
-counted once and the parts add up to the outermost. Parts not asked for are not timed (no sync)
-and count toward the part around them.
+The caller's stream is synced at each timed part's edges, so a part's time is its own work and
+not what was queued before it. The stream, not the device: the vocoder thread's work is not the
+part's, and a device-wide sync while that thread captures a CUDA graph is an error. A part's
+time excludes the timed parts nested in it, so nested parts are counted once and the parts add
+up to the outermost. Parts not asked for are not timed (no sync) and count toward the part
+around them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def sync_stream(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 class PartClock:
     def __init__(self, device: torch.device, parts: Iterable[str]):
         self.device, self.parts = device, frozenset(parts)
@@ -32,13 +39,13 @@ class PartClock:
 
     @contextmanager
     def _timed(self, name: str) -> Iterator[None]:
-        sync(self.device)
+        sync_stream(self.device)
         start = time.perf_counter()
         self._children.append(0.0)
         try:
             yield
         finally:
-            sync(self.device)
+            sync_stream(self.device)
             elapsed = time.perf_counter() - start
             self.totals[name] += elapsed - self._children.pop()
             if self._children:

@@ -19,7 +19,9 @@ import torch
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.model.codec import SpeechDecoder, decode_utterances
+from qtts.core.engine.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder_windows import decode_bucketed
+from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
@@ -132,11 +134,13 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     ]
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
+    settings = mode_settings(mode, dev)
     engine, step = build_engine(
         model, config, EngineShape.of(group), tts_pad=pad_embedding(talker, config),
         talker=params, subtalker=params, dtype=talker.codec_head.weight.dtype, device=dev,
-        settings=mode_settings(mode, dev),
+        settings=settings,
     )  # fmt: skip
+    vocoder = GraphedVocoder(decoder) if settings.cuda_graphs else decoder  # as the synthesizer
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
@@ -154,7 +158,8 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
         t = time.perf_counter()
         wavs = []
         for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
-            audio = decode_utterances(decoder, [d.codes for d in done[i : i + plan.vocoder_batch]])
+            batch = [d.codes for d in done[i : i + plan.vocoder_batch]]
+            audio = decode_bucketed(decoder, batch, vocoder)
             wavs += [a.float().cpu().numpy() for a in audio]
         timers["vocoder"] += time.perf_counter() - t
         if write:

@@ -23,10 +23,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from qtts.core.engine.roofline import FRAME_S, DeviceSpec
+from qtts.core.engine.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
-
-CHUNK_FRAMES = 300  # decode_utterances' window
-LEFT_CONTEXT = 25  # frames decoded again for continuity, their audio dropped
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Every check, in the order the doctor runs them: cheap facts first, then the agreement checks,
-then the measurements (the bandwidth check's figure is the step's roofline device)."""
+then the measurements (the bandwidth check's figure is the roofline device of the decode step
+and of the vocoder window)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from qtts.core.doctor.check import Check, DoctorRun, run_checks
 from qtts.core.doctor.kernel_twins import kernels_vs_twins
 from qtts.core.doctor.speed import bandwidth, decode_step
 from qtts.core.doctor.versions import versions
+from qtts.core.doctor.vocoder_window import vocoder_window
 
 CHECKS = [
     ("versions", versions),
@@ -21,6 +23,7 @@ CHECKS = [
     ("bf16 tracks fp32 (teacher-forced)", bf16_vs_fp32),
     ("memory bandwidth", bandwidth),
     ("decode step vs roofline", decode_step),
+    ("vocoder window vs roofline", vocoder_window),
 ]
 
 

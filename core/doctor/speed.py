@@ -19,15 +19,23 @@ STEP_BATCH = {"cpu": 2, "cuda": 16}
 STEP_FRAMES = 8
 
 
-def _spec(run: DoctorRun):
+def measured_machine(run: DoctorRun):
     """The measured machine, once per run: the bandwidth check's figure is the roofline's device."""
     if "spec" not in run.measured:
         run.measured["spec"] = measure(run.device, parse_dtype("auto", run.device))
     return run.measured["spec"]
 
 
+def doctor_models(run: DoctorRun):
+    """(config, model, decoder) with random weights at the run's size, built once per run."""
+    if "models" not in run.measured:
+        dev = run.device
+        run.measured["models"] = random_models(run.size, dev, parse_dtype("auto", dev))
+    return run.measured["models"]
+
+
 def bandwidth(run: DoctorRun) -> Check:
-    spec = _spec(run)
+    spec = measured_machine(run)
     dtype = str(parse_dtype("auto", run.device)).removeprefix("torch.")
     figures = {"bandwidth_gb_s": round(spec.bandwidth / 1e9, 1),
                "matmul_tflop_s": round(spec.flops / 1e12, 3), "matmul_dtype": dtype}  # fmt: skip
@@ -40,13 +48,13 @@ def decode_step(run: DoctorRun) -> Check:
     fused ops on GPU, packed weights on CPU), its roofline bound and the fraction achieved."""
     dev = run.device
     dt = parse_dtype("auto", dev)
-    models = random_models(run.size, dev, dt)
+    models = doctor_models(run)
     mode = fast_mode(dev)
     batch = STEP_BATCH[dev.type]
     plan = bench_plan(*models, dev, mode, batch, batch, STEP_FRAMES)
     res = run_one(run.size, *models, plan=plan, requests=batch, frames=STEP_FRAMES, device=dev,
                   mode=mode)  # fmt: skip
-    roof = roofline_fraction(res, models[0], dt.itemsize, _spec(run))
+    roof = roofline_fraction(res, models[0], dt.itemsize, measured_machine(run))
     dtype = str(dt).removeprefix("torch.")
     figures = {"size": run.size, "dtype": dtype, "mode": mode, "batch": res.batch,
                "view": res.view, "step_ms": res.step_ms, "roofline": roof}  # fmt: skip

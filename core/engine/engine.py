@@ -41,6 +41,7 @@ class Engine:
                             state.cp_kv.k.shape[3])  # fmt: skip
         self.talker_step, self.predictor_step = steps.talker, steps.predictor
         self.predictor_first = steps.predictor_first
+        self.talker_prefill = steps.talker_prefill  # the fused path's; None: the module's forward
         # GPU: attend over the cache view without repeating K/V (qtts.core.engine.decode_attention).
         self.decode_attend = attend_grouped if self.settings.grouped_attention else None
         t = config.talker
@@ -58,8 +59,10 @@ class Engine:
         One fill runs unpadded: exactly the official single-request computation (what the CPU path
         uses, for bitwise parity). Several run as one right-padded, masked batch: one pass instead
         of one per slot (what the GPU path uses; padded query rows still see real keys, no NaN).
-        Every host value reaches the device in one non-blocking copy (engine.refill) and each
-        per-slot field is written for all fills at once, so the cost does not grow per slot."""
+        On the fused layer path either runs through the fused ops (engine.fused_stack), its K/V
+        written straight into the slots' cache rows. Every host value reaches the device in one
+        non-blocking copy (engine.refill) and each per-slot field is written for all fills at
+        once, so the cost does not grow per slot."""
         self._timed("prefill", self._prefill, fills)
 
     def _prefill(self, fills: list[SlotFill]) -> None:
@@ -70,16 +73,10 @@ class Engine:
         slots, lengths = table.slot, table.length  # int64 [m]
         width = max(f.prompt.embeds.shape[0] for f in fills)
         if m == 1:
-            x, mask = fills[0].prompt.embeds[None], None  # [1, L, H]
+            x = fills[0].prompt.embeds[None]  # [1, L, H]
         else:
-            x, mask = self._padded(fills, table, width)
-        pos = torch.arange(width, device=x.device).expand(m, width)  # [m, L]
-        hidden = self.talker.model(x, pos, mask, s.kv.prefill_writer(slots))  # [m, L, H]
-        rows = torch.arange(m, device=x.device)
-        if m == 1:  # the official computation: logits at every position, then the last
-            logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [1, V]
-        else:  # only the last real position of each row: [m, H] -> [m, V]
-            logits = self.talker.codec_head(hidden[rows, lengths - 1]).float()
+            x = self._padded(fills, table, width)
+        last, logits = self._run_prompts(x, lengths, s.kv.prefill_writer(slots))  # [m, H], [m, V]
         for dst, src in ((s.talker, table.talker), (s.subtalker, table.subtalker)):
             for name in ROW_FIELDS:
                 getattr(dst, name)[slots] = src[name]
@@ -90,7 +87,7 @@ class Engine:
                           seen=s.seen[slots], block_eos=first, eos_id=self.eos,
                           suppress=self.suppress)  # fmt: skip
         s.seen[slots, c0] = True
-        s.c0[slots], s.past_hidden[slots] = c0, hidden[rows, lengths - 1]
+        s.c0[slots], s.past_hidden[slots] = c0, last
         s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, table.budget
         trailing = torch.cat([f.prompt.trailing for f in fills])  # [sum Tt, H]
         s.trailing[table.trailing_slot, table.trailing_pos] = trailing
@@ -120,17 +117,30 @@ class Engine:
                 if hints_of(src) != dst.hints():
                     raise ValueError("a job's sampling hints differ from the engine's")
 
+    def _run_prompts(self, x: torch.Tensor, lengths: torch.Tensor, writer):
+        """x [m, L, H] through the talker's layers, K/V into the slots -> (final-norm hidden
+        [m, H] and fp32 logits [m, V], both at each prompt's last real position)."""
+        m, width, _ = x.shape
+        if self.talker_prefill is not None:  # fused: only the last positions leave the stack
+            last = self.talker_prefill(x, lengths, writer)
+            return last, self.talker.codec_head(last).float()
+        mask = None if m == 1 else _prompt_mask(lengths, width)
+        pos = torch.arange(width, device=x.device).expand(m, width)  # [m, L]
+        hidden = self.talker.model(x, pos, mask, writer)  # [m, L, H]
+        rows = torch.arange(m, device=x.device)
+        if m == 1:  # the official computation: logits at every position, then the last
+            logits = self.talker.codec_head(hidden)[rows, lengths - 1].float()  # [1, V]
+        else:  # only the last real position of each row: [m, H] -> [m, V]
+            logits = self.talker.codec_head(hidden[rows, lengths - 1]).float()
+        return hidden[rows, lengths - 1], logits
+
     @staticmethod
-    def _padded(fills: list[SlotFill], table, width: int):
-        """Right-padded prompts [m, L, H] and their mask bool [m, 1, L, L] (causal, real keys
-        only), scattered by one indexed write."""
+    def _padded(fills: list[SlotFill], table, width: int) -> torch.Tensor:
+        """Right-padded prompts [m, L, H], scattered by one indexed write."""
         first = fills[0].prompt.embeds
         x = first.new_zeros(len(fills), width, first.shape[1])  # [m, L, H]
         x[table.prompt_row, table.prompt_pos] = torch.cat([f.prompt.embeds for f in fills])
-        keys = torch.arange(width, device=first.device)
-        real = keys[None, :] < table.length[:, None]  # [m, L]
-        causal = keys[None, :] <= keys[:, None]  # [L, L]
-        return x, (causal[None] & real[:, None, :])[:, None]
+        return x
 
     # -- one decode step (graph-capturable) -----------------------------------------------------
     @torch.no_grad()
@@ -191,6 +201,14 @@ class Engine:
             return fn(*args, **kwargs)
         with self.timer.part(part):
             return fn(*args, **kwargs)
+
+
+def _prompt_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """The module path's mask for padded prompts: bool [m, 1, L, L], causal, real keys only."""
+    keys = torch.arange(width, device=lengths.device)
+    real = keys[None, :] < lengths[:, None]  # [m, L]
+    causal = keys[None, :] <= keys[:, None]  # [L, L]
+    return (causal[None] & real[:, None, :])[:, None]
 
 
 def _rows(params: RowParams, index: torch.Tensor) -> RowParams:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qtts.core.engine.prefill_attention import BIAS_ALIGN
+from qtts.core.engine.vocoder_windows import bucket_frames
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 
@@ -25,6 +27,9 @@ KERNEL_SAMPLER_BYTES_PER_ID = 8
 # [channels, samples] output (SnakeBeta temporaries, the residual input, conv outputs): measured
 # 4.1x at the real dimensions; 5x bounds it.
 VOCODER_LIVE_FACTOR = 5
+# A refill's per-row int64 values on the device: ~15 fields of its table (engine.refill), the
+# trailing-text indices and the pass's own index vectors; measured 23 per row, 32 bounds them.
+REFILL_INT64_PER_ROW = 32
 
 
 @dataclass(frozen=True)
@@ -128,21 +133,50 @@ def step_activation_bytes(
     return slots * max(sampler, layer, embed)
 
 
-def prefill_activation_bytes(d: Dims, rows: int, width: int) -> int:
-    """Upper bound of one padded prefill pass of `rows` prompts of `width` positions: layer
-    activations and the K/V repeated for the masked attention, per position; the last positions'
-    logits. Assumes a fused masked kernel (CUDA's memory-efficient SDPA), so no [L, L] scores."""
-    per_position = (3 * d.intermediate + 6 * d.hidden) * d.act_bytes
-    per_position += 2 * d.heads * d.head_dim * d.act_bytes + rows * BOOL  # repeated K/V, mask
-    return rows * width * per_position + rows * d.vocab * FP32
+def prefill_activation_bytes(
+    d: Dims, rows: int, width: int, fused: bool, kernel_sampler: bool = False
+) -> int:
+    """Upper bound of one padded prefill pass of `rows` prompts of `width` positions: the padded
+    input (and the refill's indices that scatter it), held throughout, plus the larger of the
+    layers' working set and the first token's draw after them (the last positions' hidden
+    states and logits, in the model dtype and in fp32, and the sampler's; kernel_sampler as in
+    step_activation_bytes).
+
+    fused (the fused layer path, engine.fused_stack): the residual stream and the attention bias
+    (engine.prefill_attention: one [L, L] block per query head sharing a KV head, its rows
+    padded to BIAS_ALIGN keys), and the larger of a layer's two halves: the q/k/v projection
+    with the q, k, v it becomes, or q, k, v with SDPA's output and its copy in head order; the
+    gate/up product with silu_mul's output. Otherwise (the module path): layer activations per
+    position, the K/V repeated for every query head and the bool mask [m, 1, L, L]. Both assume
+    a fused attention kernel (CUDA's memory-efficient SDPA), so no [L, L] scores."""
+    positions = rows * width
+    per_id = KERNEL_SAMPLER_BYTES_PER_ID if kernel_sampler else SAMPLER_BYTES_PER_ID
+    draw = rows * (2 * d.hidden * d.act_bytes + d.vocab * (d.act_bytes + FP32 + per_id))
+    if fused:
+        q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+        attention = max(2 * q + 4 * kv, 3 * q + 2 * kv)  # proj. + q, k, v | q, k, v + out, copy
+        per_position = (d.hidden + max(attention, 3 * d.intermediate)) * d.act_bytes
+        keys = -(-width // BIAS_ALIGN) * BIAS_ALIGN
+        bias = rows * (d.heads // d.kv_heads) * width * keys * d.act_bytes
+        layers = positions * per_position + bias
+    else:
+        per_position = (3 * d.intermediate + 5 * d.hidden + 2 * d.heads * d.head_dim) * d.act_bytes
+        layers = positions * (per_position + width * BOOL)
+    held = positions * (d.hidden * d.act_bytes + 2 * INT64)  # + its scatter indices (refill)
+    held += (rows * REFILL_INT64_PER_ROW + width) * INT64  # + the pass's positions 0..L-1
+    return held + max(layers, draw)
 
 
-def vocoder_bytes(d: Dims, utterances: int, max_frames: int) -> int:
-    """Upper bound of one decode_utterances call on `utterances` rows of up to max_frames: one
-    chunk's activations per row (a chunk is at most chunk_frames long, and no longer than the
-    row), plus the whole fp32 audio buffer."""
-    frames = min(max_frames, d.chunk_frames)
+def vocoder_bytes(d: Dims, utterances: int, max_frames: int, graphs: bool = False) -> int:
+    """Upper bound of one decode_bucketed call (qtts.core.engine.vocoder_windows) on
+    `utterances` rows of up to max_frames: one window's activations per row (a window is at most
+    chunk_frames long, and no longer than the row rounded up to its frame bucket), plus the whole
+    fp32 audio buffer. graphs (qtts.core.engine.vocoder_graphs): the graphs' pool holds a window's
+    activations beside the eager allocator's (a new shape runs eagerly once before its capture),
+    plus the static audio buffer of a full window per row."""
+    frames = bucket_frames(min(max_frames, d.chunk_frames), d.chunk_frames)
     stage = d.decoder_stage_elems * frames // d.chunk_frames
-    chunk = VOCODER_LIVE_FACTOR * stage * d.decoder_bytes
+    window = VOCODER_LIVE_FACTOR * stage * d.decoder_bytes
     audio = max_frames * d.samples_per_frame * FP32
-    return utterances * (chunk + audio)
+    static = d.chunk_frames * d.samples_per_frame * d.decoder_bytes
+    return utterances * (window + audio + (window + static if graphs else 0))

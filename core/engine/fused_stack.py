@@ -16,6 +16,12 @@ qtts::decode_attention) run Triton kernels or SDPA on CUDA and their torch twins
 on CPU this is the same model up to float rounding (tests/unit/engine/test_fused_stack.py).
 The residual adds ride in the matmuls (addmm) on a GPU; on CPU they stay separate adds, the
 model's own rounding. Activations stay in the model dtype; logits go to fp32 for sampling.
+
+`prefill` runs a padded group of prompts through the same weights and tables, also in 9 ops per
+layer: the prefill form of the cache op writes each prompt's K/V straight into its slot's cache
+rows and hands them to a grouped, causal attention under a key-padding bias built once per pass
+(qtts.core.engine.prefill_attention); only each prompt's last position leaves the stack
+(tests/unit/engine/test_fused_prefill.py ties it to the module path's padded prefill).
 Knows tensors and the KV cache protocol; no sampling, no slots.
 """
 
@@ -25,10 +31,11 @@ import torch
 import torch.nn.functional as F
 
 from qtts.core.engine.decode_attention import decode_attention
+from qtts.core.engine.prefill_attention import prefill_attention, prefill_bias
 from qtts.core.model.fused_weights import fused_weight
 from qtts.core.model.talker import DecoderStack
 from qtts.kernels.rms_norm import rms_norm
-from qtts.kernels.rope_cache import qk_norm_rope_cache
+from qtts.kernels.rope_cache import qk_norm_rope_cache, qk_norm_rope_prefill
 from qtts.kernels.silu_mul import silu_mul
 
 
@@ -36,6 +43,7 @@ class FusedStack:
     def __init__(self, stack: DecoderStack, max_positions: int):
         first = stack.layers[0].self_attn
         self.heads, self.head_dim, self.scale = first.num_heads, first.head_dim, first.scale
+        self.kv_heads = first.num_kv_heads
         self.eps = stack.norm.eps
         self.final_norm = stack.norm.weight
         self.layers = [_FusedLayer(layer) for layer in stack.layers]
@@ -75,8 +83,43 @@ class FusedStack:
         del q
         h = _plus_linear(h, out.reshape(b * t, -1), w.o)
         del out
-        gate_up = F.linear(rms_norm(h, w.post_norm, self.eps), w.gate_up)  # [N, 2I]
-        return _plus_linear(h, silu_mul(gate_up), w.down)
+        return self._mlp(w, h)
+
+    @torch.no_grad()
+    def prefill(self, x: torch.Tensor, lengths: torch.Tensor, cache) -> torch.Tensor:
+        """x [m, L, H]: prompts right-padded to L, real up to `lengths` (int64 [m]), at
+        positions 0..L-1; `cache` names the slot rows their K/V go to (fused_rows). -> the
+        final-norm hidden state of each prompt's last real position [m, H]."""
+        m, width, hidden = x.shape
+        k_all, v_all, rows = cache.fused_rows(width)  # [Ly, slots, Hk, S_max, D]; int64 [m]
+        positions = torch.arange(width, device=x.device).expand(m, width)  # [m, L]
+        bias = prefill_bias(lengths, width, self.heads // self.kv_heads, x.dtype)  # once per pass
+        h = x.reshape(m * width, hidden).clone()  # [N, H]: the residual stream, our own copy
+        for w, k, v in zip(self.layers, k_all, v_all, strict=True):
+            h = self.prefill_layer(w, h, positions, rows, k, v, bias)
+        last = torch.arange(m, device=x.device) * width + lengths - 1  # [m] rows of h
+        return rms_norm(h[last], self.final_norm, self.eps)  # [m, H]
+
+    def prefill_layer(self, w: _FusedLayer, h, positions, rows, k, v, bias) -> torch.Tensor:
+        """One layer pass over a padded group: as _layer, with K/V written at the cache rows
+        `rows` and attended from the pass's own copy (no gather from the cache)."""
+        m, t = positions.shape
+        qkv = F.linear(rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
+        q, k_new, v_new = qk_norm_rope_prefill(qkv.view(m, t, -1), w.q_norm, w.k_norm, self.cos,
+                                               self.sin, positions, k, v, rows, self.heads,
+                                               self.eps)  # [m, Hq | Hk, L, D]  # fmt: skip
+        del qkv
+        out = prefill_attention(q, k_new, v_new, bias, self.scale)  # [m, L, Hq D]
+        del q, k_new, v_new
+        h = _plus_linear(h, out.reshape(m * t, -1), w.o)
+        del out
+        return self._mlp(w, h)
+
+    def _mlp(self, w: _FusedLayer, h: torch.Tensor) -> torch.Tensor:
+        """A layer's second half: norm, gate/up matmul, silu_mul, down matmul + residual. The
+        [N, 2I] gate/up product dies inside the expression, before the down matmul runs."""
+        act = silu_mul(F.linear(rms_norm(h, w.post_norm, self.eps), w.gate_up))  # [N, I]
+        return _plus_linear(h, act, w.down)
 
 
 class _FusedLayer:

@@ -41,10 +41,12 @@ class GraphCaptureError(RuntimeError):
 class CudaGraphs:
     """The capture backend on CUDA: warm-up on a side stream, capture into one shared pool. Its
     streams are made on the engine's device explicitly (torch.cuda.graph's default capture stream
-    is made once per process, on whichever device was current then)."""
+    is made once per process, on whichever device was current then). capture_error_mode
+    "thread_local" lets other threads keep working during a capture (the vocoder captures on its
+    own thread while the decode loop runs); "global" (the decode step's) stops them."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, device: torch.device, capture_error_mode: str = "global"):
+        self.device, self.capture_error_mode = device, capture_error_mode
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)
 
@@ -62,7 +64,8 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         device, stream = torch.cuda.current_device(), torch.cuda.current_stream(self.device)
         try:
-            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
+                                  capture_error_mode=self.capture_error_mode):  # fmt: skip
                 step(view_len)
         except BaseException:
             # A failed capture_end leaves the capture stream (and its device) current: the context
@@ -118,7 +121,7 @@ class GraphedDecodeStep:
                 self._restore(saved, saved_lengths)
             except Exception:  # the device may be unusable; the caller discards this pass anyway
                 pass
-            if _is_out_of_memory(e):
+            if is_out_of_memory(e):
                 raise torch.OutOfMemoryError(f"out of memory capturing decode graphs: {e}") from e
             raise GraphCaptureError(
                 f"CUDA graph {phase} failed at KV view {view}: {e} "
@@ -138,7 +141,7 @@ class GraphedDecodeStep:
         state.kv.lengths.copy_(saved_lengths)
 
 
-def _is_out_of_memory(error: BaseException | None) -> bool:
+def is_out_of_memory(error: BaseException | None) -> bool:
     """An OOM anywhere in the chain: a failed capture often surfaces as the capture-end error,
     with the allocator's OutOfMemoryError as its context."""
     while error is not None:

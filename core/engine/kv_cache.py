@@ -3,7 +3,8 @@ allocates.
 
 The talker cache holds one row per slot, [layers, slots, kv_heads, max_len, head_dim], and per-slot
 lengths on the device. A slot is prefilled alone (its prompt at positions 0..L-1, exactly the
-official single-request computation); a decode step writes each slot's new key at its own length and
+official single-request computation) or with others in one padded pass (each batch row writes
+its own slot's row); a decode step writes each slot's new key at its own length and
 attends over a length-bucketed view with a per-slot mask, never over the whole max_len buffer. The
 predictor cache is tiny and positional (16 positions per frame), so static slices need no mask.
 """
@@ -61,6 +62,14 @@ class _SlotPrefill:
         self.cache.k[layer, self.slots, :, :n] = k
         self.cache.v[layer, self.slots, :, :n] = v
         return k, v
+
+    def fused_rows(self, positions: int):
+        """For the fused stack's prefill (engine.fused_stack), whose cache op writes each batch
+        row's K/V into its slot's row itself: (k, v [Ly, slots, Hk, max_len, D], slots [m])."""
+        if positions > self.cache.max_len:
+            raise ValueError(f"prompt of {positions} positions exceeds the cache "
+                             f"({self.cache.max_len})")  # fmt: skip
+        return self.cache.k, self.cache.v, self.slots
 
 
 class _DecodeView:

@@ -4,6 +4,7 @@
 model's forward, the twin of the others), "packed" (the predictor's one-token steps through packed
 weights, core/engine/packed_stack.py: the CPU default) and "fused" (both stacks through the fused
 ops, core/engine/fused_stack.py: the GPU default). Each is tied to the module path by its tests.
+The fused path also prefills through the fused ops; the others prefill through the model's forward.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class LayerSteps:
     talker: Callable  # (x [B, T, H], positions [B, T], mask, cache) -> hidden [B, T, H]
     predictor: Callable  # the same signature, for the code predictor's one-token steps
     predictor_first: Callable | None  # its 2-token first pass; None: the module
+    # (x [m, L, H] padded, lengths [m], slot prefill writer) -> last positions' hidden [m, H];
+    # None: the talker module's forward
+    talker_prefill: Callable | None = None
 
 
 def prepare_weights(model, layer_path: str) -> None:
@@ -43,5 +47,6 @@ def layer_steps(model, layer_path: str, talker_positions: int, predictor_positio
     if layer_path == "fused":
         prepare_weights(model, layer_path)
         fused_predictor = FusedStack(predictor, predictor_positions)
-        return LayerSteps(FusedStack(talker, talker_positions), fused_predictor, fused_predictor)
+        fused_talker = FusedStack(talker, talker_positions)
+        return LayerSteps(fused_talker, fused_predictor, fused_predictor, fused_talker.prefill)
     raise ValueError(f"unknown layer path {layer_path!r}")

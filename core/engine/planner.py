@@ -163,7 +163,7 @@ def plan_memory(
     margin = max(MIN_MARGIN, int(MARGIN_SHARE * budget_bytes))
     spare = budget_bytes - weights_bytes - margin
     longest = max((r.budget for r in rows), default=1)
-    per_utterance = vocoder_bytes(dims, 1, longest)
+    per_utterance = vocoder_bytes(dims, 1, longest, graphs=settings.cuda_graphs)
     at_most = min(VOCODER_MAX_BATCH, max(len(rows), 1))  # never more rows than the job has
     vocoder_batch = max(1, min(at_most, int(VOCODER_SHARE * spare) // per_utterance))
     room = spare - vocoder_batch * per_utterance  # for the largest group's working set
@@ -220,7 +220,9 @@ def _group(
         activation_bytes=step_activation_bytes(
             d, slots, kv_len, not settings.grouped_attention, kernel_sampler
         ),
-        prefill_bytes=prefill_activation_bytes(d, prefill_rows, width),
+        prefill_bytes=prefill_activation_bytes(
+            d, prefill_rows, width, settings.layer_path == "fused", kernel_sampler
+        ),
     )
 
 

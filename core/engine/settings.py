@@ -32,10 +32,11 @@ class EngineSettings:
     prefill_group: int
     # Replay each decode step as a captured CUDA graph (GPU only).
     cuda_graphs: bool
-    # "fused": both stacks' decode passes through the fused ops (engine.fused_stack), 9 launches
-    # per layer pass instead of ~70 (the GPU default). "packed": the code predictor's one-token
-    # steps through packed weights (engine.packed_stack; the CPU default, where op dispatch
-    # dominates). "module": the model's own forward, the twin of both.
+    # "fused": both stacks' decode passes and the talker's prefill passes through the fused ops
+    # (engine.fused_stack), 9 launches per layer pass instead of ~70 (the GPU default).
+    # "packed": the code predictor's one-token steps through packed weights
+    # (engine.packed_stack; the CPU default, where op dispatch dominates). "module": the
+    # model's own forward, the twin of both.
     layer_path: str
     # Decode attention as grouped query rows instead of repeated K/V (engine.decode_attention).
     grouped_attention: bool

@@ -20,7 +20,8 @@ from qtts.core.engine.layer_path import prepare_weights
 from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.model.codec import decode_utterances
+from qtts.core.engine.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder_windows import decode_bucketed
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import (
     parse_device,
@@ -74,6 +75,9 @@ class Synthesizer:
         if generator == "engine":
             prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
         self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
+        # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
+        # shape, captured on the vocoder thread); elsewhere the decoder runs eagerly.
+        self.vocoder = GraphedVocoder(decoder) if self.settings.cuda_graphs else decoder
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
         # Held by the vocoder thread while it works and by graph capture: no device work from
@@ -265,7 +269,7 @@ class Synthesizer:
             codes if ref is None else torch.cat((ref.to(codes.device), codes))
             for (_, codes, _), ref in zip(group, refs, strict=True)
         ]
-        audio = decode_utterances(self.decoder, [codes.to(self.device) for codes in full])
+        audio = decode_bucketed(self.decoder, [c.to(self.device) for c in full], self.vocoder)
         for (req, codes, hit), wav, ref, whole in zip(group, audio, refs, full, strict=True):
             wav = wav.float().cpu().numpy()
             if ref is not None:

@@ -66,3 +66,6 @@ def test_bench_counts_launches_without_a_gpu():
     assert row["batch"] == 64 and row["launches_per_step"] <= 1500
     assert sum(row["phases"].values()) == row["launches_per_step"]
     assert row["module_path_launches"] > 4 * row["launches_per_step"]  # what fusing saved
+    assert row["prefill_prompts"] == 64 and row["prefill_launches_per_layer_pass"] <= 12
+    assert sum(row["prefill_phases"].values()) == row["prefill_launches"]
+    assert row["module_path_prefill_launches_per_layer_pass"] > 6 * 10

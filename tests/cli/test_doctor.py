@@ -36,6 +36,9 @@ def test_doctor_on_cpu_runs_what_applies_and_says_what_it_skipped():
     assert rows["memory bandwidth"]["figures"]["bandwidth_gb_s"] > 0
     roofline = rows["decode step vs roofline"]["figures"]["roofline"]
     assert roofline["bound_ms"] > 0 and roofline["fraction"] > 0
+    window = rows["vocoder window vs roofline"]["figures"]
+    assert (window["path"], window["rows"], window["frames"]) == ("eager", 1, 325)
+    assert window["bound_ms"] > 0 and 0 < window["fraction"] and window["gflop"] > 0
     assert rows["versions"]["figures"]["torch"]
 
 
@@ -88,3 +91,37 @@ def test_the_gpu_halves_of_the_agreement_checks_run_on_cpu_when_asked():
     bf16 = bf16_vs_fp32(DoctorRun(torch.device("cpu"), "small"), allow_cpu=True)
     assert bf16.status == "ok", bf16.detail
     assert bf16.figures["all"]["sites"] > 0 and bf16.figures["all"]["worst_logit_rel_diff"] > 0
+
+
+def test_the_vocoder_window_replays_a_graph_where_graphs_run(monkeypatch):
+    """The GPU branch of the vocoder window check on CPU: the window goes through the vocoder's
+    graphs (a recording stand-in for CUDA graphs) and is timed on its replay."""
+    from types import SimpleNamespace
+
+    import torch
+    from tiny_models import fast_tiny_decode, tiny_decoder
+
+    from qtts.core.doctor import vocoder_window as check
+    from qtts.core.engine import vocoder_graphs
+    from qtts.core.engine.roofline import DeviceSpec
+
+    replays = []
+
+    class FakeCudaGraphs:
+        def __init__(self, device, capture_error_mode):
+            pass
+
+        def capture(self, window, key):
+            return SimpleNamespace(replay=lambda: (replays.append(key), window(key)))
+
+    monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
+    monkeypatch.setattr(check.EngineSettings, "for_device",
+                        lambda device: SimpleNamespace(cuda_graphs=True))  # fmt: skip
+    run = DoctorRun(torch.device("cpu"), "small")
+    run.measured["models"] = (None, None, tiny_decoder())
+    run.measured["spec"] = DeviceSpec("a stand-in", bandwidth=1e10, flops=1e11)
+    with fast_tiny_decode():
+        result = check.vocoder_window(run)
+    assert result.status == "ok" and result.figures["path"] == "graph replay", result.detail
+    assert replays == [(1, 325)]  # CPU: one timed call after the warm-up and capture
+    assert 0 < result.figures["fraction"] and result.figures["bound_by"] in ("memory", "compute")

@@ -57,3 +57,47 @@ def test_the_ops_run_the_kernels_on_cuda(monkeypatch):
     rn.rms_norm(x, torch.ones(256, device="cuda", dtype=torch.bfloat16), 1e-6)
     sm.silu_mul(x)
     assert calls == ["rms_norm_triton", "silu_mul_triton"]
+
+
+# The padded prefill's attention on CUDA's SDPA kernels vs fp32 math over repeated K/V: the
+# kernel's accumulation order, and in bf16 one rounding of the output.
+ATTENTION_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2**-6}
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+def test_prefill_kernel_and_attention_on_cuda(dtype):
+    """The prefill form of the cache kernel (each batch row into its own slot) == its twin, and
+    the grouped attention under the pass's bias == the module path's repeated-K/V attention."""
+    import torch.nn.functional as F
+
+    from qtts.core.engine.prefill_attention import prefill_attention, prefill_bias
+    from qtts.core.model.talker import repeat_kv
+    from qtts.kernels.rope_cache import qk_norm_rope_prefill_triton, qk_norm_rope_prefill_twin
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    b, h, hk, d, s, t, slots = 8, 16, 8, 128, 512, 100, 16
+    qkv = (2 * torch.randn(b, t, (h + 2 * hk) * d, device="cuda", generator=g)).to(dtype)
+    qw, kw = [(1 + 0.1 * torch.randn(d, device="cuda", generator=g)).to(dtype) for _ in range(2)]
+    inv = 1.0 / (1e6 ** (torch.arange(0, d, 2, device="cuda").float() / d))
+    f = torch.arange(s, device="cuda").float()[:, None] * inv
+    cos, sin = f.cos().to(dtype), f.sin().to(dtype)
+    pos = torch.arange(t, device="cuda").expand(b, t)
+    rows = torch.randperm(slots, device="cuda", generator=g)[:b]
+    start = torch.randn(2, 2, slots, hk, s, d, device="cuda", generator=g).to(dtype)
+    mine, twin = start.clone(), start.clone()
+    got = qk_norm_rope_prefill_triton(qkv, qw, kw, cos, sin, pos, mine[0, 1], mine[1, 1], rows,
+                                      h, 1e-6)  # fmt: skip
+    want = qk_norm_rope_prefill_twin(qkv, qw, kw, cos, sin, pos, twin[0, 1], twin[1, 1], rows,
+                                     h, 1e-6)  # fmt: skip
+    for a, w in zip(got, want, strict=True):
+        assert _rel(a, w) <= TOLERANCE[dtype]
+    assert _rel(mine, twin) <= TOLERANCE[dtype]
+    lengths = torch.randint(1, t + 1, (b,), device="cuda", generator=g)
+    q, k, v = got
+    out = prefill_attention(q, k, v, prefill_bias(lengths, t, h // hk, dtype), d**-0.5)
+    keys = torch.arange(t, device="cuda")
+    mask = ((keys[None, :] <= keys[:, None]) & (keys < lengths[:, None, None]))[:, None]
+    ref = F.scaled_dot_product_attention(q.float(), repeat_kv(k.float(), h // hk),
+                                         repeat_kv(v.float(), h // hk), attn_mask=mask,
+                                         scale=d**-0.5)  # fmt: skip
+    assert _rel(out, ref.transpose(1, 2).reshape(b, t, h * d)) <= ATTENTION_TOLERANCE[dtype]

@@ -3,7 +3,9 @@
 The fixtures (tests/fixtures/golden, made by tools/oracle/make_golden.py with the official code)
 hold a tiny speech tokenizer, `codec_long.npz` (three random utterances of 700, 350 and 40 frames
 decoded in ONE official call: exercises 300-frame chunks, 25 frames of left context and batch
-padding) and per-case audio decoded from the codes the official talker produced.
+padding) and per-case audio decoded from the codes the official talker produced. Both decodes
+are checked: the official chunking (core/model/codec.py) and the bucketed windows qtts runs
+(core/engine/vocoder_windows.py: padded frames, groups cut into powers of two).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import torch
 from golden import DECODER_ATOL, GOLDEN, golden_file
 from safetensors.torch import load_file
 
+from qtts.core.engine.vocoder_windows import decode_bucketed
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 
 TOKENIZER = GOLDEN / "speech_tokenizer"
 TOL = DECODER_ATOL  # fp32 max |err| vs the official decode (named and justified in tests/golden.py)
+DECODES = {"official-chunks": decode_utterances, "bucketed": decode_bucketed}
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +43,11 @@ def _max_err(ours: torch.Tensor, theirs: np.ndarray) -> float:
 
 
 @pytest.mark.slow  # ~2M samples through the decoder: seconds on 2 CPUs
-def test_long_chunked_batch_matches_official(decoder):
+@pytest.mark.parametrize("decode", DECODES.values(), ids=DECODES.keys())
+def test_long_chunked_batch_matches_official(decoder, decode):
     z = np.load(golden_file("codec_long.npz"))
     codes = [torch.from_numpy(z[f"codes_{i}"]) for i in range(len(z["num_samples"]))]
-    audio = decode_utterances(decoder, codes)  # one batched call, like the official one
+    audio = decode(decoder, codes)  # one batched call, like the official one
     assert [a.shape[0] for a in audio] == z["num_samples"].tolist()
     stride = int(z["stride"])
     for i, a in enumerate(audio):
@@ -59,11 +64,12 @@ def _cases() -> list[Path]:
     return cases
 
 
+@pytest.mark.parametrize("decode", DECODES.values(), ids=DECODES.keys())
 @pytest.mark.parametrize("case", _cases(), ids=lambda p: p.stem)
-def test_case_audio_matches_official(decoder, case: Path):
+def test_case_audio_matches_official(decoder, case: Path, decode):
     z = np.load(case)
     rows = sorted(int(k.split("_")[1]) for k in z.files if k.startswith("codes_"))
     codes = [torch.from_numpy(z[f"codes_{i}"]) for i in rows]
-    audio = decode_utterances(decoder, codes)  # the official decoded each case's rows together
+    audio = decode(decoder, codes)  # the official decoded each case's rows together
     for i, a in zip(rows, audio, strict=True):
         assert _max_err(a, z[f"audio_{i}"]) <= TOL, f"row {i}"

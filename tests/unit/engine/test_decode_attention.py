@@ -2,9 +2,9 @@
 
 CUDA's flash and memory-efficient SDPA kernels return [B, H, T, D] laid out as [B, T, H, D] (a
 transposed, non-contiguous tensor); CPU SDPA returns it contiguous, so CPU tests alone never see
-that layout. `sdpa_bthd` makes CPU SDPA return exactly that layout, and everything that calls SDPA
-(grouped decode attention, prefill and decode through the model, the codec transformer) must give
-the same numbers with it.
+that layout. `sdpa_bthd` (conftest.py) makes CPU SDPA return exactly that layout, and everything
+that calls SDPA (grouped decode attention, prefill and decode through the model, the codec
+transformer) must give the same numbers with it.
 """
 
 import engines
@@ -14,22 +14,6 @@ import torch.nn.functional as F
 
 from qtts.core.engine.decode_attention import attend_grouped
 from qtts.core.model.talker import repeat_kv
-
-
-@pytest.fixture
-def sdpa_bthd(monkeypatch):
-    """SDPA returning the CUDA kernels' layout: same values, memory order [B, T, H, D]. Yields
-    the list of calls made through it (so a test can show the patch was live)."""
-    real = F.scaled_dot_product_attention
-    calls = []
-
-    def bthd(*args, **kwargs):
-        out = real(*args, **kwargs)  # [B, H, T, D], contiguous on CPU
-        calls.append(out.shape)
-        return out.transpose(1, 2).contiguous().transpose(1, 2)  # same shape, BTHD in memory
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", bthd)
-    return calls
 
 
 def _qkv(b=3, hk=2, rep=4, s=9, d=8):

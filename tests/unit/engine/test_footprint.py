@@ -100,7 +100,47 @@ def test_gpu_working_sets_bound_at_real_dimensions(size, fused_sdpa):
     with LiveBytes() as live:
         eng.prefill(fills)
     width = max(pr.embeds.shape[0] for pr in prompts)
-    _bound(prefill_activation_bytes(dims, 4, width), live.peak)
+    _bound(prefill_activation_bytes(dims, 4, width, fused=False, kernel_sampler=True), live.peak)
+
+
+def _prefill_peak(eng, prompts) -> int:
+    """Peak live bytes of one prefill pass of `prompts` into slots 0..m-1 of `eng`."""
+    p = engines.sampling(False)
+    fills = [SlotFill(i, pr, 8, i, p, p) for i, pr in enumerate(prompts)]
+    with LiveBytes() as live:
+        eng.prefill(fills)
+    return live.peak
+
+
+@pytest.mark.parametrize("size", ["0.6b", "1.7b"])
+def test_fused_prefill_bound_at_real_dimensions(size):
+    """The GPU's prefill: 64 padded prompts through the fused ops, bias and all. The bound is
+    what the planner counts for the pass (GroupPlan.prefill_bytes)."""
+    from qtts.core.bench.throughput import synthetic_tokens
+    from qtts.core.engine.engine import Engine
+    from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
+
+    config, model, _, dims = _real(size)
+    p = engines.sampling(False)
+    state = SlotState(config, 64, 1024, 64, 1, talker=p, subtalker=p, dtype=torch.bfloat16,
+                      device="meta")  # fmt: skip
+    eng = Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_settings())
+    prompts = [embed_prompt(model.talker, config, synthetic_tokens(i, 1000, 100 + i))
+               for i in range(64)]  # fmt: skip
+    width = max(pr.embeds.shape[0] for pr in prompts)
+    bound = prefill_activation_bytes(dims, 64, width, fused=True, kernel_sampler=True)
+    _bound(bound, _prefill_peak(eng, prompts))
+
+
+def test_fused_prefill_bound_on_cpu(tiny_gqa):
+    """The same pass on CPU in fp32 (the ops' torch twins), where the attention half is the
+    larger one."""
+    config = tiny_gqa[0]
+    eng = engines.engine(tiny_gqa, 6, False, engines.gpu_settings())
+    prompts = engines.prompts(tiny_gqa)
+    width = max(pr.embeds.shape[0] for pr in prompts)
+    dims = Dims.of(config, decoder_config("small"), 4, 4)
+    _bound(prefill_activation_bytes(dims, 6, width, fused=True), _prefill_peak(eng, prompts))
 
 
 def test_the_fused_step_stays_within_the_module_paths_bound(fused_sdpa):

@@ -117,12 +117,13 @@ def test_a_failed_capture_puts_the_callers_stream_back(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller's stream")
-    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool, stream: FailingCapture())
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool, stream, **kw: FailingCapture())
     monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: calls.append(("set", stream)))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("device", device)))
     backend = CudaGraphs.__new__(CudaGraphs)  # no pool or side stream without a GPU
     backend.device, backend.pool, backend.stream = torch.device("cuda"), None, "capture stream"
+    backend.capture_error_mode = "global"
     with pytest.raises(RuntimeError, match="capture_end"):
         backend.capture(lambda view: None, 64)
     assert calls == ["capture stream made current", ("set", "caller's stream"), ("device", 1)]
@@ -185,7 +186,7 @@ def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
 
 
 def test_out_of_memory_in_the_chain_is_out_of_memory():
-    from qtts.core.engine.graphs import _is_out_of_memory
+    from qtts.core.engine.graphs import is_out_of_memory
 
     try:
         try:
@@ -193,5 +194,5 @@ def test_out_of_memory_in_the_chain_is_out_of_memory():
         except torch.OutOfMemoryError:
             raise RuntimeError("CUDA error: operation failed due to a previous error") from None
     except RuntimeError as e:
-        assert _is_out_of_memory(e)
-    assert not _is_out_of_memory(RuntimeError("illegal memory access"))
+        assert is_out_of_memory(e)
+    assert not is_out_of_memory(RuntimeError("illegal memory access"))

@@ -1,7 +1,8 @@
 """Kernel launches per decode step at the real dimensions, pinned (qtts.core.bench.launches): the
 path the GPU runs, sampled, at 64 slots, on the meta device. Launches, not bandwidth or FLOPs,
 bound a graph-replayed step (qtts.core.engine.roofline), so a change that adds launches must fail
-here and update the pin on purpose; one that removes some updates it too."""
+here and update the pin on purpose; one that removes some updates it too. The same for one
+padded prefill pass of 64 prompts, which runs eagerly between decode checks."""
 
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from qtts.core.bench.launches import (
     count_decode_step,
     launches_per_step,
     meta_engine,
+    prefill_launches,
 )
 from qtts.core.engine.settings import EngineSettings
 
@@ -22,6 +24,32 @@ PINNED = {
     "0.6b": {"talker_layers": 286, "predictor_passes": 780, "sampling": 16, "other": 103},
     "1.7b": {"talker_layers": 286, "predictor_passes": 780, "sampling": 16, "other": 118},
 }
+
+
+# Per prefill pass: 28 layer passes x 9 ops (attention counted as 2); the rest is the padded
+# input's scatter, the bias, the residual stream's copy, the final norm and head on the last
+# positions, the first token's sampling and the slots' bookkeeping.
+PREFILL_LAYER_BUDGET = 12  # launches per layer pass (issue 21)
+PREFILL_PER_LAYER_PASS = 10
+PINNED_PREFILL = {"talker_layers": 280, "sampling": 1, "other": 65}  # both sizes
+
+
+@pytest.mark.parametrize("size", ["0.6b", "1.7b"])
+def test_prefill_launches_are_pinned_and_within_budget(size):
+    got = prefill_launches(size, 64)
+    assert got["prefill_phases"] == PINNED_PREFILL, "launch count changed: update if intended"
+    assert got["prefill_launches"] == sum(PINNED_PREFILL.values())
+    assert got["prefill_launches_per_layer_pass"] == PREFILL_PER_LAYER_PASS
+    assert PREFILL_PER_LAYER_PASS <= PREFILL_LAYER_BUDGET
+
+
+def test_the_prefill_counter_sees_the_module_path():
+    """The module path's padded prefill (QTTS_LAYER_PATH=module), ~70 ops per layer pass: the
+    count above is the fused path's, not a blind counter's."""
+    twin = replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False,
+                   layer_path="module")  # fmt: skip
+    got = prefill_launches("0.6b", 64, twin)
+    assert got["prefill_launches_per_layer_pass"] > 6 * PREFILL_PER_LAYER_PASS
 
 
 @pytest.mark.parametrize("size", ["0.6b", "1.7b"])

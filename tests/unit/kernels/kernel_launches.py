@@ -24,7 +24,11 @@ import qtts.kernels as kernel_package
 from qtts.core.model.sizes import SIZES
 from qtts.kernels import sampling
 from qtts.kernels.rms_norm import rms_norm_triton
-from qtts.kernels.rope_cache import checked_positions, qk_norm_rope_cache_triton
+from qtts.kernels.rope_cache import (
+    checked_positions,
+    qk_norm_rope_cache_triton,
+    qk_norm_rope_prefill_triton,
+)
 from qtts.kernels.silu_mul import silu_mul_triton
 
 HEAD_DIM = 128  # both published sizes
@@ -87,6 +91,21 @@ def _qk_norm_rope_cache(tokens: int) -> None:
                               heads, 1e-6)  # fmt: skip
 
 
+def _qk_norm_rope_prefill(size: str) -> None:
+    """A padded prefill group: SLOTS prompts of 64 positions into the odd slots of a cache with
+    twice as many (each batch row its own cache row), k and v also returned."""
+    d = SIZES[size]
+    heads, kv_heads, positions, tokens = d["heads"], d["kv"], 256, 64
+    qkv = torch.randn(SLOTS, tokens, (heads + 2 * kv_heads) * HEAD_DIM, dtype=DTYPE)
+    cache = torch.zeros(2, 2, 2 * SLOTS, kv_heads, positions, HEAD_DIM, dtype=DTYPE)
+    table = torch.randn(positions, HEAD_DIM // 2, dtype=DTYPE)
+    norm = torch.ones(HEAD_DIM, dtype=DTYPE)
+    pos = torch.arange(tokens).expand(SLOTS, tokens)  # [B, T], stride 0 along B
+    rows = torch.arange(1, 2 * SLOTS, 2)  # [B]
+    qk_norm_rope_prefill_triton(qkv, norm, norm, table, table, pos, cache[0, 1], cache[1, 1],
+                                rows, heads, 1e-6)  # fmt: skip
+
+
 def _qk_norm_rope_cache_checked() -> None:
     with checked_positions():  # as the tests and the engine's checked mode run it
         _qk_norm_rope_cache(1)
@@ -120,6 +139,8 @@ CASES = {
     "qk_norm_rope_cache/talker": lambda: _qk_norm_rope_cache(1),
     "qk_norm_rope_cache/predictor": lambda: _qk_norm_rope_cache(2),
     "qk_norm_rope_cache/checked": _qk_norm_rope_cache_checked,
+    "qk_norm_rope_cache/prefill/0.6b": lambda: _qk_norm_rope_prefill("0.6b"),
+    "qk_norm_rope_cache/prefill/1.7b": lambda: _qk_norm_rope_prefill("1.7b"),
     "sample_tokens/talker": lambda: _sample_tokens(TALKER_VOCAB, site_inputs=True),
     "sample_tokens/predictor": lambda: _sample_tokens(PREDICTOR_VOCAB, site_inputs=False),
 }

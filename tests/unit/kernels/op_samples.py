@@ -58,6 +58,32 @@ def qk_norm_rope_cache(dtype, grad):
     return cases
 
 
+def qk_norm_rope_prefill(dtype, grad):
+    """A padded group of 2 prompts into slots 3 and 1 of a 4-slot cache layer, positions 0..4
+    expanded with stride 0 along the batch."""
+    g = _gen()
+    tokens, slots = 5, 4
+    qkv = _rand(SLOTS, tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=dtype, grad=grad, g=g)
+    q_w, k_w = (_rand(HEAD_DIM, dtype=dtype, grad=grad, g=g) for _ in range(2))
+    cos, sin = (_rand(POSITIONS, HEAD_DIM // 2, dtype=dtype, grad=grad, g=g) for _ in "cs")
+    pos = torch.arange(tokens).expand(SLOTS, tokens)  # [B, T]
+    stacked = _rand(2, 2, slots, KV_HEADS, POSITIONS, HEAD_DIM, dtype=dtype, g=g)
+    rows = torch.tensor([3, 1])  # [B]: each prompt's slot
+    return [(qkv, q_w, k_w, cos, sin, pos, stacked[0, 1], stacked[1, 1], rows, HEADS, 1e-6)]
+
+
+def prefill_attention(dtype, grad):
+    """Two prompts of 5 and 3 positions padded to 5, under their bias (prefill_bias)."""
+    from qtts.core.engine.prefill_attention import prefill_bias
+
+    g = _gen()
+    tokens = 5
+    q = _rand(SLOTS, HEADS, tokens, HEAD_DIM, dtype=dtype, grad=grad, g=g)
+    k, v = (_rand(SLOTS, KV_HEADS, tokens, HEAD_DIM, dtype=dtype, grad=grad, g=g) for _ in "kv")
+    bias = prefill_bias(torch.tensor([5, 3]), tokens, HEADS // KV_HEADS, dtype)
+    return [(q, k, v, bias, HEAD_DIM**-0.5)]
+
+
 def decode_attention(dtype, grad):
     g = _gen()
     view = POSITIONS // 2  # the decode view: the first `view` positions of each slot's cache
@@ -97,6 +123,8 @@ SAMPLES = {
     "qtts::rms_norm": rms_norm,
     "qtts::silu_mul": silu_mul,
     "qtts::qk_norm_rope_cache": qk_norm_rope_cache,
+    "qtts::qk_norm_rope_prefill": qk_norm_rope_prefill,
     "qtts::decode_attention": decode_attention,
+    "qtts::prefill_attention": prefill_attention,
     "qtts::sample_tokens": sample_tokens,
 }

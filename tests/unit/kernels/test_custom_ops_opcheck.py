@@ -28,7 +28,8 @@ import qtts.kernels
 
 DTYPES = (torch.float32, torch.bfloat16)
 KNOWN = {"qtts::rms_norm", "qtts::silu_mul", "qtts::qk_norm_rope_cache",
-         "qtts::decode_attention", "qtts::sample_tokens"}  # fmt: skip
+         "qtts::qk_norm_rope_prefill", "qtts::decode_attention", "qtts::prefill_attention",
+         "qtts::sample_tokens"}  # fmt: skip
 INTERPRETED_ONLY = {"qtts::sample_tokens"}
 _DEFINITION = re.compile(r"""(?:custom_op|\.define)\(\s*["'](qtts::\w+)""")
 

@@ -1,6 +1,7 @@
 """The fused stack's Triton kernels == their torch twins, under TRITON_INTERPRET=1: RMSNorm,
 silu(gate) * up, and q/k norm + RoPE + the KV cache write, in fp32, fp16 and bf16, on odd sizes
-and strided inputs (a cache layer's slice, positions expanded as the predictor passes them).
+and strided inputs (a cache layer's slice, positions expanded as the predictor passes them), and
+its prefill form (each batch row into its own slot's cache row, k and v returned as well).
 
 Triton fixes interpreter mode at its first import, so the kernels run in ONE subprocess that also
 computes the twins on the same inputs and reports the largest difference per case.
@@ -33,6 +34,7 @@ from qtts.kernels.backend import is_interpreted
 from qtts.kernels.rms_norm import _rms_norm_kernel, rms_norm_triton, rms_norm_twin
 from qtts.kernels.silu_mul import silu_mul_triton, silu_mul_twin
 from qtts.kernels.rope_cache import qk_norm_rope_cache_triton, qk_norm_rope_cache_twin
+from qtts.kernels.rope_cache import qk_norm_rope_prefill_triton, qk_norm_rope_prefill_twin
 assert is_interpreted(_rms_norm_kernel), "TRITON_INTERPRET=1 did not reach triton"
 
 def rel(a, b):
@@ -67,6 +69,21 @@ for name in ("float32", "float16", "bfloat16"):
                                        caches[1][1, 1], h, 1e-6)
         out[f"rope_cache_q/{tokens}/{name}"] = rel(got, want)
         out[f"rope_cache_kv/{tokens}/{name}"] = rel(caches[0], caches[1])
+    # The prefill form: 3 prompts of 5 positions into slots 4, 0, 2 of 5, out of order.
+    t, rows = 5, torch.tensor([4, 0, 2])
+    qkv = (2 * torch.randn(b, t, (h + 2 * hk) * d, generator=g)).to(dt)
+    pos = torch.arange(t).expand(b, t)
+    start = torch.randn(2, 2, 5, hk, s, d, generator=g).to(dt)  # [k|v, Ly, slots, Hk, S, D]
+    caches = [start.clone(), start.clone()]
+    got = qk_norm_rope_prefill_triton(qkv, qw, kw, cos, sin, pos, caches[0][0, 1],
+                                      caches[0][1, 1], rows, h, 1e-6)
+    want = qk_norm_rope_prefill_twin(qkv, qw, kw, cos, sin, pos, caches[1][0, 1],
+                                     caches[1][1, 1], rows, h, 1e-6)
+    for part, a, w in zip("qkv", got, want):
+        out[f"rope_prefill_{part}/{name}"] = rel(a, w)
+    out[f"rope_prefill_cache/{name}"] = rel(caches[0], caches[1])
+    out[f"rope_prefill_rows_only/{name}"] = float(torch.equal(caches[0][:, :, [1, 3]],
+                                                              start[:, :, [1, 3]]))
     # Checked: a position past the table/cache (s=12) raises and leaves the cache as it was.
     from qtts.kernels.rope_cache import checked_positions
     cache = start.clone()
@@ -98,9 +115,17 @@ def kernel_errors():
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 @pytest.mark.parametrize("dtype", list(TOLERANCE))
 @pytest.mark.parametrize("case", ["rms_norm", "silu_mul", "rope_cache_q/1", "rope_cache_kv/1",
-                                  "rope_cache_q/2", "rope_cache_kv/2"])  # fmt: skip
+                                  "rope_cache_q/2", "rope_cache_kv/2", "rope_prefill_q",
+                                  "rope_prefill_k", "rope_prefill_v",
+                                  "rope_prefill_cache"])  # fmt: skip
 def test_kernel_equals_its_twin(kernel_errors, case, dtype):
     assert kernel_errors[f"{case}/{dtype}"] <= TOLERANCE[dtype]
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+def test_the_prefill_kernel_writes_only_its_slots_rows(kernel_errors, dtype):
+    assert kernel_errors[f"rope_prefill_rows_only/{dtype}"] == 1.0
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")

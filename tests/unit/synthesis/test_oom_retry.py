@@ -87,15 +87,15 @@ def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(syn
     d = text_model.defaults
     opts = GenerationOptions(d.talker, d.subtalker)
     want = {u.id: u for u in s.synthesize(_requests(budget=5), opts)}
-    real, batches = module.decode_utterances, []
+    real, batches = module.decode_bucketed, []
 
-    def flaky(decoder, codes, **kwargs):
+    def flaky(decoder, codes, *args, **kwargs):
         batches.append(len(codes))
         if len(codes) > 2:
             raise torch.OutOfMemoryError("simulated")
-        return real(decoder, codes, **kwargs)
+        return real(decoder, codes, *args, **kwargs)
 
-    monkeypatch.setattr(module, "decode_utterances", flaky)
+    monkeypatch.setattr(module, "decode_bucketed", flaky)
     got = {u.id: u for u in s.synthesize(_requests(budget=5), opts)}
     assert sorted(got) == sorted(want)
     for k, u in want.items():

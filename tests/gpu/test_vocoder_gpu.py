@@ -1,0 +1,61 @@
+"""GPU checks of the speech decoder's graphs (qtts.core.engine.vocoder_graphs): replayed windows
+give the eager audio, captured on a worker thread with its own stream (as the synthesizer's
+vocoder thread does) while the main thread keeps the device busy; one graph per shape.
+
+Skipped without CUDA. Run them on the lent GPU machine: `bash tools/gpu_checks.sh run`.
+"""
+
+import threading
+
+import pytest
+import torch
+from tiny_models import tiny_decoder
+
+from qtts.core.engine.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder_windows import bucket_shapes, decode_bucketed
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+LENGTHS = (299, 300, 301, 325, 600, 40, 7)
+# fp32 without TF32; a graph may pick other kernels than the eager run (cuDNN plans per stream).
+GRAPH_ATOL = 1e-5
+
+
+def test_graphs_on_the_vocoder_thread_replay_the_eager_audio():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        decoder = tiny_decoder().cuda()
+        gen = torch.Generator().manual_seed(0)
+        codes = [torch.randint(0, 64, (n, 16), generator=gen).cuda() for n in LENGTHS]
+        want = [a.cpu() for a in decode_bucketed(decoder, codes)]
+        graphed, got, errors, busy = GraphedVocoder(decoder), [], [], threading.Event()
+
+        def vocoder_thread():
+            try:
+                with torch.cuda.stream(torch.cuda.Stream()):
+                    for _ in range(2):  # first: eager + capture per shape; second: replays
+                        got.append([a.cpu() for a in decode_bucketed(decoder, codes, graphed)])
+            except Exception as e:  # noqa: BLE001 -- surfaced below, on the test's thread
+                errors.append(e)
+            finally:
+                busy.set()
+
+        worker = threading.Thread(target=vocoder_thread)
+        worker.start()
+        x = torch.randn(1024, 1024, device="cuda")
+        while not busy.is_set():  # the decode loop's stand-in: its own work and allocations
+            x = (x @ x).tanh()
+            torch.cuda.current_stream().synchronize()
+        worker.join()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    assert errors == [] and len(got) == 2
+    assert not graphed.eager, "a capture failed (see the log)"
+    assert set(graphed.graphs) <= bucket_shapes(len(LENGTHS)) and graphed.graphs
+    for run in got:
+        for i, (g, w) in enumerate(zip(run, want, strict=True)):
+            torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL, msg=f"row {i}")

@@ -1,0 +1,147 @@
+"""The speech decoder's graphs (qtts.core.engine.vocoder_graphs), driven on CPU by a backend that
+stands in for CUDA graphs: each window shape runs eagerly once before its capture, one graph per
+shape, replays read the static codes and their audio is copied out before the next replay (the
+audio equals the eager decode), and a failed capture falls back to eager with one warning, while
+out of memory drops the graphs and raises for the synthesizer's retry."""
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tiny_models import fast_tiny_decode, tiny_decoder
+
+from qtts.core.engine import vocoder_graphs
+from qtts.core.engine.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder_windows import bucket_shapes, decode_bucketed
+
+SMALL = dict(chunk=12, context=3, step=3)  # windows of 3 .. 15 frames: many shapes, little audio
+LENGTHS = (30, 31, 12, 4, 40, 2, 13)  # 7 rows: pieces of 4, 2, 1; windows of every kind
+# The same eager ops on the same inputs, read back from a buffer: equal, but a named tolerance
+# all the same (a real graph may pick other kernels than the eager run).
+GRAPH_ATOL = 1e-6
+
+
+class Recording:
+    """Capture = remember the window function; replay = run it (on the static buffers, as a CUDA
+    graph would). Logs ("capture" | "replay", shape) and can fail the n-th capture."""
+
+    def __init__(self, fail_at: int | None = None, error: Exception | None = None):
+        self.log, self.fail_at, self.error = [], fail_at, error
+
+    def capture(self, window, key):
+        if sum(kind == "capture" for kind, _ in self.log) == self.fail_at:
+            raise self.error
+        self.log.append(("capture", key))
+        return SimpleNamespace(replay=lambda: (self.log.append(("replay", key)), window(key)))
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    return tiny_decoder(seed=3)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tiny_decode():
+    with fast_tiny_decode():
+        yield
+
+
+def _codes(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 64, (n, 16), generator=gen) for n in LENGTHS]
+
+
+def _eager_calls(decoder, log):
+    """Log ("eager", shape) for every call of the decoder module itself."""
+    return decoder.register_forward_pre_hook(
+        lambda _, args: log.append(("eager", (args[0].shape[0], args[0].shape[2])))
+    )
+
+
+def test_each_shape_warms_up_once_then_replays_and_audio_equals_eager(decoder):
+    codes = _codes()
+    want = decode_bucketed(decoder, codes, **SMALL)
+    backend = Recording()
+    graphed = GraphedVocoder(decoder, backend, max_frames=15)
+    hook = _eager_calls(decoder, backend.log)
+    try:
+        first = decode_bucketed(decoder, codes, graphed, **SMALL)
+        mark = len(backend.log)
+        again = decode_bucketed(decoder, _codes(), graphed, **SMALL)  # every shape replays
+    finally:
+        hook.remove()
+    for got in (first, again):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL, msg=f"row {i}")
+    captures = [key for kind, key in backend.log if kind == "capture"]
+    assert len(captures) == len(set(captures)) and set(captures) <= bucket_shapes(8, **SMALL)
+    for key in captures:  # the shape's own eager call comes right before its capture
+        at = backend.log.index(("capture", key))
+        assert backend.log[at - 1] == ("eager", key)
+    replays = [key for kind, key in backend.log if kind == "replay"]
+    assert set(replays) == set(captures)
+    # Replays of one shape back to back (the same static audio): each copied out in time.
+    assert any(a == b for a, b in zip(replays, replays[1:], strict=False))
+    # The second decode only replays (the decoder's calls there are the replays' own).
+    assert all(kind != "capture" for kind, _ in backend.log[mark:])
+
+
+def test_replay_reads_the_static_codes(decoder):
+    """A replay decodes what was copied into the static buffer, not what the capture saw."""
+    graphed = GraphedVocoder(decoder, Recording(), max_frames=15)
+    a, b = (torch.randint(0, 64, (2, 16, 6), generator=torch.Generator().manual_seed(s))
+            for s in (1, 2))  # fmt: skip
+    with torch.inference_mode():
+        graphed(a)  # eager, then captured
+        got = graphed(b).clone()  # replayed
+        torch.testing.assert_close(got, decoder(b), rtol=0, atol=GRAPH_ATOL)
+
+
+def test_a_failed_capture_logs_once_and_decodes_eagerly_from_then_on(decoder, caplog):
+    backend = Recording(fail_at=1, error=RuntimeError("capture_end: operation not permitted"))
+    graphed = GraphedVocoder(decoder, backend, max_frames=15)
+    want = decode_bucketed(decoder, _codes(), **SMALL)
+    with caplog.at_level(logging.WARNING, logger="qtts"):
+        got = decode_bucketed(decoder, _codes(), graphed, **SMALL)
+        decode_bucketed(decoder, _codes(), graphed, **SMALL)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL)
+    warnings = [r for r in caplog.records if "vocoder CUDA graph" in r.getMessage()]
+    assert len(warnings) == 1 and "without graphs" in warnings[0].getMessage()
+    assert graphed.eager and graphed.graphs == {} and graphed.static_audio is None
+    assert sum(kind == "capture" for kind, _ in backend.log) == 1  # never tried again
+
+
+def test_out_of_memory_in_a_capture_drops_the_graphs_and_raises(decoder):
+    error = RuntimeError("CUDA error: out of memory")
+    graphed = GraphedVocoder(decoder, Recording(fail_at=1, error=error), max_frames=15)
+    with pytest.raises(torch.OutOfMemoryError, match="vocoder graph"):
+        decode_bucketed(decoder, _codes(), graphed, **SMALL)
+    assert graphed.graphs == {} and not graphed.eager  # the retry captures again, smaller
+
+
+def test_more_rows_than_ever_before_remake_the_static_buffers(decoder):
+    graphed = GraphedVocoder(decoder, Recording(), max_frames=15)
+    with torch.inference_mode():
+        graphed(torch.zeros(2, 16, 6, dtype=torch.long))
+        assert graphed.static_codes.shape == (2, 16, 15) and len(graphed.graphs) == 1
+        graphed(torch.zeros(4, 16, 3, dtype=torch.long))
+    assert graphed.static_codes.shape == (4, 16, 15) and list(graphed.graphs) == [(4, 3)]
+
+
+def test_on_cuda_the_backend_captures_thread_local_on_the_codes_device(decoder, monkeypatch):
+    """The default backend: CudaGraphs on the decoder's device, in "thread_local" mode so the
+    decode loop's thread is not stopped by the vocoder thread's capture (faked: no GPU here)."""
+    made = []
+
+    class FakeCudaGraphs(Recording):
+        def __init__(self, device, capture_error_mode):
+            super().__init__()
+            made.append((device, capture_error_mode))
+
+    monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
+    graphed = GraphedVocoder(decoder, max_frames=15)
+    with torch.inference_mode():
+        graphed(torch.zeros(1, 16, 3, dtype=torch.long))
+    assert made == [(torch.device("cpu"), "thread_local")]
