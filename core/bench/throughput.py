@@ -140,7 +140,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
         talker=params, subtalker=params, dtype=talker.codec_head.weight.dtype, device=dev,
         settings=settings,
     )  # fmt: skip
-    vocoder = GraphedVocoder(decoder) if settings.cuda_graphs else decoder  # as the synthesizer
+    vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}

@@ -167,16 +167,21 @@ def prefill_activation_bytes(
     return held + max(layers, draw)
 
 
+CODES_BYTES_PER_FRAME = 16 * 8  # a frame's 16 codebook codes, int64
+
+
 def vocoder_bytes(d: Dims, utterances: int, max_frames: int, graphs: bool = False) -> int:
     """Upper bound of one decode_bucketed call (qtts.core.engine.vocoder_windows) on
     `utterances` rows of up to max_frames: one window's activations per row (a window is at most
     chunk_frames long, and no longer than the row rounded up to its frame bucket), plus the whole
-    fp32 audio buffer. graphs (qtts.core.engine.vocoder_graphs): the graphs' pool holds a window's
-    activations beside the eager allocator's (a new shape runs eagerly once before its capture),
-    plus the static audio buffer of a full window per row."""
+    fp32 audio buffer. graphs (qtts.core.engine.vocoder_graphs): the graphs' pool, sized by the
+    largest window (captured first: a full window per row), beside the eager allocator's (a new
+    shape runs eagerly once before its capture), plus the static codes and audio of a full
+    window per row."""
     frames = bucket_frames(min(max_frames, d.chunk_frames), d.chunk_frames)
     stage = d.decoder_stage_elems * frames // d.chunk_frames
     window = VOCODER_LIVE_FACTOR * stage * d.decoder_bytes
     audio = max_frames * d.samples_per_frame * FP32
-    static = d.chunk_frames * d.samples_per_frame * d.decoder_bytes
-    return utterances * (window + audio + (window + static if graphs else 0))
+    pool = VOCODER_LIVE_FACTOR * d.decoder_stage_elems * d.decoder_bytes
+    static = d.chunk_frames * (d.samples_per_frame * d.decoder_bytes + CODES_BYTES_PER_FRAME)
+    return utterances * (window + audio + (pool + static if graphs else 0))

@@ -5,18 +5,20 @@ A window (qtts.core.engine.vocoder_windows) launches a few hundred kernels; repl
 they cost the GPU no launch gaps and the vocoder thread almost no Python, which it would
 otherwise take from the decode loop's thread (they share the interpreter). Shapes come from a
 fixed bucket set (at most 13 lengths x 5 row counts with the planner's 16 rows), so the graphs
-are few and captured lazily: a shape's first call runs eagerly (its warm-up, and its result is
-used), then its graph is captured. Every graph reads one static codes buffer and writes one
-static audio buffer (slices of them), as nano-vllm does, so the graphs share one memory pool and
-the buffers' size is one window of the largest row count.
+are few and captured lazily: a shape's first call runs eagerly on the capture stream, into the
+static buffers (its warm-up, and its result is used), then its graph is captured. Every graph
+reads one static codes buffer and writes one static audio buffer (slices of them), sized once
+for the plan's vocoder batch, so the graphs share one memory pool; the largest shape is
+captured first, so the pool is sized by it and smaller shapes reuse its blocks.
 
 The vocoder runs on a worker thread holding the synthesizer's device gate (core/synthesis/
 decode_overlap.py), so no decode-graph capture runs beside these; its captures are
-"thread_local" so the decode loop's own work and allocations on the main thread go on. A capture
-that fails for any reason but memory is logged once and the decoder runs eagerly from then on
-(speed, not the job); out of memory drops every graph and raises torch.OutOfMemoryError for the
-synthesizer's retry, which halves the rows per call. The eager twin is the decoder itself
-(`decode_bucketed` without graphs); CPU tests drive this class with a recording backend.
+"thread_local" so the decode loop's own work and allocations on the main thread go on. Graphs
+are speed, never the job: a capture that fails, out of memory included, is logged once, the
+graphs are dropped and the decoder runs eagerly from then on (the failing call's audio, made
+before its capture, stands). Out of memory in a window's eager run raises for the synthesizer's
+retry, which halves the rows per call. The eager twin is the decoder itself (`decode_bucketed`
+without graphs); CPU tests drive this class with a recording backend.
 """
 
 from __future__ import annotations
@@ -33,35 +35,50 @@ log = logging.getLogger("qtts")
 
 
 class GraphedVocoder:
-    """Callable like the decoder on a window: codes [rows, Q, frames] -> audio [rows, frames * up].
-    A replay returns a view of the static audio buffer, valid until the next call (the caller
-    copies it out, as decode_bucketed does)."""
+    """Callable like the decoder on a window: codes [rows, Q, frames] -> audio [rows, frames * up],
+    rows <= `rows` (the plan's vocoder batch). The result is a view of the static audio buffer,
+    valid until the next call (the caller copies it out, as decode_bucketed does)."""
 
-    def __init__(self, decoder: SpeechDecoder, backend=None,
+    def __init__(self, decoder: SpeechDecoder, rows: int, backend=None,
                  max_frames: int = CHUNK_FRAMES + LEFT_CONTEXT):  # fmt: skip
-        self.decoder, self.backend, self.max_frames = decoder, backend, max_frames
+        self.decoder, self.max_frames = decoder, max_frames
+        self.rows = max(1, rows)
+        self._given_backend = backend  # tests; None: a CudaGraphs (a fresh pool) per start
+        self.backend = None
         self.graphs: dict[tuple[int, int], object] = {}  # (rows, frames) -> graph
-        self.static_codes: torch.Tensor | None = None  # [R, Q, max_frames] int64
-        self.static_audio: torch.Tensor | None = None  # [R, max_frames * up], decoder dtype
+        self.static_codes: torch.Tensor | None = None  # [rows, Q, max_frames] int64
+        self.static_audio: torch.Tensor | None = None  # [rows, max_frames * up], decoder dtype
         self.eager = False  # a capture failed: no graphs from then on
+
+    def reserve(self, rows: int) -> None:
+        """Windows of up to `rows` rows from now on. Called with no vocoder work in flight (the
+        synthesizer does, between calls); a new size drops the graphs, their buffers and pool,
+        so the memory held is what the new plan counts."""
+        if max(1, rows) != self.rows:
+            self.drop()
+            self.rows = max(1, rows)
 
     def __call__(self, codes: torch.Tensor) -> torch.Tensor:
         if self.eager:
             return self.decoder(codes)
         rows, _, frames = codes.shape
+        if rows > self.rows or frames > self.max_frames:
+            raise ValueError(f"vocoder window {rows} x {frames} outside the reserved "
+                             f"{self.rows} x {self.max_frames}")  # fmt: skip
         graph = self.graphs.get((rows, frames))
         if graph is None:
-            audio = self.decoder(codes)  # this shape's warm-up, outside any capture
-            self._capture(rows, frames, audio)
-            return audio
+            return self._first_call(codes)
         self.static_codes[:rows, :, :frames].copy_(codes)
         graph.replay()
-        return self.static_audio[:rows, : frames * self.decoder.cfg.upsample]
+        return self._audio(rows, frames)
 
     def drop(self) -> None:
-        """Forget every graph and the static buffers (their pool is freed with them)."""
+        """Forget every graph, the static buffers and the backend (its pool goes with them)."""
         self.graphs.clear()
-        self.static_codes = self.static_audio = None
+        self.static_codes = self.static_audio = self.backend = None
+
+    def _audio(self, rows: int, frames: int) -> torch.Tensor:
+        return self.static_audio[:rows, : frames * self.decoder.cfg.upsample]
 
     def _window(self, key: tuple[int, int]) -> None:
         """What a graph replays: the decoder on the static codes, into the static audio."""
@@ -69,37 +86,57 @@ class GraphedVocoder:
         audio = self.decoder(self.static_codes[:rows, :, :frames])  # [rows, frames * up]
         self.static_audio[:rows, : audio.shape[1]].copy_(audio)
 
-    def _capture(self, rows: int, frames: int, like: torch.Tensor) -> None:
+    def _first_call(self, codes: torch.Tensor) -> torch.Tensor:
+        """The shape's eager run (on the capture stream, where lazy setup such as a cuBLAS
+        workspace then lives outside any graph's pool), then its capture. Before the first: the
+        buffers, and the largest shape warmed and captured, so that it sizes the pool."""
+        rows, _, frames = codes.shape
+        key = (rows, frames)
+        if self.backend is None:
+            try:
+                largest = self._start(codes.device)
+            except Exception as e:  # out of memory too: graphs need more than the eager run
+                self._give_up((self.rows, self.max_frames), e)
+                return self.decoder(codes)
+            if key == largest:
+                return self(codes)
         try:
-            self._buffers(rows, frames, like)
-            if self.backend is None:
-                device = self.static_codes.device
-                self.backend = CudaGraphs(device, capture_error_mode="thread_local")
-            self.graphs[(rows, frames)] = self.backend.capture(self._window, (rows, frames))
+            self.static_codes[:rows, :, :frames].copy_(codes)
+            self.backend.warmup(self._window, key, 1)
         except Exception as e:
             self.drop()
             if is_out_of_memory(e):
                 raise torch.OutOfMemoryError(
-                    f"out of memory capturing a vocoder graph ({rows} rows x {frames} frames): {e}"
+                    f"out of memory in a vocoder window ({rows} rows x {frames} frames): {e}"
                 ) from e
-            self.eager = True
-            log.warning(
-                "vocoder CUDA graph capture failed at %d rows x %d frames (%s); the speech "
-                "decoder runs without graphs from here on", rows, frames, e,
-            )  # fmt: skip
+            self._give_up(key, e)
+            return self.decoder(codes)
+        audio = self._audio(rows, frames)  # this call's result: kept alive if the capture fails
+        try:
+            self.graphs[key] = self.backend.capture(self._window, key)
+        except Exception as e:
+            self._give_up(key, e)
+        return audio
 
-    def _buffers(self, rows: int, frames: int, like: torch.Tensor) -> None:
-        """Static buffers for `rows` (rounded up to a power of two) on `like`'s device, audio in
-        its dtype; made larger only when a call needs more rows than any before, which drops the
-        graphs made over the old ones."""
-        if frames > self.max_frames:
-            raise ValueError(f"vocoder window of {frames} frames > {self.max_frames}")
-        if self.static_codes is not None and self.static_codes.shape[0] >= rows:
-            return
-        self.drop()
+    def _start(self, device: torch.device) -> tuple[int, int]:
+        """Static buffers for `rows` rows, a backend, and the largest shape warmed and captured
+        (its key returned)."""
         q, up = self.decoder.cfg.num_quantizers, self.decoder.cfg.upsample
-        capacity = 1 << (rows - 1).bit_length()
-        self.static_codes = torch.zeros(capacity, q, self.max_frames, dtype=torch.long,
-                                        device=like.device)  # fmt: skip
-        self.static_audio = torch.zeros(capacity, self.max_frames * up, dtype=like.dtype,
-                                        device=like.device)  # fmt: skip
+        dtype = next(self.decoder.parameters()).dtype  # the decoder's output dtype
+        self.static_codes = torch.zeros(self.rows, q, self.max_frames, dtype=torch.long,
+                                        device=device)  # fmt: skip
+        self.static_audio = torch.zeros(self.rows, self.max_frames * up, dtype=dtype,
+                                        device=device)  # fmt: skip
+        self.backend = self._given_backend or CudaGraphs(device, capture_error_mode="thread_local")
+        largest = (1 << (self.rows.bit_length() - 1), self.max_frames)
+        self.backend.warmup(self._window, largest, 1)
+        self.graphs[largest] = self.backend.capture(self._window, largest)
+        return largest
+
+    def _give_up(self, key: tuple[int, int], error: Exception) -> None:
+        self.drop()
+        self.eager = True
+        log.warning(
+            "vocoder CUDA graph capture failed at %d rows x %d frames (%s); the speech "
+            "decoder runs without graphs from here on", *key, error,
+        )  # fmt: skip

@@ -29,10 +29,13 @@ def overlapped(
     *,
     max_pending: int = 4,
     gate: AbstractContextManager | None = None,
+    stream: torch.cuda.Stream | None = None,
 ) -> Iterator[R]:
     """work(group) per group on one worker thread, overlapping the producer; results in order.
-    gate: held by the worker around each work(group) (a threading.Lock the producer shares)."""
-    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    gate: held by the worker around each work(group) (a threading.Lock the producer shares).
+    stream: the worker's CUDA stream (default: a new one on a CUDA device)."""
+    if stream is None and device.type == "cuda":
+        stream = torch.cuda.Stream(device)
     gate = gate if gate is not None else nullcontext()
 
     def work_on(group: G, ready: torch.cuda.Event | None) -> R:

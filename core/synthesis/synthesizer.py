@@ -77,7 +77,12 @@ class Synthesizer:
         self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
         # shape, captured on the vocoder thread); elsewhere the decoder runs eagerly.
-        self.vocoder = GraphedVocoder(decoder) if self.settings.cuda_graphs else decoder
+        self.vocoder = (
+            GraphedVocoder(decoder, NAIVE_BATCH) if self.settings.cuda_graphs else decoder
+        )
+        # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
+        # buffers outlive one synthesize call, so they must not belong to a recycled stream.
+        self.vocoder_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
         # Held by the vocoder thread while it works and by graph capture: no device work from
@@ -132,7 +137,8 @@ class Synthesizer:
             finished = self._engine(requests, tokens, options)
         # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
         work = lambda group: list(self._vocode(group))  # noqa: E731
-        for items in overlapped(finished, work, self.device, gate=self.device_gate):
+        for items in overlapped(finished, work, self.device, gate=self.device_gate,
+                                stream=self.vocoder_stream):  # fmt: skip
             yield from items
 
     def _within_positions(self, requests, tokens):
@@ -198,6 +204,8 @@ class Synthesizer:
         plan = self.plan(requests, tokens)
         log.info(plan.summary())
         self.vocoder_batch = plan.vocoder_batch
+        if self.vocoder is not self.decoder:  # no vocoder work in flight before the first group
+            self.vocoder.reserve(plan.vocoder_batch)
         cap = plan.slots
         for group in plan.groups:
             pending = set(group.rows)
@@ -215,7 +223,10 @@ class Synthesizer:
                     log.warning("out of memory: retrying the unfinished rows with %d slots", cap)
                 else:
                     continue
-                _empty_cache(self.device)  # outside the except: its traceback pins the pass
+                # Outside the except (its traceback pins the pass), and under the gate: freeing
+                # cached blocks while the vocoder thread captures a graph is an error.
+                with self.device_gate:
+                    _empty_cache(self.device)
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
         from qtts.core.engine.build import EngineShape, build_engine

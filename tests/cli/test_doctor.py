@@ -93,9 +93,9 @@ def test_the_gpu_halves_of_the_agreement_checks_run_on_cpu_when_asked():
     assert bf16.figures["all"]["sites"] > 0 and bf16.figures["all"]["worst_logit_rel_diff"] > 0
 
 
-def test_the_vocoder_window_replays_a_graph_where_graphs_run(monkeypatch):
-    """The GPU branch of the vocoder window check on CPU: the window goes through the vocoder's
-    graphs (a recording stand-in for CUDA graphs) and is timed on its replay."""
+def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):
+    """The GPU branch of the vocoder window check on CPU, through a recording stand-in for CUDA
+    graphs (or one whose captures fail): (the check's result, the shapes replayed)."""
     from types import SimpleNamespace
 
     import torch
@@ -111,7 +111,12 @@ def test_the_vocoder_window_replays_a_graph_where_graphs_run(monkeypatch):
         def __init__(self, device, capture_error_mode):
             pass
 
+        def warmup(self, window, key, steps):
+            window(key)
+
         def capture(self, window, key):
+            if fail:
+                raise RuntimeError("operation not permitted when stream is capturing")
             return SimpleNamespace(replay=lambda: (replays.append(key), window(key)))
 
     monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
@@ -121,7 +126,18 @@ def test_the_vocoder_window_replays_a_graph_where_graphs_run(monkeypatch):
     run.measured["models"] = (None, None, tiny_decoder())
     run.measured["spec"] = DeviceSpec("a stand-in", bandwidth=1e10, flops=1e11)
     with fast_tiny_decode():
-        result = check.vocoder_window(run)
+        return check.vocoder_window(run), replays
+
+
+def test_the_vocoder_window_replays_a_graph_where_graphs_run(monkeypatch):
+    result, replays = _vocoder_window_with_fake_graphs(monkeypatch, fail=False)
     assert result.status == "ok" and result.figures["path"] == "graph replay", result.detail
-    assert replays == [(1, 325)]  # CPU: one timed call after the warm-up and capture
+    # The reserved shape is captured first, so even the first call replays; then the timed one.
+    assert replays == [(1, 325), (1, 325)]
+
+
+def test_a_vocoder_graph_that_fails_to_capture_fails_the_check(monkeypatch):
+    result, replays = _vocoder_window_with_fake_graphs(monkeypatch, fail=True)
+    assert result.status == "failed" and "capture failed" in result.detail, result.detail
+    assert result.figures["path"] == "eager" and replays == []
     assert 0 < result.figures["fraction"] and result.figures["bound_by"] in ("memory", "compute")

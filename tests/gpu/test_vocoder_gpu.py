@@ -32,7 +32,12 @@ def test_graphs_on_the_vocoder_thread_replay_the_eager_audio():
         gen = torch.Generator().manual_seed(0)
         codes = [torch.randint(0, 64, (n, 16), generator=gen).cuda() for n in LENGTHS]
         want = [a.cpu() for a in decode_bucketed(decoder, codes)]
-        graphed, got, errors, busy = GraphedVocoder(decoder), [], [], threading.Event()
+        graphed, got, errors, busy = (
+            GraphedVocoder(decoder, len(LENGTHS)),
+            [],
+            [],
+            threading.Event(),
+        )
 
         def vocoder_thread():
             try:

@@ -1,8 +1,10 @@
 """The speech decoder's graphs (qtts.core.engine.vocoder_graphs), driven on CPU by a backend that
-stands in for CUDA graphs: each window shape runs eagerly once before its capture, one graph per
-shape, replays read the static codes and their audio is copied out before the next replay (the
-audio equals the eager decode), and a failed capture falls back to eager with one warning, while
-out of memory drops the graphs and raises for the synthesizer's retry."""
+stands in for CUDA graphs: the largest shape is captured first, each window shape runs eagerly
+once (its warm-up) right before its capture, one graph per shape, replays read the static codes
+and their audio is copied out before the next replay (the audio equals the eager decode); a
+failed capture, out of memory included, falls back to eager with one warning and keeps the
+call's audio, while out of memory in an eager run drops the graphs and raises for the
+synthesizer's retry."""
 
 import logging
 from types import SimpleNamespace
@@ -26,8 +28,17 @@ class Recording:
     """Capture = remember the window function; replay = run it (on the static buffers, as a CUDA
     graph would). Logs ("capture" | "replay", shape) and can fail the n-th capture."""
 
-    def __init__(self, fail_at: int | None = None, error: Exception | None = None):
+    def __init__(self, fail_at: int | None = None, error: Exception | None = None,
+                 fail_warmup_at: int | None = None):  # fmt: skip
         self.log, self.fail_at, self.error = [], fail_at, error
+        self.fail_warmup_at, self.warmups = fail_warmup_at, 0
+
+    def warmup(self, window, key, steps):
+        self.warmups += 1
+        if self.warmups - 1 == self.fail_warmup_at:
+            raise self.error
+        for _ in range(steps):
+            window(key)
 
     def capture(self, window, key):
         if sum(kind == "capture" for kind, _ in self.log) == self.fail_at:
@@ -63,7 +74,7 @@ def test_each_shape_warms_up_once_then_replays_and_audio_equals_eager(decoder):
     codes = _codes()
     want = decode_bucketed(decoder, codes, **SMALL)
     backend = Recording()
-    graphed = GraphedVocoder(decoder, backend, max_frames=15)
+    graphed = GraphedVocoder(decoder, len(LENGTHS), backend, max_frames=15)
     hook = _eager_calls(decoder, backend.log)
     try:
         first = decode_bucketed(decoder, codes, graphed, **SMALL)
@@ -75,12 +86,13 @@ def test_each_shape_warms_up_once_then_replays_and_audio_equals_eager(decoder):
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL, msg=f"row {i}")
     captures = [key for kind, key in backend.log if kind == "capture"]
-    assert len(captures) == len(set(captures)) and set(captures) <= bucket_shapes(8, **SMALL)
+    assert captures[0] == (4, 15)  # the largest shape first: it sizes the pool
+    assert len(captures) == len(set(captures)) and set(captures) <= bucket_shapes(7, **SMALL)
     for key in captures:  # the shape's own eager call comes right before its capture
         at = backend.log.index(("capture", key))
         assert backend.log[at - 1] == ("eager", key)
     replays = [key for kind, key in backend.log if kind == "replay"]
-    assert set(replays) == set(captures)
+    assert set(replays) | {(4, 15)} == set(captures)
     # Replays of one shape back to back (the same static audio): each copied out in time.
     assert any(a == b for a, b in zip(replays, replays[1:], strict=False))
     # The second decode only replays (the decoder's calls there are the replays' own).
@@ -89,7 +101,7 @@ def test_each_shape_warms_up_once_then_replays_and_audio_equals_eager(decoder):
 
 def test_replay_reads_the_static_codes(decoder):
     """A replay decodes what was copied into the static buffer, not what the capture saw."""
-    graphed = GraphedVocoder(decoder, Recording(), max_frames=15)
+    graphed = GraphedVocoder(decoder, 2, Recording(), max_frames=15)
     a, b = (torch.randint(0, 64, (2, 16, 6), generator=torch.Generator().manual_seed(s))
             for s in (1, 2))  # fmt: skip
     with torch.inference_mode():
@@ -100,7 +112,7 @@ def test_replay_reads_the_static_codes(decoder):
 
 def test_a_failed_capture_logs_once_and_decodes_eagerly_from_then_on(decoder, caplog):
     backend = Recording(fail_at=1, error=RuntimeError("capture_end: operation not permitted"))
-    graphed = GraphedVocoder(decoder, backend, max_frames=15)
+    graphed = GraphedVocoder(decoder, len(LENGTHS), backend, max_frames=15)
     want = decode_bucketed(decoder, _codes(), **SMALL)
     with caplog.at_level(logging.WARNING, logger="qtts"):
         got = decode_bucketed(decoder, _codes(), graphed, **SMALL)
@@ -113,21 +125,46 @@ def test_a_failed_capture_logs_once_and_decodes_eagerly_from_then_on(decoder, ca
     assert sum(kind == "capture" for kind, _ in backend.log) == 1  # never tried again
 
 
-def test_out_of_memory_in_a_capture_drops_the_graphs_and_raises(decoder):
+def test_out_of_memory_in_a_capture_keeps_the_audio_and_goes_eager(decoder, caplog):
+    """Graphs are speed: a capture that runs out of memory costs them, not the window's audio
+    (computed before the capture) and not the job."""
     error = RuntimeError("CUDA error: out of memory")
-    graphed = GraphedVocoder(decoder, Recording(fail_at=1, error=error), max_frames=15)
-    with pytest.raises(torch.OutOfMemoryError, match="vocoder graph"):
+    graphed = GraphedVocoder(decoder, len(LENGTHS), Recording(fail_at=1, error=error),
+                             max_frames=15)  # fmt: skip
+    want = decode_bucketed(decoder, _codes(), **SMALL)
+    with caplog.at_level(logging.WARNING, logger="qtts"):
+        got = decode_bucketed(decoder, _codes(), graphed, **SMALL)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL)
+    assert graphed.eager and graphed.graphs == {}
+    assert sum("vocoder CUDA graph" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_out_of_memory_in_an_eager_run_drops_the_graphs_and_raises(decoder):
+    error = RuntimeError("CUDA error: out of memory")
+    backend = Recording(error=error, fail_warmup_at=1)  # the largest shape's warm-up passes
+    graphed = GraphedVocoder(decoder, len(LENGTHS), backend, max_frames=15)
+    with pytest.raises(torch.OutOfMemoryError, match="vocoder window"):
         decode_bucketed(decoder, _codes(), graphed, **SMALL)
-    assert graphed.graphs == {} and not graphed.eager  # the retry captures again, smaller
+    assert graphed.graphs == {} and graphed.backend is None and not graphed.eager
 
 
-def test_more_rows_than_ever_before_remake_the_static_buffers(decoder):
-    graphed = GraphedVocoder(decoder, Recording(), max_frames=15)
+def test_a_new_reservation_drops_the_graphs_and_more_rows_are_refused(decoder):
+    graphed = GraphedVocoder(decoder, 2, Recording(), max_frames=15)
     with torch.inference_mode():
         graphed(torch.zeros(2, 16, 6, dtype=torch.long))
-        assert graphed.static_codes.shape == (2, 16, 15) and len(graphed.graphs) == 1
+        assert graphed.static_codes.shape == (2, 16, 15) and set(graphed.graphs) == {
+            (2, 15),
+            (2, 6),
+        }
+        with pytest.raises(ValueError, match="outside the reserved 2 x 15"):
+            graphed(torch.zeros(4, 16, 3, dtype=torch.long))
+        graphed.reserve(2)  # the same plan: the graphs stay
+        assert len(graphed.graphs) == 2
+        graphed.reserve(4)  # a new plan: buffers, graphs and pool go (a fresh pool next)
+        assert graphed.graphs == {} and graphed.static_codes is None and graphed.backend is None
         graphed(torch.zeros(4, 16, 3, dtype=torch.long))
-    assert graphed.static_codes.shape == (4, 16, 15) and list(graphed.graphs) == [(4, 3)]
+    assert graphed.static_codes.shape == (4, 16, 15) and set(graphed.graphs) == {(4, 15), (4, 3)}
 
 
 def test_on_cuda_the_backend_captures_thread_local_on_the_codes_device(decoder, monkeypatch):
@@ -141,7 +178,7 @@ def test_on_cuda_the_backend_captures_thread_local_on_the_codes_device(decoder, 
             made.append((device, capture_error_mode))
 
     monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
-    graphed = GraphedVocoder(decoder, max_frames=15)
+    graphed = GraphedVocoder(decoder, 1, max_frames=15)
     with torch.inference_mode():
         graphed(torch.zeros(1, 16, 3, dtype=torch.long))
     assert made == [(torch.device("cpu"), "thread_local")]

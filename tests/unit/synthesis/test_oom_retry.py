@@ -79,6 +79,21 @@ def test_oom_in_the_engine_halves_slots_and_reruns_only_the_unfinished(
     assert len(prefilled) < 3 * 8
 
 
+def test_the_retry_frees_cached_memory_only_under_the_device_gate(synth, monkeypatch):
+    """Freeing the allocator's cached blocks while the vocoder thread captures a graph is an
+    error on CUDA: the engine's retry takes the gate the vocoder holds while it works."""
+    from qtts.core.synthesis import synthesizer as module
+
+    text_model, s = synth
+    gate_held = []
+    monkeypatch.setattr(
+        module, "_empty_cache", lambda device: gate_held.append(s.device_gate.locked())
+    )
+    monkeypatch.setattr(Engine, "prefill", _once_per_pass(Engine.prefill, 4))
+    _run(text_model, s)
+    assert gate_held and all(gate_held)
+
+
 def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(synth, monkeypatch):
     """Equal budgets: all 8 rows finish at the same step and reach the vocoder together."""
     from qtts.core.synthesis import synthesizer as module
