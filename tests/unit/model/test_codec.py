@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import TINY_DECODER, tiny_decoder
 
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 from qtts.core.model.codec_modules import Codebook
@@ -31,20 +32,6 @@ REAL_DECODER_CONFIG = {  # the published speech_tokenizer/config.json decoder_co
     "decoder_dim": 1536,
 }
 
-TINY_DECODER_CONFIG = {
-    "codebook_size": 64,
-    "codebook_dim": 8,
-    "hidden_size": 8,
-    "latent_dim": 8,
-    "head_dim": 4,
-    "intermediate_size": 16,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "num_hidden_layers": 1,
-    "sliding_window": 6,
-    "decoder_dim": 16,
-}
-
 
 def _config(decoder: dict, **top) -> dict:
     return {"model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": dict(decoder), **top}
@@ -52,17 +39,7 @@ def _config(decoder: dict, **top) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny() -> SpeechDecoder:
-    torch.manual_seed(0)
-    model = SpeechDecoder(SpeechDecoderConfig.from_dict(_config(TINY_DECODER_CONFIG))).eval()
-    with torch.no_grad():  # default init is degenerate (zero codebooks): draw lively weights
-        for name, p in model.named_parameters():
-            if name.endswith("embedding_sum"):
-                p.normal_()
-            elif p.dim() >= 2:
-                p.normal_(std=0.6 / p[0].numel() ** 0.5)
-            else:
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn_like(p))
-    return model
+    return tiny_decoder(seed=0)  # lively weights: the default init has zero codebooks
 
 
 def _codes(frames: int, seed: int) -> torch.Tensor:  # [T, Q]
@@ -157,7 +134,7 @@ def test_codebook_normalises_by_clamped_usage():
 
 
 def test_attention_window_covers_exactly_window_keys():
-    cfg = SpeechDecoderConfig.from_dict(_config(TINY_DECODER_CONFIG))
+    cfg = SpeechDecoderConfig.from_dict(_config(TINY_DECODER))
     torch.manual_seed(1)
     block = CodecTransformer(cfg.transformer).eval()  # one layer, window 6
     x = torch.randn(1, 20, 8)  # [B, T, latent]
