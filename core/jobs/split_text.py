@@ -38,6 +38,7 @@ _SENTENCE_END = re.compile(
 _CLAUSE_END = re.compile(rf"(?:[，、：﹐﹑،؛—]+|[,;:]+(?=[{_CLOSERS}]*\s))[{_CLOSERS}]*")
 _TITLES = {"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "vs", "fig", "e.g", "i.e"}
 _WORD = re.compile(r"\S+")
+_ALNUM = re.compile(r"[^\W_]")  # exactly str.isalnum(): \w is alphanumerics and "_"
 # Small kana, the prolonged-sound and iteration marks: they belong to the character before.
 _SMALL_KANA = set(
     "ぁぃぅぇぉっゃゅょゎゕゖァィゥェォッャュョヮヵヶㇰㇱㇲㇳㇴㇵㇶㇷㇸㇹㇺㇻㇼㇽㇾㇿー々ゝゞヽヾ"
@@ -156,10 +157,10 @@ def _merge_wordless(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
     first one, the span after): the model is never asked to speak "." alone."""
     out: list[tuple[int, int]] = []
     for a, b in spans:
-        wordless = not any(ch.isalnum() for ch in text[a:b])
+        wordless = _ALNUM.search(text, a, b) is None
         if out and wordless:
             out[-1] = (out[-1][0], b)
-        elif out and not any(ch.isalnum() for ch in text[out[-1][0] : out[-1][1]]):
+        elif out and _ALNUM.search(text, *out[-1]) is None:
             out[-1] = (out[-1][0], b)
         else:
             out.append((a, b))
