@@ -4,7 +4,8 @@
     qtts synth lines.txt --model /tmp/tiny-cv --speaker vivian --max-new-tokens 20 --out-dir out
 
 The audio is noise (random weights); the files, shapes and token ids are those of a real checkpoint.
-`--preset small` (or dims like `--hidden 256 --layers 4`) gives a model for CPU speed tests.
+`--preset small` (or dims like `--hidden 256 --layers 4`) gives a model for CPU speed tests;
+`--size 0.6b --preset 0.6b` the published shapes (random weights) for side-by-side speed runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="1.7b",
         help="the layout of: 1.7b (predictor narrower than the talker), 0.6b (equal widths)",
     )
-    p.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    p.add_argument(
+        "--preset",
+        choices=["tiny", "small", "0.6b", "1.7b"],
+        default="tiny",
+        help="dims: tiny, small (CPU speed tests), or the published 0.6b / 1.7b shapes (with the "
+        "same --size; about 2 / 7 GB of random weights)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--dtype",

@@ -3,10 +3,16 @@ subprocess CLI runs. tests/ is on sys.path (rootdir conftest), so tests `import 
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
 from fakes import fake_env, qtts_cmd
+
+# `--dtype auto` on a CPU picks bf16 where the CPU multiplies it natively; the suite pins float32
+# so that what it asserts does not depend on the CI machine's CPU (the tests of the choice itself
+# set this knob or pass the flags). Subprocess runs inherit it.
+os.environ["QTTS_CPU_BF16"] = "0"
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from qtts.core.errors import UsageError
+from qtts.core.model.cpu_precision import read_bf16_knob
 
 SAMPLERS = ("auto", "torch", "triton")
 # How a decode step runs a decoder layer (core/engine/layer_path.py): the model's own modules,
@@ -34,6 +35,7 @@ class Knobs:
     layer_path: str | None  # QTTS_LAYER_PATH; None: the device's default
     sampler: str  # QTTS_SAMPLER: "auto" unless forced
     generator: str  # QTTS_GENERATOR: the engine, or the naive yardstick
+    cpu_bf16: str  # QTTS_CPU_BF16: what --dtype auto means on a CPU (core/model/cpu_precision.py)
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -45,6 +47,7 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         layer_path=_pick(env, "QTTS_LAYER_PATH", LAYER_PATHS, None),
         sampler=_pick(env, "QTTS_SAMPLER", SAMPLERS, "auto"),
         generator=_pick(env, "QTTS_GENERATOR", GENERATORS, "engine"),
+        cpu_bf16=read_bf16_knob(env),
     )
 
 

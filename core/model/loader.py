@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from qtts.core.model.cpu_precision import auto_cpu_precision
 from qtts.core.model.hub import ModelLoadError, check_layout, one_line, resolve_model_dir
 
 __all__ = [
@@ -212,10 +213,14 @@ def use_device(device: torch.device) -> None:
 
 
 def parse_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`--dtype`: auto (bfloat16 on CUDA, float32 elsewhere), float32, bfloat16, float16."""
+    """`--dtype`: auto (bfloat16 on CUDA; on a CPU bfloat16 where it multiplies bf16 natively,
+    else float32: core/model/cpu_precision.py), float32, bfloat16, float16."""
     text = name.strip().lower()
     if text == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        kind = torch.device(device).type
+        if kind == "cpu":
+            return _DTYPES[auto_cpu_precision().dtype]
+        return torch.bfloat16 if kind == "cuda" else torch.float32
     if text not in _DTYPES:
         raise ValueError(f"--dtype {name!r}: use auto, float32, bfloat16 or float16")
     return _DTYPES[text]

@@ -44,12 +44,19 @@ def model_config(size: str) -> ModelConfig:
     })  # fmt: skip
 
 
-def decoder_config(size: str) -> SpeechDecoderConfig:
+def decoder_dict(size: str) -> dict:
+    """speech_tokenizer/config.json's "decoder_config" at `size`: the published decoder for 0.6b
+    and 1.7b (they share one; attention 16 heads x 64 wide over a 512-wide stream), tiny for small.
+    """
     d = SIZES[size]
     real = size in ("0.6b", "1.7b")
-    return SpeechDecoderConfig.from_dict({"decoder_config": {
+    return {
         "codebook_dim": 512 if real else 32, "latent_dim": d["latent"], "decoder_dim": d["dec"],
         "hidden_size": 512 if real else 32, "intermediate_size": 1024 if real else 64,
         "num_attention_heads": 16 if real else 2, "num_key_value_heads": 16 if real else 2,
-        "num_hidden_layers": d["dec_layers"],
-    }})  # fmt: skip
+        "head_dim": 64 if real else 16, "num_hidden_layers": d["dec_layers"],
+    }  # fmt: skip
+
+
+def decoder_config(size: str) -> SpeechDecoderConfig:
+    return SpeechDecoderConfig.from_dict({"decoder_config": decoder_dict(size)})

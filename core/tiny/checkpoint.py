@@ -23,6 +23,7 @@ from torch import nn
 
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
+from qtts.core.model.sizes import SIZES, decoder_dict
 from qtts.core.model.talker import build_model
 from qtts.core.tiny.tokenizer import write_tiny_tokenizer
 
@@ -97,6 +98,22 @@ PRESETS = {
                       text_hidden=256, predictor_layers=5, predictor_heads=4,
                       predictor_kv_heads=2, predictor_head_dim=32, predictor_intermediate=384),
 }  # fmt: skip
+
+
+def _published_dims(size: str) -> TinyDims:
+    """The published talker and code predictor at `size` ("0.6b" | "1.7b"): random weights of the
+    real shapes, for CPU speed comparisons (only the text vocabulary stays the tiny tokenizer's)."""
+    d = SIZES[size]
+    return TinyDims(hidden=d["hidden"], layers=d["layers"], heads=d["heads"], kv_heads=d["kv"],
+                    head_dim=128, intermediate=d["inter"], text_hidden=d["text"],
+                    predictor_hidden=d["cp"], predictor_layers=d["cp_layers"],
+                    predictor_heads=d["heads"], predictor_kv_heads=d["kv"], predictor_head_dim=128,
+                    predictor_intermediate=3 * d["cp"])  # fmt: skip
+
+
+PRESETS.update({size: _published_dims(size) for size in ("0.6b", "1.7b")})
+# The presets with the published speech decoder (the others keep the tiny one).
+PRESET_DECODERS = {size: decoder_dict(size) for size in ("0.6b", "1.7b")}
 
 
 def resolve_dims(size: str, base: TinyDims | None = None, **overrides: int) -> TinyDims:
@@ -318,8 +335,9 @@ def make_tiny_checkpoint(
 ) -> Path:
     """Write a complete checkpoint dir (random weights, deterministic for `seed`); return it.
 
-    `dims` override TinyDims fields (e.g. hidden=256, layers=4); `dtype` is the talker weights'
-    storage dtype (the speech tokenizer is fp32, as published); `greedy` writes a
+    `dims` override TinyDims fields (e.g. hidden=256, layers=4); preset "0.6b" or "1.7b" (with
+    the matching `size`) gives the published shapes, speech decoder included; `dtype` is the
+    talker weights' storage dtype (the speech tokenizer is fp32, as published); `greedy` writes a
     generation_config.json with do_sample and subtalker_dosample false.
     """
     if model_type not in ("custom_voice", "voice_design"):  # before anything is written
@@ -333,7 +351,9 @@ def make_tiny_checkpoint(
     (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
     ids = write_tiny_tokenizer(out)
     config = model_config(resolved, model_type, size, ids)
-    st_config = speech_tokenizer_config(decoder_overrides)
+    st_config = speech_tokenizer_config(
+        {**PRESET_DECODERS.get(preset, {}), **(decoder_overrides or {})}
+    )
     # Built on the CPU for names and shapes only (the draw makes the tensors): at these sizes it
     # is cheaper than the meta device, whose nn.Embedding init imports torch._dynamo (~4 s).
     model = build_model(ModelConfig.from_dict(config))

