@@ -122,16 +122,19 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
         roofline_fraction,
         run_one,
     )
+    from qtts.core.engine.cpu_runtime import describe_cpu_budget
     from qtts.core.model.loader import parse_device, parse_dtype, use_device
     from qtts.core.synthesis.memory_plan import MemoryPlanError
 
     dev = parse_device(device)
     use_device(dev)
     dt = parse_dtype(dtype, dev)
+    if dev.type == "cpu":  # the job's thread budget, set before anything is measured
+        typer.echo(f"cpu: {describe_cpu_budget()}; dtype {str(dt).removeprefix('torch.')}")
     config, model, decoder = random_models(size, dev, dt)
     spec = measure(dev, dt)  # the roofline's device: this machine, measured
     typer.echo(f"roofline device: {spec.name}")
-    fast = fast_mode(dev)
+    fast = fast_mode(dev, dt)
     modes = [fast] + (["eager"] if compare and fast != "module" else [])  # module: eager already
     rows = []
     typer.echo(f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
@@ -160,6 +163,8 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
             typer.echo(
                 "      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items())
             )
+            typer.echo(f"      vocoder: {r.vocoder_s_per_audio_s:.3f} s per audio-s, "
+                       f"{r.vocoder_padding:.1%} frames of bucket padding")  # fmt: skip
             typer.echo(_step_line(r.step_ms))
             by_mode[r.mode] = r.row()
             rows.append(r.row())
@@ -190,6 +195,12 @@ def _machine(device: str) -> dict:
 
     info = {"python": platform.python_version(), "torch": torch.__version__,
             "cpu_threads": torch.get_num_threads()}  # fmt: skip
+    if device == "cpu" or not torch.cuda.is_available():
+        from qtts.core.engine.cpu_runtime import cpu_budget
+
+        budget = cpu_budget()
+        info["cpu_budget"] = {"policy": budget.policy, "threads": budget.threads,
+                              "vocoder_thread": budget.vocoder_thread}  # fmt: skip
     if torch.cuda.is_available() and device != "cpu":
         info["gpu"] = torch.cuda.get_device_name()
     return info

@@ -252,7 +252,15 @@ Device = Annotated[
     ),
 ]
 DtypeOpt = Annotated[
-    Dtype, _opt("--dtype", panel=ENGINE_PANEL, help=("auto: bfloat16 on CUDA, float32 on CPU."))
+    Dtype,
+    _opt(
+        "--dtype",
+        panel=ENGINE_PANEL,
+        help=(
+            "auto: bfloat16 on CUDA; on a CPU bfloat16 where it has native bf16 (AMX or "
+            "AVX512-BF16), else float32, and the out dir keeps what its first run picked."
+        ),
+    ),
 ]
 BatchSize = Annotated[
     str,

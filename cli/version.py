@@ -1,6 +1,6 @@
 """`qtts --version`: qtts and what it runs on (torch, CUDA, Triton, the other libraries that
-shape results, the device found), so a bug report or a first GPU run says what it ran on.
-Imports torch only when asked."""
+shape results, the device found, what --dtype auto picks on this CPU), so a bug report or a
+first GPU run says what it ran on. Imports torch only when asked."""
 
 from __future__ import annotations
 
@@ -26,4 +26,17 @@ def version_lines() -> list[str]:
     for dist in ("torch", "triton", "transformers", "pyarrow", "numpy", "ray"):
         lines.append(f"{dist} {installed_version(dist)}")
     lines.append(f"device {device_found()}")
+    lines.append(f"--dtype auto on this CPU: {cpu_auto()}")
     return lines
+
+
+def cpu_auto() -> str:
+    """What --dtype auto picks on this CPU and why (an out dir keeps what its first run picked)."""
+    from qtts.core.errors import UsageError
+    from qtts.core.model.cpu_precision import auto_cpu_precision
+
+    try:
+        auto = auto_cpu_precision()
+    except UsageError as e:  # a bad QTTS_CPU_BF16: --version still answers
+        return f"unknown ({e})"
+    return f"{auto.dtype} ({auto.reason})"

@@ -43,10 +43,10 @@ def gpu_path_settings(path: str) -> EngineSettings:
     return gpu_settings(**GPU_PATHS[path])
 
 
-def cpu_settings(**overrides) -> EngineSettings:
-    """The CPU defaults (environment ignored), checking every 2 steps with 16-position views so
-    that refills and view growth happen within a few frames."""
-    base = EngineSettings.for_device("cpu", env={})
+def cpu_settings(dtype: torch.dtype = torch.float32, **overrides) -> EngineSettings:
+    """The CPU defaults for `dtype` (environment ignored), checking every 2 steps with
+    16-position views so that refills and view growth happen within a few frames."""
+    base = EngineSettings.for_device("cpu", env={}, dtype=dtype)
     return replace(base, **{"check_every": 2, "view_bucket": 16, **overrides})
 
 
@@ -78,7 +78,7 @@ def engine(
     state = SlotState(config, slots, max_len, max_frames, max_trailing, talker=params,
                       subtalker=params, dtype=dtype, device=device)  # fmt: skip
     return Engine(model, config, state, pad_embedding(model.talker, config),
-                  settings or cpu_settings())  # fmt: skip
+                  settings or cpu_settings(dtype))  # fmt: skip
 
 
 def jobs(prompt_list, greedy: bool, budget0: int = 6, seed0: int = 100) -> list[EngineJob]:

@@ -84,12 +84,18 @@ class FakeTextModel:
     def count_text_tokens(self, texts) -> list[int]:
         return [len(t.split()) for t in texts]
 
-    def precision(self, device: str, dtype: str) -> str:
+    def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
+        """As the real one on a CPU: auto follows QTTS_CPU_BF16 (the suite sets 0)."""
         if device.startswith("cuda"):
             from qtts.core.errors import UsageError
 
             raise UsageError(f"--device {device}: CUDA is not available on this machine (fake)")
-        return f"cpu:{'float32' if dtype == 'auto' else dtype}"
+        if dtype != "auto":
+            return "cpu", dtype, ""
+        from qtts.core.model.cpu_precision import auto_cpu_precision
+
+        auto = auto_cpu_precision()
+        return "cpu", auto.dtype, auto.reason
 
     def memory_plan(self, requests, device, dtype, batch_size) -> str:
         return f"fake plan: {len(requests)} rows, batch {batch_size or 'auto'}"

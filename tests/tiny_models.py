@@ -107,3 +107,17 @@ def fast_tiny_decode():
     finally:
         torch.backends.mkldnn.enabled = saved[0]
         torch.set_num_threads(saved[1])
+
+
+def as_loaded_in_bf16(model):
+    """A copy of `model` as core/model/weights.py loads it in bf16: every weight bf16, the RoPE
+    tables (non-persistent buffers, computed at build) still fp32."""
+    import copy
+
+    from qtts.core.model.talker import RotaryEmbedding
+
+    model = copy.deepcopy(model).to(torch.bfloat16)
+    for m in model.modules():
+        if isinstance(m, RotaryEmbedding):
+            m.inv_freq = m.table("cpu")
+    return model

@@ -18,9 +18,10 @@ import torch
 
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
+from qtts.core.engine.cpu_runtime import apply_cpu_budget
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import decode_bucketed
+from qtts.core.engine.vocoder_windows import decode_bucketed, padding_waste
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
@@ -59,19 +60,20 @@ def random_models(size: str, device, dtype):
 MODES = ("graph", "packed", "fused", "module", "eager")
 
 
-def fast_mode(device) -> str:
-    """The path qtts batch takes on this device: what `qtts bench` measures by default."""
-    settings = EngineSettings.for_device(device)
+def fast_mode(device, dtype: torch.dtype = torch.float32) -> str:
+    """The path qtts batch takes on this device in this dtype: what `qtts bench` measures by
+    default."""
+    settings = EngineSettings.for_device(device, dtype=dtype)
     return "graph" if settings.cuda_graphs else settings.layer_path
 
 
-def mode_settings(mode: str, device) -> EngineSettings:
-    """qtts batch's settings for `device` (environment knobs included) for its fast mode, or the
-    eager twin: the module path without graphs."""
-    base = EngineSettings.for_device(device)
+def mode_settings(mode: str, device, dtype: torch.dtype = torch.float32) -> EngineSettings:
+    """qtts batch's settings for `device` and `dtype` (environment knobs included) for its fast
+    mode, or the eager twin: the module path without graphs."""
+    base = EngineSettings.for_device(device, dtype=dtype)
     if mode == "eager":
         return replace(base, cuda_graphs=False, layer_path="module")
-    if mode != fast_mode(device):
+    if mode != fast_mode(device, dtype):
         raise ValueError(f"mode {mode!r} does not run on {torch.device(device).type}")
     return base
 
@@ -94,6 +96,10 @@ class BenchResult:
     auto: bool = False  # the batch size came from the memory plan (--batch-sizes auto)
     view: int = 0  # KV view length the step was profiled at
     roofline: dict = field(default_factory=dict)  # the step's lower bound vs its measured time
+    # The vocoder's seconds per second of audio it made (its own clock, on its thread or inline),
+    # and the frames its window buckets padded on, as a share of the frames it had to decode.
+    vocoder_s_per_audio_s: float = 0.0
+    vocoder_padding: float = 0.0
 
     def row(self) -> dict:
         return asdict(self)
@@ -112,8 +118,9 @@ def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_l
 
     dev = torch.device(device)
     tokens = synthetic_tokens(0, config.talker.text_vocab_size, text_len)
-    return plan_rows(config, model, decoder, [frames + 1] * rows, [tokens] * rows, dev,
-                     mode_settings(mode, dev), batch)  # fmt: skip
+    settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
+    return plan_rows(config, model, decoder, [frames + 1] * rows, [tokens] * rows, dev, settings,
+                     batch)  # fmt: skip
 
 
 def run_one(size, config, model, decoder, *, plan, requests, frames, device, mode,
@@ -134,7 +141,8 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     ]
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
-    settings = mode_settings(mode, dev)
+    settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
+    apply_cpu_budget(settings.threads, settings.vocoder_thread)  # as the synthesizer does
     engine, step = build_engine(
         model, config, EngineShape.of(group), tts_pad=pad_embedding(talker, config),
         talker=params, subtalker=params, dtype=talker.codec_head.weight.dtype, device=dev,
@@ -144,6 +152,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
+    lengths: list[int] = []  # frames of each row the vocoder decoded
     prefill = PartClock(dev, ["prefill"])  # the engine's prefill passes, synced at their edges
     engine.timer = prefill
     if dev.type == "cuda":
@@ -162,6 +171,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
             audio = decode_bucketed(decoder, batch, vocoder)
             wavs += [a.float().cpu().numpy() for a in audio]
         timers["vocoder"] += time.perf_counter() - t
+        lengths.extend(int(d.codes.shape[0]) for d in done)
         if write:
             from qtts.core.jobs.writer import encode_audio
 
@@ -172,7 +182,9 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
         return sum(int(d.codes.shape[0]) for d in done)
 
     finished = run_continuous(engine, jobs, step=step)
-    for frames_done in overlapped(finished, vocode, dev, gate=gate):
+    for frames_done in overlapped(
+        finished, vocode, dev, gate=gate, inline=not settings.vocoder_thread
+    ):
         total_frames += frames_done
     sync(dev)
     res.wall_s = time.perf_counter() - start
@@ -185,6 +197,8 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     # The vocoder and writing overlap the decode loop: "decode_loop" is the wall time after prefill.
     timers["decode_loop"] = res.wall_s - timers["prefill"]
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
+    res.vocoder_s_per_audio_s = round(timers["vocoder"] / max(res.audio_s, 1e-9), 4)
+    res.vocoder_padding = round(padding_waste(lengths), 4)
     if cuda:
         res.peak_mem_gb = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     else:  # the process's peak resident set: what the job would need of this machine

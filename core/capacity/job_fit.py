@@ -67,7 +67,7 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
     base = model_dir is not None and config.tts_model_type == "base"
     weights = weights_bytes(talker, vocoder, EngineSettings.for_device("cuda", env={}),
                             model_dir / "speech_tokenizer" if base else None)  # fmt: skip
-    dims = dims_for(config, decoder, dtype, "cuda")
+    dims = dims_for(config, decoder, dtype)
     return PlanModel(name, config, decoder, cap, weights, dims, dtype, model_dir)
 
 
@@ -137,7 +137,8 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
             f"{'prefill pass':<20}{g.prefill_bytes / GIB:>9.2f}   {g.prefill_rows} prompts",
         ]
     lines += [
-        f"{'vocoder':<20}{plan.vocoder_bytes / GIB:>9.2f}   {plan.vocoder_batch} rows at once",
+        f"{'vocoder':<20}{plan.vocoder_bytes / GIB:>9.2f}   {plan.vocoder_batch} rows at once"
+        + (f", {plan.vocoder_graphs} CUDA graphs (window shapes)" if plan.graphs else ""),
         f"{'margin':<20}{plan.margin_bytes / GIB:>9.2f}",
         f"{'total':<20}{plan.total_bytes / GIB:>9.2f}   of {plan.budget_bytes / GIB:.2f}: "
         + ("fits" if plan.fits else "DOES NOT FIT"),

@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 
 from qtts.core.bench.throughput import random_models
-from qtts.core.doctor.check import Check, DoctorRun, skipped, verdict
+from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
 from qtts.core.doctor.decode import (
     AUDIO_CODES,
     GREEDY,
@@ -40,9 +40,10 @@ GRAPH_WORK = Workload(rows=6, slots=4, frames=260)
 FORCED_WORK = {"cpu": Workload(4, 4, 8), "cuda": Workload(8, 8, 32)}
 
 
-def _settings(device, **changes) -> EngineSettings:
-    """The device's defaults without the environment's knobs: the doctor names what it compares."""
-    return replace(EngineSettings.for_device(device, env={}), **changes)
+def _settings(device, dtype=torch.float32, **changes) -> EngineSettings:
+    """The device's defaults for `dtype` without the environment's knobs: the doctor names what
+    it compares."""
+    return replace(EngineSettings.for_device(device, env={}, dtype=dtype), **changes)
 
 
 def _forced(models, device, settings, codes) -> dict:
@@ -110,15 +111,17 @@ def graph_replay(run: DoctorRun) -> Check:
                    f"frames over {GRAPH_WORK.slots} slots: the same codes", figures)  # fmt: skip
 
 
-def bf16_vs_fp32(run: DoctorRun, *, allow_cpu: bool = False) -> Check:
+def bf16_vs_fp32(run: DoctorRun) -> Check:
     """bf16 weights and activations track fp32: both forced to fp32's own greedy codes, argmax
-    agreement over every sampling site and the worst logit difference (fused path, eager)."""
+    agreement over every sampling site and the worst logit difference (the device's layer path,
+    eager). Where bf16 runs: on CUDA, and on a CPU whose `--dtype auto` is bf16."""
     name = "bf16 tracks fp32 (teacher-forced)"
-    if not (run.cuda or allow_cpu):
-        return skipped(name, "needs CUDA (bf16 is the GPU's dtype)")
+    why_not = bf16_not_here(run)
+    if why_not:
+        return skipped(name, why_not)
     dev = run.device
     work = FORCED_WORK[dev.type]
-    settings = _settings(dev, cuda_graphs=False)
+    settings = _settings(dev, torch.bfloat16, cuda_graphs=False)  # bf16's path, for both
     with exact_fp32(), few_threads(dev):
         fp32 = random_models(run.size, dev, torch.float32)
         codes = greedy_codes(fp32, dev, settings, work)  # fp32's free-running decode: forced

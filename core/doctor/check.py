@@ -44,6 +44,19 @@ def skipped(name: str, reason: str) -> Check:
     return Check(name, SKIPPED, reason)
 
 
+def bf16_not_here(run: DoctorRun) -> str | None:
+    """Why the bf16 checks do not apply to this run (None: they do). bf16 is what `--dtype auto`
+    runs on CUDA, and on a CPU that multiplies bf16 natively (core/model/cpu_precision.py)."""
+    if run.cuda:
+        return None
+    from qtts.core.model.cpu_precision import auto_cpu_precision
+
+    choice = auto_cpu_precision()
+    if choice.dtype == "bfloat16":
+        return None
+    return f"this CPU runs float32 under --dtype auto ({choice.reason})"
+
+
 def one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

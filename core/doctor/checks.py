@@ -13,6 +13,7 @@ from qtts.core.doctor.check import Check, DoctorRun, run_checks
 from qtts.core.doctor.kernel_twins import kernels_vs_twins
 from qtts.core.doctor.speed import bandwidth, decode_step
 from qtts.core.doctor.versions import versions
+from qtts.core.doctor.vocoder_precision import bf16_vocoder
 from qtts.core.doctor.vocoder_window import vocoder_window
 
 CHECKS = [
@@ -21,6 +22,7 @@ CHECKS = [
     ("triton kernels == twins", kernels_vs_twins),
     ("graph replay == eager", graph_replay),
     ("bf16 tracks fp32 (teacher-forced)", bf16_vs_fp32),
+    ("bf16 vocoder tracks fp32 (audio SNR)", bf16_vocoder),
     ("memory bandwidth", bandwidth),
     ("decode step vs roofline", decode_step),
     ("vocoder window vs roofline", vocoder_window),

@@ -45,11 +45,12 @@ def bandwidth(run: DoctorRun) -> Check:
 
 def decode_step(run: DoctorRun) -> Check:
     """One decode step at a small batch on the path `qtts batch` takes here (CUDA graphs over the
-    fused ops on GPU, packed weights on CPU), its roofline bound and the fraction achieved."""
+    fused ops on GPU; on CPU the layer path its dtype runs), its roofline bound and the fraction
+    achieved."""
     dev = run.device
     dt = parse_dtype("auto", dev)
     models = doctor_models(run)
-    mode = fast_mode(dev)
+    mode = fast_mode(dev, dt)
     batch = STEP_BATCH[dev.type]
     plan = bench_plan(*models, dev, mode, batch, batch, STEP_FRAMES)
     res = run_one(run.size, *models, plan=plan, requests=batch, frames=STEP_FRAMES, device=dev,

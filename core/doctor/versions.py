@@ -1,5 +1,6 @@
 """What the install runs on: python, torch, triton, CUDA runtime and driver, the device and its
-memory. Information only: always ok (a missing piece shows as "not installed" or "unknown")."""
+memory, and on a CPU what --dtype auto picks there. Information only: always ok (a missing piece
+shows as "not installed" or "unknown")."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import torch
 
 from qtts.core.doctor.check import Check, DoctorRun
 from qtts.core.engine.planner import GIB
+from qtts.core.errors import UsageError
+from qtts.core.model.cpu_precision import auto_cpu_precision
 
 
 def installed_version(dist: str) -> str:
@@ -30,6 +33,15 @@ def _driver() -> str:
         return "unknown"
     lines = done.stdout.split()
     return lines[0] if done.returncode == 0 and lines else "unknown"
+
+
+def _cpu_auto() -> dict[str, str | None]:
+    """What --dtype auto picks on this CPU, and why (core/model/cpu_precision.py)."""
+    try:
+        auto = auto_cpu_precision()
+    except UsageError as e:  # a bad QTTS_CPU_BF16: information only, the check stays ok
+        return {"cpu_auto_dtype": None, "cpu_auto_reason": str(e)}
+    return {"cpu_auto_dtype": auto.dtype, "cpu_auto_reason": auto.reason}
 
 
 def versions(run: DoctorRun) -> Check:
@@ -52,7 +64,7 @@ def versions(run: DoctorRun) -> Check:
             "device": f"cpu ({platform.processor() or platform.machine()})",
             "cpu_threads": torch.get_num_threads(),
             "memory_gib": round(pages * os.sysconf("SC_PAGE_SIZE") / GIB, 1) if pages else None,
-        }
+        } | _cpu_auto()
     keys = ("device", "torch", "triton", "cuda_runtime", "driver")
     detail = ", ".join(f"{k} {figures[k]}" for k in keys if k in figures)
     return Check("versions", "ok", detail, figures)

@@ -40,10 +40,16 @@ def decode_attention(
     bias: torch.Tensor | None,  # additive float [B, 1, 1, S] (0 = attend, -inf = not), T == 1
     scale: float,
 ) -> torch.Tensor:
-    """The fused stack's attention as one op -> [B, T, H * D], the layout o_proj reads. One query
-    per row: grouped (attend_grouped), under the bias if given. Several (the predictor's first
-    pass, keys at positions 0..T-1 only): causal, native GQA. One op so that a meta-device launch
-    count sees what CUDA runs: one SDPA kernel and at most one layout copy."""
+    """The fused stack's attention as one op -> [B, T, H * D], the layout o_proj reads. One op so
+    that a meta-device launch count sees what CUDA runs: one SDPA kernel and at most one layout
+    copy. Its body is decode_attention_twin, on every device."""
+    return decode_attention_twin(q, k, v, bias, scale)
+
+
+def decode_attention_twin(q, k, v, bias, scale: float) -> torch.Tensor:
+    """decode_attention's computation. One query per row: grouped (attend_grouped), under the
+    bias if given. Several (the predictor's first pass, keys at positions 0..T-1 only): causal,
+    native GQA."""
     b, h, t, d = q.shape
     if t == 1:
         out = attend_grouped(q, k, v, bias, scale, h // k.shape[1])  # [B, H, 1, D]

@@ -34,11 +34,11 @@ class Engine:
     ):
         self.talker, self.config, self.state = model.talker, config, state
         self.tts_pad = tts_pad  # [H]
-        self.settings = settings or EngineSettings.for_device(tts_pad.device)
+        self.settings = settings or EngineSettings.for_device(tts_pad.device, dtype=tts_pad.dtype)
         self.timer: StepTimer | None = None  # marks prefill and the step's parts (engine.timer)
         # The stacks' decode passes: module, packed or fused (engine.layer_path).
         steps = layer_steps(model, self.settings.layer_path, state.kv.max_len,
-                            state.cp_kv.k.shape[3])  # fmt: skip
+                            state.cp_kv.k.shape[3], self.settings.custom_ops)  # fmt: skip
         self.talker_step, self.predictor_step = steps.talker, steps.predictor
         self.predictor_first = steps.predictor_first
         self.talker_prefill = steps.talker_prefill  # the fused path's; None: the module's forward

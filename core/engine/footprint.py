@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qtts.core.engine.prefill_attention import BIAS_ALIGN
-from qtts.core.engine.vocoder_windows import bucket_frames
+from qtts.core.engine.vocoder_windows import LEFT_CONTEXT, bucket_frames
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 
@@ -178,7 +178,7 @@ def vocoder_bytes(d: Dims, utterances: int, max_frames: int, graphs: bool = Fals
     largest window (captured first: a full window per row), beside the eager allocator's (a new
     shape runs eagerly once before its capture), plus the static codes and audio of a full
     window per row."""
-    frames = bucket_frames(min(max_frames, d.chunk_frames), d.chunk_frames)
+    frames = bucket_frames(min(max_frames, d.chunk_frames), d.chunk_frames - LEFT_CONTEXT)
     stage = d.decoder_stage_elems * frames // d.chunk_frames
     window = VOCODER_LIVE_FACTOR * stage * d.decoder_bytes
     audio = max_frames * d.samples_per_frame * FP32

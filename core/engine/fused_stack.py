@@ -27,25 +27,57 @@ Knows tensors and the KV cache protocol; no sampling, no slots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from qtts.core.engine.decode_attention import decode_attention
-from qtts.core.engine.prefill_attention import prefill_attention, prefill_bias
+from qtts.core.engine.decode_attention import decode_attention, decode_attention_twin
+from qtts.core.engine.prefill_attention import (
+    prefill_attention,
+    prefill_attention_twin,
+    prefill_bias,
+)
 from qtts.core.model.fused_weights import fused_weight
 from qtts.core.model.talker import DecoderStack
-from qtts.kernels.rms_norm import rms_norm
-from qtts.kernels.rope_cache import qk_norm_rope_cache, qk_norm_rope_prefill
-from qtts.kernels.silu_mul import silu_mul
+from qtts.kernels.rms_norm import rms_norm, rms_norm_twin
+from qtts.kernels.rope_cache import (
+    qk_norm_rope_cache,
+    qk_norm_rope_cache_twin,
+    qk_norm_rope_prefill,
+    qk_norm_rope_prefill_twin,
+)
+from qtts.kernels.silu_mul import silu_mul, silu_mul_twin
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    rms_norm: Callable
+    qk_norm_rope_cache: Callable
+    qk_norm_rope_prefill: Callable
+    decode_attention: Callable
+    prefill_attention: Callable
+    silu_mul: Callable
+
+
+# The custom ops: each one kernel on CUDA, seen whole by torch.compile and the launch count.
+CUSTOM_OPS = LayerOps(rms_norm, qk_norm_rope_cache, qk_norm_rope_prefill, decode_attention,
+                      prefill_attention, silu_mul)  # fmt: skip
+# Their torch twins, called directly: what a CPU's custom ops run anyway, without the custom-op
+# dispatch (tens of us a call, 500 calls a step; EngineSettings.custom_ops).
+TWIN_OPS = LayerOps(rms_norm_twin, qk_norm_rope_cache_twin, qk_norm_rope_prefill_twin,
+                    decode_attention_twin, prefill_attention_twin, silu_mul_twin)  # fmt: skip
 
 
 class FusedStack:
-    def __init__(self, stack: DecoderStack, max_positions: int):
+    def __init__(self, stack: DecoderStack, max_positions: int, ops: LayerOps = CUSTOM_OPS):
         first = stack.layers[0].self_attn
         self.heads, self.head_dim, self.scale = first.num_heads, first.head_dim, first.scale
         self.kv_heads = first.num_kv_heads
         self.eps = stack.norm.eps
         self.final_norm = stack.norm.weight
+        self.ops = ops
         self.layers = [_FusedLayer(layer) for layer in stack.layers]
         # cos/sin [P, D/2] per position, exactly the model's (its forward over 0..P-1).
         weight = stack.norm.weight
@@ -69,18 +101,19 @@ class FusedStack:
         h = x.reshape(b * t, width).clone()
         for w, k, v in zip(self.layers, k_all, v_all, strict=True):
             h = self._layer(w, h, positions, k, v, span, bias)
-        return rms_norm(h, self.final_norm, self.eps).reshape(b, t, width)
+        return self.ops.rms_norm(h, self.final_norm, self.eps).reshape(b, t, width)
 
     def _layer(self, w: _FusedLayer, h, positions, k, v, span: int, bias) -> torch.Tensor:
         """One layer pass. Intermediates are dropped as soon as they are used: what a captured
         graph's pool must hold is one op's inputs and outputs, not the whole layer's."""
         b, t = positions.shape
-        qkv = F.linear(rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
-        q = qk_norm_rope_cache(qkv.view(b, t, -1), w.q_norm, w.k_norm, self.cos, self.sin,
-                               positions, k, v, self.heads, self.eps)  # [B, Hq, T, D]  # fmt: skip
-        del qkv
-        out = decode_attention(q, k[:, :, :span], v[:, :, :span], bias, self.scale)  # [B, T, Hq D]
-        del q
+        ops = self.ops
+        qkv = F.linear(ops.rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
+        q = ops.qk_norm_rope_cache(qkv.view(b, t, -1), w.q_norm, w.k_norm, self.cos, self.sin,
+                                   positions, k, v, self.heads, self.eps)  # fmt: skip
+        del qkv  # q: [B, Hq, T, D]
+        out = ops.decode_attention(q, k[:, :, :span], v[:, :, :span], bias, self.scale)
+        del q  # out: [B, T, Hq D]
         h = _plus_linear(h, out.reshape(b * t, -1), w.o)
         del out
         return self._mlp(w, h)
@@ -98,18 +131,19 @@ class FusedStack:
         for w, k, v in zip(self.layers, k_all, v_all, strict=True):
             h = self.prefill_layer(w, h, positions, rows, k, v, bias)
         last = torch.arange(m, device=x.device) * width + lengths - 1  # [m] rows of h
-        return rms_norm(h[last], self.final_norm, self.eps)  # [m, H]
+        return self.ops.rms_norm(h[last], self.final_norm, self.eps)  # [m, H]
 
     def prefill_layer(self, w: _FusedLayer, h, positions, rows, k, v, bias) -> torch.Tensor:
         """One layer pass over a padded group: as _layer, with K/V written at the cache rows
         `rows` and attended from the pass's own copy (no gather from the cache)."""
         m, t = positions.shape
-        qkv = F.linear(rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
-        q, k_new, v_new = qk_norm_rope_prefill(qkv.view(m, t, -1), w.q_norm, w.k_norm, self.cos,
-                                               self.sin, positions, k, v, rows, self.heads,
-                                               self.eps)  # [m, Hq | Hk, L, D]  # fmt: skip
+        ops = self.ops
+        qkv = F.linear(ops.rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
+        q, k_new, v_new = ops.qk_norm_rope_prefill(qkv.view(m, t, -1), w.q_norm, w.k_norm, self.cos,
+                                                   self.sin, positions, k, v, rows, self.heads,
+                                                   self.eps)  # [m, Hq | Hk, L, D]  # fmt: skip
         del qkv
-        out = prefill_attention(q, k_new, v_new, bias, self.scale)  # [m, L, Hq D]
+        out = ops.prefill_attention(q, k_new, v_new, bias, self.scale)  # [m, L, Hq D]
         del q, k_new, v_new
         h = _plus_linear(h, out.reshape(m * t, -1), w.o)
         del out
@@ -117,8 +151,10 @@ class FusedStack:
 
     def _mlp(self, w: _FusedLayer, h: torch.Tensor) -> torch.Tensor:
         """A layer's second half: norm, gate/up matmul, silu_mul, down matmul + residual. The
-        [N, 2I] gate/up product dies inside the expression, before the down matmul runs."""
-        act = silu_mul(F.linear(rms_norm(h, w.post_norm, self.eps), w.gate_up))  # [N, I]
+        [N, 2I] gate/up product is dropped before the down matmul runs."""
+        gate_up = F.linear(self.ops.rms_norm(h, w.post_norm, self.eps), w.gate_up)  # [N, 2I]
+        act = self.ops.silu_mul(gate_up)  # [N, I]
+        del gate_up
         return _plus_linear(h, act, w.down)
 
 

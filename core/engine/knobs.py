@@ -19,6 +19,8 @@ SAMPLERS = ("auto", "torch", "triton")
 # packed one-token predictor weights (CPU), or the fused ops (GPU; their torch twins elsewhere).
 LAYER_PATHS = ("module", "packed", "fused")
 GENERATORS = ("engine", "naive")
+# How decoding and the vocoder share a CPU's threads (core/engine/cpu_runtime.py).
+CPU_THREADS = ("auto", "serial", "split", "overlap")
 RETIRED = {
     "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
     "QTTS_PACKED": "QTTS_LAYER_PATH=packed|module",
@@ -36,6 +38,7 @@ class Knobs:
     sampler: str  # QTTS_SAMPLER: "auto" unless forced
     generator: str  # QTTS_GENERATOR: the engine, or the naive yardstick
     cpu_bf16: str  # QTTS_CPU_BF16: what --dtype auto means on a CPU (core/model/cpu_precision.py)
+    cpu_threads: str  # QTTS_CPU_THREADS: how a CPU shares its threads (core/engine/cpu_runtime.py)
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -48,6 +51,7 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         sampler=_pick(env, "QTTS_SAMPLER", SAMPLERS, "auto"),
         generator=_pick(env, "QTTS_GENERATOR", GENERATORS, "engine"),
         cpu_bf16=read_bf16_knob(env),
+        cpu_threads=_pick(env, "QTTS_CPU_THREADS", CPU_THREADS, "auto"),
     )
 
 

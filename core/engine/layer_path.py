@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from qtts.core.engine.fused_stack import FusedStack
+from qtts.core.engine.fused_stack import CUSTOM_OPS, TWIN_OPS, FusedStack
 from qtts.core.engine.packed_stack import PackedStack
 from qtts.core.model.fused_weights import fuse_projections
 
@@ -35,10 +35,12 @@ def prepare_weights(model, layer_path: str) -> None:
         fuse_projections(model.talker.code_predictor.model)
 
 
-def layer_steps(model, layer_path: str, talker_positions: int, predictor_positions: int):
+def layer_steps(model, layer_path: str, talker_positions: int, predictor_positions: int,
+                custom_ops: bool = True):  # fmt: skip
     """The steps for `layer_path` over `model` (core/model/talker.py). The fused path needs the
     projections fused (core/model/fused_weights.py): the synthesizer does it at load, after which
-    this is a no-op; a model built elsewhere (bench, tests) is fused here, once."""
+    this is a no-op; a model built elsewhere (bench, tests) is fused here, once. custom_ops: the
+    fused stacks call the qtts custom ops, else their torch twins directly (a CPU)."""
     talker, predictor = model.talker.model, model.talker.code_predictor.model
     if layer_path == "module":
         return LayerSteps(talker, predictor, None)
@@ -46,7 +48,8 @@ def layer_steps(model, layer_path: str, talker_positions: int, predictor_positio
         return LayerSteps(talker, PackedStack(predictor), None)
     if layer_path == "fused":
         prepare_weights(model, layer_path)
-        fused_predictor = FusedStack(predictor, predictor_positions)
-        fused_talker = FusedStack(talker, talker_positions)
+        ops = CUSTOM_OPS if custom_ops else TWIN_OPS
+        fused_predictor = FusedStack(predictor, predictor_positions, ops)
+        fused_talker = FusedStack(talker, talker_positions, ops)
         return LayerSteps(fused_talker, fused_predictor, fused_predictor, fused_talker.prefill)
     raise ValueError(f"unknown layer path {layer_path!r}")

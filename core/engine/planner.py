@@ -23,6 +23,7 @@ from qtts.core.engine.footprint import (
 )
 from qtts.core.engine.settings import EngineSettings, sampler_on
 from qtts.core.engine.views import view_lengths
+from qtts.core.engine.vocoder_windows import bucket_shapes
 
 GIB = 2**30
 # A new length group starts where a row needs less than this share of the group's KV length, so
@@ -99,6 +100,14 @@ class MemoryPlan:
         return self.weights_bytes + working + self.vocoder_bytes + self.margin_bytes
 
     @property
+    def vocoder_graphs(self) -> int:
+        """The speech decoder's CUDA graphs at most (qtts.core.engine.vocoder_graphs): one per
+        window shape, frame bucket x power-of-two rows up to the vocoder batch; none without
+        graphs. They share one pool, sized by the largest shape (vocoder_bytes), so their count
+        costs capture time and instantiation (the margin), not pool bytes."""
+        return len(bucket_shapes(self.vocoder_batch)) if self.graphs else 0
+
+    @property
     def fits(self) -> bool:
         return all(g.slots >= 1 for g in self.groups) and self.total_bytes <= self.budget_bytes
 
@@ -119,6 +128,7 @@ class MemoryPlan:
             "vocoder_bytes": self.vocoder_bytes,
             "margin_bytes": self.margin_bytes,
             "vocoder_batch": self.vocoder_batch,
+            "vocoder_graphs": self.vocoder_graphs,
             "groups": [
                 {"rows": len(x.rows), "slots": x.slots, "kv_len": x.kv_len, "graphs": len(x.views)}
                 for x in self.groups

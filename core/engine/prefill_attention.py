@@ -45,7 +45,12 @@ def prefill_attention(
 ) -> torch.Tensor:
     """Grouped attention under `bias` -> [B, T, H * D], the layout o_proj reads. One op so that a
     meta-device launch count sees what CUDA runs: one SDPA kernel and one copy back to head
-    order (qtts.core.bench.launches)."""
+    order (qtts.core.bench.launches). Its body is prefill_attention_twin, on every device."""
+    return prefill_attention_twin(q, k, v, bias, scale)
+
+
+def prefill_attention_twin(q, k, v, bias, scale: float) -> torch.Tensor:
+    """prefill_attention's computation."""
     b, h, t, d = q.shape
     kv_heads = k.shape[1]
     n_rep = h // kv_heads

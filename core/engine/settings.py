@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from qtts.core.engine.cpu_runtime import cpu_budget
 from qtts.core.engine.knobs import LAYER_PATHS, SAMPLERS, read_knobs
 from qtts.kernels.backend import TRITON_AVAILABLE
 
@@ -28,7 +29,8 @@ class EngineSettings:
     # cache, and on GPU each view length has its own CUDA graph (all captured before decoding).
     view_bucket: int
     # Prompts per prefill pass. 1 runs each alone: the official single-request numerics, which
-    # the CPU golden parity relies on. More share one right-padded, masked pass (GPU).
+    # the CPU's fp32 golden parity relies on. More share one right-padded, masked pass (GPU, and
+    # bf16 on a CPU, which has no bitwise parity to keep and multiplies many rows faster).
     prefill_group: int
     # Replay each decode step as a captured CUDA graph (GPU only).
     cuda_graphs: bool
@@ -40,6 +42,10 @@ class EngineSettings:
     layer_path: str
     # Decode attention as grouped query rows instead of repeated K/V (engine.decode_attention).
     grouped_attention: bool
+    # The fused stack calls the qtts custom ops (one kernel each on CUDA; what torch.compile and
+    # the launch count see), or their torch twins directly: a CPU's custom ops run the twins
+    # anyway, and skipping the custom-op dispatch saves 5-13% of a bf16 step there.
+    custom_ops: bool
     # The decode loop may read device values on the host inside a step (the CPU sampler's top-k
     # candidate draw does). Never where steps are captured in graphs.
     allow_host_sync: bool
@@ -48,24 +54,38 @@ class EngineSettings:
     # settings also run on CPU and meta tensors in tests and dry runs). `sampler_on` resolves
     # it, for the sampler and for the planner alike.
     sampler: str
+    # The vocoder runs on its own thread beside the decode loop (GPU: its own stream), or after
+    # each finished group on the decode thread (a CPU's thread budget: core/engine/cpu_runtime.py).
+    vocoder_thread: bool = True
+    # torch's intra-op threads while synthesizing (the CPU's budget); None: as the process has it.
+    threads: int | None = None
 
     @classmethod
     def for_device(
-        cls, device: torch.device | str, env: Mapping[str, str] = os.environ
+        cls,
+        device: torch.device | str,
+        env: Mapping[str, str] = os.environ,
+        dtype: torch.dtype = torch.float32,
     ) -> EngineSettings:
-        """The defaults for `device`, with the environment's knobs (docs/engine-settings.md)
-        applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER."""
+        """The defaults for `device` and the weights' `dtype`, with the environment's knobs
+        (docs/engine-settings.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
+        QTTS_CPU_THREADS."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
+        budget = None if cuda else cpu_budget(env=env)
+        half = dtype in (torch.bfloat16, torch.float16)
         return cls(
             check_every=8 if cuda else 1,
             view_bucket=256 if cuda else 64,
-            prefill_group=64 if cuda else 1,
+            prefill_group=64 if cuda or half else 1,
             cuda_graphs=cuda and knobs.cuda_graphs,
-            layer_path=knobs.layer_path or ("fused" if cuda else "packed"),
+            layer_path=knobs.layer_path or default_layer_path(cuda, half),
             grouped_attention=cuda,
+            custom_ops=cuda,
             allow_host_sync=not cuda,
             sampler=knobs.sampler,
+            vocoder_thread=cuda or budget.vocoder_thread,
+            threads=None if cuda else budget.threads,
         )
 
     def __post_init__(self):
@@ -78,6 +98,16 @@ class EngineSettings:
                              f"got {self.layer_path!r}")  # fmt: skip
         if self.sampler not in SAMPLERS:
             raise ValueError(f"engine settings: sampler must be one of {SAMPLERS}")
+
+
+def default_layer_path(cuda: bool, half: bool) -> str:
+    """The GPU runs the fused ops. A CPU runs what measured fastest there (docs/engine-settings.md,
+    "Layer path on a CPU"): in bf16 the fused stack's torch twins (oneDNN multiplies the fused
+    [out, in] weights best, and fewer ops cost less); in fp32 the packed predictor (MKL's small
+    products run faster on its pre-transposed weights)."""
+    if cuda or half:
+        return "fused"
+    return "packed"
 
 
 def sampler_on(sampler: str, device: torch.device | str) -> str:

@@ -4,9 +4,10 @@ is decoded, on the vocoder's thread.
 A window (qtts.core.engine.vocoder_windows) launches a few hundred kernels; replayed as one graph
 they cost the GPU no launch gaps and the vocoder thread almost no Python, which it would
 otherwise take from the decode loop's thread (they share the interpreter). Shapes come from a
-fixed bucket set (at most 13 lengths x 5 row counts with the planner's 16 rows), so the graphs
-are few and captured lazily: a shape's first call runs eagerly on the capture stream, into the
-static buffers (its warm-up, and its result is used), then its graph is captured. Every graph
+fixed bucket set (at most 26 lengths x 5 row counts with the planner's 16 rows: `qtts plan`
+reports the count), so the graphs are few and captured lazily: a shape's first call runs
+eagerly on the capture stream, into the static buffers (its warm-up, and its result is used),
+then its graph is captured. Every graph
 reads one static codes buffer and writes one static audio buffer (slices of them), sized once
 for the plan's vocoder batch, so the graphs share one memory pool; the largest shape is
 captured first, so the pool is sized by it and smaller shapes reuse its blocks.

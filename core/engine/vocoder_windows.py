@@ -1,14 +1,17 @@
 """The speech decoder's fast path: every call it makes has one of a few shapes (docs/model.md,
-"Speech decoder").
+"Speech decoder"). Owns the window plan: the frame buckets, how rows are cut into windows, the
+padding that costs, and the bucketed decode itself.
 
 The official decode (core/model/codec.py `decode_utterances`, the twin kept for reference) runs a
 group of rows in 300-frame chunks, each after the first with 25 frames of left context, so the
 last chunk's length and the row count follow the data: every new shape is a new CUDA graph (on
 CPU, oneDNN's setup for a new shape: seen to make a first call take seconds). Here each call is
 a window [rows, Q, frames] where
-- frames is a bucket: context + kept frames rounded up to a multiple of FRAME_STEP, capped at
-  chunk + context (13 lengths, 25 .. 325). Only a row's last window is ever short, so padding
-  adds at most FRAME_STEP - 1 = 24 frames (1.9 s of audio) to a row: under 8% of a full window.
+- frames is a bucket: context + kept frames rounded up to the next length of a fixed table
+  (`frame_buckets`: 26 lengths, 25 .. 325). The table grows geometrically, so a window of n >= 25
+  frames is padded to at most 1.1 n (MAX_WASTE), and it holds the chunk (300: the first window
+  of every long row) and chunk + context (325: every full later window) exactly. Windows under
+  the context (clips under 2 s) are padded to it.
 - rows is a power of two: the rows still decoding, longest first, are decoded together when
   their windows fall in the same bucket, in power-of-two pieces (11 rows: 8 + 2 + 1), never
   padded with dummy rows. A dummy row, or a short row padded to a long one (the official decode
@@ -23,8 +26,12 @@ float rounding. Knows the decoder's shapes; nothing of graphs, text or files.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
 from itertools import groupby
 
 import torch
@@ -33,9 +40,13 @@ from qtts.core.model.codec import SpeechDecoder
 
 CHUNK_FRAMES = 300  # frames a window keeps (the official chunk)
 LEFT_CONTEXT = 25  # frames decoded again before each chunk after the first, their audio dropped
-# Window lengths are multiples of this: 2 s of audio, and the left context itself, so first and
-# later windows share one set of lengths.
-FRAME_STEP = 25
+# A window of n frames (n >= the context) is decoded as at most (1 + MAX_WASTE) n. The decoder's
+# cost is linear in frames, so this is the share of its work padding may waste; a finer table
+# wastes less but has more lengths, and each length is one more CUDA graph per row count on GPU
+# (capture time, instantiation memory) and on CPU one more set of oneDNN primitives (a new
+# shape's first call is slow). 10% gives 26 lengths, twice the 13 multiples of 25 it replaces,
+# which padded a 32-frame clip (2.6 s, common in datasets) to 50 frames (+56%).
+MAX_WASTE = 0.10
 
 Forward = Callable[[torch.Tensor], torch.Tensor]  # codes [rows, Q, frames] -> [rows, frames * up]
 
@@ -50,15 +61,49 @@ class Window:
     frames: int  # frames decoded: a bucket >= context + kept
 
 
-def bucket_frames(n: int, longest: int, step: int = FRAME_STEP) -> int:
-    """n frames rounded up to a multiple of step, at most `longest` (chunk + context)."""
-    return min(-(-n // step) * step, longest)
+@lru_cache(maxsize=16)
+def _table(chunk: int, context: int, max_waste: float) -> tuple[int, ...]:
+    """The frame buckets, ascending. The first is the context: a later window always needs more,
+    so shorter lengths would serve only first windows of clips under 2 s. Each next length is
+    the largest whose padding of the shortest window it serves (previous + 1) stays within
+    max_waste, cut at the next of chunk and chunk + context (lengths whole windows take, so
+    those pad nothing). Fraction: the bound holds exactly, not up to float rounding."""
+    if chunk < 1 or context < 0 or max_waste < 0:
+        raise ValueError("vocoder windows: need chunk >= 1, context >= 0 and max_waste >= 0")
+    longest, growth = chunk + context, 1 + Fraction(max_waste)
+    lengths = [min(max(context, 1), longest)]
+    while lengths[-1] < longest:
+        anchor = min(a for a in (chunk, longest) if a > lengths[-1])
+        lengths.append(min(math.floor((lengths[-1] + 1) * growth), anchor))
+    return tuple(lengths)
 
 
 def frame_buckets(chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                  step: int = FRAME_STEP) -> list[int]:  # fmt: skip
-    longest = chunk + context
-    return sorted({bucket_frames(n, longest, step) for n in range(1, longest + 1)})
+                  max_waste: float = MAX_WASTE) -> list[int]:  # fmt: skip
+    """Every window length, ascending: the context up to chunk + context (25 .. 325)."""
+    return list(_table(chunk, context, max_waste))
+
+
+def bucket_frames(n: int, chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
+                  max_waste: float = MAX_WASTE) -> int:  # fmt: skip
+    """The frames a window needing n frames decodes: the smallest bucket >= n, at most the
+    longest (chunk + context)."""
+    table = _table(chunk, context, max_waste)
+    return table[min(bisect_left(table, n), len(table) - 1)]
+
+
+def worst_padding_waste(
+    chunk: int = CHUNK_FRAMES,
+    context: int = LEFT_CONTEXT,
+    max_waste: float = MAX_WASTE,
+    shortest: int | None = None,
+) -> float:
+    """The table's worst (decoded - needed) / needed over windows needing `shortest` (default:
+    the context, 2 s) to chunk + context frames. Every window of a clip at least that long needs
+    that many (a later window needs the context and more), so no such clip wastes more."""
+    low = max(1, context if shortest is None else shortest)
+    return max(((bucket_frames(n, chunk, context, max_waste) - n) / n
+                for n in range(low, chunk + context + 1)), default=0.0)  # fmt: skip
 
 
 def batch_pieces(rows: int) -> list[int]:
@@ -67,10 +112,11 @@ def batch_pieces(rows: int) -> list[int]:
 
 
 def bucket_shapes(max_rows: int, chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                  step: int = FRAME_STEP) -> set[tuple[int, int]]:  # fmt: skip
-    """Every (rows, frames) a group of up to max_rows can be decoded with."""
+                  max_waste: float = MAX_WASTE) -> set[tuple[int, int]]:  # fmt: skip
+    """Every (rows, frames) a group of up to max_rows can be decoded with: on GPU, the most
+    CUDA graphs the vocoder captures (26 lengths x 5 row counts at 16 rows)."""
     sizes = [1 << i for i in range(max_rows.bit_length())]
-    return {(b, f) for b in sizes for f in frame_buckets(chunk, context, step)}
+    return {(b, f) for b in sizes for f in frame_buckets(chunk, context, max_waste)}
 
 
 def longest_first(lengths: Sequence[int]) -> list[int]:
@@ -80,18 +126,18 @@ def longest_first(lengths: Sequence[int]) -> list[int]:
 
 
 def plan_windows(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                 step: int = FRAME_STEP) -> list[Window]:  # fmt: skip
+                 max_waste: float = MAX_WASTE) -> list[Window]:  # fmt: skip
     """The windows that decode rows of these lengths (frames), chunk by chunk, over the rows in
     longest-first order. Chunk boundaries are absolute frame indices, as in the official decode,
     so a row gets the chunks it would get alone; a row leaves after its last chunk."""
-    if chunk < 1 or context < 0 or step < 1:
-        raise ValueError("vocoder windows: need chunk >= 1, context >= 0 and step >= 1")
+    _table(chunk, context, max_waste)  # checks the arguments, even with no rows
     ordered = sorted(lengths, reverse=True)
     windows = []
     for start in range(0, ordered[0] if ordered else 0, chunk):
         ctx = min(context, start)  # fewer only when a chunk is shorter than the context
         active = [n for n in ordered if n > start]  # a prefix of the order
-        own = [bucket_frames(ctx + min(chunk, n - start), chunk + context, step) for n in active]
+        own = [bucket_frames(ctx + min(chunk, n - start), chunk, context, max_waste)
+               for n in active]  # fmt: skip
         first = 0
         for frames, same in groupby(own):  # runs of one bucket: the buckets never grow
             for rows in batch_pieces(len(list(same))):
@@ -101,6 +147,20 @@ def plan_windows(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int
     return windows
 
 
+def padding_waste(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
+                  max_waste: float = MAX_WASTE) -> float:  # fmt: skip
+    """(decoded - needed) / needed frames of decoding rows of these lengths together, where a
+    row's window needs its context and its kept frames (the official chunking decodes the
+    context too: not padding). 0.0 when nothing is needed."""
+    ordered = sorted(lengths, reverse=True)
+    decoded = needed = 0
+    for w in plan_windows(lengths, chunk, context, max_waste):
+        decoded += w.rows * w.frames
+        piece = ordered[w.first_row : w.first_row + w.rows]  # rows in a piece differ in length
+        needed += sum(w.context + min(chunk, n - w.start) for n in piece)
+    return (decoded - needed) / needed if needed else 0.0
+
+
 @torch.inference_mode()
 def decode_bucketed(
     decoder: SpeechDecoder,
@@ -108,7 +168,7 @@ def decode_bucketed(
     forward: Forward | None = None,
     chunk: int = CHUNK_FRAMES,
     context: int = LEFT_CONTEXT,
-    step: int = FRAME_STEP,
+    max_waste: float = MAX_WASTE,
 ) -> list[torch.Tensor]:
     """Decode utterances (each codes [T_i, Q]) -> float32 audio [T_i * up], each window through
     `forward` (the decoder itself, or its graphs: qtts.core.engine.vocoder_graphs). A window's
@@ -122,7 +182,7 @@ def decode_bucketed(
     device = next(decoder.parameters()).device
     lengths = [int(c.shape[0]) for c in codes]
     order = longest_first(lengths)
-    windows = plan_windows(lengths, chunk, context, step)
+    windows = plan_windows(lengths, chunk, context, max_waste)
     width = max((w.start - w.context + w.frames for w in windows), default=0)
     batch = torch.zeros(len(codes), q, width, dtype=torch.long, device=device)  # [B, Q, T]
     for j, i in enumerate(order):

@@ -29,7 +29,7 @@ class Choice(str, Enum):
 
 
 class Dtype(Choice):
-    auto = "auto"  # bfloat16 on CUDA, float32 on CPU
+    auto = "auto"  # bfloat16 on CUDA; on a CPU by its bf16 units, pinned per out dir
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"

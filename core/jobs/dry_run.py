@@ -4,7 +4,8 @@ Reads and validates every row, selects the shard, scans the out dir's state for 
 done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
 to redo and why, failing validation (the first reasons), frames and hours of audio estimated,
-and the rows of the first chunk that will be split into segments (and how many segments).
+the rows of the first chunk that will be split into segments (and how many segments), and the
+precision the run would compute in.
 Knows the job's work and the TextModel; no tensors.
 """
 
@@ -44,6 +45,7 @@ class DryRunSummary:
     split_rows: int  # rows of the first (longest) chunk cut into segments
     segments: int  # the segments they make
     shard: str
+    precision: str  # what the run would compute in, as in the fingerprint: "cpu:bfloat16"
     wall_s: float
     status: str = "dry-run"
     exit_code: int = 0
@@ -84,7 +86,7 @@ def dry_run(job) -> DryRunSummary:
         failed=failures.num_rows, first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
         est_frames=int(work.todo.est_frames.sum()), memory_plan=plan,
         split_rows=len(split_rows), segments=sum(split_rows.values()), shard=job.shard.describe(),
-        wall_s=time.monotonic() - t0,
+        precision=job.settings.values["precision"], wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
     )  # fmt: skip
 

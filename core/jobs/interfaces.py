@@ -37,9 +37,12 @@ class TextModel(Protocol):
         """Text tokens of each text (one batched tokenizer call)."""
         ...
 
-    def precision(self, device: str, dtype: str) -> str:
-        """What --device/--dtype resolve to here, e.g. "cuda:bfloat16" (it shapes the audio);
-        UsageError when the device is not available."""
+    def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
+        """What --device/--dtype resolve to here (it shapes the audio): (device type "cpu" or
+        "cuda", dtype name, why --dtype auto resolves so, "" for an explicit dtype), e.g.
+        ("cpu", "bfloat16", "this CPU multiplies bf16 natively (amx_bf16)"); UsageError when the
+        device is not available. The job layer pins CPU auto per out dir
+        (core/jobs/precision.py)."""
         ...
 
     def memory_plan(

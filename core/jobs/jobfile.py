@@ -7,6 +7,7 @@ the input moved (--input-moved) or starts afresh (--overwrite). The shard count 
 explicit --num-shards that disagrees is refused; a Slurm array, srun or torchrun environment that
 disagrees (a partly resubmitted array) runs its task as shard `task` of the recorded N when
 that is a valid index. --overwrite may change N only while no other run holds a lock there.
+It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/precision.py).
 Knows the job file and lock names; no rows, no models.
 """
 
@@ -26,6 +27,9 @@ log = logging.getLogger("qtts")
 
 JOB_LOCK_TIMEOUT_S = 60  # the job lock guards short sections: reading and writing small files
 FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
+CPU_AUTO_DTYPES = ("bfloat16", "float32")
+# A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
+UNPINNED_CPU_AUTO = "float32"
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class JobFile:
     array_min: int | None = None  # N came from a Slurm array starting here ...
     array_step: int | None = None  # ... with this step: task id -> shard index
     format: int = FORMAT
+    # What --dtype auto means on a CPU here, as the first run that resolved it found it; None: no
+    # run has resolved it yet. Old qtts ignore the key (read_job_file keeps known keys only).
+    cpu_auto_dtype: str | None = None
 
 
 def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
@@ -56,6 +63,11 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
         ) from None
     known = {k: data[k] for k in JobFile.__dataclass_fields__ if k in data}
     known.setdefault("format", 1)
+    known.setdefault("cpu_auto_dtype", UNPINNED_CPU_AUTO)
+    if known["cpu_auto_dtype"] not in (None, *CPU_AUTO_DTYPES):
+        raise UsageError(f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
+                         f"null), got {known['cpu_auto_dtype']!r}; fix it or use another "
+                         "--out-dir")  # fmt: skip
     if known["format"] > FORMAT:
         raise UsageError(f"{path} was written by a newer qtts (job format {known['format']}); "
                          "upgrade qtts to resume this out dir")  # fmt: skip

@@ -32,6 +32,7 @@ from qtts.core.jobs.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.journal import Journal
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.listing import list_out_dir
+from qtts.core.jobs.precision import Precision
 from qtts.core.jobs.recorder import Outcome, RecordContext
 from qtts.core.jobs.records import FAILED, OK, SCAN_COLUMNS, pending_records, stamped
 from qtts.core.jobs.results import rebuild, up_to_date
@@ -69,6 +70,7 @@ class Job:
     budget: Any  # FrameBudget
     settings: JobSettings
     inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
+    precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
 
 
 def new_run_id() -> str:

@@ -1,8 +1,8 @@
-"""Recording a run in the out dir, under the job lock: the job file (input and shard count,
-checked again now that no other run can change it between check and write) and the settings
-registry. --overwrite with another shard count voids the old split's state, but only while no
-other run holds a lock in the out dir; on an out dir of qtts 0.1 it removes the old state files.
-Knows the job file, lock files and state names."""
+"""Recording a run in the out dir, under the job lock: the job file (input, shard count and what
+--dtype auto means on a CPU, checked again now that no other run can change them between check
+and write) and the settings registry. --overwrite with another shard count voids the old split's
+state, but only while no other run holds a lock in the out dir; on an out dir of qtts 0.1 it
+removes the old state files. Knows the job file, lock files and state names."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from qtts.core.jobs.jobfile import (
     write_job_file,
 )
 from qtts.core.jobs.layout import LEGACY_JOB_FILE, Layout
+from qtts.core.jobs.precision import cpu_auto_to_record
 from qtts.core.jobs.shards import Shard, ShardRequest
 from qtts.core.jobs.writer import cleanup_temp_files
 
@@ -52,6 +53,9 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         new = job_for(spec.kind.value, source, shard, req)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
+        cpu_auto = job.precision.cpu_auto if job.precision is not None else None
+        pin = cpu_auto_to_record(out, recorded, cpu_auto, overwrite=spec.output.overwrite)
+        new = replace(new, cpu_auto_dtype=pin)
         if new != recorded:
             write_job_file(out, new)
         remember(out, job.settings)

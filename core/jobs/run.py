@@ -1,6 +1,7 @@
 """One job end to end: read rows -> validate all (before any weights load) -> check the out dir's
-record -> (dry run: report and stop) -> reach the Ray cluster if asked -> lock the shard -> record
-the job -> the locked run (qtts.core.jobs.locked_run).
+record -> settle the precision (CPU auto as the out dir pinned it) -> (dry run: report and stop)
+-> reach the Ray cluster if asked -> lock the shard -> record the job -> the locked run
+(qtts.core.jobs.locked_run).
 
 Nothing is created on disk until the input, the options, the device and the cluster are known
 good. The model comes in through injected factories (qtts.core.jobs.interfaces), so the CLI passes
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError, UsageError
 from qtts.core.jobs.budget import FrameBudget
+from qtts.core.jobs.choices import Dtype
 from qtts.core.jobs.fingerprint import RefDigests, job_settings
 from qtts.core.jobs.generation import generation_options
 from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
@@ -29,6 +31,7 @@ from qtts.core.jobs.local_backend import LocalBackend
 from qtts.core.jobs.lock import OutDirLock
 from qtts.core.jobs.locked_run import Job, JobRun
 from qtts.core.jobs.manifest import check_unique_ids, read_parquet_manifest, read_text_lines
+from qtts.core.jobs.precision import log_precision, settle_precision
 from qtts.core.jobs.record_job import record_job
 from qtts.core.jobs.shards import local_rank_device, shard_request
 from qtts.core.jobs.spec import JobSpec, SplitSettings
@@ -114,9 +117,17 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     except ValueError as e:
         raise ManifestError(str(e)) from None
     check_segment_limit(spec.split, budget)
+    precision = settle_precision(model, spec.model.device, spec.model.dtype.value, recorded,
+                                 overwrite=spec.output.overwrite)  # fmt: skip
+    if spec.scale_out.backend == "ray" and spec.model.device.strip().lower() == "auto":
+        # The actors' devices are the cluster's (GPU workers or not), unknown to this driver:
+        # each resolves --dtype auto itself, and nothing is pinned.
+        precision = replace(precision, cpu_auto=None)
+    elif precision.cpu_auto is not None:  # every later step (backends, plan) runs exactly this
+        spec = replace(spec, model=replace(spec.model, dtype=Dtype(precision.dtype)))
     settings = job_settings(
         model=model.identity,
-        precision=model.precision(spec.model.device, spec.model.dtype.value),
+        precision=str(precision),
         options=options,
         max_new_tokens=spec.model.max_new_tokens,
         audio_format=spec.output.audio_format.value,
@@ -134,7 +145,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     if rows.num_rows == 0:
         log.warning("%s has no rows: nothing to do", spec.source)
     inputs = [] if spec.source == "-" else [Path(spec.source)]
-    job = Job(spec, model, shard, _ids_of(rows), prepared, budget, settings, inputs)
+    job = Job(spec, model, shard, _ids_of(rows), prepared, budget, settings, inputs, precision)
     return job, req, options, refs
 
 
@@ -161,6 +172,7 @@ def run_job(
     if spec.output.dry_run:
         from qtts.core.jobs.dry_run import dry_run
 
+        log_precision(job.precision)
         return dry_run(job)
     if spec.scale_out.backend == "ray":
         from qtts.core.jobs.ray_backend import RayBackend
@@ -180,5 +192,6 @@ def run_job(
         raise UsageError(f"cannot write to --out-dir {layout.dir}: permission denied")
     with OutDirLock(layout.lock(job.shard.suffix)):
         record_job(job, req, source_path(spec))
+        log_precision(job.precision)  # once the run goes ahead: a refused run says one line
         refs.save()
         return JobRun(job, backend, progress).execute()

@@ -32,12 +32,13 @@ def load_weights(model_dir: Path, config: ModelConfig, device: torch.device, dty
     st_config = json.loads((st_dir / "config.json").read_text("utf-8"))
     with torch.device("meta"):
         decoder = SpeechDecoder(SpeechDecoderConfig.from_dict(st_config))
-    # The decoder stays fp32 on CPU (as the official code runs it); on GPU it follows --dtype.
+    # The decoder follows --dtype like the talker (the official code runs it in the model's dtype
+    # too): float32 is the parity path; bf16 doubles a CPU's conv rate where it has bf16 units.
     load_strict(
         decoder,
         read_safetensors(st_dir),
         source=str(st_dir / "model.safetensors"),
-        dtype=torch.float32 if device.type == "cpu" else dtype,
+        dtype=dtype,
         device=device,
         prefix="decoder.",
         ignore_prefixes=("encoder.",),

@@ -30,13 +30,23 @@ def overlapped(
     max_pending: int = 4,
     gate: AbstractContextManager | None = None,
     stream: torch.cuda.Stream | None = None,
+    inline: bool = False,
 ) -> Iterator[R]:
     """work(group) per group on one worker thread, overlapping the producer; results in order.
     gate: held by the worker around each work(group) (a threading.Lock the producer shares).
-    stream: the worker's CUDA stream (default: a new one on a CUDA device)."""
+    stream: the worker's CUDA stream (default: a new one on a CUDA device).
+    inline: no worker; each group's work runs on the producer's thread as it arrives (a CPU
+    whose cores are better spent on one phase at a time: core/engine/cpu_runtime.py)."""
+    gate = gate if gate is not None else nullcontext()
+    if inline:
+        for group in groups:
+            with gate:
+                result = work(group)
+            del group
+            yield result
+        return
     if stream is None and device.type == "cuda":
         stream = torch.cuda.Stream(device)
-    gate = gate if gate is not None else nullcontext()
 
     def work_on(group: G, ready: torch.cuda.Event | None) -> R:
         if stream is None:

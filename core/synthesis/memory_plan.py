@@ -77,12 +77,10 @@ def resident_bytes() -> int:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
-def dims_for(
-    config: ModelConfig, decoder: SpeechDecoderConfig, dtype: torch.dtype, device_kind: str
-) -> Dims:
-    """The decoder runs in fp32 on CPU (as the official code does) and in the job dtype on GPU."""
+def dims_for(config: ModelConfig, decoder: SpeechDecoderConfig, dtype: torch.dtype) -> Dims:
+    """The talker and the decoder both run in the job dtype."""
     act = torch.empty((), dtype=dtype).element_size()
-    return Dims.of(config, decoder, act, act if device_kind == "cuda" else 4)
+    return Dims.of(config, decoder, act, act)
 
 
 def plan_job(
@@ -150,7 +148,7 @@ def plan_rows(config: ModelConfig, model, decoder, budgets: Sequence[int],
     `device`, running the engine `settings` describe: `qtts batch` and `qtts bench` plan here."""
     weights = weights_bytes(model, decoder, settings, encoder_dir)
     dtype = model.talker.codec_head.weight.dtype
-    dims = dims_for(config, decoder.cfg, dtype, device.type)
+    dims = dims_for(config, decoder.cfg, dtype)
     return plan_job(row_shapes(budgets, tokens), dims, device_budget(device), weights, settings,
                     batch_size, device.type)  # fmt: skip
 
@@ -170,7 +168,7 @@ def plan_without_weights(text_model, requests, device: str, dtype: str,
     decoder_cfg = SpeechDecoderConfig.from_dict(json.loads((st / "config.json").read_text()))
     with torch.device("meta"):
         model = build_model(text_model.config).to(dt)
-        decoder = SpeechDecoder(decoder_cfg).to(torch.float32 if dev.type == "cpu" else dt)
+        decoder = SpeechDecoder(decoder_cfg).to(dt)
     base = text_model.config.tts_model_type == "base"
     tokenizer, config = text_model.tokenizer, text_model.config
     tokens = [prompt_tokens(config, tokenizer, r.text, r.speaker, r.language, r.instruct)
@@ -178,7 +176,8 @@ def plan_without_weights(text_model, requests, device: str, dtype: str,
     if base:
         tokens = [_clone_estimate(t, tokenizer, r) for t, r in zip(tokens, requests, strict=True)]
     return plan_rows(config, model, decoder, [r.max_new_tokens for r in requests], tokens, dev,
-                     EngineSettings.for_device(dev), batch_size, st if base else None)  # fmt: skip
+                     EngineSettings.for_device(dev, dtype=dt), batch_size,
+                     st if base else None)  # fmt: skip
 
 
 def _clone_estimate(tokens, tokenizer, request):

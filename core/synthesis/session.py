@@ -60,19 +60,31 @@ class CheckpointText:
     def identity(self) -> str:
         return checkpoint_identity(self.model_dir)
 
-    def precision(self, device: str, dtype: str) -> str:
+    def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
         from qtts.core.errors import UsageError
+        from qtts.core.model.cpu_precision import auto_cpu_precision
 
-        if device.strip().lower() == "cpu" and dtype in ("auto", "float32"):
-            return "cpu:float32"  # no torch import needed to say so
+        if device.strip().lower() == "cpu":  # torch is not needed to say so
+            if dtype != "auto":
+                return "cpu", dtype, ""
+            auto = auto_cpu_precision()
+            return "cpu", auto.dtype, auto.reason
         from qtts.core.model.loader import parse_device, parse_dtype
 
         try:
             dev = parse_device(device)
-            dt = parse_dtype(dtype, dev)
+            dt = str(parse_dtype(dtype, dev)).removeprefix("torch.")
         except ValueError as e:
             raise UsageError(str(e)) from None
-        return f"{dev.type}:{str(dt).removeprefix('torch.')}"
+        if dtype != "auto":
+            return dev.type, dt, ""
+        why = auto_cpu_precision().reason if dev.type == "cpu" else f"{dt} on {dev.type.upper()}"
+        return dev.type, dt, why
+
+    def precision(self, device: str, dtype: str) -> str:
+        """The fingerprint's spelling: "cuda:bfloat16"."""
+        kind, dt, _ = self.resolve_precision(device, dtype)
+        return f"{kind}:{dt}"
 
     def memory_plan(self, requests, device: str, dtype: str, batch_size: int | None) -> str:
         from qtts.core.synthesis.memory_plan import plan_without_weights

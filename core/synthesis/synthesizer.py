@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from qtts.core.engine.cpu_runtime import apply_cpu_budget
 from qtts.core.engine.layer_path import prepare_weights
 from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
@@ -71,7 +72,7 @@ class Synthesizer:
         self.batch_size, self.generator = batch_size, generator  # batch_size None: planned
         self.dtype = model.talker.codec_head.weight.dtype
         # Read once: the memory plan and every engine pass of this synthesizer run the same engine.
-        self.settings = settings or EngineSettings.for_device(device)
+        self.settings = settings or EngineSettings.for_device(device, dtype=self.dtype)
         if generator == "engine":
             prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
         self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
@@ -106,7 +107,11 @@ class Synthesizer:
             raise ModelLoadError(str(e)) from None
         use_device(dev)
         model, decoder = load_weights(text_model.model_dir, text_model.config, dev, dt)
-        return cls(text_model, model, decoder, dev, **kwargs)
+        synth = cls(text_model, model, decoder, dev, **kwargs)
+        # A job's process: a CPU's thread budget and allocator (nothing on GPU). Set here, not
+        # by every Synthesizer, because it is process-wide.
+        apply_cpu_budget(synth.settings.threads, synth.settings.vocoder_thread)
+        return synth
 
     def synthesize(
         self, requests: Sequence[Request], options: GenerationOptions
@@ -138,7 +143,8 @@ class Synthesizer:
         # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
         work = lambda group: list(self._vocode(group))  # noqa: E731
         for items in overlapped(finished, work, self.device, gate=self.device_gate,
-                                stream=self.vocoder_stream):  # fmt: skip
+                                stream=self.vocoder_stream,
+                                inline=not self.settings.vocoder_thread):  # fmt: skip
             yield from items
 
     def _within_positions(self, requests, tokens):

@@ -13,7 +13,10 @@ from qtts.core.doctor import checks as doctor_checks
 from qtts.core.doctor.check import DoctorRun, all_held, run_checks, skipped, verdict
 
 NAMES = [name for name, _ in doctor_checks.CHECKS]
-GPU_ONLY = {"triton kernels == twins", "graph replay == eager", "bf16 tracks fp32 (teacher-forced)"}
+GPU_ONLY = {"triton kernels == twins", "graph replay == eager"}
+# Run where --dtype auto is bf16: on CUDA, and on a CPU with native bf16 (the suite says it has
+# none: QTTS_CPU_BF16=0, tests/conftest.py).
+BF16 = {"bf16 tracks fp32 (teacher-forced)", "bf16 vocoder tracks fp32 (audio SNR)"}
 
 
 def test_doctor_on_cpu_runs_what_applies_and_says_what_it_skipped():
@@ -28,10 +31,11 @@ def test_doctor_on_cpu_runs_what_applies_and_says_what_it_skipped():
     rows = {r["name"]: r for r in report["doctor"]}
     assert list(rows) == NAMES
     for name, row in rows.items():
-        assert row["status"] == ("skipped" if name in GPU_ONLY else "ok"), row
+        assert row["status"] == ("skipped" if name in GPU_ONLY | BF16 else "ok"), row
         assert row["detail"] and "\n" not in row["detail"]
         assert row["name"] in proc.stderr  # the table
     assert all("needs CUDA" in rows[n]["detail"] for n in GPU_ONLY)
+    assert all("runs float32 under --dtype auto" in rows[n]["detail"] for n in BF16)
     assert rows["layer paths: fused == module"]["figures"]["codes_equal"] is True
     assert rows["memory bandwidth"]["figures"]["bandwidth_gb_s"] > 0
     roofline = rows["decode step vs roofline"]["figures"]["roofline"]
@@ -75,12 +79,14 @@ def test_doctor_refuses_an_unknown_size():
     assert r.exit_code == 2 and "--size" in r.output
 
 
-def test_the_gpu_halves_of_the_agreement_checks_run_on_cpu_when_asked():
+def test_the_gpu_halves_of_the_agreement_checks_run_on_cpu_when_asked(monkeypatch):
     """Code that only CUDA reaches in `qtts doctor`, run here on the small dims: the teacher-forced
-    comparison of the layer paths, and bf16 vs fp32."""
+    comparison of the layer paths; and bf16 vs fp32 (teacher-forced, and the vocoder's audio), as
+    a CPU with native bf16 runs them."""
     import torch
 
     from qtts.core.doctor.agreement import bf16_vs_fp32, layer_paths
+    from qtts.core.doctor.vocoder_precision import BF16_AUDIO_MIN_SNR_DB, bf16_vocoder
 
     class CudaBranch(DoctorRun):
         cuda = True  # the branch a GPU takes, on CPU tensors
@@ -88,9 +94,14 @@ def test_the_gpu_halves_of_the_agreement_checks_run_on_cpu_when_asked():
     paths = layer_paths(CudaBranch(torch.device("cpu"), "small"))
     assert paths.status == "ok", paths.detail
     assert paths.figures["teacher_forced"]["all"]["argmax_agreement"] == 1.0
-    bf16 = bf16_vs_fp32(DoctorRun(torch.device("cpu"), "small"), allow_cpu=True)
+    monkeypatch.setenv("QTTS_CPU_BF16", "1")  # a CPU whose --dtype auto is bf16
+    bf16 = bf16_vs_fp32(DoctorRun(torch.device("cpu"), "small"))
     assert bf16.status == "ok", bf16.detail
     assert bf16.figures["all"]["sites"] > 0 and bf16.figures["all"]["worst_logit_rel_diff"] > 0
+    audio = bf16_vocoder(DoctorRun(torch.device("cpu"), "small"))
+    assert audio.status == "ok", audio.detail
+    # not identical (bf16 did run), and within the bound
+    assert BF16_AUDIO_MIN_SNR_DB <= audio.figures["snr_db"] < 80
 
 
 def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
+from qtts.core.engine.vocoder_windows import bucket_shapes, frame_buckets
 
 GIB = 2**30
 
@@ -28,6 +29,9 @@ def test_a_1_7b_job_fits_an_80_gib_card_with_kv_sized_to_its_rows():
     for key in ("weights_bytes", "vocoder_bytes"):
         assert 0 < plan[key] < plan["total_bytes"]
     assert "ceiling" in out and plan["roofline"]["ceiling_audio_s_per_s"] > 0
+    # 15 vocoder rows: pieces of 1, 2, 4 and 8 rows, each at the 26 window lengths
+    assert plan["vocoder_batch"] == 15 and plan["vocoder_graphs"] == 4 * len(frame_buckets())
+    assert f"15 rows at once, {4 * 26} CUDA graphs" in out
 
 
 def test_the_roofline_counts_launches_as_a_third_bound():
@@ -118,6 +122,7 @@ def test_a_card_name_plans_for_its_memory_and_speed(gpu, memory):
 def test_the_vocoder_batch_never_exceeds_the_rows():
     _, plan = _plan("--size", "0.6b", "--rows", 4)
     assert plan["vocoder_batch"] <= 4
+    assert plan["vocoder_graphs"] == len(bucket_shapes(plan["vocoder_batch"]))
 
 
 def test_the_ceiling_counts_the_vocoder_beside_the_decode_step():

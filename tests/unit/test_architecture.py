@@ -12,8 +12,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {"cli": "qtts.cli", "core": "qtts.core", "kernels": "qtts.kernels", "pkg": "qtts"}
 
-# qtts doctor judges the vocoder by the cost qtts plan counts.
-DOCTOR_ALSO = {"capacity.vocoder_cost"}
+# qtts doctor judges the vocoder by the cost qtts plan counts, and its bf16 audio on the lively
+# weights the checkpoint maker draws.
+DOCTOR_ALSO = {"capacity.vocoder_cost", "tiny.checkpoint"}
 # layer -> layers it may import (besides itself). "qtts.core.X" modules are in layer X.
 ALLOWED = {
     "errors": set(),  # qtts.core.errors: the ground floor every layer may raise from

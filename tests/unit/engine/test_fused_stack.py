@@ -10,7 +10,7 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.fused_stack import FusedStack
+from qtts.core.engine.fused_stack import CUSTOM_OPS, TWIN_OPS, FusedStack
 from qtts.core.engine.kv_cache import PredictorKVCache, TalkerKVCache
 from qtts.core.model.fused_weights import fuse_projections
 
@@ -78,6 +78,25 @@ def test_fused_engine_gives_the_module_paths_codes(tiny_gqa, greedy):
     assert codes["fused"].keys() == codes["module"].keys()
     for key, c in codes["module"].items():
         assert torch.equal(codes["fused"][key], c), key
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_twins_called_directly_are_the_custom_ops(tiny_gqa, dtype):
+    """A CPU's fused stack calls the ops' torch twins itself (EngineSettings.custom_ops False):
+    bit for bit what the custom ops give there, prefill and decode steps, codes and K/V."""
+    tiny = (tiny_gqa[0], copy.deepcopy(tiny_gqa[1]).to(dtype), tiny_gqa[2])
+    runs = {}
+    for custom in (True, False):
+        settings = engines.cpu_settings(dtype, layer_path="fused", custom_ops=custom,
+                                        prefill_group=4)  # fmt: skip
+        eng = engines.engine(tiny, 3, False, settings, dtype=dtype)
+        assert eng.talker_step.ops is (CUSTOM_OPS if custom else TWIN_OPS)
+        codes = engines.run_codes(eng, engines.jobs(engines.prompts(tiny), False))
+        runs[custom] = codes, eng.state.kv.k.clone()
+    (codes_op, k_op), (codes_twin, k_twin) = runs[True], runs[False]
+    assert codes_op.keys() == codes_twin.keys()
+    assert all(torch.equal(codes_op[key], codes_twin[key]) for key in codes_op)
+    assert torch.equal(k_op, k_twin)
 
 
 def test_fused_weights_are_views_not_copies(tiny_gqa):

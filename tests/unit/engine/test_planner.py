@@ -8,6 +8,7 @@ import torch
 from qtts.core.capacity.job_fit import plan_model, synthetic_shapes
 from qtts.core.engine.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
 from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.vocoder_windows import bucket_shapes, frame_buckets
 from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
 
 GPU = EngineSettings.for_device("cuda", env={})
@@ -104,3 +105,20 @@ def test_the_plan_sizes_the_sampler_the_settings_choose(model):
     twin = activation(EngineSettings.for_device("cuda", env={"QTTS_SAMPLER": "torch"}))
     assert twin == activation(replace(GPU, sampler="torch"))
     assert twin > activation(replace(GPU, sampler="triton"))
+
+
+def test_the_plan_counts_the_vocoders_graphs_from_its_window_table(model):
+    """One graph per window shape: every frame bucket at every power-of-two row count up to the
+    vocoder batch; none when the job runs without graphs."""
+    from dataclasses import replace
+
+    rows = _rows(model, [20] * 64)
+    plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, GPU)
+    pieces = plan.vocoder_batch.bit_length()  # 1, 2, 4, ... up to the batch
+    assert plan.vocoder_graphs == pieces * len(frame_buckets())
+    assert plan.vocoder_graphs == len(bucket_shapes(plan.vocoder_batch))
+    # 26 lengths x at most 5 row counts (VOCODER_MAX_BATCH 16): few enough to capture lazily
+    assert plan.as_json()["vocoder_graphs"] == plan.vocoder_graphs <= 130
+    eager = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes,
+                        replace(GPU, cuda_graphs=False))  # fmt: skip
+    assert eager.vocoder_graphs == 0 == eager.as_json()["vocoder_graphs"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import engines
 import pytest
+import torch
 
 from qtts.core.engine.fused_stack import FusedStack
 from qtts.core.engine.packed_stack import PackedStack
@@ -19,7 +20,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_layer_path_defaults_and_knob():
     assert EngineSettings.for_device("cuda", env={}).layer_path == "fused"
-    assert EngineSettings.for_device("cpu", env={}).layer_path == "packed"
+    assert EngineSettings.for_device("cpu", env={}).layer_path == "packed"  # float32
+    # bf16 on a CPU: the fused stack's twins, which measured faster there (the settings say why)
+    cpu_bf16 = EngineSettings.for_device("cpu", env={}, dtype=torch.bfloat16)
+    assert (cpu_bf16.layer_path, cpu_bf16.prefill_group) == ("fused", 64)  # one padded pass
+    assert EngineSettings.for_device("cpu", env={}).prefill_group == 1  # fp32: official numerics
+    assert EngineSettings.for_device("cuda", env={}, dtype=torch.float32).layer_path == "fused"
     for path in ("module", "packed", "fused"):
         env = {"QTTS_LAYER_PATH": path.upper()}
         assert EngineSettings.for_device("cuda", env=env).layer_path == path
@@ -64,3 +70,24 @@ def test_one_engine_construction_site():
     calls = [p.relative_to(REPO).as_posix() for p in sources
              for _ in re.findall(r"(?<![\w.])Engine\(", p.read_text("utf-8"))]  # fmt: skip
     assert calls == ["core/engine/build.py"]
+
+
+def test_cpu_thread_budget_policies_and_knob():
+    """QTTS_CPU_THREADS: serial (the default: every core to one phase at a time, the vocoder
+    inline), split (half the cores each, the vocoder on its thread), overlap (all cores to both)."""
+    from qtts.core.engine.cpu_runtime import AUTO_POLICY, cpu_budget
+
+    assert AUTO_POLICY == "serial"
+    auto = cpu_budget(8, env={})
+    assert (auto.policy, auto.threads, auto.vocoder_thread) == ("serial", 8, False)
+    split = cpu_budget(8, env={"QTTS_CPU_THREADS": "split"})
+    assert (split.threads, split.vocoder_thread) == (4, True)
+    assert cpu_budget(1, env={"QTTS_CPU_THREADS": "split"}).threads == 1
+    overlap = cpu_budget(8, env={"QTTS_CPU_THREADS": "Overlap"})
+    assert (overlap.threads, overlap.vocoder_thread) == (8, True)
+    with pytest.raises(ValueError, match="QTTS_CPU_THREADS must be one of auto, serial"):
+        cpu_budget(2, env={"QTTS_CPU_THREADS": "many"})
+    cpu = EngineSettings.for_device("cpu", env={})
+    assert cpu.vocoder_thread is False and cpu.threads >= 1
+    gpu = EngineSettings.for_device("cuda", env={"QTTS_CPU_THREADS": "serial"})
+    assert gpu.vocoder_thread is True and gpu.threads is None  # a GPU keeps its vocoder stream

@@ -1,7 +1,9 @@
 """The speech decoder's bucketed windows (qtts.core.engine.vocoder_windows) against the official
 chunking (core/model/codec.py decode_utterances, tied to the official code in tests/parity) and
 against one plain decoder call: padding frames and splitting groups change no kept sample; the
-decoder sees only the bucket shapes; padding stays within its bound."""
+decoder sees only the bucket shapes; padding stays within its bound (MAX_WASTE)."""
+
+from fractions import Fraction
 
 import pytest
 import torch
@@ -11,13 +13,16 @@ from tiny_models import fast_tiny_decode, tiny_decoder
 from qtts.core.engine.footprint import Dims, vocoder_bytes
 from qtts.core.engine.vocoder_windows import (
     CHUNK_FRAMES,
-    FRAME_STEP,
     LEFT_CONTEXT,
+    MAX_WASTE,
     batch_pieces,
+    bucket_frames,
     bucket_shapes,
     decode_bucketed,
     frame_buckets,
+    padding_waste,
     plan_windows,
+    worst_padding_waste,
 )
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
 from qtts.core.model.sizes import decoder_config, model_config
@@ -56,9 +61,9 @@ def test_bucketed_decode_equals_the_official_chunking_around_chunk_edges(decoder
     _assert_rows_close(decode_bucketed(decoder, codes), decode_utterances(decoder, codes), lengths)
 
 
-# The same rules at a small scale (chunk 12, context 3, step 3: windows of 3 .. 15 frames), so
-# many groups and every edge cost little audio.
-SMALL = dict(chunk=12, context=3, step=3)
+# The same rules at a small scale (chunk 12, context 3, up to 50% padding: windows of 3, 6, 10,
+# 12 or 15 frames), so many groups and every edge cost little audio.
+SMALL = dict(chunk=12, context=3, max_waste=0.5)
 
 
 @pytest.mark.parametrize(
@@ -100,23 +105,78 @@ def test_the_decoder_sees_only_bucket_shapes(decoder):
     lengths = (31, 30, 29, 12, 7, 14, 13, 12, 50, 8, 2)  # first chunk: 8 + 2 + 1 rows
     decode_bucketed(decoder, _codes(lengths, seed=2), recording, **SMALL)
     assert set(seen) <= bucket_shapes(16, **SMALL)
-    assert seen[:3] == [(8, 12), (2, 9), (1, 3)] and {rows for rows, _ in seen} == {8, 4, 2, 1}
-    assert {frames for _, frames in seen} <= set(frame_buckets(**SMALL)) == {3, 6, 9, 12, 15}
-    assert frame_buckets() == list(range(25, 326, 25))  # 13 window lengths
-    assert len(bucket_shapes(16)) == 13 * 5  # rows 1, 2, 4, 8, 16
+    assert seen[:3] == [(8, 12), (2, 10), (1, 3)] and {rows for rows, _ in seen} == {8, 4, 2, 1}
+    assert {frames for _, frames in seen} <= set(frame_buckets(**SMALL)) == {3, 6, 10, 12, 15}
+    assert len(bucket_shapes(16)) == len(TABLE) * 5  # rows 1, 2, 4, 8, 16
 
 
-def test_windows_tile_every_row_and_pad_less_than_one_step():
+# The window lengths at the real chunking: each the largest within 10% of the one before plus a
+# frame, the chunk (300) and a full later window (325) exact. A longer table is more CUDA graphs.
+TABLE = [25, 28, 31, 35, 39, 44, 49, 55, 61, 68, 75, 83, 92, 102, 113, 125, 138, 152, 168, 185,
+         204, 225, 248, 273, 300, 325]  # fmt: skip
+
+
+def test_the_frame_table_pads_at_most_max_waste_from_the_context_up():
+    assert frame_buckets() == TABLE and len(TABLE) == 26 and MAX_WASTE == 0.10
+    for n in range(1, CHUNK_FRAMES + LEFT_CONTEXT + 1):  # brute force: the smallest length >= n
+        b = bucket_frames(n)
+        assert b == min(t for t in TABLE if t >= n), n
+        if n <= LEFT_CONTEXT:
+            assert b == LEFT_CONTEXT, n  # under 2 s (rare in datasets): padded to the context
+        else:
+            assert 10 * b <= 11 * n, (n, b)  # b <= 1.1 n, in integers
+    assert worst_padding_waste() == padding_waste([40]) == 0.1  # 40 -> 44 frames
+    assert bucket_frames(CHUNK_FRAMES) == CHUNK_FRAMES  # a long row's first window: no padding
+
+
+@pytest.mark.parametrize("max_waste", [0.0, 0.05, 0.1, 0.25, 1.0])
+@pytest.mark.parametrize("chunk, context", [(300, 25), (12, 3), (325, 0), (2, 5)])
+def test_any_table_keeps_its_bound(chunk, context, max_waste):
+    table = frame_buckets(chunk, context, max_waste)
+    assert table == sorted(set(table)) and table[-1] == chunk + context
+    assert chunk in table or chunk < table[0]
+    for n in range(table[0], chunk + context + 1):
+        bound = (1 + Fraction(max_waste)) * n  # exact: no float rounding either way
+        assert bucket_frames(n, chunk, context, max_waste) <= bound, (table, n)
+    assert worst_padding_waste(chunk, context, max_waste) <= max_waste
+
+
+def test_rows_of_every_length_waste_at_most_max_waste():
+    """Every row of 25 frames (2 s) or more, alone or in a group: padding adds at most 10% to
+    the frames its windows need (their context included)."""
+    for n in range(LEFT_CONTEXT, 1500):
+        assert padding_waste([n]) <= MAX_WASTE, n
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        count = int(torch.randint(1, 33, (1,), generator=gen))
+        lengths = torch.randint(LEFT_CONTEXT, 2000, (count,), generator=gen).tolist()
+        assert padding_waste(lengths) <= MAX_WASTE, lengths
+    assert padding_waste([32]) == 3 / 32  # multiples of 25 padded it to 50: 56%
+    assert padding_waste([]) == 0.0 and padding_waste([0, 0]) == 0.0
+    assert padding_waste([1]) == 24.0  # under 2 s a row pads to the context
+
+
+def test_padding_waste_counts_each_row_of_a_piece():
+    """Rows decoded together may need different frames within one bucket: each row's own."""
+    windows = plan_windows([44, 40])
+    assert [(w.rows, w.frames) for w in windows] == [(2, 44)]
+    assert padding_waste([44, 40]) == (88 - 84) / 84
+    # Two windows: 300 kept (no padding), then 25 context + 100 kept (125: no padding), or
+    # 25 + 40 kept (65, decoded as 68).
+    assert padding_waste([400]) == 0.0 and padding_waste([340]) == 3 / (300 + 65)
+
+
+def test_windows_tile_every_row_and_pad_within_the_bound():
     for n in [*range(1, 80), *range(280, 350), 599, 600, 601, 625, 650, 900, 1000]:
         windows = plan_windows([n])
         kept = [(w.start, w.start + w.kept) for w in windows]
         assert kept == [(s, min(s + CHUNK_FRAMES, n)) for s in range(0, n, CHUNK_FRAMES)]
         for w in windows:
             assert w.context == (LEFT_CONTEXT if w.start else 0)
-            assert 0 <= w.frames - (w.context + w.kept) < FRAME_STEP, (n, w)
+            assert w.frames == bucket_frames(w.context + w.kept), (n, w)
 
 
-def test_every_row_of_a_group_pads_less_than_one_step():
+def test_every_row_of_a_group_pads_only_to_its_own_bucket():
     """Rows share a window only when their own windows fall in the same bucket: no row is padded
     to a longer one's length, however mixed the group."""
     gen = torch.Generator().manual_seed(0)
@@ -129,7 +189,7 @@ def test_every_row_of_a_group_pads_less_than_one_step():
             assert w.rows in (1, 2, 4, 8, 16)
             for n in ordered[w.first_row : w.first_row + w.rows]:
                 own = w.context + min(CHUNK_FRAMES, n - w.start)
-                assert n > w.start and 0 <= w.frames - own < FRAME_STEP, (lengths, w)
+                assert n > w.start and w.frames == bucket_frames(own), (lengths, w)
             for j in range(w.first_row, w.first_row + w.rows):
                 covered[j] += 1
         assert covered == [-(-n // CHUNK_FRAMES) for n in ordered]  # each chunk of a row once
@@ -139,9 +199,9 @@ def test_groups_are_cut_by_bucket_into_powers_of_two_longest_first():
     assert batch_pieces(11) == [8, 2, 1] and batch_pieces(16) == [16] and batch_pieces(0) == []
     windows = plan_windows([40, 700, 300, 301, 10])  # longest first: 700, 301, 300, 40, 10
     first = [(w.first_row, w.rows, w.kept, w.frames) for w in windows if w.start == 0]
-    assert first == [(0, 2, 300, 300), (2, 1, 300, 300), (3, 1, 40, 50), (4, 1, 10, 25)]
+    assert first == [(0, 2, 300, 300), (2, 1, 300, 300), (3, 1, 40, 44), (4, 1, 10, 25)]
     later = [(w.start, w.first_row, w.rows, w.kept, w.frames) for w in windows if w.start]
-    assert later == [(300, 0, 1, 300, 325), (300, 1, 1, 1, 50), (600, 0, 1, 100, 125)]
+    assert later == [(300, 0, 1, 300, 325), (300, 1, 1, 1, 28), (600, 0, 1, 100, 125)]
 
 
 def test_memory_bound_holds_for_bucketed_windows():

@@ -86,3 +86,27 @@ def test_the_worker_drops_a_group_while_it_holds_the_gate():
     out = list(overlapped((Group(i) for i in range(4)), lambda g: g.i, CPU, gate=gate))
     assert out == [0, 1, 2, 3]
     assert sorted(freed) == [(i, True, "qtts-vocoder") for i in range(4)]
+
+
+def test_inline_runs_each_group_on_the_producer_thread_in_order():
+    """inline (a CPU's serial budget): no worker thread; each group's work runs as it arrives, so
+    the producer does not take the next group until the previous one's result is consumed."""
+    events = []
+
+    def producer():
+        for g in range(3):
+            events.append(f"made {g}")
+            yield g
+
+    def work(g):
+        events.append(f"work {g} on {threading.current_thread().name}")
+        return g * 10
+
+    out = []
+    for r in overlapped(producer(), work, CPU, inline=True):
+        out.append(r)
+        events.append(f"got {r}")
+    me = threading.current_thread().name
+    assert out == [0, 10, 20]
+    assert events == [e for g in range(3) for e in (f"made {g}", f"work {g} on {me}",
+                                                     f"got {g * 10}")]  # fmt: skip

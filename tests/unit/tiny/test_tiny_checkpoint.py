@@ -142,3 +142,16 @@ def test_bad_model_type_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         make_tiny_checkpoint(tmp_path / "y", dtype="int8")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bf16_loads_the_talker_and_the_decoder_in_bf16_once(cv17):
+    """--dtype bfloat16 (auto on a CPU with bf16 units): every weight of both models lands in
+    bf16 at load, the RoPE tables stay fp32 (angles in fp32, as the published code computes)."""
+    from qtts.core.model.talker import RotaryEmbedding
+
+    text = CheckpointText("tiny", cv17)
+    model, decoder = load_weights(text.model_dir, text.config, torch.device("cpu"), torch.bfloat16)
+    dtypes = {p.dtype for m in (model, decoder) for p in m.parameters()}
+    assert dtypes == {torch.bfloat16}
+    tables = [m.inv_freq for m in model.modules() if isinstance(m, RotaryEmbedding)]
+    assert tables and all(t.dtype == torch.float32 for t in tables)
