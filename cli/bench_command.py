@@ -122,16 +122,26 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
         roofline_fraction,
         run_one,
     )
-    from qtts.core.engine.cpu_runtime import describe_cpu_budget
+    from qtts.core.engine.cpu_runtime import (
+        apply_cpu_budget,
+        cpu_budget,
+        describe_cpu_budget,
+        set_threads,
+    )
     from qtts.core.model.loader import parse_device, parse_dtype, use_device
     from qtts.core.synthesis.memory_plan import MemoryPlanError
 
     dev = parse_device(device)
     use_device(dev)
     dt = parse_dtype(dtype, dev)
+    budget = None
     if dev.type == "cpu":  # the job's thread budget, set before anything is measured
-        typer.echo(f"cpu: {describe_cpu_budget()}; dtype {str(dt).removeprefix('torch.')}")
+        budget = cpu_budget()
+        set_threads(budget.threads)
     config, model, decoder = random_models(size, dev, dt)
+    if budget is not None:  # the allocator as a job sets it, once its weights are in place
+        kept = apply_cpu_budget(budget.threads, budget.vocoder_thread)
+        typer.echo(f"cpu: {describe_cpu_budget(kept=kept)}; dtype {str(dt).removeprefix('torch.')}")
     spec = measure(dev, dt)  # the roofline's device: this machine, measured
     typer.echo(f"roofline device: {spec.name}")
     fast = fast_mode(dev, dt)

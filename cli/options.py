@@ -258,7 +258,7 @@ DtypeOpt = Annotated[
         panel=ENGINE_PANEL,
         help=(
             "auto: bfloat16 on CUDA; on a CPU bfloat16 where it has native bf16 (AMX or "
-            "AVX512-BF16), else float32, and the out dir keeps what its first run picked."
+            "AVX512-BF16), else float32 (a job's out dir keeps what its first run picked)."
         ),
     ),
 ]

@@ -18,7 +18,6 @@ import torch
 
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
-from qtts.core.engine.cpu_runtime import apply_cpu_budget
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.vocoder_graphs import GraphedVocoder
 from qtts.core.engine.vocoder_windows import decode_bucketed, padding_waste
@@ -142,7 +141,6 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
     settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
-    apply_cpu_budget(settings.threads, settings.vocoder_thread)  # as the synthesizer does
     engine, step = build_engine(
         model, config, EngineShape.of(group), tts_pad=pad_embedding(talker, config),
         talker=params, subtalker=params, dtype=talker.codec_head.weight.dtype, device=dev,

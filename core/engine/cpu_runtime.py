@@ -42,6 +42,9 @@ AUTO_POLICY = "serial"
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _KEEP_FREED_BYTES = 2**31 - 1  # (a C int) keep freed heap: trim only past 2 GiB free on top
+# The threads torch starts with (OMP_NUM_THREADS, else the CPUs this process may run on), read
+# when this module is imported: later, tests and the doctor lower it for their own reasons.
+STARTING_THREADS = torch.get_num_threads()
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,9 @@ class CpuBudget:
         return f"{self.policy}: {self.threads} thread(s) per phase, vocoder {where}"
 
 
-@functools.lru_cache(maxsize=1)
-def available_cores() -> int:
-    """The threads torch would use (OMP_NUM_THREADS, else the CPUs this process may run on),
-    read once before any budget changes it."""
-    return torch.get_num_threads()
-
-
 def cpu_budget(cores: int | None = None, env: Mapping[str, str] = os.environ) -> CpuBudget:
     """The budget QTTS_CPU_THREADS names (auto: AUTO_POLICY) over `cores` (default: all)."""
-    cores = available_cores() if cores is None else cores
+    cores = STARTING_THREADS if cores is None else cores
     policy = read_knobs(env).cpu_threads
     policy = AUTO_POLICY if policy == "auto" else policy
     if policy == "split":
@@ -72,15 +68,15 @@ def cpu_budget(cores: int | None = None, env: Mapping[str, str] = os.environ) ->
     return CpuBudget(policy, cores, policy == "overlap")
 
 
-def describe_cpu_budget(env: Mapping[str, str] = os.environ) -> str:
-    """This CPU's budget in words, for `qtts bench` and the job log; sets its thread count (the
-    allocator is set once the weights are in place: apply_cpu_budget)."""
+def describe_cpu_budget(env: Mapping[str, str] = os.environ, kept: bool | None = None) -> str:
+    """This CPU's budget in words, for `qtts bench` and the job log (kept: whether
+    apply_cpu_budget kept large blocks; None: whether the budget asks it to)."""
     budget = cpu_budget(env=env)
-    set_threads(budget.threads)
     knob = read_knobs(env).cpu_threads
-    allocator = "vocoder thread: allocator as is" if budget.vocoder_thread else "large blocks kept"
-    cores = available_cores()
-    return f"threads {budget.describe()} (QTTS_CPU_THREADS={knob}, {cores} cores); {allocator}"
+    kept = not budget.vocoder_thread if kept is None else kept
+    blocks = "large blocks kept" if kept else "allocator as is"
+    return (f"threads {budget.describe()} (QTTS_CPU_THREADS={knob}, {STARTING_THREADS} cores); "
+            f"{blocks}")  # fmt: skip
 
 
 def set_threads(threads: int) -> None:
@@ -91,27 +87,41 @@ def set_threads(threads: int) -> None:
 def apply_cpu_budget(threads: int | None, vocoder_thread: bool) -> bool:
     """A CPU job's process settings (EngineSettings.threads and .vocoder_thread; threads None: a
     GPU job, nothing to do): torch's thread count, and with one working thread the allocator
-    (with two, both allocate from glibc's one heap: measured no faster, with more time in the
-    kernel). Called once
-    the weights are loaded, so their load's temporaries are not kept. Process-wide and
-    idempotent; True when large blocks are kept."""
+    (with two, both allocate large blocks from glibc's main heap: measured no faster, with more
+    time in the kernel). For job processes only (Synthesizer.load, `qtts bench`), once the
+    weights are loaded, so their load's temporaries are not kept. Process-wide and idempotent;
+    True when large blocks are kept."""
     if threads is None:
         return False
     set_threads(threads)
     return not vocoder_thread and keep_large_blocks()
 
 
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def keep_large_blocks() -> bool:
     """Serve large blocks from glibc's heap and keep freed memory (see the module docstring);
-    False where the C library is not glibc (nothing changes there)."""
-    path = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(path)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
+    False where the C library is not glibc or refuses (nothing changes there)."""
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:
         return False
     ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _KEEP_FREED_BYTES) == 1
     if not ok:
         log.debug("mallopt refused: large blocks keep glibc's defaults")
     return ok
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the kernel (glibc malloc_trim: the free middle of the
+    heap too, not only its top), where large blocks are kept: called between a job's chunks, so
+    blocks are reused within one but the heap's high-water mark does not outlive it."""
+    if keep_large_blocks.cache_info().currsize and keep_large_blocks():
+        trim = getattr(_libc(), "malloc_trim", None)
+        if trim is not None:
+            trim(0)

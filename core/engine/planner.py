@@ -33,8 +33,12 @@ GROUP_KV_SHARE = 0.75
 # Allocator rounding and fragmentation, cuBLAS/cuDNN workspaces, CUDA graph instantiation: held
 # back from the budget.
 MARGIN_SHARE, MIN_MARGIN = 0.08, 1 * GIB
-# The vocoder gets at most a quarter of what the weights leave, and at most this many rows at once.
-VOCODER_SHARE, VOCODER_MAX_BATCH = 0.25, 16
+# The vocoder gets at most a quarter of what the weights leave, and at most this many rows at once:
+# on a GPU more rows share one read of its weights; a CPU's time per audio-second measured the
+# same from 1 to 4 rows a call (its large blocks kept: core/engine/cpu_runtime.py), while each
+# row adds its activations (hundreds of MB a window) to the heap a CPU job keeps.
+VOCODER_SHARE = 0.25
+VOCODER_MAX_BATCH = {"cuda": 16, "cpu": 2}
 # Auto batch sizes stop here: past 256 rows a GPU step is compute-bound, and a 2-core CPU's
 # matrix products reach their best rate well before 64 rows.
 MAX_AUTO_SLOTS = {"cuda": 256, "cpu": 64}
@@ -174,7 +178,8 @@ def plan_memory(
     spare = budget_bytes - weights_bytes - margin
     longest = max((r.budget for r in rows), default=1)
     per_utterance = vocoder_bytes(dims, 1, longest, graphs=settings.cuda_graphs)
-    at_most = min(VOCODER_MAX_BATCH, max(len(rows), 1))  # never more rows than the job has
+    cap = VOCODER_MAX_BATCH.get(device_kind, VOCODER_MAX_BATCH["cuda"])  # meta stands in for CUDA
+    at_most = min(cap, max(len(rows), 1))  # never more rows than the job has
     vocoder_batch = max(1, min(at_most, int(VOCODER_SHARE * spare) // per_utterance))
     room = spare - vocoder_batch * per_utterance  # for the largest group's working set
     groups = length_groups(rows)

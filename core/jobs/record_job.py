@@ -54,7 +54,9 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
         cpu_auto = job.precision.cpu_auto if job.precision is not None else None
-        pin = cpu_auto_to_record(out, recorded, cpu_auto, overwrite=spec.output.overwrite)
+        seen = job.precision.seen if job.precision is not None else None
+        pin = cpu_auto_to_record(out, recorded, cpu_auto, overwrite=spec.output.overwrite,
+                                 seen=seen)  # fmt: skip
         new = replace(new, cpu_auto_dtype=pin)
         if new != recorded:
             write_job_file(out, new)

@@ -31,7 +31,7 @@ from qtts.core.jobs.local_backend import LocalBackend
 from qtts.core.jobs.lock import OutDirLock
 from qtts.core.jobs.locked_run import Job, JobRun
 from qtts.core.jobs.manifest import check_unique_ids, read_parquet_manifest, read_text_lines
-from qtts.core.jobs.precision import log_precision, settle_precision
+from qtts.core.jobs.precision import for_ray_actors, log_precision, settle_precision
 from qtts.core.jobs.record_job import record_job
 from qtts.core.jobs.shards import local_rank_device, shard_request
 from qtts.core.jobs.spec import JobSpec, SplitSettings
@@ -120,9 +120,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     precision = settle_precision(model, spec.model.device, spec.model.dtype.value, recorded,
                                  overwrite=spec.output.overwrite)  # fmt: skip
     if spec.scale_out.backend == "ray" and spec.model.device.strip().lower() == "auto":
-        # The actors' devices are the cluster's (GPU workers or not), unknown to this driver:
-        # each resolves --dtype auto itself, and nothing is pinned.
-        precision = replace(precision, cpu_auto=None)
+        precision = for_ray_actors(precision)  # each actor resolves auto on its own device
     elif precision.cpu_auto is not None:  # every later step (backends, plan) runs exactly this
         spec = replace(spec, model=replace(spec.model, dtype=Dtype(precision.dtype)))
     settings = job_settings(

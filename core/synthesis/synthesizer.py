@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from qtts.core.engine.cpu_runtime import apply_cpu_budget
+from qtts.core.engine.cpu_runtime import apply_cpu_budget, describe_cpu_budget, trim_heap
 from qtts.core.engine.layer_path import prepare_weights
 from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
@@ -110,7 +110,9 @@ class Synthesizer:
         synth = cls(text_model, model, decoder, dev, **kwargs)
         # A job's process: a CPU's thread budget and allocator (nothing on GPU). Set here, not
         # by every Synthesizer, because it is process-wide.
-        apply_cpu_budget(synth.settings.threads, synth.settings.vocoder_thread)
+        if synth.settings.threads is not None:
+            kept = apply_cpu_budget(synth.settings.threads, synth.settings.vocoder_thread)
+            log.info("cpu: %s", describe_cpu_budget(kept=kept))
         return synth
 
     def synthesize(
@@ -140,12 +142,15 @@ class Synthesizer:
             finished = self._naive(requests, tokens, options)
         else:
             finished = self._engine(requests, tokens, options)
-        # groups: [(request, codes [F, G], hit_budget)]; the vocoder runs beside the decode loop
+        # groups: [(request, codes [F, G], hit_budget)]. The vocoder runs beside the decode loop
+        # (GPU), or after each finished group on the decode thread (a CPU's serial budget:
+        # core/engine/cpu_runtime.py).
         work = lambda group: list(self._vocode(group))  # noqa: E731
         for items in overlapped(finished, work, self.device, gate=self.device_gate,
                                 stream=self.vocoder_stream,
                                 inline=not self.settings.vocoder_thread):  # fmt: skip
             yield from items
+        trim_heap()  # a CPU job's kept blocks: reused within this call, not beyond it
 
     def _within_positions(self, requests, tokens):
         """(requests, tokens, failures): a row whose prompt plus frame budget would run past the
@@ -233,6 +238,7 @@ class Synthesizer:
                 # cached blocks while the vocoder thread captures a graph is an error.
                 with self.device_gate:
                     _empty_cache(self.device)
+            trim_heap()  # the group's KV cache is free: the next group sizes its own
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
         from qtts.core.engine.build import EngineShape, build_engine

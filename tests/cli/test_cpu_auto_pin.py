@@ -58,7 +58,9 @@ def test_the_first_run_pins_bf16_and_an_fp32_cpu_keeps_it(manifest, tmp_path):
     assert (summary(r)["skipped"], summary(r)["ok"]) == (4, 0) and "redoing" not in r.stderr
     assert said(r) == (
         "cpu bfloat16 (--dtype auto, as this out dir first resolved it "
-        "(.qtts/job.json); this CPU alone would pick float32: QTTS_CPU_BF16=0)"
+        "(.qtts/job.json); this CPU alone would pick float32: QTTS_CPU_BF16=0); this CPU "
+        "emulates bf16, slowly (--dtype float32 runs fp32 instead, and redoes the rows made in "
+        "bf16)"
     )
     dry = qtts("batch", manifest, "-o", out, "--speaker", "ryan", "--dry-run", env=FP32_CPU)
     assert (summary(dry)["precision"], summary(dry)["skipped"]) == ("cpu:bfloat16", 4)

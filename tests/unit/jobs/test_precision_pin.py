@@ -9,7 +9,7 @@ import pytest
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.jobfile import JobFile, read_job_file, write_job_file
-from qtts.core.jobs.precision import cpu_auto_to_record, settle_precision
+from qtts.core.jobs.precision import cpu_auto_to_record, for_ray_actors, settle_precision
 
 
 class Cpu:
@@ -66,13 +66,38 @@ def test_what_record_job_pins():
     assert cpu_auto_to_record("out", job("bfloat16"), None, overwrite=False) == "bfloat16"
     assert cpu_auto_to_record("out", job("bfloat16"), None, overwrite=True) == "bfloat16"
     assert cpu_auto_to_record("out", None, None, overwrite=False) is None
-    assert cpu_auto_to_record("out", job("bfloat16"), "float32", overwrite=True) == "float32"
+    # --overwrite resolves afresh over the pin it saw before the lock
+    assert cpu_auto_to_record("out", job("bfloat16"), "float32", overwrite=True,
+                              seen="bfloat16") == "float32"  # fmt: skip
 
 
-def test_a_pin_recorded_meanwhile_by_another_run_is_refused():
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_pin_recorded_meanwhile_by_another_run_is_refused(overwrite):
+    """Two runs start at once (shards of one array, with or without --overwrite) on CPUs that
+    pick differently: the one that records second sees a pin it did not see before the lock."""
     with pytest.raises(UsageError, match="out was just recorded with --dtype auto = float32 on "
                                          "CPU by another run; run again to join it"):  # fmt: skip
-        cpu_auto_to_record("out", job("float32"), "bfloat16", overwrite=False)
+        cpu_auto_to_record("out", job("float32"), "bfloat16", overwrite=overwrite, seen=None)
+
+
+def test_settle_remembers_the_pin_it_saw():
+    p = settle_precision(Cpu("float32"), "cpu", "auto", job("bfloat16"), overwrite=True)
+    assert (p.dtype, p.seen) == ("float32", "bfloat16")
+    assert settle_precision(Cpu("float32"), "cpu", "auto", None, overwrite=False).seen is None
+
+
+def test_ray_actors_with_device_auto_resolve_it_themselves():
+    """--backend ray --device auto: nothing pinned, and a driver without a GPU records what qtts
+    always recorded there (cpu:float32), whatever its own CPU would pick."""
+    for cpu in (Cpu("bfloat16"), Cpu("float32")):
+        for recorded in (None, job("bfloat16")):
+            p = for_ray_actors(settle_precision(cpu, "auto", "auto", recorded, overwrite=False))
+            assert (str(p), p.cpu_auto) == ("cpu:float32", None)
+    explicit = for_ray_actors(settle_precision(Cpu("float32"), "auto", "bfloat16", None,
+                                               overwrite=False))  # fmt: skip
+    assert (str(explicit), explicit.cpu_auto) == ("cpu:bfloat16", None)
+    gpu = for_ray_actors(settle_precision(Gpu(), "auto", "auto", None, overwrite=False))
+    assert (str(gpu), gpu.cpu_auto) == ("cuda:bfloat16", None)
 
 
 def test_the_job_file_always_writes_the_key_and_one_without_it_counts_as_float32(tmp_path):
@@ -95,3 +120,20 @@ def test_a_job_file_with_keys_this_qtts_does_not_know_is_read(tmp_path):
     (tmp_path / ".qtts").mkdir()
     (tmp_path / ".qtts" / "job.json").write_text(json.dumps(data))
     assert read_job_file(tmp_path).source == "/m.parquet"
+
+
+def test_a_pinned_bf16_on_a_cpu_without_bf16_units_is_a_warning(caplog):
+    """Mixed CPUs: the shard on the fp32-only CPU runs the pinned bf16 (same results as the
+    others), and says that it is emulated there."""
+    import logging
+
+    from qtts.core.jobs.precision import log_precision
+
+    p = settle_precision(Cpu("float32"), "cpu", "auto", job("bfloat16"), overwrite=False)
+    assert p.emulated
+    with caplog.at_level(logging.INFO, logger="qtts"):
+        log_precision(p)
+        log_precision(settle_precision(Cpu("bfloat16"), "cpu", "auto", job("bfloat16"),
+                                       overwrite=False))  # fmt: skip
+    levels = [(r.levelname, "emulates bf16" in r.getMessage()) for r in caplog.records]
+    assert levels == [("WARNING", True), ("INFO", False)]

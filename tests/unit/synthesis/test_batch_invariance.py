@@ -55,11 +55,17 @@ def alone(checkpoint) -> np.ndarray:
     return _codes(checkpoint, [TARGET], batch_size=1)["target"]
 
 
-def test_alone_equals_inside_a_batch_of_16(checkpoint, alone):
+@pytest.mark.parametrize("threads", ["serial", "overlap"])
+def test_alone_equals_inside_a_batch_of_16(checkpoint, alone, threads, monkeypatch):
+    """Whether the vocoder runs after each group (a CPU's default) or on its own thread beside
+    decoding (the GPU's arrangement, QTTS_CPU_THREADS=overlap), rows come back whole and the
+    same."""
+    monkeypatch.setenv("QTTS_CPU_THREADS", threads)
     others = _others()
     got = _codes(checkpoint, others[:7] + [TARGET] + others[7:], batch_size=16)
     assert alone.shape[0] > 2
     np.testing.assert_array_equal(got["target"], alone)
+    assert got.keys() == {r.id for r in [*others, TARGET]}
     # The naive generator (one padded static batch) agrees with the engine too.
     ref = _codes(checkpoint, [TARGET, *others[:3]], batch_size=4, generator="naive")
     np.testing.assert_array_equal(ref["target"], alone)

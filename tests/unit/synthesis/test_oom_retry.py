@@ -106,7 +106,7 @@ def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(syn
 
     def flaky(decoder, codes, *args, **kwargs):
         batches.append(len(codes))
-        if len(codes) > 2:
+        if len(codes) > 1:
             raise torch.OutOfMemoryError("simulated")
         return real(decoder, codes, *args, **kwargs)
 
@@ -117,8 +117,9 @@ def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(syn
         assert torch.equal(torch.as_tensor(got[k].codes), torch.as_tensor(u.codes)), k
         torch.testing.assert_close(torch.as_tensor(got[k].audio), torch.as_tensor(u.audio),
                                    rtol=0, atol=AUDIO_ATOL)  # fmt: skip
-    # 8 rows at once fails, then 4, then pairs: each row is decoded exactly once in the end.
-    assert batches == [8, 4, 2, 2, 2, 2]
+    # The CPU's plan decodes 2 rows at a time (VOCODER_MAX_BATCH): the first pair fails, then
+    # every row alone: each row is decoded exactly once in the end.
+    assert s.vocoder_batch == 1 and batches == [2] + [1] * 8
 
 
 def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth, monkeypatch):
@@ -137,7 +138,8 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     text_model, s = synth
     expected, _ = _run(text_model, s)
     cpu = EngineSettings.for_device("cpu", env={})
-    graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False)
+    # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
+    graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
     monkeypatch.setattr(s, "settings", graphed)
     vocoding, captures, jobs = threading.Event(), [], []
     real_vocode = type(s)._vocode
@@ -193,7 +195,8 @@ def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeyp
     text_model, s = synth
     expected, _ = _run(text_model, s)
     cpu = EngineSettings.for_device("cpu", env={})
-    graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False)
+    # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
+    graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
     monkeypatch.setattr(s, "settings", graphed)
 
     class Broken(graphs.EagerGraphs):
