@@ -38,6 +38,11 @@ from qtts.core.engine.knobs import read_knobs
 log = logging.getLogger("qtts")
 
 POLICIES = ("serial", "split", "overlap")
+# Serial on every core count. Measured on 2 cores (docs/engine-settings.md): serial 1.05-1.10
+# audio-s/s, overlap 0.84-0.93, split 0.53. Both phases are compute-bound, so overlap only adds
+# oversubscription, and split idles half the cores whenever one phase waits; more cores make a
+# 16-row product scale worse per thread, which favours split there, but that has not been
+# measured yet: QTTS_CPU_THREADS=split is the one to try on a many-core CPU.
 AUTO_POLICY = "serial"
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
