@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from qtts.cli import bench_command, commands, doctor_command, plan_command, results_command
+from qtts.cli import (
+    bench_command,
+    commands,
+    doctor_command,
+    plan_command,
+    results_command,
+    score_command,
+)
 from qtts.cli.errors import EXIT_CODES, EXIT_USAGE, usage_error
 
 EXAMPLES = """\
@@ -20,6 +27,7 @@ Examples:
   qtts info Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice
   qtts batch manifest.parquet -o out/ --num-shards 16 --shard-index 3
   qtts results out/
+  qtts score out/ --asr-model openai/whisper-large-v3
   qtts plan manifest.parquet --model DIR --gpu l4
   qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare
   qtts doctor"""
@@ -78,6 +86,7 @@ app.command()(commands.info)
 app.command()(bench_command.bench)
 app.command()(plan_command.plan)
 app.command()(results_command.results)
+app.command()(score_command.score)
 app.command()(doctor_command.doctor)
 
 

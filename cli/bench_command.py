@@ -175,6 +175,8 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
             )
             typer.echo(f"      vocoder: {r.vocoder_s_per_audio_s:.3f} s per audio-s, "
                        f"{r.vocoder_padding:.1%} frames of bucket padding")  # fmt: skip
+            typer.echo(f"      measures (peak, rms, silence, repeats, chars/s; writer threads): "
+                       f"{_rate(r.measures_s_per_audio_s)}")  # fmt: skip
             typer.echo(_step_line(r.step_ms))
             by_mode[r.mode] = r.row()
             rows.append(r.row())
@@ -186,6 +188,12 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
     if compare:
         typer.echo("      official qwen-tts: not run here; see tools/compare_official_cpu.py")
     return rows
+
+
+def _rate(s_per_audio_s: float) -> str:
+    """Seconds per audio-second, and its inverse: audio-seconds measured per second."""
+    per_s = f"{1 / s_per_audio_s:,.0f} audio-s/s" if s_per_audio_s > 0 else "unmeasured"
+    return f"{s_per_audio_s * 1e6:.1f} µs per audio-s ({per_s})"
 
 
 def _step_line(step_ms: dict) -> str:

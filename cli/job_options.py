@@ -16,7 +16,7 @@ from pathlib import Path
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
-from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, OnBudget, Split
+from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, Split
 from qtts.core.jobs.spec import (
     DEFAULT_MAX_SEGMENT_TOKENS,
     DEFAULT_SEGMENT_PAUSE_S,
@@ -120,10 +120,12 @@ def scale_out_options(
 def failure_options(
     fail_fast: o.FailFast = False,
     max_failures: o.MaxFailures = None,
-    on_budget: o.OnBudgetOpt = OnBudget.ok,
+    on_budget: o.OnBudgetOpt = None,
+    max_attempts: o.MaxAttempts = None,
 ) -> FailurePolicy:
+    """on_budget None: the command's default (core/jobs/spec.py, DEFAULT_ON_BUDGET)."""
     limits = [n for n in (1 if fail_fast else None, max_failures) if n is not None]
-    return FailurePolicy(min(limits) if limits else None, on_budget)
+    return FailurePolicy(min(limits) if limits else None, on_budget, max_attempts)
 
 
 def report_options(

@@ -369,15 +369,27 @@ MaxFailures = Annotated[
     ),
 ]
 OnBudgetOpt = Annotated[
-    OnBudget,
+    OnBudget | None,
     _opt(
         "--on-budget",
         panel=LOG_PANEL,
+        show_default=False,
         help=(
             "A row that uses its whole frame budget without EOS: ok (kept, flagged "
-            "hit_frame_budget in "
-            "results) or fail."
+            "hit_frame_budget in results), fail, or retry (synthesized again with a seed derived "
+            "from its own, up to --max-attempts tries, then failed). Default: retry for qtts "
+            "batch under the automatic frame budget (no --max-new-tokens), else ok."
         ),
+    ),
+]
+MaxAttempts = Annotated[
+    int | None,
+    _opt(
+        "--max-attempts",
+        min=1,
+        panel=LOG_PANEL,
+        show_default=False,
+        help="Tries per row with --on-budget retry (default 3; given alone, it means retry).",
     ),
 ]
 LogInterval = Annotated[

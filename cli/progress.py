@@ -60,10 +60,11 @@ class Progress:
         if _is_tty(sys.stderr):
             from tqdm import tqdm
 
-            self.bar = tqdm(total=round(planned_audio_s, 1) or None, unit="s audio",
-                            file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
-                            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio "
-                            "[{elapsed}<{remaining}{postfix}]")  # fmt: skip
+            total = round(planned_audio_s, 1) or None  # None: not known before reading
+            of_total = "/{total:.0f}" if total else ""
+            self.bar = tqdm(total=total, unit="s audio", file=sys.stderr, dynamic_ncols=True,
+                            smoothing=0.1, bar_format="{l_bar}{bar}| {n:.0f}" + of_total +
+                            " s audio [{elapsed}<{remaining}{postfix}]")  # fmt: skip
             _bars += 1
             self._postfix()
             return

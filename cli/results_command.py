@@ -1,15 +1,37 @@
 """`qtts results OUT`: rebuild OUT/results.parquet from every journal in OUT (all shards) and print
-the summary as one JSON line: is the dataset complete?"""
+the summary as one JSON line: is the dataset complete, and what is its quality? Keep rules
+(`--min-dnsmos 3.0 --max-cer 0.1`, ...) choose which ok rows metadata.jsonl lists, for this
+rebuild and every later one; `--report FILE.html` draws the distributions."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from qtts.cli.errors import EXIT_ROWS_FAILED, cli_errors
+
+KEEP_PANEL = "Keep rules (which ok rows metadata.jsonl lists; saved for later rebuilds)"
+log = logging.getLogger("qtts")
+
+
+def _bound(option: str, text: str, low: float | None = 0.0, high: float | None = None):
+    return Annotated[
+        float | None,
+        typer.Option(f"--{option}", min=low, max=high, help=text, rich_help_panel=KEEP_PANEL),
+    ]
+
+
+MinDnsmos = _bound("min-dnsmos", "Keep rows with dnsmos_ovrl at least this (qtts score).", 1, 5)
+MaxCer = _bound("max-cer", "Keep rows with cer at most this (qtts score --asr-model).")
+MaxWer = _bound("max-wer", "Keep rows with wer at most this (qtts score --asr-model).")
+MaxRepeat = _bound("max-repeat-ratio", "Keep rows with repeat_ratio at most this.", 0, 1)
+MaxSilence = _bound("max-silence-ratio", "Keep rows with silence_ratio at most this.", 0, 1)
+MinRate = _bound("min-chars-per-s", "Keep rows with chars_per_s at least this.")
+MaxRate = _bound("max-chars-per-s", "Keep rows with chars_per_s at most this.")
 
 
 def results(
@@ -20,18 +42,86 @@ def results(
             "--input", help="The job's input, if it moved (default: as the job recorded)."
         ),
     ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write the distributions as a page (FILE.html)."),
+    ] = None,
+    min_dnsmos: MinDnsmos = None,
+    max_cer: MaxCer = None,
+    max_wer: MaxWer = None,
+    max_repeat_ratio: MaxRepeat = None,
+    max_silence_ratio: MaxSilence = None,
+    min_chars_per_s: MinRate = None,
+    max_chars_per_s: MaxRate = None,
+    no_budget_hits: Annotated[
+        bool,
+        typer.Option(
+            "--no-budget-hits",
+            help="Leave out rows kept at their frame budget (--on-budget ok).",
+            rich_help_panel=KEEP_PANEL,
+        ),
+    ] = False,
+    keep_all: Annotated[
+        bool,
+        typer.Option("--keep-all", help="Clear the saved keep rules.", rich_help_panel=KEEP_PANEL),
+    ] = False,
 ) -> None:
-    """Rebuild results.parquet and metadata.jsonl from all of OUT's journals. stdout: one JSON line
-    (total, ok, failed, pending, complete). Exit 0, or 3 when some rows failed."""
+    """Rebuild results.parquet and metadata.jsonl from all of OUT's journals; on stderr, the
+    counts and a quality summary (percentiles, rows outside named thresholds). Keep rules given
+    here replace the saved ones; results.parquet keeps every row either way (`kept` says which
+    pass). stdout: one JSON line (total, ok, failed, pending, complete, quality). Exit 0, or 3
+    when some rows failed."""
+    given = {"min-dnsmos": min_dnsmos, "max-cer": max_cer, "max-wer": max_wer,
+             "max-repeat-ratio": max_repeat_ratio, "max-silence-ratio": max_silence_ratio,
+             "min-chars-per-s": min_chars_per_s, "max-chars-per-s": max_chars_per_s}  # fmt: skip
+    bounds = {k: v for k, v in given.items() if v is not None}
     with cli_errors():
-        from qtts.core.jobs.results import rebuild_out_dir
+        from qtts.core.errors import UsageError
+        from qtts.core.jobs.jobfile import read_job_file
+        from qtts.core.jobs.keep_rules import KeepRules, read_keep_rules, write_keep_rules
+        from qtts.core.jobs.results import RESULTS_NAME, rebuild_out_dir
+        from qtts.core.quality.dataset_summary import summarize_results, summary_lines
 
+        if keep_all and (bounds or no_budget_hits):
+            raise UsageError("--keep-all clears the keep rules: give it without rules")
+        changing = keep_all or bounds or no_budget_hits
+        if changing and read_job_file(out_dir) is None:  # checked again by the rebuild
+            raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json)")
+        if changing:
+            write_keep_rules(out_dir, KeepRules(bounds, no_budget_hits))
         summary = rebuild_out_dir(out_dir, None if input_path is None else str(input_path))
+        results_file = out_dir / RESULTS_NAME
+        quality = summarize_results(results_file)
+        rules = read_keep_rules(out_dir)
+        _warn_unscored(rules, results_file)
+        if report is not None:
+            from qtts.core.quality.report import write_report
+
+            write_report(results_file, report, quality, rules)
     typer.echo(
         f"{summary['ok']} of {summary['total']} rows ok, {summary['failed']} failed, "
         f"{summary['pending']} pending" + (" (complete)" if summary["complete"] else ""),
         err=True,
     )
-    typer.echo(json.dumps(summary))
+    for line in summary_lines(quality):
+        typer.echo(line, err=True)
+    typer.echo(json.dumps({**summary, "quality": quality}))
     if summary["failed"]:
         raise typer.Exit(EXIT_ROWS_FAILED)
+
+
+def _warn_unscored(rules, results_file: Path) -> None:
+    """A rule on a column no row has a value in keeps no row: say why metadata.jsonl is empty."""
+    import pyarrow.parquet as pq
+
+    from qtts.core.jobs.score_columns import SCORE_FIELDS
+
+    names = set(pq.read_schema(results_file).names)
+    for column in sorted(rules.columns()):
+        if column in names:
+            values = pq.read_table(results_file, columns=[column])[column]
+            if values.null_count < len(values):
+                continue
+        hint = " (run qtts score first)" if column in SCORE_FIELDS.names else ""
+        typer.echo(f"Warning: the keep rules read {column}, which no row has yet{hint}: "
+                   "metadata.jsonl lists no row", err=True)  # fmt: skip

@@ -3,7 +3,9 @@
 Selected in a subprocess with QTTS_FAKE_SYNTH=fakes (and tests/ on PYTHONPATH). Model strings pick
 the kind: containing "base" -> Base, "design" -> VoiceDesign, "0.6b" -> 0.6B; "missing" fails to
 load. Markers in a row's text steer it: "[fail]" -> RowFailure, "[nan]" -> NaN audio,
-"[runaway]" -> hits the frame budget, "[slow]" -> sleeps QTTS_FAKE_SLOW seconds, "[stubborn]" ->
+"[runaway]" -> hits the frame budget, "[runaway:N]" -> hits it on its first N tries (retried as
+the real synthesizer does: each try drawn with requests.attempt_seed), "[slow]" -> sleeps
+QTTS_FAKE_SLOW seconds, "[stubborn]" ->
 sleeps and ignores the first interrupt (a synthesizer stuck in native code); both touch the file
 QTTS_FAKE_MARK names, if set, when they start.
 QTTS_FAKE_DELAY adds seconds per row to every row. Rows come back in reverse order, so the job
@@ -13,6 +15,7 @@ layer never relies on completion order.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import zlib
@@ -22,7 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
-from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.synthesis.requests import (
+    GenerationOptions,
+    Request,
+    RowFailure,
+    Utterance,
+    attempt_seed,
+)
 
 SPEAKERS = {"vivian": 3065, "ryan": 3061, "eric": 2875}
 LANGUAGES = {"english": 2050, "chinese": 2055, "german": 2053}
@@ -101,12 +110,18 @@ class FakeTextModel:
         return f"fake plan: {len(requests)} rows, batch {batch_size or 'auto'}"
 
 
-def fake_codes(request: Request) -> np.ndarray:
-    """Deterministic in (seed, text): int64 [frames, 16]."""
+def runs_away(text: str, attempt: int = 1) -> bool:
+    """Whether try `attempt` of a row with this text hits its frame budget."""
+    tries = re.search(r"\[runaway:(\d+)\]", text)
+    return "[runaway]" in text or (tries is not None and attempt <= int(tries.group(1)))
+
+
+def fake_codes(request: Request, attempt: int = 1) -> np.ndarray:
+    """Deterministic in (seed, text, attempt): int64 [frames, 16]."""
     frames = min(2 + len(request.text) // 4, max(request.max_new_tokens - 1, 0))
-    if "[runaway]" in request.text:
+    if runs_away(request.text, attempt):
         frames = max(request.max_new_tokens - 1, 0)
-    key = zlib.crc32(request.text.encode()) ^ request.seed
+    key = zlib.crc32(request.text.encode()) ^ attempt_seed(request.seed, attempt)
     return np.random.default_rng(key).integers(0, 2048, size=(frames, 16), dtype=np.int64)
 
 
@@ -137,12 +152,16 @@ class FakeSynthesizer:
             if "[fail]" in r.text:
                 yield RowFailure(r.id, "fake failure for this row")
                 continue
-            codes = fake_codes(r)
+            for attempt in range(1, options.attempts + 1):  # the synthesizer's retry rule
+                codes = fake_codes(r, attempt)
+                hit = runs_away(r.text, attempt) or len(codes) >= r.max_new_tokens - 1
+                if not hit:
+                    break
             audio = fake_audio(codes, self.sample_rate)
             if "[nan]" in r.text and audio.size:
                 audio[len(audio) // 2] = np.nan
-            hit = "[runaway]" in r.text or len(codes) >= r.max_new_tokens - 1
-            yield Utterance(r.id, codes, audio, self.sample_rate, hit_frame_budget=hit)
+            yield Utterance(r.id, codes, audio, self.sample_rate, hit_frame_budget=hit,
+                            attempts=attempt, seed=attempt_seed(r.seed, attempt))  # fmt: skip
 
 
 def _mark_busy() -> None:

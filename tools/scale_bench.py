@@ -58,6 +58,11 @@ def make_manifest(path: Path, rows: int, seed: int = 0, batch: int = 1_000_000) 
             writer.write_table(pa.table({"id": ids, "text": texts}, schema=schema))
 
 
+# Plausible ranges of each model-free measure (qtts.core.jobs.measures) for the fake records.
+MEASURE_RANGES = {"peak": (0.3, 1.0), "rms_dbfs": (-40.0, -10.0), "silence_ratio": (0.0, 0.4),
+                  "repeat_ratio": (0.0, 0.2), "chars_per_s": (8.0, 20.0)}  # fmt: skip
+
+
 def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
                open_text_model=None) -> int:  # fmt: skip
     """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian --device
@@ -105,7 +110,14 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
         model=pa.array(np.full(n, model, dtype=object), pa.string()),
         run=pa.array(np.full(n, "scale-bench", dtype=object), pa.string()),
         t=pa.array(np.full(n, time.time())),
+        attempts=pa.array(np.ones(n, dtype=np.int64)), kept_seed=valid["seed"],
+        on_budget=pa.array(np.full(n, job.spec.failures.key, dtype=object), pa.string()),
     )  # fmt: skip
+    # The measures as a real job records them: distinct floats, which compress as real ones do.
+    rng = np.random.default_rng(0)
+    columns.update(
+        {name: pa.array(rng.uniform(lo, hi, n)) for name, (lo, hi) in MEASURE_RANGES.items()}
+    )
     records = pa.table({f.name: columns.get(f.name, pa.nulls(n, f.type)) for f in RECORD_SCHEMA},
                        schema=RECORD_SCHEMA)  # fmt: skip
     for index in range(num_shards):

@@ -3,7 +3,8 @@
 Builds the talker + code predictor + speech decoder at the published 0.6B / 1.7B sizes (or a small
 test size) with random weights in memory, forces a fixed number of frames per request (EOS
 suppressed), and measures the same path `qtts batch` runs: slot prefill, decode steps (CUDA graphs
-on GPU, packed weights on CPU, or the eager module path), batched vocoder, and optionally WAV
+on GPU, packed weights on CPU, or the eager module path), batched vocoder, each row's model-free
+measures (a job computes them on its writer threads: timed apart here), and optionally WAV
 encoding. Knows no manifests and no checkpoints.
 """
 
@@ -30,6 +31,8 @@ from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
 
 SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
 TEXT_LEN = 24  # text tokens per bench row
+# The text the measures count characters of: about what 24 tokens of English spell.
+BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back home again."
 
 
 @torch.no_grad()
@@ -99,6 +102,8 @@ class BenchResult:
     # and the frames its window buckets padded on, as a share of the frames it had to decode.
     vocoder_s_per_audio_s: float = 0.0
     vocoder_padding: float = 0.0
+    # The model-free measures (core/jobs/measures.py) of every row, in seconds per audio-second.
+    measures_s_per_audio_s: float = 0.0
 
     def row(self) -> dict:
         return asdict(self)
@@ -149,7 +154,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
-    timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
+    timers = {"prefill": 0.0, "vocoder": 0.0, "measures": 0.0, "writing": 0.0}
     lengths: list[int] = []  # frames of each row the vocoder decoded
     prefill = PartClock(dev, ["prefill"])  # the engine's prefill passes, synced at their edges
     engine.timer = prefill
@@ -170,6 +175,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
             wavs += [a.float().cpu().numpy() for a in audio]
         timers["vocoder"] += time.perf_counter() - t
         lengths.extend(int(d.codes.shape[0]) for d in done)
+        timers["measures"] += _measure_all(wavs, [d.codes for d in done])
         if write:
             from qtts.core.jobs.writer import encode_audio
 
@@ -197,6 +203,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
     res.vocoder_s_per_audio_s = round(timers["vocoder"] / max(res.audio_s, 1e-9), 4)
     res.vocoder_padding = round(padding_waste(lengths), 4)
+    res.measures_s_per_audio_s = round(timers["measures"] / max(res.audio_s, 1e-9), 7)
     if cuda:
         res.peak_mem_gb = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     else:  # the process's peak resident set: what the job would need of this machine
@@ -206,6 +213,18 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     res.step_ms, view = profile_step(engine, step, prompts[:batch], params)
     res.view = view
     return res
+
+
+def _measure_all(wavs: list[np.ndarray], codes: list[torch.Tensor]) -> float:
+    """Seconds the job's model-free measures take over these rows (codes fetched first, as the
+    job's utterances hold them on the host)."""
+    from qtts.core.jobs.measures import measure
+
+    host = [c.cpu().numpy() for c in codes]
+    t = time.perf_counter()
+    for wav, c in zip(wavs, host, strict=True):
+        measure(wav, c, BENCH_TEXT, SAMPLE_RATE)
+    return time.perf_counter() - t
 
 
 def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:

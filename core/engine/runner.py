@@ -5,7 +5,9 @@ every `check_every` steps copies the finished flags to the host (the only host/d
 loop), hands finished codes back and refills the freed slots. While the device runs the steps just
 queued, the host builds the next prompts ahead, so a refill only launches its prefill. The host
 tracks an upper bound on every slot's KV length without reading the device, so it can pick a
-length-bucketed attention view per stretch. Knows slots and tensors; no text, no files.
+length-bucketed attention view per stretch. A caller may follow a finished job with another (a
+retry): the follow-up joins the queue behind the prompts already built, like any waiting job, so
+no slot waits for it. Knows slots and tensors; no text, no files, no retry policy.
 """
 
 from __future__ import annotations
@@ -41,18 +43,28 @@ class EngineResult:
 
 
 def run_continuous(
-    engine: Engine, jobs: Iterable[EngineJob], *, step: Callable[[int], None] | None = None
+    engine: Engine,
+    jobs: Iterable[EngineJob],
+    *,
+    step: Callable[[int], None] | None = None,
+    again: Callable[[EngineJob, EngineResult], EngineJob | None] | None = None,
 ) -> Iterator[list[EngineResult]]:
     """Yields the results finished at each check (completion order). `step(view_len)` runs one
-    decode step (default: the engine's eager step; a GraphedDecodeStep replays graphs)."""
+    decode step (default: the engine's eager step; a GraphedDecodeStep replays graphs).
+    `again(job, result)`: the job to run after a finished one instead of yielding its result
+    (queued ahead of the jobs not yet read), or None to yield it."""
     state, settings = engine.state, engine.settings
     step = step or engine.decode_step
     waiting = iter(jobs)
+    follow_ups: deque[EngineJob] = deque()  # from `again`: read before `waiting`
     ready: deque[tuple[EngineJob, Prompt]] = deque()  # prompts built ahead, in job order
     lookahead = min(state.slots, settings.prefill_group)
 
     def prepare(n: int) -> None:
-        while len(ready) < n and (job := next(waiting, None)) is not None:
+        while len(ready) < n:
+            job = follow_ups.popleft() if follow_ups else next(waiting, None)
+            if job is None:
+                return
             ready.append((job, job.prompt() if callable(job.prompt) else job.prompt))
 
     occupant: list[EngineJob | None] = [None] * state.slots
@@ -81,7 +93,12 @@ def run_continuous(
         for slot, job in enumerate(occupant):
             if job is not None and finished[slot]:
                 codes = state.codes[slot, : frames[slot]].clone()
-                done.append(EngineResult(job.key, codes, hit[slot]))
+                result = EngineResult(job.key, codes, hit[slot])
+                follow_up = None if again is None else again(job, result)
+                if follow_up is None:
+                    done.append(result)
+                else:
+                    follow_ups.append(follow_up)
                 occupant[slot] = None
         if done:
             yield done

@@ -43,6 +43,7 @@ class AudioFormat(Choice):
 class OnBudget(Choice):
     ok = "ok"  # kept, flagged hit_frame_budget
     fail = "fail"
+    retry = "retry"  # synthesized again with a derived seed, up to --max-attempts; then failed
 
 
 class Backend(Choice):

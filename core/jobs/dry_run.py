@@ -74,7 +74,8 @@ def dry_run(job) -> DryRunSummary:
     work = plan_work(job.prepared, records, list_out_dir(out), model=job.text_model,
                      budget=job.budget, settings=job.settings, registry=read_registry(out),
                      audio_format=spec.output.audio_format.value,
-                     save_codes=spec.output.save_codes, split=spec.split)  # fmt: skip
+                     save_codes=spec.output.save_codes, split=spec.split,
+                     on_budget=spec.failures.key)  # fmt: skip
     plan, first = _first_chunk_plan(job, work)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
     failures = work.rejected.select(["row", "id", "error"])

@@ -46,6 +46,10 @@ class Layout:
     def results_lock(self) -> Path:
         return self.dir / "results.lock"
 
+    @property
+    def keep_file(self) -> Path:  # the rules metadata.jsonl lists ok rows by (qtts results)
+        return self.dir / "keep.json"
+
     def lock(self, suffix: str) -> Path:
         return self.dir / f"run{suffix}.lock"
 

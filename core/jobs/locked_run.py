@@ -85,7 +85,7 @@ class JobRun:
         self.run_id = new_run_id()
         self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
                                  job.spec.output.audio_format.value, job.spec.output.save_codes,
-                                 job.spec.failures.on_budget.value,
+                                 job.spec.failures.key,
                                  job.spec.split.key)  # fmt: skip
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
@@ -125,7 +125,8 @@ class JobRun:
         return plan_work(j.prepared, self.records, listing, model=j.text_model,
                          budget=j.budget, settings=j.settings, registry=read_registry(self.out),
                          audio_format=self.spec.output.audio_format.value,
-                         save_codes=self.spec.output.save_codes, split=self.spec.split)  # fmt: skip
+                         save_codes=self.spec.output.save_codes, split=self.spec.split,
+                         on_budget=self.spec.failures.key)  # fmt: skip
 
     def _record_work(self, work: Work) -> None:
         """Journal what is decided before synthesis: rows to redo lose their done status, rows
@@ -221,5 +222,6 @@ def _hit_budget(mine: pa.Table) -> int:
     n = pc.sum(hit).as_py() or 0
     if n:
         log.warning("%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
-                    "is true in results.parquet; --on-budget fail fails them)", n)  # fmt: skip
+                    "is true in results.parquet; --on-budget retry tries them again, --on-budget "
+                    "fail fails them)", n)  # fmt: skip
     return n

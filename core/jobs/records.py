@@ -1,10 +1,12 @@
 """A row's outcome as the job records it: one schema for journal lines, shard state and results.
 
 A record says what became of one row (status ok | failed | pending, the file and its byte size,
-frames and samples) and everything that shaped it: the row's own inputs (text, voice, seed,
-reference audio digest and text) and the digest of the job settings it ran under
-(qtts.core.jobs.fingerprint). Journals hold records as JSON lines; state and results hold them
-as Parquet. Tables of records are merged by `latest`: the newest record of an id wins.
+frames and samples, the attempts it took and the seed it kept, and an ok row's model-free
+measures: qtts.core.jobs.measures) and everything that shaped it: the row's own inputs (text,
+voice, seed, reference audio digest and text), the digest of the job settings it ran under
+(qtts.core.jobs.fingerprint), and the split and frame-budget policies it ran under. Journals
+hold records as JSON lines; state and results hold them as Parquet. Tables of records are
+merged by `latest`: the newest record of an id wins.
 Knows columns; no files, no models.
 """
 
@@ -34,6 +36,15 @@ RECORD_SCHEMA = pa.schema(
         ("segments", pa.int64()),  # segments the row was synthesized in (1: whole)
         ("segment_frames", pa.list_(pa.int64())),  # frames of each, for a split row (else null)
         ("text_tokens", pa.int64()),  # the text's tokens: whether other split settings cut it
+        ("attempts", pa.int64()),  # tries it took (--on-budget retry); split: its segments' most
+        ("kept_seed", pa.int64()),  # the seed that drew its kept codes (a whole row)
+        ("segment_seeds", pa.list_(pa.int64())),  # a split row: each segment's kept seed
+        # model-free measures of an ok row (qtts.core.jobs.measures.MEASURES)
+        ("peak", pa.float64()),
+        ("rms_dbfs", pa.float64()),
+        ("silence_ratio", pa.float64()),
+        ("repeat_ratio", pa.float64()),
+        ("chars_per_s", pa.float64()),
         ("text", pa.large_string()),  # a dataset's texts pass 2 GiB: 64-bit offsets
         ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
         ("speaker", pa.string()),
@@ -45,6 +56,7 @@ RECORD_SCHEMA = pa.schema(
         ("ref_digest", pa.string()),  # content of the reference audio (Base models)
         ("settings", pa.string()),  # digest of the job settings (fingerprint.JobSettings)
         ("split", pa.string()),  # the split settings it ran under (spec.SplitSettings.key)
+        ("on_budget", pa.string()),  # the budget policy it ran under (spec.FailurePolicy.key)
         ("model", pa.string()),  # the --model string, for people reading results
         ("run", pa.string()),
         ("t", pa.float64()),  # wall-clock time recorded: orders records across journals
@@ -56,14 +68,17 @@ ROW_FIELDS = ("id", "row", "text", *INPUT_FIELDS, "ref_audio")  # a row's fields
 OK, FAILED, PENDING = "ok", "failed", "pending"
 
 
-def failed_record(row: dict[str, Any], error: str, **run: Any) -> dict[str, Any]:
-    """row: ROW_FIELDS (as validation resolved them); run: settings, model, run."""
-    return {**_fields(row), "status": FAILED, "error": error, **run, "t": time.time()}
+def failed_record(row: dict[str, Any], error: str, attempts: int | None = None,
+                  **run: Any) -> dict[str, Any]:  # fmt: skip
+    """row: ROW_FIELDS (as validation resolved them); attempts: the tries that failed it, if
+    any; run: settings, model, run, split, on_budget."""
+    return {**_fields(row), "status": FAILED, "error": error, "attempts": attempts, **run,
+            "t": time.time()}  # fmt: skip
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
     """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget, segments,
-    segment_frames, text_tokens."""
+    segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures."""
     duration = audio["num_samples"] / audio["sample_rate"]
     return {**_fields(row), "status": OK, "error": None, **audio, "duration_s": duration,
             **run, "t": time.time()}  # fmt: skip
@@ -102,7 +117,8 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
 # What deciding the work reads of each record (the resume scan, the summary): a run that has
 # nothing to do never holds the rest in memory.
 SCAN_COLUMNS = ("id", "status", "error", "file", "bytes", "hit_frame_budget", *INPUT_FIELDS,
-                "settings", "segments", "split", "text_tokens", "t")  # fmt: skip
+                "settings", "segments", "split", "text_tokens", "attempts", "on_budget",
+                "t")  # fmt: skip
 
 
 def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:

@@ -23,10 +23,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.jsonl import METADATA_KEYS, table_lines
+from qtts.core.jobs.keep_rules import KEPT, read_keep_rules
 from qtts.core.jobs.layout import Layout
 from qtts.core.jobs.listing import Listing, list_out_dir
+from qtts.core.jobs.measures import MEASURES
 from qtts.core.jobs.records import FAILED, OK, RECORD_SCHEMA
 from qtts.core.jobs.resume import present
+from qtts.core.jobs.score_columns import SCORE_FIELDS, with_scores
 from qtts.core.jobs.state import read_all
 from qtts.core.jobs.writer import atomic_write, cleanup_temp_files
 
@@ -40,6 +43,8 @@ RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "d
                   "sample_rate", "seed", "hit_frame_budget", "segments", "segment_frames", "error",
                   "model", "text", "speaker", "language", "instruct", "ref_audio", "ref_text",
                   "settings")  # fmt: skip
+# The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
+RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES)
 # What a rebuild reads of each record: the results' columns, and what merging and checks need.
 READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path")) + (
     "file", "bytes", "run", "t")  # fmt: skip
@@ -101,7 +106,8 @@ def _one_chunk(table: pa.Table) -> pa.Table:
 def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[pa.Table]:
     """results.parquet's rows in input order, `size` input rows at a time."""
     root = pa.scalar(str(out_dir.resolve()) + os.sep)
-    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path")] + ["file"]
+    scored = _scored(picks)  # after the results' own columns, when qtts score made any
+    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path")] + ["file", *scored]
     records = picks.records.select(wanted)
     for start in range(0, picks.rows.num_rows, size):
         rows = picks.rows.slice(start, size)
@@ -122,20 +128,38 @@ def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[p
                               "error": pa.array(["id is null"] * n, pa.string())})  # fmt: skip
             taken = pa.concat_tables([taken, extra], promote_options="default")
             taken = taken.take(pc.sort_indices(taken["row"]))
-        yield taken.select(list(RESULT_COLUMNS))
+        yield taken.select([*RESULT_COLUMNS, *scored])
 
 
 def write_views(out_dir: Path, picks: Picks) -> None:
-    """results.parquet and metadata.jsonl in one pass over the batches (each file atomic)."""
+    """results.parquet and metadata.jsonl in one pass over the batches (each file atomic), with
+    the scores of OUT/scores.parquet when there are some (qtts.core.jobs.score_columns), and,
+    under keep rules (qtts.core.jobs.keep_rules), a `kept` column and only the kept rows in
+    metadata.jsonl."""
+    picks = Picks(picks.rows, with_scores(picks.records, out_dir), picks.source)
+    scored = _scored(picks)
+    keys = {**METADATA_KEYS, **{c: c for c in scored}}
+    rules = read_keep_rules(out_dir)
 
     def write_both(results_file, metadata_file) -> None:
         schema = _empty_results().schema
+        for name in scored:
+            schema = schema.append(SCORE_FIELDS.field(name))
+        if not rules.empty:
+            schema = schema.append(pa.field(KEPT, pa.bool_()))
         writer = pq.ParquetWriter(results_file, schema, compression="zstd")
         for batch in result_batches(out_dir, picks):
+            is_ok = pc.fill_null(pc.equal(batch["status"], OK), False)
+            if not rules.empty:  # null for a row that is not ok: there is nothing to keep
+                kept = pa.array(rules.passes(batch))
+                batch = batch.append_column(
+                    KEPT, pc.if_else(is_ok, kept, pa.scalar(None, pa.bool_()))
+                )
+                is_ok = pc.and_(is_ok, kept)
             writer.write_table(batch.cast(schema))
-            ok = batch.filter(pc.equal(batch["status"], OK))
+            ok = batch.filter(is_ok)
             ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
-            for data in table_lines(ok, METADATA_KEYS):
+            for data in table_lines(ok, keys):
                 metadata_file.write(data)
         writer.close()
 
@@ -145,6 +169,10 @@ def write_views(out_dir: Path, picks: Picks) -> None:
             out_dir / METADATA_NAME, lambda metadata_file: write_both(results_file, metadata_file)
         ),
     )
+
+
+def _scored(picks: Picks) -> list[str]:
+    return [c for c in SCORE_FIELDS.names if c in picks.records.column_names]
 
 
 def _empty_results() -> pa.Table:

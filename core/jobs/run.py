@@ -116,6 +116,10 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
                              model.config.talker.max_position_embeddings)  # fmt: skip
     except ValueError as e:
         raise ManifestError(str(e)) from None
+    options = replace(options, max_attempts=spec.failures.attempts)
+    if options.max_attempts > options.attempts:
+        log.info("--on-budget retry with greedy decoding: another seed gives the same codes, so "
+                 "a row that hits its frame budget fails at its first try")  # fmt: skip
     check_segment_limit(spec.split, budget)
     precision = settle_precision(model, spec.model.device, spec.model.dtype.value, recorded,
                                  overwrite=spec.output.overwrite)  # fmt: skip

@@ -6,13 +6,14 @@ row's seed and the segment's index (so a segment's audio never depends on the ro
 row that is not cut is exactly the request it always was. The synthesizer sees ordinary requests;
 `synthesize_chunk` holds each split row's segments until the last one arrives and yields the row
 as one utterance: the segments' audio joined with a pause of silence, their codes one after
-another. A failed segment fails its row ("segment 3/7: ..."); the rest of that row is dropped.
+another, the most attempts any segment took and each segment's kept seed. The frame-budget policy
+applies to each segment (the synthesizer retries a segment like any request). A failed segment
+fails its row ("segment 3/7: ..."); the rest of that row is dropped.
 Knows requests, utterances and text; no tensors, no files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,13 @@ from qtts.core.jobs.lengths import count_tokens
 from qtts.core.jobs.recorder import utterance_error
 from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.split_text import split_texts
-from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.synthesis.requests import (
+    GenerationOptions,
+    Request,
+    RowFailure,
+    Utterance,
+    derive_seed,
+)
 
 log = logging.getLogger("qtts")
 
@@ -42,8 +49,7 @@ def segment_id(row_id: str, index: int) -> str:
 
 def segment_seed(seed: int, index: int) -> int:
     """The seed of segment `index` of a row seeded `seed`: a hash of both, in [0, 2**63)."""
-    digest = hashlib.blake2b(f"{seed}/{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
+    return derive_seed(seed, str(index))
 
 
 def cut_rows(texts: Sequence[str], tokens: Sequence[int], model: TextModel,
@@ -69,11 +75,13 @@ class SplitRows:
     pause_s: float = 0.0
     place: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # id -> row, k, count
     budgets: dict[str, int] = field(default_factory=dict)  # segment id -> its max_new_tokens
+    seeds: dict[str, int] = field(default_factory=dict)  # segment id -> its request's seed
     failed: dict[str, str] = field(default_factory=dict)  # row id -> why, before synthesis
 
     def add(self, request: Request, row_id: str, index: int, count: int) -> None:
         self.place[request.id] = (row_id, index, count)
         self.budgets[request.id] = request.max_new_tokens
+        self.seeds[request.id] = request.seed
 
     def row_of(self, request_id: str) -> str | None:
         place = self.place.get(request_id)
@@ -141,21 +149,26 @@ def _joined(items: Iterator[Utterance | RowFailure], split: SplitRows,
             if reason is not None:
                 failed.add(row_id)
                 held.pop(row_id, None)
-                yield RowFailure(row_id, f"segment {index + 1}/{count}: {reason}")
+                yield RowFailure(row_id, f"segment {index + 1}/{count}: {reason}", item.attempts)
                 continue
             parts = held.setdefault(row_id, [None] * count)
             parts[index] = item
             if all(p is not None for p in parts):
                 del held[row_id]
-                yield join(row_id, parts, split.pause_s)
+                # A part without a seed kept its request's own (no retry, or none needed).
+                seeds = [split.seeds[p.id] if p.seed is None else p.seed for p in parts]
+                yield join(row_id, parts, split.pause_s, seeds)
     finally:
         close = getattr(items, "close", None)
         if close is not None:
             close()
 
 
-def join(row_id: str, parts: list[Utterance], pause_s: float) -> Utterance:
-    """The row's utterance: segments' audio with `pause_s` of silence between, codes in order."""
+def join(row_id: str, parts: list[Utterance], pause_s: float,
+         seeds: Sequence[int | None] | None = None) -> Utterance:  # fmt: skip
+    """The row's utterance: segments' audio with `pause_s` of silence between, codes in order;
+    its attempts the most any segment took; seeds: each segment's kept seed (default: each
+    part's own)."""
     rate = parts[0].sample_rate
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     audio = [parts[0].audio]
@@ -168,4 +181,6 @@ def join(row_id: str, parts: list[Utterance], pause_s: float) -> Utterance:
         rate,
         hit_frame_budget=any(p.hit_frame_budget for p in parts),
         segment_frames=tuple(len(p.codes) for p in parts),
+        attempts=max(p.attempts for p in parts),
+        segment_seeds=tuple(p.seed for p in parts) if seeds is None else tuple(seeds),
     )

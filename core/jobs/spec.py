@@ -8,7 +8,7 @@ Standard library only (with qtts.core.jobs.choices): the CLI builds these while 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qtts.core.errors import UsageError
@@ -152,17 +152,64 @@ def _exact(x: float) -> str:
     return short if float(short) == x else repr(x)
 
 
+# Tries per row under --on-budget retry. With a sampling checkpoint a runaway is an unlucky
+# draw: a row that runs away on a share q of draws runs away on all 3 tries on q^3 of them
+# (10% -> 0.1%), and the work one row may cost stays bounded at 3 frame budgets.
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def default_on_budget(kind: JobKind, max_new_tokens: int | None) -> OnBudget:
+    """A dataset job (qtts batch) under the automatic frame budget retries a row that reaches
+    it: that budget is a runaway guard (over twice a row's expected frames), so such a row is
+    nearly always a runaway, whose audio would pass into metadata.jsonl as a good example, and
+    another draw usually ends well; a row that fails every try is reported, not kept. An
+    explicit --max-new-tokens is a cut the user chose (a row that reaches it did as asked), and
+    qtts synth (text lines, often listened to at once) keeps such a row flagged, as before.
+    README, "Length, budget and sampling"."""
+    return OnBudget.retry if kind is JobKind.batch and max_new_tokens is None else OnBudget.ok
+
+
 @dataclass(frozen=True)
 class FailurePolicy:
     """When a row counts as failed, and how many failures stop the job."""
 
     max_failures: int | None = None  # stop after this many failed rows; 1 = --fail-fast
-    on_budget: OnBudget = OnBudget.ok  # a row that hits its frame budget: ok (flagged) or fail
+    # A row that hits its frame budget: ok (flagged), fail, or retry (then fail); None: the
+    # job's default (default_on_budget).
+    on_budget: OnBudget | None = None
+    max_attempts: int | None = None  # tries under retry; None: DEFAULT_MAX_ATTEMPTS
 
     def __post_init__(self) -> None:
         if self.max_failures is not None and self.max_failures < 1:
             raise UsageError(f"--max-failures must be >= 1, got {self.max_failures}")
-        object.__setattr__(self, "on_budget", OnBudget.parse(self.on_budget, "--on-budget"))
+        if self.on_budget is not None:
+            object.__setattr__(self, "on_budget", OnBudget.parse(self.on_budget, "--on-budget"))
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise UsageError(f"--max-attempts must be >= 1, got {self.max_attempts}")
+
+    def resolved(self, default: OnBudget) -> FailurePolicy:
+        """This policy with --on-budget set: unset, it is retry with --max-attempts, else
+        `default`."""
+        on_budget = self.on_budget
+        if on_budget is None:
+            on_budget = default if self.max_attempts is None else OnBudget.retry
+        if self.max_attempts is not None and on_budget is not OnBudget.retry:
+            raise UsageError(f"--max-attempts applies to --on-budget retry, not {on_budget}")
+        return replace(self, on_budget=on_budget)
+
+    @property
+    def attempts(self) -> int:
+        """Tries a row that hits its frame budget gets (1: no retry)."""
+        if self.on_budget is not OnBudget.retry:
+            return 1
+        return DEFAULT_MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts
+
+    @property
+    def key(self) -> str:
+        """What a row's kept codes depend on, as its record keeps it: ok, fail or retry/N."""
+        if self.on_budget is OnBudget.retry:
+            return f"{OnBudget.retry.value}/{self.attempts}"
+        return str(self.on_budget or OnBudget.ok)
 
 
 @dataclass(frozen=True)
@@ -212,3 +259,5 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", JobKind.parse(self.kind, "job kind"))
+        default = default_on_budget(self.kind, self.model.max_new_tokens)
+        object.__setattr__(self, "failures", self.failures.resolved(default))

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from qtts.core.jobs.budget import FrameBudget
+from qtts.core.jobs.budget_resume import recheck_budget
 from qtts.core.jobs.chunks import Todo
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.lengths import check_lengths
@@ -36,14 +37,18 @@ class Work:
 
 def plan_work(prepared: Prepared, records: pa.Table, listing: Listing, *, model: TextModel,
               budget: FrameBudget, settings, registry: dict, audio_format: str,
-              save_codes: bool, split: SplitSettings | None = None) -> Work:  # fmt: skip
+              save_codes: bool, split: SplitSettings | None = None,
+              on_budget: str | None = None) -> Work:  # fmt: skip
     """records: the shard's latest records (empty with --overwrite); settings: JobSettings;
-    split: how long rows are cut (None: every row whole, and no record's split is checked)."""
+    split: how long rows are cut (None: every row whole, and no record's split is checked);
+    on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
     valid = prepared.valid()
     resume = scan(valid, records, listing, settings=settings.digest, audio_format=audio_format,
                   save_codes=save_codes, registry=registry, current=settings.values)  # fmt: skip
     if split is not None:
         resume = recheck_split(resume, valid, records, split, model)
+    if on_budget is not None:
+        resume = recheck_budget(resume, valid, records, on_budget)
     candidates = _keep(valid, ~resume.done)
     lengths = check_lengths(candidates["text"], model, budget, split)
     fits = lengths.error.is_null().to_numpy(zero_copy_only=False)

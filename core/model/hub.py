@@ -173,6 +173,8 @@ def checkpoint_identity(model_dir: Path) -> str:
 
     h = hashlib.sha256()
     for sub in (model_dir, model_dir / _SPEECH_DIR):
+        if not sub.is_dir():  # a checkpoint without a codec (an ASR model for qtts score)
+            continue
         for path in sorted(p for p in sub.iterdir() if p.suffix in IDENTITY_SUFFIXES):
             h.update(f"{path.relative_to(model_dir)}\0".encode())
             with open(path, "rb") as f:

@@ -1,10 +1,13 @@
 """What flows between the job layer and the synthesizer: validated requests in, utterances out.
 
-Plain data, no tensors: the synthesizer's API, which the jobs layer imports without torch.
+Plain data, no tensors: the synthesizer's API, which the jobs layer imports without torch. It also
+owns the rule for seeds derived from a row's seed (a segment's, a retry's): a pure function of
+the seed and a salt, so a derived draw is as batch-invariant as the row's own.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,12 +33,34 @@ class Request:
     max_new_tokens: int = 2048
 
 
+def derive_seed(seed: int, salt: str) -> int:
+    """A seed derived from `seed` and `salt`: a hash of both, in [0, 2**63)."""
+    digest = hashlib.blake2b(f"{seed}/{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def attempt_seed(seed: int, attempt: int) -> int:
+    """The seed of attempt `attempt` (1-based) of a request seeded `seed`: the first attempt is the
+    request itself; each later one draws with its own derived seed."""
+    return seed if attempt == 1 else derive_seed(seed, f"attempt{attempt}")
+
+
 @dataclass(frozen=True)
 class GenerationOptions:
     """Job-wide sampling for the two sampling sites; per-row seeds live on each Request."""
 
     talker: SamplingParams
     subtalker: SamplingParams
+    # Tries a request gets while it hits its frame budget (--on-budget retry); 1: no retry.
+    max_attempts: int = 1
+
+    @property
+    def attempts(self) -> int:
+        """The tries worth making: with neither site sampling, another seed gives the same codes."""
+        if self.max_attempts == 1:
+            return 1
+        sampled = self.talker.do_sample or self.subtalker.do_sample
+        return self.max_attempts if sampled else 1
 
 
 @dataclass
@@ -50,6 +75,9 @@ class Utterance:
     # A row the job layer split into segments and joined: each segment's frames, in order (codes
     # holds them one after another). None for a request synthesized whole.
     segment_frames: tuple[int, ...] | None = None
+    attempts: int = 1  # tries it took (GenerationOptions.max_attempts); a split row: its most
+    seed: int | None = None  # the seed that drew these codes (attempt_seed); None: the request's
+    segment_seeds: tuple[int, ...] | None = None  # a split row: each segment's kept seed
 
 
 @dataclass
@@ -58,3 +86,4 @@ class RowFailure:
 
     id: str
     error: str
+    attempts: int | None = None  # the tries made, when the failure came from them

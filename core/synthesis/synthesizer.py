@@ -2,7 +2,8 @@
 
 Loads the talker and the speech-tokenizer decoder strictly from the checkpoint, builds prompts,
 generates codes with the fast engine (continuous batching over `batch_size` slots; the default) or
-the naive generator (static batches; the yardstick), decodes finished codes to audio in batches,
+the naive generator (static batches; the yardstick), runs a row that hits its frame budget again
+while attempts remain (qtts.core.synthesis.retry), decodes finished codes to audio in batches,
 and fails a row on its own (non-finite audio). Knows tensors and token ids; no manifests, no files.
 """
 
@@ -38,6 +39,7 @@ from qtts.core.synthesis.prompt import (
     prompt_tokens,
 )
 from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.synthesis.retry import Attempt
 
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "naive")
@@ -142,9 +144,9 @@ class Synthesizer:
             finished = self._naive(requests, tokens, options)
         else:
             finished = self._engine(requests, tokens, options)
-        # groups: [(request, codes [F, G], hit_budget)]. The vocoder runs beside the decode loop
-        # (GPU), or after each finished group on the decode thread (a CPU's serial budget:
-        # core/engine/cpu_runtime.py).
+        # groups: [(request, codes [F, G], hit_budget, Attempt kept)]. The vocoder runs beside
+        # the decode loop (GPU), or after each finished group on the decode thread (a CPU's
+        # serial budget: core/engine/cpu_runtime.py).
         work = lambda group: list(self._vocode(group))  # noqa: E731
         for items in overlapped(finished, work, self.device, gate=self.device_gate,
                                 stream=self.vocoder_stream,
@@ -178,23 +180,34 @@ class Synthesizer:
         return embed_prompt(self.model.talker, self.config, tokens)
 
     def _naive(self, requests, tokens, options):
+        """Static batches in request order; a row's next attempt joins the queue's end (the
+        rows that never retry run in exactly the batches they always did)."""
         from qtts.core.synthesis.naive_generator import GenerationInputs, NaiveGenerator
 
         gen = NaiveGenerator(self.model, self.config, self.tts_pad)
         size = self.batch_size or NAIVE_BATCH
-        for start in range(0, len(requests), size):
-            batch = requests[start : start + size]
+        queue = [Attempt.first(i, r) for i, r in enumerate(requests)]
+        while queue:
+            batch, queue = queue[:size], queue[size:]
             talker, sub = row_params(options, len(batch), self.device)
             out = gen.generate(
                 GenerationInputs(
-                    [self._prompt(t) for t in tokens[start : start + size]],
-                    [r.max_new_tokens for r in batch],
-                    [r.seed for r in batch],
+                    [self._prompt(tokens[a.row]) for a in batch],
+                    [requests[a.row].max_new_tokens for a in batch],
+                    [a.seed for a in batch],
                     talker,
                     sub,
                 )
             )
-            yield [(r, o.codes, o.hit_budget) for r, o in zip(batch, out, strict=True)]
+            kept = []
+            for a, o in zip(batch, out, strict=True):
+                follow_up = a.after(requests[a.row], o.hit_budget, options.attempts)
+                if follow_up is None:
+                    kept.append((requests[a.row], o.codes, o.hit_budget, a))
+                else:
+                    queue.append(follow_up)
+            if kept:
+                yield kept
 
     def plan(self, requests, tokens) -> MemoryPlan:
         """The memory plan of these rows on this device (raises MemoryPlanError if an explicit
@@ -211,7 +224,8 @@ class Synthesizer:
         """Continuous batching, one engine pass per length group of the memory plan. Out of
         memory anywhere in a pass (prefill, decode, graph capture): halve the slots and rerun
         what is unfinished (seeded draws make the rerun produce what the first attempt would
-        have); the halved count holds for the groups after it."""
+        have; a row being retried starts again at its first try, and reaches the same one);
+        the halved count holds for the groups after it."""
         plan = self.plan(requests, tokens)
         log.info(plan.summary())
         self.vocoder_batch = plan.vocoder_batch
@@ -225,8 +239,8 @@ class Synthesizer:
                 order = [i for i in group.rows if i in pending]  # longest KV need first
                 try:
                     for done in self._engine_pass(requests, tokens, order, slots, group, options):
-                        pending.difference_update(d.key for d in done)
-                        yield [(requests[d.key], d.codes, d.hit_budget) for d in done]
+                        pending.difference_update(d.key.row for d in done)
+                        yield [(requests[d.key.row], d.codes, d.hit_budget, d.key) for d in done]
                 except torch.OutOfMemoryError:
                     if slots == 1:
                         raise
@@ -253,18 +267,25 @@ class Synthesizer:
             device=self.device, settings=self.settings, gate=self.device_gate,
             on_capture_error=lambda e: log.warning("%s; decoding this pass without CUDA graphs", e),
         )  # fmt: skip
-        jobs = (
-            EngineJob(
-                key=i,
-                prompt=lambda t=tokens[i]: self._prompt(t),
-                budget=requests[i].max_new_tokens,
-                seed=requests[i].seed,
+
+        def job(attempt: Attempt) -> EngineJob:
+            return EngineJob(
+                key=attempt,
+                prompt=lambda t=tokens[attempt.row]: self._prompt(t),
+                budget=requests[attempt.row].max_new_tokens,
+                seed=attempt.seed,
                 talker=options.talker,
                 subtalker=options.subtalker,
             )
-            for i in order
-        )
-        yield from run_continuous(engine, jobs, step=step)
+
+        def again(done: EngineJob, result) -> EngineJob | None:
+            # Same prompt and budget as the first try: it belongs to this length group.
+            attempt = done.key
+            follow_up = attempt.after(requests[attempt.row], result.hit_budget, options.attempts)
+            return None if follow_up is None else job(follow_up)
+
+        jobs = (job(Attempt.first(i, requests[i])) for i in order)
+        yield from run_continuous(engine, jobs, step=step, again=again)
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         """The speech decoder on at most `vocoder_batch` rows at once; out of memory halves the
@@ -287,13 +308,13 @@ class Synthesizer:
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.
-        refs = [self._ref_code(req) for req, _, _ in group]
+        refs = [self._ref_code(req) for req, *_ in group]
         full = [
             codes if ref is None else torch.cat((ref.to(codes.device), codes))
-            for (_, codes, _), ref in zip(group, refs, strict=True)
+            for (_, codes, *_), ref in zip(group, refs, strict=True)
         ]
         audio = decode_bucketed(self.decoder, [c.to(self.device) for c in full], self.vocoder)
-        for (req, codes, hit), wav, ref, whole in zip(group, audio, refs, full, strict=True):
+        for (req, codes, hit, tried), wav, ref, whole in zip(group, audio, refs, full, strict=True):
             wav = wav.float().cpu().numpy()
             if ref is not None:
                 from qtts.core.synthesis.voice_clone import cut_reference
@@ -303,7 +324,8 @@ class Synthesizer:
                 yield RowFailure(req.id, "non-finite audio (NaN or inf) from the decoder")
                 continue
             codes = codes.cpu().numpy().astype(np.int64)
-            yield Utterance(req.id, codes, wav, self.text_model.sample_rate, hit)
+            yield Utterance(req.id, codes, wav, self.text_model.sample_rate, hit,
+                            attempts=tried.number, seed=tried.seed)  # fmt: skip
 
     def _ref_code(self, req: Request) -> torch.Tensor | None:
         if self.references is None:

@@ -12,7 +12,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.synthesis.requests import Request
+from qtts.core.synthesis.requests import Request, attempt_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
@@ -198,6 +198,58 @@ def test_on_budget(tmp_path, write_manifest, mode, status, code):
         assert summary(r)["hit_frame_budget"] == 1
     else:
         assert "hit the frame budget" in row["error"]
+
+
+RUNAWAYS = [{"id": "once", "text": "runs on [runaway:1]"}, {"id": "always", "text": "on [runaway]"},
+            {"id": "fine", "text": "stops"}]  # fmt: skip
+
+
+def test_batch_retries_by_default_under_the_automatic_budget(tmp_path, write_manifest):
+    r = qtts("batch", write_manifest(RUNAWAYS), "-o", tmp_path / "out", "--speaker", "ryan")
+    assert r.exit_code == 3 and (summary(r)["ok"], summary(r)["failed"]) == (2, 1)
+    res = results(tmp_path / "out")
+    assert (res["once"]["attempts"], res["once"]["kept_seed"]) == (2, attempt_seed(0, 2))
+    assert res["once"]["hit_frame_budget"] is False
+    assert (res["fine"]["attempts"], res["fine"]["kept_seed"]) == (1, 0)
+    assert res["always"]["attempts"] == 3 and res["always"]["error"].startswith(
+        "hit the frame budget without EOS in 3 attempts")  # fmt: skip
+    assert res["always"]["error"].endswith("; --on-budget retry --max-attempts 3)")
+
+
+@pytest.mark.parametrize("command", ["batch --max-new-tokens 40", "synth"])
+def test_keeping_flagged_rows_stays_the_default_elsewhere(tmp_path, write_manifest, command):
+    """An explicit --max-new-tokens is a cut the user chose; qtts synth keeps such rows too."""
+    sub, *flags = command.split()
+    src = write_manifest(RUNAWAYS)
+    if sub == "synth":
+        src = tmp_path / "lines.txt"
+        src.write_text("\n".join(row["text"] for row in RUNAWAYS) + "\n")
+    r = qtts(sub, src, *flags, "-o", tmp_path / "out", "--speaker", "ryan")
+    assert r.exit_code == 0 and summary(r)["hit_frame_budget"] == 2, r.stderr
+    assert {v["attempts"] for v in results(tmp_path / "out").values()} == {1}
+
+
+def test_max_attempts_alone_means_retry_and_greedy_fails_at_once(tmp_path, write_manifest):
+    m = write_manifest([{"id": "twice", "text": "runs on [runaway:2]"}])
+    r = qtts("batch", m, "-o", tmp_path / "a", "--speaker", "ryan", "--max-new-tokens", "40",
+             "--max-attempts", "2")  # fmt: skip
+    error = results(tmp_path / "a")["twice"]["error"]
+    assert r.exit_code == 3 and "in 2 attempts" in error and "--max-attempts 2)" in error
+    r = qtts("batch", m, "-o", tmp_path / "b", "--speaker", "ryan", "--greedy")
+    row = results(tmp_path / "b")["twice"]  # another seed would give the same codes
+    assert r.exit_code == 3 and row["attempts"] == 1 and "in 1 attempt (" in row["error"]
+    assert "retry with greedy decoding" in r.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--on-budget", "ok", "--max-attempts", "2"], "--max-attempts applies to --on-budget retry"),
+    (["--max-attempts", "0"], "--max-attempts"),
+])  # fmt: skip
+def test_max_attempts_misused_exit_2(tmp_path, write_manifest, flags, message):
+    m = write_manifest([{"id": "a", "text": "x"}])
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan", *flags)
+    assert r.exit_code == 2 and message in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_max_new_tokens_is_exact(tmp_path, write_manifest):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -20,7 +21,9 @@ from typer.testing import CliRunner
 from qtts.cli.app import app
 from qtts.core.jobs.budget import FrameBudget
 from qtts.core.jobs.chunks import REQUEST_FIELDS, chunk_requests
+from qtts.core.jobs.segments import segment_seed
 from qtts.core.jobs.spec import SplitSettings
+from qtts.core.synthesis.requests import attempt_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
@@ -105,6 +108,44 @@ def test_a_failed_segment_fails_its_row(tmp_path, write_manifest):
     error = results(tmp_path / "out")["long"]["error"]
     assert error.startswith("segment ") and error.endswith(": fake failure for this row")
     assert "row long: segment " in r.stderr and not (tmp_path / "out" / "long.wav").exists()
+
+
+def test_retry_tries_a_segment_again_not_its_row(tmp_path, write_manifest):
+    """--on-budget retry per segment: the segment that hits its budget is drawn again with a seed
+    derived from its own, the others are kept as they were; a segment that hits it on every try
+    fails its row, naming the segment and the tries."""
+    text = LONG.replace("Sentence 20 of", "Sentence 20 [runaway:2] of")  # stops at its 3rd try
+    stuck = LONG.replace("Sentence 3 of", "Sentence 3 [runaway:3] of")  # never within 3
+    m = write_manifest([{"id": "long", "text": text, "seed": 5},
+                        {"id": "stuck", "text": stuck, "seed": 6}])  # fmt: skip
+    out = tmp_path / "out"
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--save-codes", "--on-budget", "retry")
+    assert r.exit_code == 3 and (summary(r)["ok"], summary(r)["failed"]) == (1, 1)
+    res = results(out)
+    state = pq.read_table(out / ".qtts" / "state.parquet", filters=[("id", "=", "long")])
+    chunk = chunk_requests(state.select(list(REQUEST_FIELDS)), fakes.FakeTextModel("fake"),
+                           FrameBudget(2048), SplitSettings())  # fmt: skip
+    parts = sorted(chunk.requests, key=lambda r: int(r.id.split("\x1f")[1]))
+    assert [p.seed for p in parts] == [segment_seed(5, k) for k in range(len(parts))]
+    tries = [3 if "[runaway:2]" in p.text else 1 for p in parts]
+    assert tries.count(3) == 1 and len(parts) > 4
+    long = res["long"]
+    assert (long["status"], long["attempts"], long["hit_frame_budget"]) == ("ok", 3, False)
+    assert long["kept_seed"] is None  # a split row keeps a seed per segment
+    assert long["segment_seeds"] == [
+        attempt_seed(p.seed, k) for p, k in zip(parts, tries, strict=True)
+    ]
+    want = [fakes.fake_codes(p, k) for p, k in zip(parts, tries, strict=True)]
+    np.testing.assert_array_equal(np.load(out / "long.codes.npy"), np.concatenate(want))
+    assert long["segment_frames"] == [len(c) for c in want]
+    failed = res["stuck"]
+    assert (failed["status"], failed["attempts"]) == ("failed", 3)
+    tried = (
+        r"segment \d+/\d+: hit the frame budget without EOS in 3 attempts "
+        r"\(max_new_tokens \d+, \d+ frames each; --on-budget retry --max-attempts 3\)"
+    )
+    assert re.fullmatch(tried, failed["error"]), failed["error"]
+    assert not (out / "stuck.wav").exists()
 
 
 def test_an_unchanged_command_line_redoes_nothing_and_writes_nothing(done):

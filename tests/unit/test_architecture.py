@@ -27,6 +27,7 @@ ALLOWED = {
     "bench": {"engine", "model", "synthesis", "jobs", "kernels", "errors"},
     "capacity": {"bench", "engine", "model", "synthesis", "jobs", "errors"},  # qtts plan
     "doctor": {"bench", "engine", "model", "synthesis", "kernels", "errors"} | DOCTOR_ALSO,
+    "quality": {"jobs", "model", "errors"},  # qtts score: reads out dirs through the jobs layer
     "cli": {
         "jobs",
         "synthesis",
@@ -34,6 +35,7 @@ ALLOWED = {
         "bench",
         "capacity",
         "doctor",
+        "quality",
         "engine",
         "kernels",
         "pkg",

@@ -1,0 +1,66 @@
+"""The score columns `qtts score` leaves in OUT/scores.parquet, as the out dir's views show them.
+
+`qtts score` (qtts.core.quality) writes one row per scored audio file, keyed by `id` in a qtts out
+dir, with a `stamp`: what the audio was when it was scored. In an out dir the stamp is the
+row's record time (`t`, as a string): a redone row gets a new record, so its old scores no
+longer match and are dropped. This module owns the file's name, the columns results.parquet and
+metadata.jsonl carry, and that join (columnar: one hash lookup over all records), so that every
+rebuild keeps them. Knows columns and one file; no models, no audio.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+log = logging.getLogger("qtts")
+
+SCORES_NAME = "scores.parquet"
+# The score values the views carry, in this order after the results' own columns.
+SCORE_FIELDS = pa.schema(
+    [
+        ("dnsmos_sig", pa.float64()),  # DNSMOS P.835: speech signal quality, 1-5
+        ("dnsmos_bak", pa.float64()),  # background noise (5: none)
+        ("dnsmos_ovrl", pa.float64()),  # overall
+        ("asr_text", pa.large_string()),  # what the ASR model heard
+        ("cer", pa.float64()),  # character error rate of asr_text against the row's text
+        ("wer", pa.float64()),  # word error rate (null for Chinese and Japanese)
+    ]
+)
+
+
+def record_stamps(t: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """The stamp of a row's audio in an out dir: its record's time, as a string. `qtts score`
+    and every rebuild make it the same way, so the two always compare equal for the same
+    record."""
+    return pc.cast(t, pa.string())
+
+
+def with_scores(records: pa.Table, out_dir: Path) -> pa.Table:
+    """records (with id and t): SCORE_FIELDS appended, null where a row has no score or its
+    score was made from an earlier record of the row. Unchanged when there is no scores file
+    (an unreadable one is logged and left out: the views must still be rebuilt)."""
+    path = out_dir / SCORES_NAME
+    if not path.exists():
+        return records
+    try:
+        names = set(pq.read_schema(path).names)
+        wanted = ["id", "stamp", *(f.name for f in SCORE_FIELDS if f.name in names)]
+        scores = pq.read_table(path, columns=wanted).combine_chunks()
+    except (OSError, pa.ArrowException) as exc:
+        log.warning("%s left out of results.parquet: %s", path, str(exc).splitlines()[0])
+        return records
+    at = pc.index_in(records["id"], value_set=scores["id"])  # one row per id in scores
+    fresh = pc.fill_null(pc.equal(scores["stamp"].take(at), record_stamps(records["t"])), False)
+    for field in SCORE_FIELDS:
+        if field.name in names:
+            values = scores[field.name].take(at).cast(field.type)
+            column = pc.if_else(fresh, values, pa.nulls(len(values), field.type))
+        else:
+            column = pa.nulls(records.num_rows, field.type)
+        records = records.append_column(field, column)
+    return records

@@ -1,0 +1,7 @@
+"""`qtts score`: model-based scores of a qtts out dir or any AudioFolder, as a separate pass.
+
+DNSMOS P.835 (speech, background and overall quality) and an ASR round trip (CER, WER against
+the row's text), written to PATH/scores.parquet and resumed per row by each scorer's identity.
+Needs the `quality` extra. May import the jobs layer's public functions (out dirs, results,
+atomic writes), the model layer and errors; the CLI imports it. No synthesis, no engine.
+"""

@@ -1,0 +1,116 @@
+"""What `qtts score PATH` scores: the rows of a qtts out dir or of any AudioFolder, as columns.
+
+A qtts out dir (it has .qtts/job.json): every row whose latest record is ok and whose audio file
+is there with its recorded size, from every shard's state and journals; keyed by `id`, stamped
+with the record's time (a redone row gets a new record, so its old scores go stale).
+An AudioFolder: PATH/metadata.jsonl with `file_name` (relative to PATH) and `text` per line, and
+`language` when it has one; keyed by `file_name`, stamped with the file's size and mtime (a
+replaced file goes stale; a missing one fails alone). Knows out dirs (through the jobs layer's
+public functions) and metadata files; no audio, no models.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import UsageError
+from qtts.core.jobs.layout import Layout
+from qtts.core.jobs.score_columns import SCORES_NAME, record_stamps
+
+METADATA_NAME = "metadata.jsonl"
+OUT_DIR, AUDIOFOLDER = "out_dir", "audiofolder"
+FOLDER_LOCK = ".qtts-score.lock"  # an AudioFolder has no .qtts/ of its own
+# Read from each record of an out dir (merging needs id, status, run and t).
+RECORD_COLUMNS = ("id", "row", "status", "file", "bytes", "duration_s", "text", "language", "run",
+                  "t")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Dataset:
+    root: Path
+    kind: str  # OUT_DIR | AUDIOFOLDER
+    # key, file_name, text, language, duration_s (null in an AudioFolder: not read until scored),
+    # stamp (null: the file is missing)
+    rows: pa.Table
+
+    @property
+    def key(self) -> str:
+        return "id" if self.kind == OUT_DIR else "file_name"
+
+    @property
+    def scores_path(self) -> Path:
+        return self.root / SCORES_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return Layout(self.root).dir / "score.lock" if self.kind == OUT_DIR \
+            else self.root / FOLDER_LOCK  # fmt: skip
+
+
+def open_dataset(path: Path) -> Dataset:
+    """PATH as a qtts out dir or an AudioFolder; a usage error (exit 2) when it is neither."""
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a folder: pass a qtts out dir or an AudioFolder")
+    if Layout(path).job_file.is_file():
+        return Dataset(path, OUT_DIR, _out_dir_rows(path))
+    if (path / METADATA_NAME).is_file():
+        return Dataset(path, AUDIOFOLDER, _folder_rows(path))
+    raise UsageError(f"{path} holds neither a qtts job (.qtts/job.json) nor an AudioFolder "
+                     f"{METADATA_NAME} (lines with file_name and text)")  # fmt: skip
+
+
+def _out_dir_rows(out_dir: Path) -> pa.Table:
+    from qtts.core.jobs.listing import list_out_dir
+    from qtts.core.jobs.records import OK
+    from qtts.core.jobs.resume import present
+    from qtts.core.jobs.state import read_all
+
+    records = read_all(out_dir, RECORD_COLUMNS).combine_chunks()
+    ok = pc.fill_null(pc.equal(records["status"], OK), False).to_numpy(zero_copy_only=False)
+    ok &= present(records["file"], records["bytes"], list_out_dir(out_dir, sizes=True))
+    done = records.filter(pa.array(ok))
+    done = done.take(pc.sort_indices(done["row"]))
+    return pa.table({"id": done["id"], "file_name": done["file"], "text": done["text"],
+                     "language": done["language"].cast(pa.string()),
+                     "duration_s": done["duration_s"],
+                     "stamp": record_stamps(done["t"])})  # fmt: skip
+
+
+def _folder_rows(root: Path) -> pa.Table:
+    import pyarrow.json as pj
+
+    path = root / METADATA_NAME
+    try:
+        table = pj.read_json(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in ("file_name", "text") if c not in table.column_names]
+    if missing:
+        raise UsageError(f"{path} has no {' or '.join(missing)}: each line needs file_name "
+                         "and text")  # fmt: skip
+    table = table.filter(pc.is_valid(table["file_name"]))
+    names = table["file_name"].cast(pa.string()).combine_chunks()
+    if pc.count_distinct(names).as_py() < len(names):
+        raise UsageError(f"{path} names the same file_name twice")
+    language = table["language"].cast(pa.string()) if "language" in table.column_names \
+        else pa.nulls(table.num_rows, pa.string())  # fmt: skip
+    return pa.table({"file_name": names, "text": table["text"].cast(pa.large_string()),
+                     "language": language, "duration_s": pa.nulls(len(names), pa.float64()),
+                     "stamp": _file_stamps(root, names)})  # fmt: skip
+
+
+def _file_stamps(root: Path, names: pa.Array) -> pa.Array:
+    """size:mtime_ns of each file, null when it cannot be stat'ed (it then fails alone)."""
+    stamps = []
+    for name in names.to_pylist():
+        try:
+            st = os.stat(root / name)
+            stamps.append(f"{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            stamps.append(None)
+    return pa.array(stamps, pa.string())

@@ -1,0 +1,234 @@
+"""The `qtts score` pass: which rows each scorer still has to score, reading and scoring them a
+chunk at a time, and PATH/scores.parquet written as it goes (every CHECKPOINT_S, at the end, and
+on an error, Ctrl-C or SIGTERM: exit 130 or 143), so an interrupted pass resumes where it
+stopped. In a qtts out dir the views (results.parquet, metadata.jsonl) are rebuilt afterwards and
+carry the scores.
+
+A file that cannot be read, or that a scorer fails on, fails alone with a one-line reason (its
+`error`); the others are scored. One pass at a time per PATH (a lock). Knows the scorers by
+their modules; no CLI, no printing (the summary is returned, failures are logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import QttsError, UsageError
+from qtts.core.jobs.interfaces import NoProgress, ProgressSink
+from qtts.core.jobs.interrupt import StopSignals
+from qtts.core.quality import extra
+from qtts.core.quality.audio import Clip, cores, read_ahead
+from qtts.core.quality.dataset import OUT_DIR, Dataset, open_dataset
+from qtts.core.quality.scores import SCORER_COLUMNS, current, needs, read_scores, scatter
+from qtts.core.quality.scores import write_scores as _write
+from qtts.core.quality.summary import summarize
+
+log = logging.getLogger("qtts")
+
+CHUNK_ROWS = 64  # rows read ahead and scored together
+CHECKPOINT_S = 120.0  # scores.parquet rewritten at most this often: what a kill -9 can lose
+REASONS_LOGGED = 20
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    dnsmos: bool = True
+    asr_model: str | None = None
+    device: str = "auto"  # auto | cpu | cuda[:N]: the ASR model's, and DNSMOS's GPU or not
+    batch_size: int = 16  # ASR windows per generate call
+    overwrite: bool = False  # score every row again
+
+
+@dataclass
+class Scorer:
+    name: str  # "dnsmos" | "asr"
+    identity: str
+    columns: tuple[str, ...]
+    done: str  # the column that holds a value once the row is scored
+    load: Callable[[], Callable[[list[Clip], list[str], list[str | None]], list[tuple]]]
+
+
+def plan_scorers(opts: ScoreOptions) -> list[Scorer]:
+    """The scorers asked for, with their identities (no model loaded yet)."""
+    if not opts.dnsmos and not opts.asr_model:
+        raise UsageError("nothing to score: --no-dnsmos and no --asr-model")
+    scorers = []
+    if opts.dnsmos:
+        extra.require(extra.DNSMOS_MODULES)
+        from qtts.core.quality import dnsmos
+
+        def load_dnsmos():
+            model = dnsmos.Dnsmos(opts.device, cores())
+            log.info("DNSMOS P.835 on %s, %d threads", model.provider, cores())
+            return lambda clips, texts, langs: [tuple(v) for v in model.score(
+                [c.audio for c in clips])]  # fmt: skip
+
+        scorers.append(Scorer("dnsmos", dnsmos.identity(), dnsmos.COLUMNS, dnsmos.DONE,
+                              load_dnsmos))  # fmt: skip
+    if opts.asr_model:
+        extra.require(extra.ASR_MODULES)
+        from qtts.core.quality import asr
+
+        directory = asr.model_dir(opts.asr_model)
+
+        def load_asr():
+            model = asr.Asr(directory, opts.device, opts.batch_size)
+            log.info("ASR %s on %s (%s)", opts.asr_model, model.device, model.dtype)
+            return lambda clips, texts, langs: model.score([c.audio for c in clips], texts, langs)
+
+        scorers.append(Scorer("asr", asr.identity(directory), asr.COLUMNS, asr.DONE, load_asr))
+    return scorers
+
+
+def score_path(path: Path, opts: ScoreOptions, progress: ProgressSink | None = None) -> dict:
+    """Score PATH (a qtts out dir or an AudioFolder); the summary as one dict."""
+    from qtts.core.jobs.lock import OutDirLock
+
+    scorers = plan_scorers(opts)
+    dataset = open_dataset(path)
+    with OutDirLock(dataset.lock_path), StopSignals() as stop:
+        summary = _score(dataset, scorers, opts, progress or NoProgress(), stop)
+    if summary.pop("written") and dataset.kind == OUT_DIR:
+        _refresh_views(dataset.root)
+    return summary
+
+
+@dataclass
+class _Pass:
+    dataset: Dataset
+    table: pa.Table  # what scores.parquet will hold
+    need: dict[str, np.ndarray]  # scorer -> rows it must score
+    updates: dict[str, tuple[list[int], list]] = field(
+        default_factory=lambda: defaultdict(lambda: ([], []))
+    )
+    failed: list[tuple[int, str]] = field(default_factory=list)  # (row, reason) this run
+    audio_s: float = 0.0
+
+    def put(self, column: str, row: int, value) -> None:
+        positions, values = self.updates[column]
+        positions.append(row)
+        values.append(value)
+
+    def flush(self) -> None:
+        self.table = scatter(self.table, self.updates)
+        self.updates.clear()
+        _write(self.dataset.scores_path, self.table)
+
+
+def _score(dataset: Dataset, scorers: list[Scorer], opts: ScoreOptions,
+           progress: ProgressSink, stop: StopSignals) -> dict:  # fmt: skip
+    t0 = time.monotonic()
+    old = None if opts.overwrite else read_scores(dataset.scores_path)
+    table = current(dataset.rows, old, dataset.key)
+    run = _Pass(dataset, table, {s.name: needs(table, s.name, s.identity, s.done)
+                                 for s in scorers})  # fmt: skip
+    todo = np.flatnonzero(np.logical_or.reduce(list(run.need.values())))
+    written = len(todo) > 0 or old is None or old.num_rows != table.num_rows
+    loaded = {s.name: s.load() for s in scorers if run.need[s.name][todo].any()}
+    planned = pc.sum(dataset.rows["duration_s"].take(pa.array(todo))).as_py() or 0.0
+    chunks = [todo[k : k + CHUNK_ROWS] for k in range(0, len(todo), CHUNK_ROWS)]
+    names = dataset.rows["file_name"].to_pylist()
+    progress.start(len(todo), planned)
+    try:
+        last = time.monotonic()
+        paths = [[dataset.root / names[i] for i in chunk] for chunk in chunks]
+        for chunk, clips in zip(chunks, read_ahead(paths, cores()), strict=True):
+            with stop.interruptible():  # Ctrl-C or SIGTERM: this chunk is dropped, the rest kept
+                outcomes = _score_chunk(run, scorers, loaded, chunk, clips)
+            _commit(run, chunk, clips, outcomes)
+            progress.advance(len(chunk), sum(c.seconds for c in clips))
+            if time.monotonic() - last > CHECKPOINT_S:
+                run.flush()
+                last = time.monotonic()
+    finally:
+        progress.close()
+        if written:
+            run.flush()  # also on Ctrl-C or an error: what was scored stays scored
+    _log_failures(run, names)
+    seconds = time.monotonic() - t0
+    return {**summarize(run.table, todo=len(todo), failed_now=len(run.failed)),
+            "audio_s": round(run.audio_s, 2), "seconds": round(seconds, 2),
+            "audio_s_per_s": round(run.audio_s / seconds, 2) if seconds > 0 else None,
+            "scorers": {s.name: s.identity for s in scorers},
+            "scores": str(dataset.scores_path), "written": written}  # fmt: skip
+
+
+def _score_chunk(run: _Pass, scorers: list[Scorer], loaded: dict, chunk: np.ndarray,
+                 clips: list[Clip]) -> list[tuple[Scorer, list[int], list]]:  # fmt: skip
+    """Each scorer's results for the chunk's readable clips it needs: (scorer, rows, results).
+    Records nothing, so a signal may stop it anywhere."""
+    rows, outcomes = run.dataset.rows, []
+    for scorer in scorers:
+        picked = [k for k, c in enumerate(clips)
+                  if c.audio is not None and run.need[scorer.name][chunk[k]]]  # fmt: skip
+        if not picked:
+            continue
+        at = pa.array(chunk[picked])
+        texts, languages = rows["text"].take(at).to_pylist(), rows["language"].take(at).to_pylist()
+        results = _isolated(loaded[scorer.name], [clips[k] for k in picked], texts, languages)
+        outcomes.append((scorer, [int(chunk[k]) for k in picked], results))
+    return outcomes
+
+
+def _commit(run: _Pass, chunk: np.ndarray, clips: list[Clip], outcomes: list) -> None:
+    """Record a chunk's values, scorer identities and each row's error (null when it scored)."""
+    reasons: dict[int, list[str]] = {int(i): [] for i in chunk}
+    for i, clip in zip(chunk, clips, strict=True):
+        if clip.error:
+            reasons[int(i)].append(clip.error)
+        run.audio_s += clip.seconds
+    for scorer, picked, results in outcomes:
+        for i, result in zip(picked, results, strict=True):
+            if isinstance(result, str):
+                reasons[i].append(f"{scorer.name}: {result}")
+                continue
+            for column, value in zip(scorer.columns, result, strict=True):
+                run.put(column, i, value)
+            run.put(SCORER_COLUMNS[scorer.name], i, scorer.identity)
+    for i, why in reasons.items():
+        run.put("error", i, "; ".join(why) or None)
+        if why:
+            run.failed.append((i, "; ".join(why)))
+
+
+def _isolated(score, clips: list[Clip], texts: list[str], languages: list) -> list:
+    """score's results for the batch, or, when the batch fails, each clip's alone: a clip that
+    fails by itself gets its one-line reason (a str) instead of values."""
+    try:
+        return score(clips, texts, languages)
+    except Exception as exc:  # noqa: BLE001 -- one clip must not fail the others
+        if len(clips) == 1:
+            lines = str(exc).strip().splitlines()
+            return [f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__]
+    return [_isolated(score, [c], [t], [g])[0] for c, t, g in zip(clips, texts, languages,
+                                                                    strict=True)]  # fmt: skip
+
+
+def _log_failures(run: _Pass, names: list[str]) -> None:
+    for i, why in run.failed[:REASONS_LOGGED]:
+        log.warning("%s: %s", names[i], why)
+    if len(run.failed) > REASONS_LOGGED:
+        log.warning("... and %d more files failed (their error is in %s)",
+                    len(run.failed) - REASONS_LOGGED, run.dataset.scores_path.name)  # fmt: skip
+
+
+def _refresh_views(out_dir: Path) -> None:
+    """results.parquet and metadata.jsonl with the new scores (the job's input must be where
+    the job recorded it; otherwise `qtts results OUT --input PATH` does it)."""
+    from qtts.core.jobs.results import rebuild_out_dir
+
+    try:
+        rebuild_out_dir(out_dir)
+    except (QttsError, OSError) as exc:
+        lines = str(exc).strip().splitlines()
+        log.warning("results.parquet not rebuilt (%s): run `qtts results %s --input INPUT`",
+                    lines[0] if lines else type(exc).__name__, out_dir)  # fmt: skip

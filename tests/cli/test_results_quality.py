@@ -1,0 +1,119 @@
+"""qtts results OUT: the quality summary, keep rules that choose what metadata.jsonl lists (kept
+across rebuilds), and the HTML report. The fake model (tests/fakes.py) makes the rows; the
+DNSMOS scores are written into scores.parquet by hand, as `qtts score` would key them, so this
+proves the views' plumbing, not any scorer."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from qtts.cli.app import app
+from qtts.core.jobs.results import rebuild_out_dir
+from qtts.core.quality.dataset import open_dataset
+from qtts.core.quality.scores import write_scores
+
+pytestmark = pytest.mark.usefixtures("fake_model")
+
+# row id -> DNSMOS overall given by hand (None: not scored)
+DNSMOS = {"000001": 3.6, "000002": 2.4, "000003": 3.1, "000004": None, "000005": 3.9}
+
+
+def qtts(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def out(tmp_path):
+    src = tmp_path / "lines.txt"
+    lines = ["One line.", "Two lines here.", "A third one [runaway].", "Four.", "Five and more."]
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    r = qtts("synth", src, "--speaker", "vivian", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    rows = open_dataset(out).rows  # id, file_name, stamp: what qtts score keys its table by
+    values = [DNSMOS[i] for i in rows["id"].to_pylist()]
+    write_scores(out / "scores.parquet", pa.table({
+        "id": rows["id"], "file_name": rows["file_name"], "stamp": rows["stamp"],
+        "dnsmos_ovrl": pa.array(values, pa.float64()),
+        "dnsmos_scorer": pa.array(["by-hand"] * rows.num_rows)}))  # fmt: skip
+    return out
+
+
+def listed(out) -> list[str]:
+    return [json.loads(line)["id"] for line in (out / "metadata.jsonl").read_text().splitlines()]
+
+
+def test_results_prints_a_quality_summary(out):
+    r = qtts("results", out)
+    assert r.exit_code == 0, r.stderr
+    quality = json.loads(r.stdout.strip().splitlines()[-1])["quality"]
+    assert quality["ok"] == 5 and quality["kept"] is None
+    assert quality["percentiles"]["dnsmos_ovrl"]["n"] == 4  # one row not scored
+    assert quality["outside"]["hit_frame_budget"] == 1 and quality["outside"]["low_dnsmos"] == 1
+    assert "quality of 5 ok rows" in r.stderr and "dnsmos_ovrl" in r.stderr
+    assert listed(out) == list(DNSMOS)  # no rules: every ok row
+
+
+def test_keep_rules_filter_metadata_keep_every_result_and_survive_rebuilds(out):
+    r = qtts("results", out, "--min-dnsmos", "3.0", "--no-budget-hits")
+    assert r.exit_code == 0, r.stderr
+    want = ["000001", "000005"]  # 2.4 too low, 000003 hit its budget, 000004 unscored
+    assert listed(out) == want
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    assert [row["id"] for row in results] == list(DNSMOS)  # results keep every row
+    assert [row["id"] for row in results if row["kept"]] == want
+    assert json.loads(r.stdout.strip().splitlines()[-1])["quality"]["kept"] == 2
+    rebuild_out_dir(out)  # as a finishing shard or a later `qtts results` does
+    assert listed(out) == want
+    r = qtts("results", out, "--keep-all")
+    assert r.exit_code == 0, r.stderr
+    assert listed(out) == list(DNSMOS)
+    assert "kept" not in pq.read_schema(out / "results.parquet").names
+
+
+def test_new_rules_replace_the_saved_ones(out):
+    assert qtts("results", out, "--min-dnsmos", "3.5").exit_code == 0
+    assert listed(out) == ["000001", "000005"]
+    assert qtts("results", out, "--no-budget-hits").exit_code == 0
+    assert listed(out) == ["000001", "000002", "000004", "000005"]
+
+
+def test_keep_all_with_rules_and_out_of_range_rules_are_usage_errors(out):
+    r = qtts("results", out, "--keep-all", "--min-dnsmos", "3")
+    assert r.exit_code == 2 and "--keep-all" in r.stderr
+    assert qtts("results", out, "--min-dnsmos", "7").exit_code == 2
+    assert qtts("results", out, "--max-repeat-ratio", "-0.1").exit_code == 2
+
+
+def test_a_rule_on_an_unscored_column_says_why_nothing_is_listed(out):
+    r = qtts("results", out, "--max-cer", "0.1")
+    assert r.exit_code == 0, r.stderr
+    assert "cer, which no row has yet" in r.stderr
+    assert listed(out) == []
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+
+
+def test_report_draws_each_summarized_column(out, tmp_path):
+    page = tmp_path / "report.html"
+    r = qtts("results", out, "--report", page, "--min-dnsmos", "3")
+    assert r.exit_code == 0, r.stderr
+    quality = json.loads(r.stdout.strip().splitlines()[-1])["quality"]
+    parser = _Tags()
+    parser.feed(page.read_text())
+    assert parser.tags.count("svg") == len(quality["percentiles"])
+    text = page.read_text()
+    assert "--min-dnsmos 3" in text and "dnsmos_ovrl" in text and "hit_frame_budget" in text
