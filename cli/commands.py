@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -43,7 +44,7 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
     setup_logging(report.quiet, report.verbose)
     with cli_errors():
         from qtts.core.engine.knobs import read_knobs
-        from qtts.core.jobs.run import run_job
+        from qtts.core.jobs.execution.run import run_job
 
         read_knobs()  # a bad QTTS_* value is refused before the job takes its lock
         spec = options.spec(kind, source)
@@ -107,10 +108,6 @@ def info(
 def describe(tm) -> dict[str, Any]:
     cfg, d = tm.config, tm.defaults
 
-    def site(p) -> dict[str, Any]:
-        return {"do_sample": p.do_sample, "temperature": p.temperature, "top_k": p.top_k,
-                "top_p": p.top_p, "repetition_penalty": p.repetition_penalty}  # fmt: skip
-
     return {
         "model": tm.name,
         "type": cfg.tts_model_type,
@@ -119,8 +116,8 @@ def describe(tm) -> dict[str, Any]:
         "speakers": cfg.supported_speakers(),
         "languages": cfg.supported_languages(),
         "instruct": "honoured" if cfg.honours_instruct else "ignored (0.6B CustomVoice)",
-        "talker_sampling": site(d.talker),
-        "subtalker_sampling": site(d.subtalker),
+        "talker_sampling": asdict(d.talker),
+        "subtalker_sampling": asdict(d.subtalker),
         "max_new_tokens": d.max_new_tokens,
     }
 

@@ -77,8 +77,16 @@ def sampling_options(
     subtalker_top_k: o.SubTopK = None,
     subtalker_top_p: o.SubTopP = None,
 ) -> SamplingOverrides:
-    return SamplingOverrides(greedy, temperature, top_k, top_p, repetition_penalty,
-                             subtalker_temperature, subtalker_top_k, subtalker_top_p)  # fmt: skip
+    return SamplingOverrides(
+        greedy=greedy,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        repetition_penalty=repetition_penalty,
+        subtalker_temperature=subtalker_temperature,
+        subtalker_top_k=subtalker_top_k,
+        subtalker_top_p=subtalker_top_p,
+    )
 
 
 def output_options(

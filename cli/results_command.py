@@ -77,9 +77,9 @@ def results(
     bounds = {k: v for k, v in given.items() if v is not None}
     with cli_errors():
         from qtts.core.errors import UsageError
-        from qtts.core.jobs.jobfile import read_job_file
-        from qtts.core.jobs.keep_rules import KeepRules, read_keep_rules, write_keep_rules
-        from qtts.core.jobs.results import RESULTS_NAME, rebuild_out_dir
+        from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules, write_keep_rules
+        from qtts.core.jobs.output.results import RESULTS_NAME, rebuild_out_dir
+        from qtts.core.jobs.state.jobfile import read_job_file
         from qtts.core.quality.dataset_summary import summarize_results, summary_lines
 
         if keep_all and (bounds or no_budget_hits):
@@ -114,7 +114,7 @@ def _warn_unscored(rules, results_file: Path) -> None:
     """A rule on a column no row has a value in keeps no row: say why metadata.jsonl is empty."""
     import pyarrow.parquet as pq
 
-    from qtts.core.jobs.score_columns import SCORE_FIELDS
+    from qtts.core.jobs.output.score_columns import SCORE_FIELDS
 
     names = set(pq.read_schema(results_file).names)
     for column in sorted(rules.columns()):

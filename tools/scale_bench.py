@@ -58,7 +58,7 @@ def make_manifest(path: Path, rows: int, seed: int = 0, batch: int = 1_000_000) 
             writer.write_table(pa.table({"id": ids, "text": texts}, schema=schema))
 
 
-# Plausible ranges of each model-free measure (qtts.core.jobs.measures) for the fake records.
+# Plausible ranges of each model-free measure (qtts.core.jobs.output.measures) for the fake records.
 MEASURE_RANGES = {"peak": (0.3, 1.0), "rms_dbfs": (-40.0, -10.0), "silence_ratio": (0.0, 0.4),
                   "repeat_ratio": (0.0, 0.2), "chars_per_s": (8.0, 20.0)}  # fmt: skip
 
@@ -68,12 +68,9 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian --device
     cpu` of num_shards shards: job file, settings, one state per shard, a file per row, the
     views. Returns the rows."""
-    from qtts.core.jobs.layout import Layout
-    from qtts.core.jobs.record_job import record_job
-    from qtts.core.jobs.records import OK, RECORD_SCHEMA
-    from qtts.core.jobs.results import input_rows, rebuild
-    from qtts.core.jobs.run import prepare_job, source_path
-    from qtts.core.jobs.shards import Shard
+    from qtts.core.jobs.execution.run import prepare_job, source_path
+    from qtts.core.jobs.output.results import input_rows, rebuild
+    from qtts.core.jobs.output.writer import encode_audio
     from qtts.core.jobs.spec import (
         JobSpec,
         ModelSettings,
@@ -81,8 +78,11 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
         RowDefaults,
         VoiceSettings,
     )
-    from qtts.core.jobs.state import write_state
-    from qtts.core.jobs.writer import encode_audio
+    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.state.record_job import record_job
+    from qtts.core.jobs.state.records import OK, RECORD_SCHEMA
+    from qtts.core.jobs.state.shard_state import write_state
+    from qtts.core.jobs.work.shards import Shard
 
     Layout(out).dir.mkdir(parents=True, exist_ok=True)
     if open_text_model is None:
@@ -126,7 +126,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
         write_state(Layout(out).state(shard.suffix), own)
     from dataclasses import replace
 
-    from qtts.core.jobs.shards import ShardRequest
+    from qtts.core.jobs.work.shards import ShardRequest
 
     req = ShardRequest(num_shards, 0, "--num-shards/--shard-index") if num_shards > 1 else req
     scale_out = replace(job.spec.scale_out, num_shards=num_shards)

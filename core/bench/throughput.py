@@ -102,7 +102,8 @@ class BenchResult:
     # and the frames its window buckets padded on, as a share of the frames it had to decode.
     vocoder_s_per_audio_s: float = 0.0
     vocoder_padding: float = 0.0
-    # The model-free measures (core/jobs/measures.py) of every row, in seconds per audio-second.
+    # The model-free measures (core/jobs/output/measures.py) of every row, in seconds per
+    # audio-second.
     measures_s_per_audio_s: float = 0.0
 
     def row(self) -> dict:
@@ -177,7 +178,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
         lengths.extend(int(d.codes.shape[0]) for d in done)
         timers["measures"] += _measure_all(wavs, [d.codes for d in done])
         if write:
-            from qtts.core.jobs.writer import encode_audio
+            from qtts.core.jobs.output.writer import encode_audio
 
             t = time.perf_counter()
             for w in wavs:
@@ -218,7 +219,7 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
 def _measure_all(wavs: list[np.ndarray], codes: list[torch.Tensor]) -> float:
     """Seconds the job's model-free measures take over these rows (codes fetched first, as the
     job's utterances hold them on the host)."""
-    from qtts.core.jobs.measures import measure
+    from qtts.core.jobs.output.measures import measure
 
     host = [c.cpu().numpy() for c in codes]
     t = time.perf_counter()

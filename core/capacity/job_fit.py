@@ -21,7 +21,7 @@ from qtts.core.engine.footprint import Dims
 from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.engine.settings import EngineSettings
-from qtts.core.jobs.budget import FrameBudget
+from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.sizes import decoder_config, model_config
@@ -92,7 +92,7 @@ def input_shapes(
 ) -> tuple[list[RowShape], list[int], str]:
     """Shapes of an input file's rows, their expected frames, and a note on how their tokens
     were counted."""
-    from qtts.core.jobs.manifest import read_parquet_manifest, read_text_lines
+    from qtts.core.jobs.rows.manifest import read_parquet_manifest, read_text_lines
 
     is_parquet = source.endswith(".parquet")
     rows = read_parquet_manifest(source) if is_parquet else read_text_lines(source)

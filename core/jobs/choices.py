@@ -48,7 +48,7 @@ class OnBudget(Choice):
 
 class Backend(Choice):
     local = "local"  # this process and device
-    ray = "ray"  # Ray Data actors (qtts.core.jobs.ray_backend)
+    ray = "ray"  # Ray Data actors (qtts.core.jobs.execution.ray_backend)
 
 
 class Split(Choice):

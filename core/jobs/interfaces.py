@@ -1,6 +1,6 @@
 """What the job layer needs from a model: a cheap text side and an expensive synthesizer.
 
-The job layer (qtts.core.jobs.run) is written against these Protocols only;
+The job layer (qtts.core.jobs.execution.run) is written against these Protocols only;
 qtts.core.synthesis.session provides the real implementations and tests provide fakes; the CLI
 provides a ProgressSink.
 Knows no tensors and no files.
@@ -42,7 +42,7 @@ class TextModel(Protocol):
         "cuda", dtype name, why --dtype auto resolves so, "" for an explicit dtype), e.g.
         ("cpu", "bfloat16", "this CPU multiplies bf16 natively (amx_bf16)"); UsageError when the
         device is not available. The job layer pins CPU auto per out dir
-        (core/jobs/precision.py)."""
+        (core/jobs/work/precision.py)."""
         ...
 
     def memory_plan(

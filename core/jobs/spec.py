@@ -99,7 +99,7 @@ class OutputSettings:
 
 
 # A segment of 50 text tokens takes about 200 frames (16 s) at the typical 4 frames per token
-# (qtts.core.jobs.budget.EST_FRAMES_PER_TOKEN) and 250 frames (20 s) at a slow 5: well inside
+# (qtts.core.jobs.work.budget.EST_FRAMES_PER_TOKEN) and 250 frames (20 s) at a slow 5: well inside
 # the ~30 s past which long generations are reported to stop early or trail off.
 DEFAULT_MAX_SEGMENT_TOKENS = 50
 DEFAULT_SEGMENT_PAUSE_S = 0.25

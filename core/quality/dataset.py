@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.layout import Layout
-from qtts.core.jobs.score_columns import SCORES_NAME, record_stamps
+from qtts.core.jobs.output.score_columns import SCORES_NAME, record_stamps
+from qtts.core.jobs.state.layout import Layout
 
 METADATA_NAME = "metadata.jsonl"
 OUT_DIR, AUDIOFOLDER = "out_dir", "audiofolder"
@@ -65,10 +65,10 @@ def open_dataset(path: Path) -> Dataset:
 
 
 def _out_dir_rows(out_dir: Path) -> pa.Table:
-    from qtts.core.jobs.listing import list_out_dir
-    from qtts.core.jobs.records import OK
-    from qtts.core.jobs.resume import present
-    from qtts.core.jobs.state import read_all
+    from qtts.core.jobs.state.listing import list_out_dir
+    from qtts.core.jobs.state.records import OK
+    from qtts.core.jobs.state.shard_state import read_all
+    from qtts.core.jobs.work.resume import present
 
     records = read_all(out_dir, RECORD_COLUMNS).combine_chunks()
     ok = pc.fill_null(pc.equal(records["status"], OK), False).to_numpy(zero_copy_only=False)

@@ -2,8 +2,8 @@
 over the ok rows of results.parquet, and how many rows fall outside named thresholds.
 
 The thresholds are flags for a person to look at, not verdicts; `qtts results --min-dnsmos ...`
-(qtts.core.jobs.keep_rules) is how a user decides what metadata.jsonl lists. Read a column at a
-time, so 10M rows cost one float column in memory at once. Knows results.parquet's columns; no
+(qtts.core.jobs.output.keep_rules) is how a user decides what metadata.jsonl lists. Read a column
+at a time, so 10M rows cost one float column in memory at once. Knows results.parquet's columns; no
 models, no audio.
 """
 

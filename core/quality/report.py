@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.keep_rules import RULES, KeepRules
-from qtts.core.jobs.writer import atomic_write_bytes
+from qtts.core.jobs.output.keep_rules import RULES, KeepRules
+from qtts.core.jobs.output.writer import atomic_write_bytes
 from qtts.core.quality import dataset_summary as ds
 
 BINS = 40

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import QttsError, UsageError
+from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink
-from qtts.core.jobs.interrupt import StopSignals
 from qtts.core.quality import extra
 from qtts.core.quality.audio import Clip, cores, read_ahead
 from qtts.core.quality.dataset import OUT_DIR, Dataset, open_dataset
@@ -91,7 +91,7 @@ def plan_scorers(opts: ScoreOptions) -> list[Scorer]:
 
 def score_path(path: Path, opts: ScoreOptions, progress: ProgressSink | None = None) -> dict:
     """Score PATH (a qtts out dir or an AudioFolder); the summary as one dict."""
-    from qtts.core.jobs.lock import OutDirLock
+    from qtts.core.jobs.state.lock import OutDirLock
 
     scorers = plan_scorers(opts)
     dataset = open_dataset(path)
@@ -224,7 +224,7 @@ def _log_failures(run: _Pass, names: list[str]) -> None:
 def _refresh_views(out_dir: Path) -> None:
     """results.parquet and metadata.jsonl with the new scores (the job's input must be where
     the job recorded it; otherwise `qtts results OUT --input PATH` does it)."""
-    from qtts.core.jobs.results import rebuild_out_dir
+    from qtts.core.jobs.output.results import rebuild_out_dir
 
     try:
         rebuild_out_dir(out_dir)

@@ -260,7 +260,7 @@ def test_max_new_tokens_is_exact(tmp_path, write_manifest):
 
 
 def test_disk_full_is_fatal_and_rows_stay_pending(tmp_path, write_manifest, monkeypatch):
-    from qtts.core.jobs import writer
+    from qtts.core.jobs.output import writer
 
     real = writer.atomic_write_bytes
     calls = {"n": 0}
@@ -333,7 +333,7 @@ def test_stale_temp_files_are_removed(tmp_path):
 def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):
     """One synthesize call with the whole job, longest first: the engine keeps --batch-size slots
     busy and refills each as it frees (continuous batching)."""
-    from qtts.core.jobs.run import run_job
+    from qtts.core.jobs.execution.run import run_job
     from qtts.core.jobs.spec import (
         JobSpec,
         ModelSettings,

@@ -15,8 +15,8 @@ import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
 
-from qtts.core.jobs.layout import Layout
-from qtts.core.jobs.lock import OutDirLock
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.lock import OutDirLock
 
 ROWS = 24
 

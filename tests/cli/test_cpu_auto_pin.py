@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs import run as run_module
-from qtts.core.jobs.jobfile import JobFile, read_job_file, write_job_file
+from qtts.core.jobs.execution import run as run_module
+from qtts.core.jobs.state.jobfile import JobFile, read_job_file, write_job_file
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 

@@ -13,9 +13,9 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.budget import FrameBudget
-from qtts.core.jobs.chunks import REQUEST_FIELDS, chunk_requests
 from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.chunks import REQUEST_FIELDS, chunk_requests
 from qtts.core.synthesis.requests import GenerationOptions
 
 LONG = " ".join(f"Paragraph sentence {i} talks about the weather, the hills and the sea."

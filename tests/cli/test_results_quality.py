@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.results import rebuild_out_dir
+from qtts.core.jobs.output.results import rebuild_out_dir
 from qtts.core.quality.dataset import open_dataset
 from qtts.core.quality.scores import write_scores
 

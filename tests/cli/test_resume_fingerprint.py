@@ -64,7 +64,7 @@ def test_the_same_settings_redo_nothing_and_write_nothing(done):
 
 @pytest.mark.parametrize("slice_rows", [1 << 20, 2])
 def test_a_changed_seed_redoes_exactly_its_rows(done, write_manifest, monkeypatch, slice_rows):
-    from qtts.core.jobs import resume
+    from qtts.core.jobs.work import resume
 
     monkeypatch.setattr(resume, "COMPARE_SLICE", slice_rows)  # one slice, or a slice of two rows
     m, out = done
@@ -231,14 +231,14 @@ def test_a_job_bigger_than_a_chunk_goes_longest_first_a_chunk_at_a_time(tmp_path
     exact estimate orders them again; every row synthesized once."""
     import fakes
 
-    from qtts.core.jobs import chunks
-    from qtts.core.jobs.run import run_job
+    from qtts.core.jobs.execution.run import run_job
     from qtts.core.jobs.spec import (
         JobSpec,
         OutputSettings,
         RowDefaults,
         VoiceSettings,
     )
+    from qtts.core.jobs.work import chunks
 
     monkeypatch.setattr(chunks, "CHUNK_ROWS", 3)
     src = tmp_path / "lines.txt"

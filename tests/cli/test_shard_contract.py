@@ -15,7 +15,7 @@ from fakes import fake_env, qtts_cmd
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs import locked_run
+from qtts.core.jobs.execution import locked_run
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
@@ -104,7 +104,7 @@ def test_a_partly_resubmitted_array_keeps_the_recorded_count(manifest, tmp_path)
         env = {**SLURM, "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": str(task)}
         assert qtts("batch", manifest, "-o", out, "--speaker", "ryan", env=env).exit_code == 0
     (out / "u00.wav").unlink()  # some shard lost a file; resubmit only its task
-    from qtts.core.jobs.shards import shard_of
+    from qtts.core.jobs.work.shards import shard_of
 
     task = shard_of("u00", 4)
     env = {

@@ -2,7 +2,7 @@
 
 import pytest
 
-from qtts.core.jobs.budget import GUARD_BASE_FRAMES, GUARD_FRAMES_PER_TOKEN, FrameBudget
+from qtts.core.jobs.work.budget import GUARD_BASE_FRAMES, GUARD_FRAMES_PER_TOKEN, FrameBudget
 
 
 def test_explicit_is_used_exactly():
@@ -41,7 +41,7 @@ def test_longest_first_keeps_input_order_on_ties_and_every_row_once():
     import numpy as np
     import pyarrow as pa
 
-    from qtts.core.jobs.chunks import Todo
+    from qtts.core.jobs.work.chunks import Todo
 
     rows = pa.table({"row": [1, 2, 3, 4, 5], "id": ["r0", "r1", "r2", "r3", "r4"]})
     todo = Todo.of(rows, np.array([10, 50, 30, 50, 5]))

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.keep_rules import KeepRules, read_keep_rules, write_keep_rules
-from qtts.core.jobs.layout import Layout
+from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules, write_keep_rules
+from qtts.core.jobs.state.layout import Layout
 
 TABLE = pa.table(
     {

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from qtts.core.errors import ManifestError
-from qtts.core.jobs.ids import file_key, file_keys, id_errors, id_problem, unsafe_id_candidates
-from qtts.core.jobs.manifest import (
+from qtts.core.jobs.rows.ids import file_key, file_keys, id_errors, id_problem, unsafe_id_candidates
+from qtts.core.jobs.rows.manifest import (
     BLANK,
     check_unique_ids,
     read_parquet_manifest,

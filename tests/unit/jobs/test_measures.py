@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from qtts.core.jobs import measures
-from qtts.core.jobs.measures import (
+from qtts.core.jobs.output import measures
+from qtts.core.jobs.output.measures import (
     DBFS_FLOOR,
     LOOP_MATCH,
     LOOP_MAX_PERIOD,
@@ -21,7 +21,7 @@ from qtts.core.jobs.measures import (
     repeat_ratio,
     silence_ratio,
 )
-from qtts.core.jobs.records import RECORD_SCHEMA
+from qtts.core.jobs.state.records import RECORD_SCHEMA
 
 RATE = 24_000
 FRAME = round(SILENCE_FRAME_S * RATE)  # samples per silence frame

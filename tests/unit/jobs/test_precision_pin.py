@@ -1,15 +1,15 @@
 """The precision a job settles on, and the out dir's pin of `--dtype auto` on a CPU: the pin wins
 over this CPU's choice, an explicit --dtype runs as given and leaves it alone, --overwrite
 resolves afresh, a job file from before the pin counts as float32, and a pin recorded by another
-run in the meantime is refused (core/jobs/precision.py, core/jobs/jobfile.py)."""
+run in the meantime is refused (core/jobs/work/precision.py, core/jobs/state/jobfile.py)."""
 
 import json
 
 import pytest
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.jobfile import JobFile, read_job_file, write_job_file
-from qtts.core.jobs.precision import cpu_auto_to_record, for_ray_actors, settle_precision
+from qtts.core.jobs.state.jobfile import JobFile, read_job_file, write_job_file
+from qtts.core.jobs.work.precision import cpu_auto_to_record, for_ray_actors, settle_precision
 
 
 class Cpu:
@@ -127,7 +127,7 @@ def test_a_pinned_bf16_on_a_cpu_without_bf16_units_is_a_warning(caplog):
     others), and says that it is emulated there."""
     import logging
 
-    from qtts.core.jobs.precision import log_precision
+    from qtts.core.jobs.work.precision import log_precision
 
     p = settle_precision(Cpu("float32"), "cpu", "auto", job("bfloat16"), overwrite=False)
     assert p.emulated

@@ -8,7 +8,12 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.score_columns import SCORE_FIELDS, SCORES_NAME, record_stamps, with_scores
+from qtts.core.jobs.output.score_columns import (
+    SCORE_FIELDS,
+    SCORES_NAME,
+    record_stamps,
+    with_scores,
+)
 
 
 def _records() -> pa.Table:

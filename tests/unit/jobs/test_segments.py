@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from qtts.core.jobs import segments
-from qtts.core.jobs.budget import FrameBudget
-from qtts.core.jobs.chunks import chunk_requests
-from qtts.core.jobs.segments import segment_seed, synthesize_chunk
+from qtts.core.jobs.long_text import segments
+from qtts.core.jobs.long_text.segments import segment_seed, synthesize_chunk
 from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.chunks import chunk_requests
 from qtts.core.synthesis.requests import GenerationOptions, RowFailure, Utterance
 
 # 20 sentences of 7 words (a fake token is a word): 2 sentences per segment of 20 -> 10 segments

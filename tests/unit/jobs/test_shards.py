@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.shards import (
+from qtts.core.jobs.work.shards import (
     UNSHARDED,
     Shard,
     local_rank_device,
@@ -82,7 +82,7 @@ def test_torchrun_local_rank_picks_the_gpu():
 
 
 def test_each_shard_has_its_own_lock_journal_and_state(tmp_path):
-    from qtts.core.jobs.layout import Layout
+    from qtts.core.jobs.state.layout import Layout
 
     layout, one, s3 = Layout(tmp_path), UNSHARDED.suffix, Shard(16, 3).suffix
     names = [p.relative_to(tmp_path).as_posix() for p in (layout.lock(one), layout.journal(one),

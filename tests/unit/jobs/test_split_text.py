@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from qtts.core.jobs.split_text import split_texts
+from qtts.core.jobs.long_text.split_text import split_texts
 
 
 def chars(texts):

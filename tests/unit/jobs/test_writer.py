@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from qtts.core.jobs import writer
-from qtts.core.jobs.lock import LockHeldError, OutDirLock
-from qtts.core.jobs.writer import (
+from qtts.core.jobs.output import writer
+from qtts.core.jobs.output.writer import (
     TEMP_MARK,
     DiskFullError,
     OutputWriter,
@@ -22,6 +21,7 @@ from qtts.core.jobs.writer import (
     atomic_write_bytes,
     cleanup_temp_files,
 )
+from qtts.core.jobs.state.lock import LockHeldError, OutDirLock
 
 
 def _litter(d):
@@ -93,7 +93,7 @@ def test_disk_full_is_its_own_error(tmp_path, monkeypatch):
 HOLD = """
 import sys, time
 from pathlib import Path
-from qtts.core.jobs.lock import OutDirLock
+from qtts.core.jobs.state.lock import OutDirLock
 with OutDirLock(Path(sys.argv[1]) / "run.lock"):
     print("held", flush=True)
     time.sleep(60)

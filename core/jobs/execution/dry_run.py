@@ -1,0 +1,105 @@
+"""`--dry-run`: everything a run decides before synthesis, reported instead of done.
+
+Reads and validates every row, selects the shard, scans the out dir's state for rows already
+done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
+weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
+to redo and why, failing validation (the first reasons), frames and hours of audio estimated,
+the rows of the first chunk that will be split into segments (and how many segments), and the
+precision the run would compute in.
+Knows the job's work and the TextModel; no tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.compute as pc
+
+from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.listing import list_out_dir
+from qtts.core.jobs.state.records import SCAN_COLUMNS, empty
+from qtts.core.jobs.work.budget import FRAME_S
+from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests
+from qtts.core.jobs.work.decide import Work, plan_work
+from qtts.core.jobs.work.fingerprint import read_registry
+
+log = logging.getLogger("qtts")
+
+FIRST_FAILURES = 5
+
+
+@dataclass
+class DryRunSummary:
+    total: int
+    to_synthesize: int
+    skipped: int
+    redo: int
+    redo_reasons: dict[str, int]
+    failed: int
+    first_failures: list[dict[str, Any]]
+    est_frames: int
+    memory_plan: str
+    split_rows: int  # rows of the first (longest) chunk cut into segments
+    segments: int  # the segments they make
+    shard: str
+    precision: str  # what the run would compute in, as in the fingerprint: "cpu:bfloat16"
+    wall_s: float
+    status: str = "dry-run"
+    exit_code: int = 0
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["est_audio_hours"] = round(self.est_frames * FRAME_S / 3600, 3)
+        d["wall_s"] = round(self.wall_s, 3)
+        return d
+
+    def describe(self) -> str:
+        hours = self.est_frames * FRAME_S / 3600
+        split = f" ({self.split_rows} split into {self.segments} segments)" * bool(self.split_rows)
+        return (f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
+                f"of audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
+                f"failing validation; nothing was written")  # fmt: skip
+
+
+def dry_run(job) -> DryRunSummary:
+    """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
+    t0 = time.monotonic()
+    spec, out = job.spec, job.spec.output.out_dir
+    fresh = spec.output.overwrite
+    records = empty() if fresh else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
+    work = plan_work(job.prepared, records, list_out_dir(out), model=job.text_model,
+                     budget=job.budget, settings=job.settings, registry=read_registry(out),
+                     audio_format=spec.output.audio_format.value,
+                     save_codes=spec.output.save_codes, split=spec.split,
+                     on_budget=spec.failures.key)  # fmt: skip
+    plan, first = _first_chunk_plan(job, work)
+    split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
+    failures = work.rejected.select(["row", "id", "error"])
+    reasons = pc.value_counts(failures["error"]).to_pylist()
+    reasons.sort(key=lambda r: -r["counts"])
+    return DryRunSummary(
+        total=work.total, to_synthesize=work.todo.num_rows, skipped=work.skipped,
+        redo=len(work.resume.stale), redo_reasons=work.resume.reasons,
+        failed=failures.num_rows, first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
+        est_frames=int(work.todo.est_frames.sum()), memory_plan=plan,
+        split_rows=len(split_rows), segments=sum(split_rows.values()), shard=job.shard.describe(),
+        precision=job.settings.values["precision"], wall_s=time.monotonic() - t0,
+        failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
+    )  # fmt: skip
+
+
+def _first_chunk_plan(job, work: Work) -> tuple[str, Chunk | None]:
+    """The plan of the longest rows: the chunk that must fit for the job to fit (and the
+    chunk: which of its rows are split is known exactly)."""
+    if work.todo.num_rows == 0:
+        return "nothing to plan", None
+    spec = job.spec
+    rows = next(work.todo.slices(CHUNK_ROWS))
+    first = chunk_requests(rows, job.text_model, job.budget, spec.split)
+    m = spec.model
+    plan = job.text_model.memory_plan(first.requests, m.device, m.dtype.value, m.batch_size)
+    return plan, first

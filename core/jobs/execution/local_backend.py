@@ -1,0 +1,130 @@
+"""The local backend: this process synthesizes the rows, a chunk at a time, and writes them.
+
+Yields one Outcome per row in completion order. Each finished utterance goes to the writer pool at
+once; at most MAX_WRITES_IN_FLIGHT wait for the disk (bounding the audio held in memory) and a
+write error (disk full) surfaces at the next row, not at the end. Closing the stream early (an
+abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
+is lost. Knows chunks, the synthesizer protocol and the recorder; no tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
+from qtts.core.jobs.long_text.segments import synthesize_chunk
+from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
+from qtts.core.jobs.output.writer import OutputWriter, fsync_dir
+from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.chunks import Chunk, Todo, chunks
+
+log = logging.getLogger("qtts")
+
+MAX_WRITES_IN_FLIGHT = 64
+FSYNC_EVERY = 16  # published files per directory fsync (the journal already has their lines)
+
+
+@dataclass
+class LocalBackend:
+    out_dir: Path
+    text_model: TextModel
+    load_synthesizer: LoadSynthesizer
+    device: str
+    dtype: str
+    batch_size: int | None
+    options: object  # GenerationOptions
+    budget: FrameBudget
+    split: SplitSettings | None = None  # long rows cut into segments (None: every row whole)
+    synth: object = None  # loaded by prepare()
+
+    def prepare(self, stop: StopSignals) -> None:
+        log.info("loading %s on %s", self.text_model.name, self.device)
+        with stop.interruptible():
+            self.synth = self.load_synthesizer(self.text_model, self.device, self.dtype,
+                                               self.batch_size)  # fmt: skip
+
+    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
+                 stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+        synth = self.synth
+        writes = WriteQueue(self.out_dir)
+        recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format), journal, ctx)
+        try:
+            for chunk in chunks(todo, self.text_model, self.budget, split=self.split):
+                yield from self._chunk(synth, chunk, recorder, writes, stop)
+            yield from writes.settled(block=True, every=True)
+        finally:
+            writes.close()
+            recorder.writer.close()
+
+    def _chunk(self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue,
+               stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+        budgets = dict(chunk.budgets)
+        items = synthesize_chunk(synth, chunk, self.options, recorder.ctx.on_budget)
+        try:
+            while True:
+                with stop.interruptible():
+                    item = next(items, None)
+                if item is None:
+                    break
+                if item.id not in budgets:
+                    raise RuntimeError(f"synthesizer returned an unexpected id {item.id!r}")
+                result = recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
+                if isinstance(result, Outcome):
+                    yield result
+                else:
+                    writes.add(result)
+                yield from writes.settled(block=len(writes) > MAX_WRITES_IN_FLIGHT)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        for row_id in budgets:  # a synthesizer bug, not the row's fault; still, say so
+            yield recorder.failed(chunk.rows[row_id], "the synthesizer returned no result")
+
+
+class WriteQueue:
+    """Writes in flight, settled oldest first."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.inflight: deque[Future[Outcome]] = deque()
+        self.unsynced = 0
+
+    def __len__(self) -> int:
+        return len(self.inflight)
+
+    def add(self, future: Future[Outcome]) -> None:
+        self.inflight.append(future)
+
+    def settled(self, *, block: bool, every: bool = False) -> Iterator[Outcome]:
+        """Finished writes' outcomes; block: wait for the oldest (every: for all). A failed
+        write (disk full) raises: the row is not done (resume finds no file) and the job stops."""
+        while self.inflight and (self.inflight[0].done() or block):
+            outcome = self.inflight.popleft().result()
+            self.unsynced += 1
+            if self.unsynced >= FSYNC_EVERY:
+                self.sync()
+            yield outcome
+            block = every
+        if every:
+            self.sync()
+
+    def sync(self) -> None:
+        if self.unsynced:
+            fsync_dir(self.out_dir)  # make the renames durable
+            self.unsynced = 0
+
+    def close(self) -> None:
+        """Cut short: let the rows being written finish (they journal themselves)."""
+        wait(list(self.inflight))
+        self.inflight.clear()
+        self.unsynced = 1
+        self.sync()

@@ -1,0 +1,227 @@
+"""The locked part of a job: resume, the synthesis loop, state, results, summary.
+
+Runs with the shard's lock held. Decides the work (qtts.core.jobs.work.decide), records rows that
+fail validation and rows that must be redone, then consumes the backend's outcomes (local or Ray:
+one loop) to report progress, count failures and stop after too many. Whatever happens (signal, disk
+full, too many failures, a crash), the shard's journal is folded into its state and
+results.parquet is rebuilt before returning or raising. Knows records and outcomes; no tensors,
+no CLI.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.execution.failures import FailureLog
+from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
+from qtts.core.jobs.execution.summary import JobSummary
+from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
+from qtts.core.jobs.output.recorder import Outcome, RecordContext
+from qtts.core.jobs.output.results import rebuild, up_to_date
+from qtts.core.jobs.output.writer import cleanup_temp_files, remove_live_temps, row_id_of
+from qtts.core.jobs.rows.validation import Prepared
+from qtts.core.jobs.spec import JobSpec
+from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.listing import list_out_dir
+from qtts.core.jobs.state.records import FAILED, OK, SCAN_COLUMNS, pending_records, stamped
+from qtts.core.jobs.work.budget import FRAME_S
+from qtts.core.jobs.work.chunks import Todo
+from qtts.core.jobs.work.decide import Work, plan_work
+from qtts.core.jobs.work.fingerprint import JobSettings, read_registry
+from qtts.core.jobs.work.precision import Precision
+from qtts.core.jobs.work.resume import aligned
+from qtts.core.jobs.work.shards import Shard
+
+log = logging.getLogger("qtts")
+
+RESULTS_WAIT_S = 10  # another shard rebuilding results: leave it to them after this long
+
+
+class Backend(Protocol):
+    def prepare(self, stop: StopSignals) -> None:
+        """Get ready to synthesize (load the model): before progress starts."""
+        ...
+
+    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
+                 stop: StopSignals) -> Iterator[Outcome]: ...  # fmt: skip
+
+
+@dataclass
+class Job:
+    """Everything the locked run needs, prepared before the lock."""
+
+    spec: JobSpec
+    text_model: TextModel
+    shard: Shard
+    rows: pa.Table  # every input row (row, id, text): results cover them all
+    prepared: Prepared  # this shard's rows, resolved and validated
+    budget: Any  # FrameBudget
+    settings: JobSettings
+    inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
+    precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class JobRun:
+    def __init__(self, job: Job, backend: Backend, progress: ProgressSink | None = None) -> None:
+        self.job, self.backend = job, backend
+        self.spec, self.shard, self.out = job.spec, job.shard, job.spec.output.out_dir
+        self.progress = progress or NoProgress()
+        self.run_id = new_run_id()
+        self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
+                                 job.spec.output.audio_format.value, job.spec.output.save_codes,
+                                 job.spec.failures.key,
+                                 job.spec.split.key)  # fmt: skip
+        self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
+        self.failures = FailureLog()
+        self.ok = self.audio_s = 0
+        self.aborted = False
+        self.t0 = time.monotonic()
+
+    def execute(self) -> JobSummary:
+        with StopSignals(on_exit_now=remove_live_temps) as stop:
+            if self.spec.output.overwrite:
+                state.reset(self.out, self.shard)
+            work = self._plan()
+            self._record_work(work)
+            status, code = "done", 0
+            try:
+                self._loop(work, stop)
+            except Interrupted as e:
+                status, code = "interrupted", e.exit_code
+            except BaseException:
+                self.progress.close()
+                self._finish_after_error()
+                raise
+            self.progress.close()
+            summary = self._finish(work)
+            summary.status = "aborted" if status == "done" and self.aborted else status
+            summary.exit_code = code or (3 if summary.failed or summary.pending else 0)
+            return summary
+
+    def _plan(self) -> Work:
+        self.records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
+        listing = list_out_dir(self.out)
+        if cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps):
+            log.info("removed temp files left by an interrupted run")
+        own_state = Layout(self.out).state(self.shard.suffix)
+        cleanup_temp_files(own_state.parent, owns=lambda final: final == own_state.name)
+        j = self.job
+        return plan_work(j.prepared, self.records, listing, model=j.text_model,
+                         budget=j.budget, settings=j.settings, registry=read_registry(self.out),
+                         audio_format=self.spec.output.audio_format.value,
+                         save_codes=self.spec.output.save_codes, split=self.spec.split,
+                         on_budget=self.spec.failures.key)  # fmt: skip
+
+    def _record_work(self, work: Work) -> None:
+        """Journal what is decided before synthesis: rows to redo lose their done status, rows
+        failing validation are recorded (unless recorded so already: a rerun of a finished job
+        writes nothing)."""
+        if len(work.resume.stale):
+            log.warning("redoing %d row(s) done before whose output would change: %s",
+                        len(work.resume.stale), work.resume.describe())  # fmt: skip
+            self.journal.append_table(pending_records(work.resume.stale, run=self.run_id))
+        if work.skipped:
+            log.info("resuming: %d row(s) already done, %d to do", work.skipped,
+                     work.todo.num_rows)  # fmt: skip
+        rejected = work.rejected
+        old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
+        same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
+        fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
+        fresh = fresh.filter(pc.is_valid(fresh["id"]))  # a null id has no record to key
+        self.journal.append_table(stamped(fresh, status=FAILED, **self.ctx.stamp()))
+        self.failures.add_table(rejected)
+
+    def _loop(self, work: Work, stop: StopSignals) -> None:
+        if self._too_many_failures():
+            self.aborted = True
+            return
+        if work.todo.num_rows == 0:
+            return
+        self.backend.prepare(stop)
+        self.progress.start(work.todo.num_rows, float(work.todo.est_frames.sum()) * FRAME_S)
+        outcomes = self.backend.outcomes(work.todo, self.journal, self.ctx, stop)
+        try:
+            for outcome in outcomes:
+                if outcome.status == OK:
+                    self.ok += 1
+                    self.audio_s += outcome.duration_s
+                else:
+                    self.failures.add(outcome.id, None, outcome.error or "failed")
+                self.progress.advance(1, outcome.duration_s)
+                if self._too_many_failures():
+                    self.aborted = True
+                    return  # the rest stays pending
+        finally:
+            outcomes.close()
+
+    def _too_many_failures(self) -> bool:
+        limit = self.spec.failures.max_failures
+        return limit is not None and self.failures.count >= limit
+
+    def _owns_file(self, final: str) -> bool:
+        """Row files of this shard's rows (the shared views' temps are cleared under the
+        results lock)."""
+        row_id = row_id_of(final)
+        return row_id is not None and self.shard.owns(row_id)
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _finish(self, work: Work) -> JobSummary:
+        """Fold the journal into the state, rebuild the shared views, count this shard's rows."""
+        self.failures.close()
+        records = state.compact(self.out, self.shard)
+        records = self.records if records is None else records
+        self._rebuild_results()
+        own = self.job.prepared.rows.select(["id"])
+        mine = aligned(own, records.select(["id", "status", "hit_frame_budget"]))
+        done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
+        failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
+            pc.sum(pc.is_null(own["id"])).as_py() or 0
+        )
+        return JobSummary(
+            status="done", exit_code=0, total=work.total, ok=done - work.skipped, failed=failed,
+            skipped=work.skipped, pending=work.total - done - failed,
+            hit_frame_budget=_hit_budget(mine), audio_s=self.audio_s,
+            wall_s=time.monotonic() - self.t0, out_dir=str(self.out),
+            results=str(self.out / "results.parquet"), failure_reasons=self.failures.top(),
+        )  # fmt: skip
+
+    def _rebuild_results(self) -> None:
+        if up_to_date(self.out, self.job.inputs):
+            return
+        counts = rebuild(self.out, self.job.rows, wait_s=RESULTS_WAIT_S)
+        if counts is None:
+            log.info("results.parquet is being rebuilt by another shard, which will include "
+                     "this one's rows (or run `qtts results %s`)", self.out)  # fmt: skip
+
+    def _finish_after_error(self) -> None:
+        try:
+            state.compact(self.out, self.shard)
+            self._rebuild_results()
+        except Exception as e:  # the original error matters more; say why results are stale
+            log.error("could not update the job state or results.parquet: %s", e)
+
+
+def _hit_budget(mine: pa.Table) -> int:
+    hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
+    n = pc.sum(hit).as_py() or 0
+    if n:
+        log.warning("%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
+                    "is true in results.parquet; --on-budget retry tries them again, --on-budget "
+                    "fail fails them)", n)  # fmt: skip
+    return n

@@ -1,0 +1,276 @@
+"""The Ray Data backend of `qtts batch` (--backend ray): one job across many GPUs or machines.
+
+The driver does everything a local run does (validate, resume, journal failures, state,
+results); only where rows are synthesized differs. It reaches the cluster first, within
+--ray-timeout, before anything is written. The rows to do go to Ray Data as work units sized from
+an actor's slots and spread over every worker: from_arrow -> repartition -> map_batches(
+SynthesisActor, ActorPoolStrategy(size=workers, one unit in flight each), num_gpus=G). Each
+actor loads the model once, builds its unit's requests, runs the local engine, writes files
+atomically and journals each finished row in its own journal in the shared out dir (as a shard
+would), returning only small outcome rows. So a killed driver or actor loses only the rows in
+flight; a unit Ray retries after an actor died skips the rows its first attempt published.
+
+Imports ray when a job uses it, and no torch in the driver (actors load the model themselves).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import FatalError, UsageError
+from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.long_text.segments import synthesize_chunk
+from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
+from qtts.core.jobs.output.writer import OutputWriter
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.records import OK, ROW_FIELDS
+from qtts.core.jobs.work.chunks import Todo, chunk_requests
+
+log = logging.getLogger("qtts")
+
+# An actor's engine keeps this many rows in flight when --batch-size is auto: the memory
+# planner's cap (qtts.core.engine.planner.MAX_AUTO_SLOTS; a test keeps the two equal).
+PLANNED_SLOTS = {"cuda": 256, "cpu": 64}
+UNIT_SLOTS = 8  # rows per work unit, in slots: the engine's tail at the end of a unit is short
+SPARE_CPU_SLOTS = 4  # logical CPUs a local cluster adds for Ray Data's own tasks
+MIN_ACTORS_WAIT_S = 120  # how long Ray Data may wait for its actors to start before failing
+OUTCOME_SCHEMA = pa.schema([("id", pa.string()), ("status", pa.string()),
+                            ("error", pa.string()), ("duration_s", pa.float64())])  # fmt: skip
+
+
+class RayConnectError(FatalError):
+    """The Ray cluster could not be reached in time (exit 1)."""
+
+
+def import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--backend ray needs Ray Data: pip install 'qtts[ray]' (ray[data] 2.60)"
+        ) from None
+    return ray
+
+
+def rows_per_unit(rows: int, workers: int, slots: int) -> int:
+    """Every worker gets a unit even in a small job; a unit is at most UNIT_SLOTS x slots."""
+    return max(1, min(math.ceil(rows / workers), UNIT_SLOTS * slots))
+
+
+@dataclass
+class RayBackend:
+    ray: Any
+    started: bool  # this process started a local cluster (stopped with the job)
+    workers: int
+    gpus: float
+    actor_kwargs: dict[str, Any]
+    slots: int
+
+    @classmethod
+    def connect(cls, spec, job, options, open_text_model, load_synthesizer) -> RayBackend:
+        """Reach the cluster (or start a local one) and size the actors; writes nothing."""
+        ray = import_ray()
+        started = _connect(ray, spec.scale_out.ray.address, spec.scale_out.ray.timeout)
+        try:
+            workers, gpus = _actors(
+                ray, spec.scale_out.ray.workers, spec.scale_out.ray.gpus_per_worker
+            )
+        except BaseException:
+            if started:
+                ray.shutdown()
+            raise
+        m = spec.model
+        kwargs = {"model": m.name, "device": m.device, "dtype": m.dtype.value,
+                  "batch_size": m.batch_size, "out_dir": str(spec.output.out_dir.resolve()),
+                  "options": options, "budget": job.budget, "split": spec.split,
+                  "open_text_model": open_text_model,
+                  "load_synthesizer": load_synthesizer}  # fmt: skip
+        slots = spec.model.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
+        return cls(ray, started, workers, gpus, kwargs, slots)
+
+    def prepare(self, stop: StopSignals) -> None:
+        """Nothing: the actors load the model as they start."""
+
+    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
+                 stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+        ray = self.ray
+        todo = todo.ordered(list(ROW_FIELDS))  # units of similar lengths
+        try:
+            unit = rows_per_unit(todo.num_rows, self.workers, self.slots)
+            log.info("ray: %d worker(s), %g GPU(s) each, %d rows in units of %d", self.workers,
+                     self.gpus, todo.num_rows, unit)  # fmt: skip
+            ray.data.DataContext.get_current().wait_for_min_actors_s = MIN_ACTORS_WAIT_S
+            results = (
+                ray.data.from_arrow(todo)
+                .repartition(math.ceil(todo.num_rows / unit))
+                .map_batches(
+                    SynthesisActor,
+                    fn_constructor_kwargs={**self.actor_kwargs, "ctx": ctx, "started": time.time()},
+                    compute=ray.data.ActorPoolStrategy(
+                        size=self.workers, max_tasks_in_flight_per_actor=1
+                    ),
+                    num_gpus=self.gpus,
+                    **_driver_knobs(),
+                    batch_size=None,  # one call per unit
+                    batch_format="pyarrow",
+                )
+            )
+            seen: list[pa.Array] = []
+            batches = iter(results.iter_batches(batch_size=None, batch_format="pyarrow"))
+            while True:
+                with stop.interruptible():
+                    batch = next(batches, None)
+                if batch is None:
+                    break
+                seen.append(batch.column("id"))
+                for o in batch.to_pylist():
+                    yield Outcome(o["id"], o["status"], o["duration_s"] or 0.0, o["error"])
+            yield from self._missing(todo, seen, journal, ctx)
+        finally:
+            if self.started:  # our own local cluster: stop its actors with the job
+                ray.shutdown()
+
+    def _missing(self, todo, seen, journal, ctx) -> Iterator[Outcome]:
+        """Rows no unit returned (a bug or a lost unit): failed, by the driver."""
+        returned = pa.chunked_array(seen, pa.string()).combine_chunks() if seen else None
+        lost = todo if returned is None else todo.filter(
+            pc.invert(pc.is_in(todo["id"], value_set=returned)))  # fmt: skip
+        recorder = RowRecorder(None, journal, ctx)
+        for row in lost.select(list(ROW_FIELDS)).to_pylist():
+            yield recorder.failed(row, "no result came back from the ray workers")
+
+
+class SynthesisActor:
+    """One Ray actor: the model loaded once; each call synthesizes one unit of rows with the
+    local engine, writes and journals them, and returns one outcome row per input row."""
+
+    def __init__(self, *, model, device, dtype, batch_size, out_dir, options, budget, split,
+                 ctx, started, open_text_model, load_synthesizer) -> None:  # fmt: skip
+        self.text_model = open_text_model(model)
+        self.synth = load_synthesizer(self.text_model, device, dtype, batch_size)
+        self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
+        self.split = split
+        self.started = started  # when the driver handed the rows out (wall clock)
+        journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
+        self.recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format, workers=1),
+                                    journal, ctx)  # fmt: skip
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        done = self._published_by_this_run(batch)
+        done_ids = pa.array(list(done), pa.string())
+        rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
+        out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
+        chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
+        budgets = dict(chunk.budgets)
+        pending = []
+        for item in synthesize_chunk(self.synth, chunk, self.options, self.ctx.on_budget):
+            result = self.recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
+            pending.append(result)
+        for row_id in budgets:
+            pending.append(self.recorder.failed(chunk.rows[row_id],
+                                                "the synthesizer returned no result"))  # fmt: skip
+        for result in pending:
+            o = result if isinstance(result, Outcome) else result.result()
+            out.append({"id": o.id, "status": o.status, "error": o.error,
+                        "duration_s": o.duration_s})  # fmt: skip
+        return pa.Table.from_pylist(out, schema=OUTCOME_SCHEMA)
+
+    def _published_by_this_run(self, batch: pa.Table) -> dict[str, float]:
+        """Rows of a retried unit whose file an earlier attempt of this run already published
+        (and journalled): {id: seconds of audio}."""
+        import soundfile as sf
+
+        done = {}
+        for row_id in batch["id"].to_pylist():
+            path = self.out_dir / f"{row_id}.{self.ctx.audio_format}"
+            try:
+                if path.stat().st_mtime >= self.started:
+                    done[row_id] = float(sf.info(str(path)).duration)
+            except (OSError, RuntimeError):
+                continue
+        return done
+
+
+def _connect(ray, address: str | None, timeout: float) -> bool:
+    """Join the given cluster (or RAY_ADDRESS) within `timeout` seconds, or start a local one;
+    True if started here."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        # Each actor holds a CPU slot; Ray Data's own tasks (repartition, reads) need slots too,
+        # and on a small box the actors could take them all and stall the pipeline for good.
+        ray.init(num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS, include_dashboard=False,
+                 log_to_driver=False)  # fmt: skip
+        return True
+    deadline = time.monotonic() + timeout
+    _probe(address, timeout)
+    error: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except BaseException as e:  # noqa: BLE001 -- reported below
+            error.append(e)
+
+    thread = threading.Thread(target=init, name="qtts-ray-connect", daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 0.1))  # one --ray-timeout for both steps
+    if thread.is_alive():
+        raise RayConnectError(f"no Ray cluster answered at {address} within {timeout:g} s "
+                              "(--ray-timeout); nothing was written")  # fmt: skip
+    if error:
+        raise RayConnectError(f"cannot join the Ray cluster at {address}: "
+                              f"{str(error[0]).strip().splitlines()[0]}") from None  # fmt: skip
+    return False
+
+
+def _probe(address: str, timeout: float) -> None:
+    """A TCP connection to host:port first: a refused or unroutable address fails fast."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and the like: ray.init resolves it, under the same timeout
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise RayConnectError(f"cannot reach the Ray cluster at {address}: {reason} "
+                              "(--ray-timeout); nothing was written") from None  # fmt: skip
+
+
+def _driver_knobs(env: Mapping[str, str] = os.environ) -> dict:
+    """The driver's QTTS_* knobs as the actors' environment: an actor on another machine would
+    otherwise read that machine's, and run another layer path or sampler than the driver planned."""
+    knobs = {k: v for k, v in env.items() if k.startswith("QTTS_")}
+    return {"runtime_env": {"env_vars": knobs}} if knobs else {}
+
+
+def _actors(ray, workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:
+    """(workers, GPUs per worker), checked against the cluster so a job that cannot be hosted
+    fails at once with the numbers, not after a long wait."""
+    cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
+    gpus = gpus_per_worker if gpus_per_worker is not None else (1.0 if cluster_gpus else 0.0)
+    if workers is None:
+        workers = max(1, int(cluster_gpus // gpus)) if gpus else 1
+    if workers * gpus > cluster_gpus:
+        raise UsageError(
+            f"the Ray cluster has {cluster_gpus:g} GPU(s); --workers {workers} x "
+            f"--gpus-per-worker {gpus:g} needs {workers * gpus:g}"
+        )
+    return workers, gpus

@@ -1,0 +1,199 @@
+"""One job end to end: read rows -> validate all (before any weights load) -> check the out dir's
+record -> settle the precision (CPU auto as the out dir pinned it) -> (dry run: report and stop)
+-> reach the Ray cluster if asked -> lock the shard -> record the job -> the locked run
+(qtts.core.jobs.execution.locked_run).
+
+Nothing is created on disk until the input, the options, the device and the cluster are known
+good. The model comes in through injected factories (qtts.core.jobs.interfaces), so the CLI passes
+the real ones and tests pass fakes. Knows no tensors and no command-line parsing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import ManifestError, UsageError
+from qtts.core.jobs.choices import Dtype
+from qtts.core.jobs.execution.generation import generation_options
+from qtts.core.jobs.execution.local_backend import LocalBackend
+from qtts.core.jobs.execution.locked_run import Job, JobRun
+from qtts.core.jobs.execution.summary import JobSummary
+from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
+from qtts.core.jobs.rows.manifest import check_unique_ids, read_parquet_manifest, read_text_lines
+from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
+from qtts.core.jobs.spec import JobSpec, SplitSettings
+from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.lock import OutDirLock
+from qtts.core.jobs.state.record_job import record_job
+from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.fingerprint import RefDigests, job_settings
+from qtts.core.jobs.work.precision import for_ray_actors, log_precision, settle_precision
+from qtts.core.jobs.work.shards import local_rank_device, shard_request
+
+log = logging.getLogger("qtts")
+
+
+def read_rows(spec: JobSpec) -> pa.Table:
+    rows = (
+        read_text_lines(spec.source) if spec.kind == "synth" else read_parquet_manifest(spec.source)
+    )
+    check_unique_ids(rows)
+    rows = rows.combine_chunks()  # one chunk: every later take() is one pass, not a concat each
+    pa.default_memory_pool().release_unused()  # the reader's buffers: a million rows' worth
+    return rows
+
+
+def apply_reference_defaults(rows: pa.Table, spec: JobSpec) -> pa.Table:
+    """--ref-audio/--ref-text fill rows without their own; --x-vector-only drops every ref_text.
+    A command-line path is relative to the working directory (a manifest's to the manifest)."""
+    if spec.voice.ref_audio is not None:
+        audio = str(Path(spec.voice.ref_audio).expanduser().absolute())
+        rows = rows.set_column(rows.schema.get_field_index("ref_audio"), "ref_audio",
+                               pc.fill_null(rows["ref_audio"], audio))  # fmt: skip
+    text = rows["ref_text"]
+    if spec.voice.x_vector_only:
+        text = pa.nulls(rows.num_rows, pa.string())
+    elif spec.voice.ref_text is not None:
+        text = pc.fill_null(text, spec.voice.ref_text)
+    return rows.set_column(rows.schema.get_field_index("ref_text"), "ref_text", text)
+
+
+def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) -> None:
+    """When every row takes the command-line voice, a bad --speaker/--language is a usage error."""
+    per_row = any(rows[c].null_count < rows.num_rows for c in ("speaker", "language", "instruct"))
+    if rows.num_rows and not per_row:
+        try:
+            model.normalize_row(defaults.speaker, defaults.language, defaults.instruct)
+        except ValueError as e:
+            raise ManifestError(f"{e} (set it with --speaker/--language)") from None
+
+
+def check_segment_limit(split: SplitSettings, budget: FrameBudget) -> None:
+    """A segment of --max-segment-tokens tokens must fit the model's frame budget."""
+    limit = split.max_segment_tokens
+    why = budget.too_long(limit) if split.enabled else None
+    if why is not None:
+        detail = why.split(": ", 1)[-1].split("; ")[0]  # the numbers, without the advice
+        raise UsageError(f"--max-segment-tokens {limit} is more than this model can speak in one "
+                         f"segment ({detail}); lower it")  # fmt: skip
+
+
+def source_path(spec: JobSpec) -> str:
+    return spec.source if spec.source == "-" else str(Path(spec.source).resolve())
+
+
+def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]):
+    """(Job, shard request, sampling options, reference digests): everything decided before
+    the lock; writes nothing."""
+    rows = apply_reference_defaults(read_rows(spec), spec)
+    out = spec.output.out_dir
+    recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
+    check_input(out, recorded, spec.kind.value, source_path(spec),
+                input_moved=spec.output.input_moved, overwrite=spec.output.overwrite)  # fmt: skip
+    req = shard_request(spec.scale_out.num_shards, spec.scale_out.shard_index, env)
+    if spec.scale_out.backend == "ray" and req.from_environment:
+        raise UsageError(f"--backend ray inside {req.source} ({req.count} tasks) would split the "
+                         "job silently: run Ray from one process, or pass --num-shards 1 to "
+                         "say this is intended")  # fmt: skip
+    shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
+    if shard.sharded:
+        spec = replace(
+            spec, model=replace(spec.model, device=local_rank_device(spec.model.device, env))
+        )
+    model = open_text_model(spec.model.name)
+    check_shared_voice(rows, model, spec.voice.row_defaults)
+    try:
+        options = generation_options(model.defaults, spec.sampling)
+        budget = FrameBudget(model.defaults.max_new_tokens, spec.model.max_new_tokens,
+                             model.config.talker.max_position_embeddings)  # fmt: skip
+    except ValueError as e:
+        raise ManifestError(str(e)) from None
+    options = replace(options, max_attempts=spec.failures.attempts)
+    if options.max_attempts > options.attempts:
+        log.info("--on-budget retry with greedy decoding: another seed gives the same codes, so "
+                 "a row that hits its frame budget fails at its first try")  # fmt: skip
+    check_segment_limit(spec.split, budget)
+    precision = settle_precision(model, spec.model.device, spec.model.dtype.value, recorded,
+                                 overwrite=spec.output.overwrite)  # fmt: skip
+    if spec.scale_out.backend == "ray" and spec.model.device.strip().lower() == "auto":
+        precision = for_ray_actors(precision)  # each actor resolves auto on its own device
+    elif precision.cpu_auto is not None:  # every later step (backends, plan) runs exactly this
+        spec = replace(spec, model=replace(spec.model, dtype=Dtype(precision.dtype)))
+    settings = job_settings(
+        model=model.identity,
+        precision=str(precision),
+        options=options,
+        max_new_tokens=spec.model.max_new_tokens,
+        audio_format=spec.output.audio_format.value,
+    )
+    owned = shard.mask(rows["id"])
+    own = rows if owned.all() else rows.filter(pa.array(owned))
+    if shard.sharded:
+        log.info("%s: %d of %d rows", shard.describe(), own.num_rows, rows.num_rows)
+    ref_dir = Path(spec.source).resolve().parent if spec.kind == "batch" else None
+    refs = RefDigests(out)
+    prepared = prepare_rows(own, model, spec.voice.row_defaults, ref_dir=ref_dir, refs=refs)
+    pa.default_memory_pool().release_unused()
+    for message, count in prepared.warnings.items():
+        log.warning("%s (%d row%s)", message, count, "" if count == 1 else "s")
+    if rows.num_rows == 0:
+        log.warning("%s has no rows: nothing to do", spec.source)
+    inputs = [] if spec.source == "-" else [Path(spec.source)]
+    job = Job(spec, model, shard, _ids_of(rows), prepared, budget, settings, inputs, precision)
+    return job, req, options, refs
+
+
+def _ids_of(rows: pa.Table) -> pa.Table:
+    """What results need of every input row: row, id, and the text of rows without an id."""
+    if rows["id"].null_count == 0:
+        text = pa.nulls(rows.num_rows, pa.large_string())  # no text held for a million rows
+    else:
+        text = pc.if_else(pc.is_null(rows["id"]), rows["text"], pa.scalar(None, pa.large_string()))
+    return pa.table({"row": rows["row"], "id": rows["id"], "text": text})
+
+
+def run_job(
+    spec: JobSpec,
+    open_text_model: OpenTextModel,
+    load_synthesizer: LoadSynthesizer,
+    progress: ProgressSink | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> JobSummary:
+    """Run one job (one shard of it when sharded). Raises UsageError (exit 2) before anything is
+    written, LockHeldError (75), FatalError (1); otherwise returns the summary."""
+    job, req, options, refs = prepare_job(spec, open_text_model, env)
+    spec = job.spec
+    if spec.output.dry_run:
+        from qtts.core.jobs.execution.dry_run import dry_run
+
+        log_precision(job.precision)
+        return dry_run(job)
+    if spec.scale_out.backend == "ray":
+        from qtts.core.jobs.execution.ray_backend import RayBackend
+
+        backend = RayBackend.connect(spec, job, options, open_text_model, load_synthesizer)
+    else:
+        m = spec.model
+        backend = LocalBackend(spec.output.out_dir, job.text_model, load_synthesizer, m.device,
+                               m.dtype.value, m.batch_size, options, job.budget,
+                               spec.split)  # fmt: skip
+    layout = Layout(spec.output.out_dir)
+    try:
+        layout.dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --out-dir {layout.dir}: {e.strerror or e}") from None
+    if not os.access(layout.dir, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write to --out-dir {layout.dir}: permission denied")
+    with OutDirLock(layout.lock(job.shard.suffix)):
+        record_job(job, req, source_path(spec))
+        log_precision(job.precision)  # once the run goes ahead: a refused run says one line
+        refs.save()
+        return JobRun(job, backend, progress).execute()

@@ -1,0 +1,186 @@
+"""Long rows as segments: cut into requests of their own, joined back into one row.
+
+A row the split settings cut (qtts.core.jobs.long_text.split_text) becomes one request per segment,
+in the same length-sorted queue as every other row, with the row's voice and a seed derived from the
+row's seed and the segment's index (so a segment's audio never depends on the rows around it). A
+row that is not cut is exactly the request it always was. The synthesizer sees ordinary requests;
+`synthesize_chunk` holds each split row's segments until the last one arrives and yields the row
+as one utterance: the segments' audio joined with a pause of silence, their codes one after
+another, the most attempts any segment took and each segment's kept seed. The frame-budget policy
+applies to each segment (the synthesizer retries a segment like any request). A failed segment
+fails its row ("segment 3/7: ..."); the rest of that row is dropped.
+Knows requests, utterances and text; no tensors, no files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qtts.core.jobs.interfaces import Synthesizer, TextModel
+from qtts.core.jobs.long_text.split_text import split_texts
+from qtts.core.jobs.output.recorder import utterance_error
+from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.work.lengths import count_tokens
+from qtts.core.synthesis.requests import (
+    GenerationOptions,
+    Request,
+    RowFailure,
+    Utterance,
+    derive_seed,
+)
+
+log = logging.getLogger("qtts")
+
+# Split rows' frames per synthesizer call: a row's segments wait in memory until its last one
+# is done, so this bounds the audio held (2**18 frames x 1920 samples x 4 bytes: 2 GB, ~5.8 h).
+# Each call plans its engine passes and captures their graphs anew, so calls are kept large:
+# at a few hundred audio-seconds per second a call is several minutes of GPU work.
+MAX_SPLIT_FRAMES_PER_CALL = 1 << 18
+_SEPARATOR = "\x1f"  # never in a valid id (control characters are refused)
+
+
+def segment_id(row_id: str, index: int) -> str:
+    return f"{row_id}{_SEPARATOR}{index}"
+
+
+def segment_seed(seed: int, index: int) -> int:
+    """The seed of segment `index` of a row seeded `seed`: a hash of both, in [0, 2**63)."""
+    return derive_seed(seed, str(index))
+
+
+def cut_rows(texts: Sequence[str], tokens: Sequence[int], model: TextModel,
+             split: SplitSettings | None) -> list[list[str]]:  # fmt: skip
+    """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only."""
+    if split is None or not split.enabled:
+        return [[t] for t in texts]
+    limit = split.max_segment_tokens
+    every = split.mode == "sentence"
+    picked = [i for i, n in enumerate(tokens) if every or n > limit]
+    count = lambda pieces: count_tokens(model, pieces)  # noqa: E731  (batched: bounded memory)
+    cut = split_texts([texts[i] for i in picked], limit, count, every_sentence=every)
+    out = [[t] for t in texts]
+    for i, segments in zip(picked, cut, strict=True):
+        out[i] = segments
+    return out
+
+
+@dataclass
+class SplitRows:
+    """A chunk's rows that were cut: where each segment request belongs, and how to join them."""
+
+    pause_s: float = 0.0
+    place: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # id -> row, k, count
+    budgets: dict[str, int] = field(default_factory=dict)  # segment id -> its max_new_tokens
+    seeds: dict[str, int] = field(default_factory=dict)  # segment id -> its request's seed
+    failed: dict[str, str] = field(default_factory=dict)  # row id -> why, before synthesis
+
+    def add(self, request: Request, row_id: str, index: int, count: int) -> None:
+        self.place[request.id] = (row_id, index, count)
+        self.budgets[request.id] = request.max_new_tokens
+        self.seeds[request.id] = request.seed
+
+    def row_of(self, request_id: str) -> str | None:
+        place = self.place.get(request_id)
+        return None if place is None else place[0]
+
+
+def synthesize_chunk(synth: Synthesizer, chunk, options: GenerationOptions,
+                     on_budget: str) -> Iterator[Utterance | RowFailure]:  # fmt: skip
+    """One result per row of the chunk (qtts.core.jobs.work.chunks.Chunk): rows failed before
+    synthesis, then each row as it completes (on_budget: what a segment that hits its frame
+    budget does to its row)."""
+    for row_id, reason in chunk.split.failed.items():
+        yield RowFailure(row_id, reason)
+    parts = calls(chunk.requests, chunk.est_frames, chunk.split)
+    if len(parts) > 1:
+        log.info("%d synthesizer calls for this chunk: its split rows' audio is held in parts",
+                 len(parts))  # fmt: skip
+    for call in parts:
+        yield from _joined(synth.synthesize(call, options), chunk.split, on_budget)
+
+
+def calls(requests: Sequence[Request], est_frames: Sequence[int],
+          split: SplitRows) -> list[list[Request]]:  # fmt: skip
+    """The requests cut into synthesizer calls that each hold at most MAX_SPLIT_FRAMES_PER_CALL
+    frames of split rows (a row's segments always in one call); whole rows go with the first."""
+    totals: dict[str, int] = {}
+    for r, est in zip(requests, est_frames, strict=True):
+        row = split.row_of(r.id)
+        if row is not None:
+            totals[row] = totals.get(row, 0) + int(est)
+    groups: list[list[Request]] = [[]]
+    call_of: dict[str, int] = {}
+    frames = 0
+    for r in requests:
+        row = split.row_of(r.id)
+        if row is None:
+            groups[0].append(r)
+            continue
+        if row not in call_of:
+            if frames and frames + totals[row] > MAX_SPLIT_FRAMES_PER_CALL:
+                groups.append([])
+                frames = 0
+            call_of[row], frames = len(groups) - 1, frames + totals[row]
+        groups[call_of[row]].append(r)
+    return [g for g in groups if g]
+
+
+def _joined(items: Iterator[Utterance | RowFailure], split: SplitRows,
+            on_budget: str) -> Iterator[Utterance | RowFailure]:  # fmt: skip
+    held: dict[str, list[Utterance | None]] = {}
+    failed = set(split.failed)
+    try:
+        for item in items:
+            place = split.place.get(item.id)
+            if place is None:  # a whole row
+                yield item
+                continue
+            row_id, index, count = place
+            if row_id in failed:
+                continue
+            if isinstance(item, RowFailure):
+                reason = item.error
+            else:
+                reason = utterance_error(item, split.budgets[item.id], on_budget)
+            if reason is not None:
+                failed.add(row_id)
+                held.pop(row_id, None)
+                yield RowFailure(row_id, f"segment {index + 1}/{count}: {reason}", item.attempts)
+                continue
+            parts = held.setdefault(row_id, [None] * count)
+            parts[index] = item
+            if all(p is not None for p in parts):
+                del held[row_id]
+                # A part without a seed kept its request's own (no retry, or none needed).
+                seeds = [split.seeds[p.id] if p.seed is None else p.seed for p in parts]
+                yield join(row_id, parts, split.pause_s, seeds)
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
+def join(row_id: str, parts: list[Utterance], pause_s: float,
+         seeds: Sequence[int | None] | None = None) -> Utterance:  # fmt: skip
+    """The row's utterance: segments' audio with `pause_s` of silence between, codes in order;
+    its attempts the most any segment took; seeds: each segment's kept seed (default: each
+    part's own)."""
+    rate = parts[0].sample_rate
+    silence = np.zeros(round(pause_s * rate), dtype=np.float32)
+    audio = [parts[0].audio]
+    for p in parts[1:]:
+        audio += [silence, p.audio]
+    return Utterance(
+        row_id,
+        np.concatenate([p.codes for p in parts]),  # [frames, groups]
+        np.concatenate(audio).astype(np.float32, copy=False),
+        rate,
+        hit_frame_budget=any(p.hit_frame_budget for p in parts),
+        segment_frames=tuple(len(p.codes) for p in parts),
+        attempts=max(p.attempts for p in parts),
+        segment_seeds=tuple(p.seed for p in parts) if seeds is None else tuple(seeds),
+    )

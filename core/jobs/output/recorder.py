@@ -1,0 +1,142 @@
+"""From a synthesizer's result to a finished row: its files written atomically, its record
+journalled, and a small Outcome for the loop that counts and reports.
+
+The same recorder runs in a local job and inside each Ray actor (each with its own journal), so a
+row is recorded the same way wherever it was synthesized. An ok row is journalled just before its
+audio file is renamed into place (never a published file without its record); a failed row at
+once. A redone row's old audio is removed just before its new record is written (a kill between
+the record and the rename then leaves no file, never an old one passing for the new), and once
+the new audio is published, the files of its earlier version that this run no longer makes
+(another format's audio, codes without --save-codes) are removed too. An ok row's model-free
+measures (qtts.core.jobs.output.measures) are computed on the writer thread, beside its encoding, so
+they never hold up the synthesis loop. A row that hit its frame budget is kept flagged, or
+failed, by the run's policy (--on-budget ok | fail | retry: the synthesizer made the retries;
+a row that still hit it failed them all).
+Knows utterances, records and files; no tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qtts.core.jobs.output.measures import measure
+from qtts.core.jobs.output.writer import AUDIO_FORMATS, OutputWriter, WriteJob
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.records import FAILED, OK, failed_record, ok_record
+from qtts.core.synthesis.requests import RowFailure, Utterance
+
+log = logging.getLogger("qtts")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the synthesis loop needs to know of a finished row."""
+
+    id: str
+    status: str  # ok | failed
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    """What every record of one run carries, and how its files are written."""
+
+    settings: str  # digest of the job settings
+    model: str  # the --model string
+    run: str
+    audio_format: str
+    save_codes: bool
+    on_budget: str  # the budget policy's key (spec.FailurePolicy.key): ok | fail | retry/N
+    split: str = "none"  # the split settings' key (spec.SplitSettings.key)
+
+    def stamp(self) -> dict[str, str]:
+        return {"settings": self.settings, "model": self.model, "run": self.run,
+                "split": self.split, "on_budget": self.on_budget}  # fmt: skip
+
+    def stale_files(self, row_id: str) -> tuple[str, ...]:
+        others = [f"{row_id}.{fmt}" for fmt in AUDIO_FORMATS if fmt != self.audio_format]
+        return (*others, *(() if self.save_codes else (f"{row_id}.codes.npy",)))
+
+
+def utterance_error(utt: Utterance, max_new_tokens: int, on_budget: str) -> str | None:
+    """Why an utterance fails its row after synthesis (None: it is fine). on_budget: the
+    policy's key; under retry the utterance is the last of its attempts."""
+    if len(utt.audio) == 0:
+        return f"no audio: no frame was generated (max_new_tokens {max_new_tokens})"
+    if not np.all(np.isfinite(utt.audio)):
+        return "non-finite audio (NaN or inf) from the vocoder"
+    if utt.hit_frame_budget:
+        budget = f"max_new_tokens {max_new_tokens}, {len(utt.codes)} frames"
+        if on_budget == "fail":
+            return f"hit the frame budget without EOS ({budget}; --on-budget fail)"
+        if on_budget != "ok":  # retry/N: this was the last attempt
+            n, policy = utt.attempts, on_budget.replace("/", " --max-attempts ")
+            tries = f"in 1 attempt ({budget}" if n == 1 else f"in {n} attempts ({budget} each"
+            return f"hit the frame budget without EOS {tries}; --on-budget {policy})"
+        log.debug("row %s hit the frame budget without EOS (%s)", utt.id, budget)
+    return None
+
+
+class RowRecorder:
+    def __init__(self, writer: OutputWriter, journal: Journal, ctx: RecordContext) -> None:
+        self.writer, self.journal, self.ctx = writer, journal, ctx
+
+    def failed(self, row: dict[str, Any], error: str, attempts: int | None = None) -> Outcome:
+        self.journal.append([failed_record(row, error, attempts, **self.ctx.stamp())])
+        return Outcome(row["id"], FAILED, error=error)
+
+    def finish(self, item: Utterance | RowFailure, row: dict[str, Any],
+               max_new_tokens: int) -> Outcome | Future[Outcome]:  # fmt: skip
+        """A failure is recorded at once; an ok row when its files are written (the future)."""
+        if isinstance(item, RowFailure):
+            return self.failed(row, item.error, item.attempts)
+        error = utterance_error(item, max_new_tokens, self.ctx.on_budget)
+        if error is not None:
+            return self.failed(row, error, item.attempts)
+        audio = {"file": f"{item.id}.{self.ctx.audio_format}", "num_frames": int(len(item.codes)),
+                 "num_samples": int(len(item.audio)), "sample_rate": int(item.sample_rate),
+                 "hit_frame_budget": bool(item.hit_frame_budget),
+                 "segments": len(item.segment_frames or (0,)),
+                 "segment_frames": None if item.segment_frames is None else list(
+                     item.segment_frames), "text_tokens": row.get("text_tokens"),
+                 **_attempts(item, row)}  # fmt: skip
+
+        final = self.writer.out_dir / audio["file"]
+
+        def journal(nbytes: int) -> None:  # on the writer thread, the audio file durable
+            measured = measure(item.audio, item.codes, row.get("text"), item.sample_rate)
+            # A redone row's old audio goes first: were we killed between this line and the
+            # rename, an old file of the same size must not pass for the new one.
+            final.unlink(missing_ok=True)
+            record = ok_record(row, {**audio, **measured, "bytes": nbytes}, **self.ctx.stamp())
+            self.journal.append([record])
+
+        codes = item.codes if self.ctx.save_codes else None
+        job = WriteJob(item.id, item.audio, item.sample_rate, codes, before_replace=journal,
+                       stale=self.ctx.stale_files(item.id))  # fmt: skip
+        duration = audio["num_samples"] / audio["sample_rate"]
+        future: Future[Outcome] = Future()
+
+        def done(write: Future[str]) -> None:
+            if write.exception() is not None:
+                future.set_exception(write.exception())
+            else:
+                future.set_result(Outcome(item.id, OK, duration))
+
+        self.writer.submit(job).add_done_callback(done)
+        return future
+
+
+def _attempts(item: Utterance, row: dict[str, Any]) -> dict[str, Any]:
+    """The tries a row took and the seed(s) its kept codes were drawn with."""
+    seeds = item.segment_seeds
+    if seeds is not None:  # a split row: each segment has its own seed
+        return {"attempts": item.attempts, "kept_seed": None, "segment_seeds": list(seeds)}
+    kept = row.get("seed") if item.seed is None else item.seed  # None: the request's own
+    return {"attempts": item.attempts, "kept_seed": kept, "segment_seeds": None}

@@ -1,0 +1,269 @@
+"""results.parquet and metadata.jsonl for a whole out dir, rebuilt from every shard's state.
+
+One row per input row that has an outcome, in input order: its latest record (an ok row only if
+its file is there), with the row number and absolute path as they are now. Pending rows (not
+done, or to be redone) have no row. Shards of one job share the out dir: whenever one finishes,
+and whenever `qtts results OUT` asks, the views are rebuilt under a short lock and replaced
+atomically. A shard that finds the lock busy leaves the rebuild to the holder, who rebuilds
+again if a state changed while it worked, so after the last shard the views cover every row.
+Knows records, input ids and files; no models, no tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
+from qtts.core.jobs.output.measures import MEASURES
+from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
+from qtts.core.jobs.output.writer import atomic_write, cleanup_temp_files
+from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.listing import Listing, list_out_dir
+from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
+from qtts.core.jobs.state.shard_state import read_all
+from qtts.core.jobs.work.resume import present
+
+log = logging.getLogger("qtts")
+
+RESULTS_NAME = "results.parquet"
+METADATA_NAME = "metadata.jsonl"
+SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
+
+RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "duration_s",
+                  "sample_rate", "seed", "hit_frame_budget", "segments", "segment_frames", "error",
+                  "model", "text", "speaker", "language", "instruct", "ref_audio", "ref_text",
+                  "settings")  # fmt: skip
+# The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
+RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES)
+# What a rebuild reads of each record: the results' columns, and what merging and checks need.
+READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path")) + (
+    "file", "bytes", "run", "t")  # fmt: skip
+RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
+BATCH = 1 << 18  # input rows per batch of the views being written
+
+
+@dataclass(frozen=True)
+class Counts:
+    total: int
+    ok: int
+    failed: int
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.ok - self.failed
+
+
+@dataclass
+class Picks:
+    """Which record each input row shows: decided on a few columns, then copied a batch at a
+    time while the views are written (memory: the records once, plus a batch)."""
+
+    rows: pa.Table  # the input's row, id, text
+    records: pa.Table  # READ_COLUMNS, one chunk
+    source: np.ndarray  # per input row: the index of its record, or -1 (no outcome)
+
+    def counts(self) -> Counts:
+        shown = self.records["status"].take(pa.array(self.source[self.source >= 0]))
+        ok = pc.sum(pc.equal(shown, OK)).as_py() or 0
+        failed = (pc.sum(pc.equal(shown, FAILED)).as_py() or 0) + self.rows["id"].null_count
+        return Counts(self.rows.num_rows, ok, failed)
+
+
+def pick(rows: pa.Table, records: pa.Table, listing: Listing) -> Picks:
+    """rows: every input row (all shards); records: read_all's, handed over (made one chunk a
+    column at a time, so the chunked copy is freed as it goes)."""
+    records = _one_chunk(records)
+    status = records["status"]
+    ok = pc.fill_null(pc.equal(status, OK), False).to_numpy(zero_copy_only=False)
+    is_failed = pc.fill_null(pc.equal(status, FAILED), False).to_numpy(zero_copy_only=False)
+    keep = is_failed | (ok & present(records["file"], records["bytes"], listing))
+    kept = np.flatnonzero(keep)
+    at = pc.index_in(rows["id"], value_set=records["id"].take(pa.array(kept)))
+    source = np.full(rows.num_rows, -1, dtype=np.int64)
+    has = pc.is_valid(at).to_numpy(zero_copy_only=False)
+    source[has] = kept[pc.drop_null(at).to_numpy()]
+    return Picks(rows, records, source)
+
+
+def _one_chunk(table: pa.Table) -> pa.Table:
+    arrays = {}
+    for name in list(table.column_names):
+        arrays[name] = table[name].combine_chunks()
+        table = table.drop_columns([name])  # the chunked column goes as its copy comes
+    return pa.table(arrays)
+
+
+def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[pa.Table]:
+    """results.parquet's rows in input order, `size` input rows at a time."""
+    root = pa.scalar(str(out_dir.resolve()) + os.sep)
+    scored = _scored(picks)  # after the results' own columns, when qtts score made any
+    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path")] + ["file", *scored]
+    records = picks.records.select(wanted)
+    for start in range(0, picks.rows.num_rows, size):
+        rows = picks.rows.slice(start, size)
+        source = picks.source[start : start + size]
+        has = source >= 0
+        taken = records.take(pa.array(source[has]))
+        taken = taken.append_column("row", rows["row"].filter(pa.array(has)))
+        taken = taken.append_column("path", pc.binary_join_element_wise(root, taken["file"], ""))
+        # An ok row recorded before qtts split long text was made whole: one segment.
+        whole = pc.and_(pc.equal(taken["status"], OK), pc.is_null(taken["segments"]))
+        taken = taken.set_column(taken.schema.get_field_index("segments"), "segments",
+                                 pc.if_else(whole, 1, taken["segments"]))  # fmt: skip
+        null_ids = rows.filter(pc.is_null(rows["id"]))
+        if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
+            n = null_ids.num_rows
+            extra = pa.table({"row": null_ids["row"], "text": null_ids["text"],
+                              "status": pa.array([FAILED] * n, pa.string()),
+                              "error": pa.array(["id is null"] * n, pa.string())})  # fmt: skip
+            taken = pa.concat_tables([taken, extra], promote_options="default")
+            taken = taken.take(pc.sort_indices(taken["row"]))
+        yield taken.select([*RESULT_COLUMNS, *scored])
+
+
+def write_views(out_dir: Path, picks: Picks) -> None:
+    """results.parquet and metadata.jsonl in one pass over the batches (each file atomic), with
+    the scores of OUT/scores.parquet when there are some (qtts.core.jobs.output.score_columns), and,
+    under keep rules (qtts.core.jobs.output.keep_rules), a `kept` column and only the kept rows in
+    metadata.jsonl."""
+    picks = Picks(picks.rows, with_scores(picks.records, out_dir), picks.source)
+    scored = _scored(picks)
+    keys = {**METADATA_KEYS, **{c: c for c in scored}}
+    rules = read_keep_rules(out_dir)
+
+    def write_both(results_file, metadata_file) -> None:
+        schema = _empty_results().schema
+        for name in scored:
+            schema = schema.append(SCORE_FIELDS.field(name))
+        if not rules.empty:
+            schema = schema.append(pa.field(KEPT, pa.bool_()))
+        writer = pq.ParquetWriter(results_file, schema, compression="zstd")
+        for batch in result_batches(out_dir, picks):
+            is_ok = pc.fill_null(pc.equal(batch["status"], OK), False)
+            if not rules.empty:  # null for a row that is not ok: there is nothing to keep
+                kept = pa.array(rules.passes(batch))
+                batch = batch.append_column(
+                    KEPT, pc.if_else(is_ok, kept, pa.scalar(None, pa.bool_()))
+                )
+                is_ok = pc.and_(is_ok, kept)
+            writer.write_table(batch.cast(schema))
+            ok = batch.filter(is_ok)
+            ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
+            for data in table_lines(ok, keys):
+                metadata_file.write(data)
+        writer.close()
+
+    atomic_write(
+        out_dir / RESULTS_NAME,
+        lambda results_file: atomic_write(
+            out_dir / METADATA_NAME, lambda metadata_file: write_both(results_file, metadata_file)
+        ),
+    )
+
+
+def _scored(picks: Picks) -> list[str]:
+    return [c for c in SCORE_FIELDS.names if c in picks.records.column_names]
+
+
+def _empty_results() -> pa.Table:
+    schema = RECORD_SCHEMA
+    fields = [schema.field(c) if c in schema.names else pa.field(c, pa.int64() if c == "row"
+              else pa.string()) for c in RESULT_COLUMNS]  # fmt: skip
+    return pa.schema(fields).empty_table()
+
+
+def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
+    """Rebuild the views under the results lock; None when another process holds it longer
+    than wait_s (it rebuilds after us, seeing our state)."""
+    from filelock import FileLock, Timeout
+
+    try:
+        with FileLock(str(Layout(out_dir).results_lock), timeout=wait_s):
+            rounds = 0
+            while True:  # again while shards finish under us: each changes its state once
+                rounds += 1
+                before = _state_stamp(out_dir)
+                listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
+                cleanup_temp_files(out_dir, owns=lambda final: final in SHARED_VIEWS,
+                                   names=listing.temps)  # a rebuild that was killed  # fmt: skip
+                picks = pick(rows, read_all(out_dir, READ_COLUMNS), listing)
+                write_views(out_dir, picks)
+                if _state_stamp(out_dir) == before or rounds > len(before) + 1:
+                    break
+            return picks.counts()
+    except Timeout:
+        return None
+
+
+def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
+    """results.parquet is newer than every state, journal and input it was built from."""
+    try:
+        built = os.stat(out_dir / RESULTS_NAME).st_mtime_ns
+        newest = max((os.stat(p).st_mtime_ns for p in [*_state_files(out_dir), *inputs]),
+                     default=0)  # fmt: skip
+    except OSError:
+        return False
+    return newest < built
+
+
+def _state_files(out_dir: Path) -> list[Path]:
+    layout = Layout(out_dir)
+    return [*layout.states(), *layout.journals()]
+
+
+def _state_stamp(out_dir: Path) -> set[tuple[str, int, int]]:
+    """What a finishing shard changes: its state file (journals change all the time)."""
+    stamp = set()
+    for p in Layout(out_dir).states():
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        stamp.add((p.name, st.st_mtime_ns, st.st_size))
+    return stamp
+
+
+def input_rows(kind: str, source: str) -> pa.Table:
+    """row, id and text of every input row (text only where an id is null: results need it)."""
+    from qtts.core.jobs.rows.manifest import read_parquet_manifest, read_text_lines
+
+    if kind == "synth":
+        return read_text_lines(source).select(["row", "id", "text"])
+    return read_parquet_manifest(source, columns=("id",), text_if_null_id=True).select(
+        ["row", "id", "text"]
+    )
+
+
+def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
+    """`qtts results OUT`: the views rebuilt for every row of the job's input (re-read from
+    where the job file says, or `source`); the counts as one dict."""
+    from qtts.core.errors import UsageError
+    from qtts.core.jobs.state.jobfile import read_job_file
+
+    job = read_job_file(out_dir)
+    if job is None:
+        raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json): run qtts synth or "
+                         "qtts batch with --out-dir there first")  # fmt: skip
+    source = source or job.source
+    if source == "-":
+        raise UsageError("the job read stdin: pass the same lines with --input PATH")
+    rows = input_rows(job.kind, source)
+    counts = rebuild(out_dir, rows, wait_s=RESULTS_COMMAND_WAIT_S)
+    if counts is None:
+        from qtts.core.errors import LockHeldError
+
+        raise LockHeldError(f"another process has held {Layout(out_dir).results_lock} for "
+                            f"{RESULTS_COMMAND_WAIT_S} s; try again later")  # fmt: skip
+    return {"total": counts.total, "ok": counts.ok, "failed": counts.failed,
+            "pending": counts.pending, "complete": counts.ok == counts.total,
+            "num_shards": job.num_shards, "results": str(out_dir / RESULTS_NAME)}  # fmt: skip

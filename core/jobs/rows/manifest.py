@@ -1,0 +1,198 @@
+"""Rows in: a UTF-8 text file (one utterance per non-empty line, `-` = stdin) or a Parquet manifest,
+read into one Arrow table (columns ROW_SCHEMA), never a Python object per row.
+
+Owns the input contract: column names and types, 1-based row numbers, output ids, and the
+whole-input refusals (unreadable input, invalid UTF-8, missing columns, duplicate ids, two rows
+writing the same file) raised as ManifestError (exit 2, nothing synthesized). Per-row problems are
+not raised here; qtts.core.jobs.rows.validation turns them into failed rows.
+Knows nothing of models, tensors or output files beyond the id -> file-name rule.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import ManifestError
+from qtts.core.jobs.rows.ids import file_keys
+
+REQUIRED_COLUMNS = ("id", "text")
+OPTIONAL_COLUMNS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "seed")
+STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text")
+# What every reader returns; seed stays as the manifest typed it (validation checks it). Text is
+# a large_string: a dataset's texts pass 2 GiB, past a plain string column's 32-bit offsets.
+ROW_SCHEMA = pa.schema(
+    [("row", pa.int64())]
+    + [(c, pa.large_string() if c == "text" else pa.string()) for c in STRING_COLUMNS]
+    + [("seed", pa.float64())]
+)
+# Python's str.isspace() set, as an RE2 class (\s is ASCII-only in RE2; \p{Z} adds the rest).
+BLANK = r"^[\s\p{Z}\x0b\x1c-\x1f\x85]*$"
+UTF8_BOM = b"\xef\xbb\xbf"
+CHECK_SLICE = 65536  # lines per UTF-8 check (a bad line is looked for only in failing slices)
+
+
+def read_text_lines(source: str, *, max_bad_lines: int = 5) -> pa.Table:
+    """One row per non-blank line; id = 1-based line number as 6 digits. `-` reads stdin."""
+    name = "stdin" if source == "-" else source
+    if source == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except OSError as e:
+            raise ManifestError(f"cannot read {source}: {e.strerror or e}") from None
+    data = data.removeprefix(UTF8_BOM)
+    if data and not data.endswith(b"\n"):
+        data += b"\n"  # every line now ends with "\n", so one slice removes it from all
+    lines = _split_lines(data)
+    text = _decode_utf8(lines, name, max_bad_lines)
+    row = pa.array(np.arange(1, len(text) + 1, dtype=np.int64))
+    keep = pc.invert(pc.match_substring_regex(text, BLANK))
+    table = pa.table({"row": row, "text": text}).filter(keep)
+    ids = pc.utf8_lpad(pc.cast(table["row"], pa.string()), 6, "0")
+    return _with_schema(table.append_column("id", ids))
+
+
+def _split_lines(data: bytes) -> pa.Array:
+    """Lines as a zero-copy binary array, "\\n" and one "\\r" before it removed."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10) + 1
+    offsets = np.concatenate([[0], ends]).astype(np.int64)
+    raw = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    raw = pc.binary_slice(raw, 0, -1)
+    return pc.if_else(pc.ends_with(raw, b"\r"), pc.binary_slice(raw, 0, -1), raw)
+
+
+def _decode_utf8(lines: pa.Array, name: str, max_bad: int) -> pa.Array:
+    try:
+        return lines.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        pass
+    bad: list[str] = []
+    for start in range(0, len(lines), CHECK_SLICE):
+        part = lines.slice(start, CHECK_SLICE)
+        try:
+            part.cast(pa.large_string())
+            continue
+        except pa.ArrowInvalid:
+            pass
+        for i, raw in enumerate(part.to_pylist(), start=start + 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad.append(f"line {i} (byte {e.start + 1})")
+                if len(bad) >= max_bad:
+                    raise ManifestError(f"{name}: invalid UTF-8 at " + ", ".join(bad)) from None
+    raise ManifestError(f"{name}: invalid UTF-8 at " + ", ".join(bad))
+
+
+def read_parquet_manifest(path: str, columns: tuple[str, ...] | None = None, *,
+                          text_if_null_id: bool = False) -> pa.Table:  # fmt: skip
+    """Rows of a Parquet manifest; a missing optional column or a null takes the CLI default,
+    and so does an empty or blank optional string. Unknown columns are not read, nor those left
+    out of `columns` (text_if_null_id: text too, when some id is null)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+        wanted = REQUIRED_COLUMNS + OPTIONAL_COLUMNS if columns is None else columns
+        present = [c for c in wanted if c in names]
+        table = pq.read_table(path, columns=present)
+        if text_if_null_id and "id" in present and table["id"].null_count and "text" in names:
+            table = table.append_column("text", pq.read_table(path, columns=["text"])["text"])
+            present.append("text")
+    except FileNotFoundError:
+        raise ManifestError(f"cannot read manifest {path}: no such file") from None
+    except (OSError, pa.ArrowException) as e:
+        raise ManifestError(f"cannot read manifest {path}: {_first_line(e)}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise ManifestError(
+            f"manifest {path}: missing required column(s) {', '.join(missing)} "
+            f"(has: {', '.join(names) or 'none'})"
+        )
+    columns = {"row": pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))}
+    for name in present:
+        columns[name] = _column(path, name, table.column(name))
+    return _with_schema(pa.table(columns))
+
+
+def _column(path: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    t = column.type
+    if name == "seed":
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)):
+            raise ManifestError(f"manifest {path}: column 'seed' must be integers, got {t}")
+        return column  # validation checks range and integrality, per row
+    if name == "id" and pa.types.is_integer(t):
+        return pc.cast(column, pa.string())
+    is_text = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+    if not is_text and hasattr(pa.types, "is_string_view"):
+        is_text = pa.types.is_string_view(t)
+    if pa.types.is_dictionary(t):  # a categorical column (pandas, Polars): its values
+        column, t = pc.cast(column, t.value_type), t.value_type
+        is_text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    if not is_text:
+        raise ManifestError(f"manifest {path}: column {name!r} must be strings, got {t}")
+    column = pc.cast(column, ROW_SCHEMA.field(name).type)
+    if name in ("id", "text"):
+        return column
+    # An empty optional cell means "not given": it takes the command-line default.
+    return pc.if_else(pc.match_substring_regex(column, BLANK), None, column)
+
+
+def _with_schema(table: pa.Table) -> pa.Table:
+    """Every ROW_SCHEMA column, in order; absent ones null. seed keeps its integer type when the
+    manifest has one (a float64 would round seeds above 2**53)."""
+    columns, fields = [], []
+    for f in ROW_SCHEMA:
+        if f.name in table.column_names:
+            col = table[f.name]
+            if f.name != "seed" or pa.types.is_null(col.type):
+                col = col.cast(f.type)
+            columns.append(col)
+            fields.append(pa.field(f.name, col.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+            fields.append(f)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def check_unique_ids(rows: pa.Table, *, max_listed: int = 5) -> None:
+    """Refuse the whole input when two rows share an id or would write the same file."""
+    ids = rows["id"]
+    keys = file_keys(ids)
+    counts = pc.value_counts(keys.drop_null())
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
+    if len(repeated) == 0:
+        return
+    clash = pc.is_in(keys, value_set=repeated)
+    hits = rows.select(["row", "id"]).append_column("key", keys).filter(clash).to_pylist()
+    first: dict[str, dict] = {}
+    messages: list[str] = []
+    for r in sorted(hits, key=lambda r: r["row"]):
+        prev = first.setdefault(r["key"], r)
+        if prev is r:
+            continue
+        if prev["id"] == r["id"]:
+            messages.append(f"duplicate id {r['id']!r} (rows {prev['row']} and {r['row']})")
+        else:
+            messages.append(
+                f"ids {prev['id']!r} (row {prev['row']}) and {r['id']!r} (row {r['row']}) "
+                "would write the same file"
+            )
+    more = f" and {len(messages) - max_listed} more" if len(messages) > max_listed else ""
+    raise ManifestError(
+        "refusing the manifest, nothing was done: " + "; ".join(messages[:max_listed]) + more
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

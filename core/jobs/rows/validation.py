@@ -1,0 +1,166 @@
+"""Row validation over whole columns: every input row gets its resolved fields or a reason it fails,
+before any weights are loaded.
+
+Owns the per-row checks of the dataset-job contract: unsafe id, empty text, unknown speaker or
+language (the reason comes from the model and lists what it supports), bad seed, missing reference
+audio for Base models, and (qtts.core.jobs.work.lengths) text too long for the frame budget. A null
+field takes the command-line default. Work is per distinct value, not per row: the model's voice
+check runs once per (speaker, language, instruct) combination and each reference clip is looked
+at once. Knows the TextModel interface; no tensors; writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.rows.ids import id_errors, patched
+from qtts.core.jobs.rows.manifest import BLANK
+from qtts.core.jobs.spec import RowDefaults
+from qtts.core.jobs.state.records import text_digests
+from qtts.core.jobs.work.fingerprint import RefDigests
+
+MAX_SEED = 2**63 - 1
+BASE_NEEDS_REF = "missing ref_audio: Base models clone a voice from reference audio"
+REF_IGNORED = "ref_audio ignored: only Base models clone a voice from reference audio"
+
+
+@dataclass
+class Prepared:
+    rows: pa.Table  # records.ROW_FIELDS columns as resolved, plus "error" (null: valid so far)
+    warnings: Counter[str] = field(default_factory=Counter)  # message -> rows it applies to
+
+    def valid(self) -> pa.Table:
+        if self.rows["error"].null_count == self.rows.num_rows:
+            return self.rows  # every row valid: no copy of a million rows
+        return self.rows.filter(pc.is_null(self.rows["error"]))
+
+    def rejected(self) -> pa.Table:
+        return self.rows.filter(pc.is_valid(self.rows["error"]))
+
+
+def prepare_rows(rows: pa.Table, model: TextModel, defaults: RowDefaults, *,
+                 ref_dir: Path | None, refs: RefDigests) -> Prepared:  # fmt: skip
+    """Resolve and check every row (ref_dir: where relative ref_audio paths point)."""
+    warnings: Counter[str] = Counter()
+    text = rows["text"]
+    none = pa.scalar(None, pa.string())
+    blank = pc.if_else(pc.match_substring_regex(text, BLANK), "empty text", none)
+    text_error = pc.if_else(pc.is_null(text), "text is null", blank)
+    voice = _voices(rows, model, defaults)
+    seed, seed_error = _seeds(rows["seed"], defaults.seed)
+    base = model.config.tts_model_type == "base"
+    ref = _references(rows, ref_dir, refs) if base else None
+    error = pc.coalesce(id_errors(rows["id"]), text_error, voice["error"], seed_error,
+                        *([ref["error"]] if base else []))  # fmt: skip
+    ok = pc.is_null(error)
+    for item in pc.value_counts(pc.filter(voice["warning"], ok).drop_null()).to_pylist():
+        warnings[item["values"]] += item["counts"]
+    if not base:
+        ignored = pc.sum(pc.and_(ok, pc.is_valid(rows["ref_audio"]))).as_py() or 0
+        if ignored:
+            warnings[REF_IGNORED] += ignored
+    nothing = pa.nulls(rows.num_rows, pa.string())
+    out = pa.table({
+        "id": rows["id"], "row": rows["row"], "text": text, "text_digest": text_digests(text),
+        "speaker": voice["speaker"], "language": voice["language"],
+        "instruct": voice["instruct"], "seed": seed,
+        "ref_digest": ref["digest"] if base else nothing,
+        "ref_text": ref["text"] if base else nothing,
+        "ref_audio": ref["path"] if base else nothing,
+        "error": error,
+    })  # fmt: skip
+    return Prepared(out, warnings)
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """(index of each value in its distinct values, the distinct values); null is a value."""
+    enc = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Array]:
+    """model.normalize_row once per distinct (speaker, language, instruct)."""
+    columns = [
+        pc.fill_null(rows["speaker"], d.speaker) if d.speaker else rows["speaker"],
+        pc.fill_null(rows["language"], d.language),
+        pc.fill_null(rows["instruct"], d.instruct) if d.instruct else rows["instruct"],
+    ]
+    codes, values = zip(*(_codes(c) for c in columns), strict=True)
+    key = (codes[0] * len(values[1]) + codes[1]) * len(values[2]) + codes[2]
+    combos, inverse = np.unique(key, return_inverse=True)
+    results = []
+    for k in combos.tolist():
+        sp, rest = divmod(k, len(values[1]) * len(values[2]))
+        lang, ins = divmod(rest, len(values[2]))
+        try:
+            results.append((*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]),
+                            None))  # fmt: skip
+        except ValueError as e:
+            results.append((None, None, None, None, str(e)))
+    names = ("speaker", "language", "instruct", "warning", "error")
+    index = pa.array(inverse.astype(np.int32))
+    # Few distinct voices for many rows: dictionary columns (an index per row, not a string).
+    return {n: pa.DictionaryArray.from_arrays(index, pa.array([r[i] for r in results], pa.string()))
+            if n in ("speaker", "language") else
+            pa.array([r[i] for r in results], pa.string()).take(index)
+            for i, n in enumerate(names)}  # fmt: skip
+
+
+def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
+    """(seed per row, reason per row): null and NaN take the default; integers in range only."""
+    column = column.combine_chunks()
+    n = len(column)
+    if pa.types.is_null(column.type):
+        return pa.array(np.full(n, default, dtype=np.int64)), pa.nulls(n, pa.string())
+    if pa.types.is_floating(column.type):
+        column = pc.if_else(pc.is_nan(column), None, column)
+        bad = pc.or_(pc.not_equal(pc.floor(column), column),
+                     pc.or_(pc.less(column, 0), pc.greater_equal(column, 2.0**63)))  # fmt: skip
+    else:
+        bad = pc.or_(pc.less(column, 0), pc.greater(column, MAX_SEED))
+    bad = pc.fill_null(bad, False)
+    bad_at = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+    errors = patched(pa.nulls(n, pa.string()), bad_at,
+                     [_seed_error(v) for v in column.take(bad_at).to_pylist()])  # fmt: skip
+    good = pc.if_else(bad, None, column)
+    seeds = pc.fill_null(pc.cast(good, pa.int64(), safe=False), default)
+    return seeds, errors
+
+
+def _seed_error(value) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"seed must be an integer, got {value}"
+    return f"seed must be in [0, 2**63 - 1], got {int(value)}"
+
+
+def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[str, pa.Array]:
+    """Base models: each distinct ref_audio resolved, checked to exist and digested once."""
+    codes, values = _codes(rows["ref_audio"])
+    resolved = [_resolve_ref(v, ref_dir, refs) for v in values]  # (path, digest, error)
+    take = pa.array(codes)
+    path, digest, error = (pa.array([r[i] for r in resolved], pa.string()).take(take)
+                           for i in range(3))  # fmt: skip
+    text = pc.if_else(pc.is_valid(path), rows["ref_text"], pa.scalar(None, pa.string()))
+    return {"path": path, "digest": digest, "error": error, "text": text}
+
+
+def _resolve_ref(value: str | None, ref_dir: Path | None, refs: RefDigests):
+    if value is None:
+        return None, None, BASE_NEEDS_REF
+    path = Path(value).expanduser()
+    if not path.is_absolute() and ref_dir is not None:
+        path = ref_dir / path
+    if not path.is_file():
+        return None, None, f"ref_audio not found: {path}"
+    resolved = str(path.resolve())
+    try:
+        return resolved, refs.digest(resolved), None
+    except OSError as e:
+        return None, None, f"ref_audio unreadable: {path}: {e.strerror or e}"

@@ -1,0 +1,135 @@
+"""The out dir's job file (OUT/.qtts/job.json): which input the out dir belongs to and how many
+shards it is split into. Every run checks it before creating anything, and records it under a
+short lock, so two runs can never disagree about either.
+
+A different input on an out dir that holds another job is refused (exit 2) unless the run says
+the input moved (--input-moved) or starts afresh (--overwrite). The shard count N is pinned: an
+explicit --num-shards that disagrees is refused; a Slurm array, srun or torchrun environment that
+disagrees (a partly resubmitted array) runs its task as shard `task` of the recorded N when
+that is a valid index. --overwrite may change N only while no other run holds a lock there.
+It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/work/precision.py).
+Knows the job file and lock names; no rows, no models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from qtts.core.errors import UsageError
+from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.work.shards import UNSHARDED, Shard, ShardRequest
+
+log = logging.getLogger("qtts")
+
+JOB_LOCK_TIMEOUT_S = 60  # the job lock guards short sections: reading and writing small files
+FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
+CPU_AUTO_DTYPES = ("bfloat16", "float32")
+# A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
+UNPINNED_CPU_AUTO = "float32"
+
+
+@dataclass(frozen=True)
+class JobFile:
+    kind: str  # "synth" | "batch"
+    source: str  # absolute path of the input, or "-" (stdin)
+    num_shards: int = 1
+    array_min: int | None = None  # N came from a Slurm array starting here ...
+    array_step: int | None = None  # ... with this step: task id -> shard index
+    format: int = FORMAT
+    # What --dtype auto means on a CPU here, as the first run that resolved it found it; None: no
+    # run has resolved it yet. Old qtts ignore the key (read_job_file keeps known keys only).
+    cpu_auto_dtype: str | None = None
+
+
+def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
+    """The recorded job, or None when the out dir holds none yet (legacy_ok: nor one of qtts
+    0.1, which --overwrite replaces)."""
+    layout = Layout(out_dir)
+    if layout.legacy() and not legacy_ok:
+        raise UsageError(f"{out_dir} was written by qtts 0.1, which kept no row fingerprints: "
+                         "redo it with --overwrite, or use a new --out-dir")  # fmt: skip
+    path = layout.job_file
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):  # no out dir yet (or it cannot be one)
+        return None
+    except (OSError, ValueError) as e:
+        raise UsageError(
+            f"{path} is unreadable ({e}); remove it or use another --out-dir"
+        ) from None
+    known = {k: data[k] for k in JobFile.__dataclass_fields__ if k in data}
+    known.setdefault("format", 1)
+    known.setdefault("cpu_auto_dtype", UNPINNED_CPU_AUTO)
+    if known["cpu_auto_dtype"] not in (None, *CPU_AUTO_DTYPES):
+        raise UsageError(f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
+                         f"null), got {known['cpu_auto_dtype']!r}; fix it or use another "
+                         "--out-dir")  # fmt: skip
+    if known["format"] > FORMAT:
+        raise UsageError(f"{path} was written by a newer qtts (job format {known['format']}); "
+                         "upgrade qtts to resume this out dir")  # fmt: skip
+    try:
+        return JobFile(**known)
+    except TypeError as e:
+        raise UsageError(f"{path} is not a qtts job file ({e})") from None
+
+
+def write_job_file(out_dir: Path, job: JobFile) -> None:
+    data = (json.dumps(asdict(job), indent=2) + "\n").encode()
+    atomic_write_bytes(Layout(out_dir).job_file, data)
+
+
+def check_input(out_dir: Path, recorded: JobFile | None, kind: str, source: str,
+                *, input_moved: bool, overwrite: bool) -> None:  # fmt: skip
+    if recorded is None or input_moved or overwrite:
+        return
+    if (recorded.kind, recorded.source) != (kind, source):
+        what = "text lines" if recorded.kind == "synth" else "manifest"
+        raise UsageError(
+            f"{out_dir} holds the job of {recorded.source} ({what}; recorded in .qtts/job.json), "
+            f"not {source}: pass --input-moved if it is the same input moved or renamed, "
+            "--overwrite to start afresh, or use another --out-dir"
+        )
+
+
+def resolve_shard(out_dir: Path, req: ShardRequest, recorded: JobFile | None,
+                  *, overwrite: bool) -> Shard:  # fmt: skip
+    """This run's shard: what it was told, reconciled with the N the out dir records."""
+    if recorded is None or recorded.num_shards == (req.count or 1) or overwrite:
+        return UNSHARDED if req.count is None else Shard(req.count, req.index, req.source)
+    n = recorded.num_shards
+    where = f"{out_dir} is split into {n} shard{'s' if n > 1 else ''} (recorded in .qtts/job.json)"
+    if req.count is None:
+        raise UsageError(f"{where}: run a shard of it with --num-shards {n} --shard-index "
+                         f"0..{n - 1}, or start afresh with --overwrite")  # fmt: skip
+    if req.explicit:
+        raise UsageError(f"--num-shards {req.count} disagrees: {where}; use --num-shards {n}, "
+                         "or --overwrite to start afresh with the new count")  # fmt: skip
+    index = _recorded_index(req, recorded)
+    if index is None or not 0 <= index < n:
+        raise UsageError(
+            f"{req.source} says {req.count} shard(s), task {req.task_id}, but {where} and task "
+            f"{req.task_id} is not one of them; pass --num-shards {n} --shard-index I"
+        )
+    shard = Shard(n, index, f"{req.source} task {req.task_id}, N as the out dir records it")
+    log.info("%s gives %d shard(s) but %s: running task %s as %s", req.source, req.count,
+             where, req.task_id, shard.describe())  # fmt: skip
+    return shard
+
+
+def _recorded_index(req: ShardRequest, recorded: JobFile) -> int | None:
+    if req.task_id is None:
+        return None
+    if req.source == "the Slurm array" and recorded.array_min is not None:
+        return (req.task_id - recorded.array_min) // (recorded.array_step or 1)
+    return req.task_id
+
+
+def job_for(kind: str, source: str, shard: Shard, req: ShardRequest) -> JobFile:
+    """What this run records: the array's numbering when N came from that array."""
+    array = req.source == "the Slurm array" and req.count == shard.count
+    return JobFile(kind, source, shard.count, req.array_min if array else None,
+                   req.array_step if array else None)  # fmt: skip

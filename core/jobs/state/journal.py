@@ -1,0 +1,125 @@
+"""Journals: the append-only record of rows finished since the last compaction (JSON lines).
+
+Each writer has its own journal in the out dir: a run (one per shard when sharded) and, with the
+Ray backend, each actor. A record is appended and fsynced when its row is done: an ok row when
+its audio is durable in a temp file, just before the rename that publishes it, so after any crash
+every published file has its line (a line whose file is missing is simply redone: resume checks
+the file). A line cut short by a kill is cut off by the next writer of that journal; readers
+ignore an unfinished last line. Journals are read in bulk by Arrow's JSON reader, not line by
+line; qtts.core.jobs.state.shard_state folds them into the shard's Parquet state at the end of a
+run. Knows record lines and files; no models, no tensors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from qtts.core.jobs.state.records import RECORD_SCHEMA, conform, empty
+
+log = logging.getLogger("qtts")
+
+
+class Journal:
+    """Append-only, fsynced per append, thread-safe (writer threads and the main thread)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._repaired = False
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        self.append_bytes([
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+        ])  # fmt: skip
+
+    def append_table(self, table: pa.Table) -> None:
+        """Many records at once (RECORD_SCHEMA columns), as JSON lines built from columns."""
+        if table.num_rows:
+            from qtts.core.jobs.state.jsonl import table_lines
+
+            self.append_bytes(table_lines(table))
+
+    def append_bytes(self, parts) -> None:
+        """Whole lines, appended as one write per part and fsynced once."""
+        with self._lock:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+            try:
+                if not self._repaired:
+                    _cut_unfinished_line(fd)
+                    self._repaired = True
+                for data in parts:
+                    view = memoryview(data)
+                    while view:  # os.write may write less than asked (large parts)
+                        view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _cut_unfinished_line(fd: int) -> None:
+    """A killed writer may have left half a line at the end: drop it (this journal has one
+    writer at a time, so nobody else is appending)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    tail = os.pread(fd, min(size, 1 << 20), max(0, size - (1 << 20)))
+    keep = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+    os.ftruncate(fd, keep)
+
+
+def read_journal(path: Path) -> tuple[pa.Table, int]:
+    """(records, bytes read): every complete line of `path` (an unfinished last line is left
+    out; a journal that does not exist is empty)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return empty(), 0
+    size = len(data)
+    data = data[: data.rfind(b"\n") + 1]
+    if not data.strip():
+        return empty(), size
+    try:
+        table = _parse(data)
+    except pa.ArrowInvalid:  # a damaged line: parse line by line, skipping it
+        table = _parse_lines(path, data)
+    return conform(table), size
+
+
+def _parse(data: bytes) -> pa.Table:
+    import pyarrow.json as pj
+
+    options = pj.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="ignore")
+    return pj.read_json(io.BytesIO(data), parse_options=options)
+
+
+def _parse_lines(path: Path, data: bytes) -> pa.Table:
+    tables = []
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            if not isinstance(json.loads(line).get("id"), str):
+                raise ValueError("no id")
+            tables.append(_parse(line + b"\n"))
+        except (ValueError, AttributeError, pa.ArrowInvalid):  # JSONDecodeError is a ValueError
+            log.warning("journal %s: skipping unreadable line %d", path, n)
+    return pa.concat_tables(tables) if tables else empty()
+
+
+def read_journals(paths: list[Path]) -> tuple[pa.Table, dict[Path, int]]:
+    """All records of `paths` in order, and how many bytes of each were read."""
+    tables, sizes = [], {}
+    for path in paths:
+        table, sizes[path] = read_journal(path)
+        tables.append(table)
+    return (pa.concat_tables(tables) if tables else empty()), sizes

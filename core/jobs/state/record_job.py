@@ -1,0 +1,87 @@
+"""Recording a run in the out dir, under the job lock: the job file (input, shard count and what
+--dtype auto means on a CPU, checked again now that no other run can change them between check
+and write) and the settings registry. --overwrite with another shard count voids the old split's
+state, but only while no other run holds a lock in the out dir; on an out dir of qtts 0.1 it
+removes the old state files. Knows the job file, lock files and state names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from qtts.core.errors import UsageError
+from qtts.core.jobs.output.writer import cleanup_temp_files
+from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.jobfile import (
+    JOB_LOCK_TIMEOUT_S,
+    check_input,
+    job_for,
+    read_job_file,
+    resolve_shard,
+    write_job_file,
+)
+from qtts.core.jobs.state.layout import LEGACY_JOB_FILE, Layout
+from qtts.core.jobs.work.fingerprint import remember
+from qtts.core.jobs.work.precision import cpu_auto_to_record
+from qtts.core.jobs.work.shards import Shard, ShardRequest
+
+SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
+LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
+
+
+def record_job(job, req: ShardRequest, source: str) -> None:
+    """job: locked_run.Job, whose shard lock this process holds."""
+    from filelock import FileLock
+
+    spec, out = job.spec, job.spec.output.out_dir
+    layout = Layout(out)
+    with FileLock(str(layout.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
+        recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
+        cleanup_temp_files(layout.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
+        if spec.output.overwrite:
+            _remove_legacy(out)
+        check_input(out, recorded, spec.kind.value, source, input_moved=spec.output.input_moved,
+                    overwrite=spec.output.overwrite)  # fmt: skip
+        shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
+        if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
+            now = recorded.num_shards if recorded is not None else "another number of"
+            raise UsageError(f"{out} was just recorded with {now} shard(s) by another run; run "
+                             "again to join it")  # fmt: skip
+        if recorded is not None and recorded.num_shards != shard.count:
+            _no_old_run(layout, recorded.num_shards)
+            state.remove_every_shard(out)
+        new = job_for(spec.kind.value, source, shard, req)
+        if recorded is not None and recorded.num_shards == new.num_shards:
+            new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
+        cpu_auto = job.precision.cpu_auto if job.precision is not None else None
+        seen = job.precision.seen if job.precision is not None else None
+        pin = cpu_auto_to_record(out, recorded, cpu_auto, overwrite=spec.output.overwrite,
+                                 seen=seen)  # fmt: skip
+        new = replace(new, cpu_auto_dtype=pin)
+        if new != recorded:
+            write_job_file(out, new)
+        remember(out, job.settings)
+
+
+def _no_old_run(layout: Layout, old_count: int) -> None:
+    """No run of the old split may be going (the new split's tasks, starting beside this one,
+    are welcome)."""
+    from filelock import FileLock, Timeout
+
+    old = [layout.lock("")] if old_count == 1 else [
+        layout.lock(Shard(old_count, i).suffix) for i in range(old_count)]  # fmt: skip
+    for path in (p for p in old if p.exists()):
+        lock = FileLock(str(path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise UsageError(f"--overwrite cannot change the shard count while another run "
+                             f"holds {path.name} in {layout.dir}") from None  # fmt: skip
+        lock.release()
+
+
+def _remove_legacy(out: Path) -> None:
+    """qtts 0.1 kept its state at the top of the out dir; --overwrite starts over without it."""
+    for pattern in LEGACY_FILES:
+        for path in out.glob(pattern):
+            path.unlink(missing_ok=True)

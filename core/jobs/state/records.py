@@ -1,0 +1,187 @@
+"""A row's outcome as the job records it: one schema for journal lines, shard state and results.
+
+A record says what became of one row (status ok | failed | pending, the file and its byte size,
+frames and samples, the attempts it took and the seed it kept, and an ok row's model-free
+measures: qtts.core.jobs.output.measures) and everything that shaped it: the row's own inputs (text,
+voice, seed, reference audio digest and text), the digest of the job settings it ran under
+(qtts.core.jobs.work.fingerprint), and the split and frame-budget policies it ran under. Journals
+hold records as JSON lines; state and results hold them as Parquet. Tables of records are
+merged by `latest`: the newest record of an id wins.
+Knows columns; no files, no models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+RECORD_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("row", pa.int64()),  # the input row it came from, when it was recorded
+        ("status", pa.string()),  # ok | failed | pending (not done after all)
+        ("error", pa.string()),
+        ("file", pa.string()),  # audio file name in the out dir
+        ("bytes", pa.int64()),  # its size: resume checks it without opening the file
+        ("num_frames", pa.int64()),
+        ("num_samples", pa.int64()),
+        ("sample_rate", pa.int64()),
+        ("duration_s", pa.float64()),
+        ("hit_frame_budget", pa.bool_()),
+        ("segments", pa.int64()),  # segments the row was synthesized in (1: whole)
+        ("segment_frames", pa.list_(pa.int64())),  # frames of each, for a split row (else null)
+        ("text_tokens", pa.int64()),  # the text's tokens: whether other split settings cut it
+        ("attempts", pa.int64()),  # tries it took (--on-budget retry); split: its segments' most
+        ("kept_seed", pa.int64()),  # the seed that drew its kept codes (a whole row)
+        ("segment_seeds", pa.list_(pa.int64())),  # a split row: each segment's kept seed
+        # model-free measures of an ok row (qtts.core.jobs.output.measures.MEASURES)
+        ("peak", pa.float64()),
+        ("rms_dbfs", pa.float64()),
+        ("silence_ratio", pa.float64()),
+        ("repeat_ratio", pa.float64()),
+        ("chars_per_s", pa.float64()),
+        ("text", pa.large_string()),  # a dataset's texts pass 2 GiB: 64-bit offsets
+        ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
+        ("speaker", pa.string()),
+        ("language", pa.string()),
+        ("instruct", pa.string()),
+        ("seed", pa.int64()),
+        ("ref_audio", pa.string()),
+        ("ref_text", pa.string()),
+        ("ref_digest", pa.string()),  # content of the reference audio (Base models)
+        ("settings", pa.string()),  # digest of the job settings (fingerprint.JobSettings)
+        ("split", pa.string()),  # the split settings it ran under (spec.SplitSettings.key)
+        ("on_budget", pa.string()),  # the budget policy it ran under (spec.FailurePolicy.key)
+        ("model", pa.string()),  # the --model string, for people reading results
+        ("run", pa.string()),
+        ("t", pa.float64()),  # wall-clock time recorded: orders records across journals
+    ]
+)
+# Row inputs that, with `settings`, make the row's fingerprint (the text by its digest).
+INPUT_FIELDS = ("text_digest", "speaker", "language", "instruct", "seed", "ref_digest", "ref_text")
+ROW_FIELDS = ("id", "row", "text", *INPUT_FIELDS, "ref_audio")  # a row's fields in its record
+OK, FAILED, PENDING = "ok", "failed", "pending"
+
+
+def failed_record(row: dict[str, Any], error: str, attempts: int | None = None,
+                  **run: Any) -> dict[str, Any]:  # fmt: skip
+    """row: ROW_FIELDS (as validation resolved them); attempts: the tries that failed it, if
+    any; run: settings, model, run, split, on_budget."""
+    return {**_fields(row), "status": FAILED, "error": error, "attempts": attempts, **run,
+            "t": time.time()}  # fmt: skip
+
+
+def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
+    """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget, segments,
+    segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures."""
+    duration = audio["num_samples"] / audio["sample_rate"]
+    return {**_fields(row), "status": OK, "error": None, **audio, "duration_s": duration,
+            **run, "t": time.time()}  # fmt: skip
+
+
+def pending_records(ids: pa.Array, *, run: str) -> pa.Table:
+    """Rows that are not done after all: they must be redone."""
+    n = len(ids)
+    return pa.table({"id": ids, "status": pa.array([PENDING], pa.string()).take(np.zeros(n, int)),
+                     "run": pa.array([run], pa.string()).take(np.zeros(n, int)),
+                     "t": pa.array(np.full(n, time.time()))})  # fmt: skip
+
+
+def stamped(rows: pa.Table, *, status: str, **columns: str) -> pa.Table:
+    """rows (ROW_FIELDS and error) as records of `status`, with run columns and the time."""
+    n = rows.num_rows
+    table = rows.select([c for c in (*ROW_FIELDS, "error") if c in rows.column_names])
+    table = table.append_column("status", pa.array([status], pa.string()).take(np.zeros(n, int)))
+    for name, value in columns.items():
+        table = table.append_column(name, pa.array([value], pa.string()).take(np.zeros(n, int)))
+    return table.append_column("t", pa.array(np.full(n, time.time())))
+
+
+def _fields(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in ROW_FIELDS}
+
+
+def empty() -> pa.Table:
+    return RECORD_SCHEMA.empty_table()
+
+
+def to_table(records: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
+
+
+# What deciding the work reads of each record (the resume scan, the summary): a run that has
+# nothing to do never holds the rest in memory.
+SCAN_COLUMNS = ("id", "status", "error", "file", "bytes", "hit_frame_budget", *INPUT_FIELDS,
+                "settings", "segments", "split", "text_tokens", "attempts", "on_budget",
+                "t")  # fmt: skip
+
+
+def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:
+    """A 64-bit digest (blake2b) of each text, null for null: what resume compares."""
+    out = []
+    for start in range(0, len(texts), chunk):
+        out.append(pa.array([None if t is None else int.from_bytes(
+            hashlib.blake2b(t.encode(), digest_size=8).digest(), "big", signed=True)
+            for t in texts.slice(start, chunk).to_pylist()], pa.int64()))  # fmt: skip
+    return pa.concat_arrays(out) if out else pa.array([], pa.int64())
+
+
+def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """`table` with exactly RECORD_SCHEMA's columns (or `columns` of them; missing ones null):
+    states written by an older qtts, or a journal without some field, still merge."""
+    schema = RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c)
+                                                              for c in columns])  # fmt: skip
+    arrays = []
+    for f in schema:
+        if f.name in table.column_names:
+            arrays.append(table[f.name].cast(f.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def latest(table: pa.Table) -> pa.Table:
+    """One record per id, the newest by `t`; equal times keep the later one in table order."""
+    if table.num_rows == 0:
+        return table
+    order = pc.sort_indices(
+        table.select(["id", "t"]), sort_keys=[("id", "ascending"), ("t", "ascending")]
+    )  # stable: ties stay in table order
+    table = table.take(order)
+    ids = table["id"].combine_chunks()
+    last = np.ones(len(ids), dtype=bool)
+    if len(ids) > 1:
+        same_as_next = pc.equal(ids.slice(0, len(ids) - 1), ids.slice(1))
+        last[:-1] = ~pc.fill_null(same_as_next, False).to_numpy(zero_copy_only=False)
+    return table.filter(pa.array(last))
+
+
+def overlay(base: pa.Table, newer: pa.Table) -> pa.Table:
+    """base (one record per id) with newer's latest record of an id replacing base's."""
+    newer = latest(settled(newer))
+    if newer.num_rows == 0:
+        return base
+    kept = base.filter(pc.invert(pc.is_in(base["id"], value_set=newer["id"].combine_chunks())))
+    return pa.concat_tables([kept, newer])
+
+
+def settled(table: pa.Table) -> pa.Table:
+    """Drop each pending record that an outcome of the same run follows: journals of one run
+    come from several machines (Ray actors), whose clocks may disagree about `t`."""
+    pending = pc.fill_null(pc.equal(table["status"], PENDING), False)
+    if not pc.any(pending).as_py():
+        return table
+    key = pc.binary_join_element_wise(table["id"], pc.fill_null(table["run"], ""), "\x00")
+    done = pc.filter(key, pc.invert(pending))
+    outcome_later = pc.and_(
+        pending,
+        pc.is_in(
+            key, value_set=done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
+        ),
+    )
+    return table.filter(pc.invert(outcome_later))

@@ -1,0 +1,64 @@
+"""What a run has to do, decided from its rows and the shard's state before any weights load: the
+rows already done (skipped), the rows to redo and why, the rows that fail validation, and the rows
+to synthesize in the order they will be synthesized. A dry run prints this; a run does it.
+Knows columns and the resume and length rules; no models beyond the TextModel, no files written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.rows.validation import Prepared
+from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.state.listing import Listing
+from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.budget_resume import recheck_budget
+from qtts.core.jobs.work.chunks import Todo
+from qtts.core.jobs.work.lengths import check_lengths
+from qtts.core.jobs.work.resume import ResumeScan, scan
+from qtts.core.jobs.work.split_resume import recheck_split
+
+
+@dataclass
+class Work:
+    todo: Todo  # rows to synthesize and their order
+    rejected: pa.Table  # rows failing validation, with "error" (too long included)
+    resume: ResumeScan
+    total: int  # rows of this shard
+
+    @property
+    def skipped(self) -> int:
+        return int(self.resume.done.sum())
+
+
+def plan_work(prepared: Prepared, records: pa.Table, listing: Listing, *, model: TextModel,
+              budget: FrameBudget, settings, registry: dict, audio_format: str,
+              save_codes: bool, split: SplitSettings | None = None,
+              on_budget: str | None = None) -> Work:  # fmt: skip
+    """records: the shard's latest records (empty with --overwrite); settings: JobSettings;
+    split: how long rows are cut (None: every row whole, and no record's split is checked);
+    on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
+    valid = prepared.valid()
+    resume = scan(valid, records, listing, settings=settings.digest, audio_format=audio_format,
+                  save_codes=save_codes, registry=registry, current=settings.values)  # fmt: skip
+    if split is not None:
+        resume = recheck_split(resume, valid, records, split, model)
+    if on_budget is not None:
+        resume = recheck_budget(resume, valid, records, on_budget)
+    candidates = _keep(valid, ~resume.done)
+    lengths = check_lengths(candidates["text"], model, budget, split)
+    fits = lengths.error.is_null().to_numpy(zero_copy_only=False)
+    error_at = candidates.schema.get_field_index("error")
+    too_long = candidates.set_column(error_at, "error", lengths.error).filter(pa.array(~fits))
+    todo = Todo.of(_keep(candidates, fits), lengths.est_frames[fits])
+    rejected = pa.concat_tables([prepared.rejected(), too_long])
+    return Work(todo, rejected, resume, prepared.rows.num_rows)
+
+
+def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    """table.filter(mask), without copying a million rows when the mask keeps them all."""
+    return table if mask.all() else table.filter(pa.array(mask))

@@ -1,0 +1,116 @@
+"""What shapes a row's output, so a rerun redoes exactly the rows whose output would change.
+
+A row's fingerprint is its recorded inputs (records.INPUT_FIELDS: text, voice, seed, reference
+audio content and text) plus the digest of the job settings it ran under: the model's identity
+(its config, tokenizer and weight files, read cheaply: see TextModel.identity), the precision it
+ran in, both sampling sites, the frame budget and the audio format. The settings behind each
+digest are kept in OUT/.qtts/settings.json, so a rerun can say which setting changed.
+Reference audio is identified by content (sha256), cached by path, size and mtime in
+OUT/.qtts/refs.json so an unchanged clip is not read again.
+Knows settings, hashes and two small JSON files; no rows beyond columns, no models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.layout import Layout
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    values: dict[str, Any]  # JSON-able: model, precision, talker, subtalker, frames, format
+
+    @property
+    def digest(self) -> str:
+        return digest_of(self.values)
+
+
+def digest_of(values: Any) -> str:
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def job_settings(*, model: str, precision: str, options, max_new_tokens: int | None,
+                 audio_format: str) -> JobSettings:  # fmt: skip
+    """options: GenerationOptions (the merged sampling of both sites). Each site is every field
+    of its SamplingParams, read from the dataclass: a sampling field added there is in the
+    fingerprint without a change here."""
+    return JobSettings({
+        "model": model, "precision": precision, "talker": asdict(options.talker),
+        "subtalker": asdict(options.subtalker), "max_new_tokens": max_new_tokens,
+        "format": audio_format,
+    })  # fmt: skip
+
+
+def read_registry(out_dir: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(Layout(out_dir).settings_file.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def remember(out_dir: Path, settings: JobSettings) -> None:
+    """Add `settings` to the registry (under the job lock: shards share the file)."""
+    registry = read_registry(out_dir)
+    if registry.get(settings.digest) == settings.values:
+        return
+    registry[settings.digest] = settings.values
+    data = (json.dumps(registry, indent=1) + "\n").encode()
+    atomic_write_bytes(Layout(out_dir).settings_file, data)
+
+
+def setting_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """ "precision float32 -> bfloat16, talker.temperature 0.9 -> 0.7" (old None: unknown)."""
+    if old is None:
+        return "settings not recorded (made by an older qtts)"
+    parts = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            parts += [f"{key}.{k} {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b))
+                      if a.get(k) != b.get(k)]  # fmt: skip
+        elif a != b:
+            parts.append("model (its files changed)" if key == "model" else f"{key} {a} -> {b}")
+    return ", ".join(parts) or "settings"
+
+
+class RefDigests:
+    """sha256 of reference clips, cached by (path, size, mtime) across runs."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = Layout(out_dir).refs_file
+        try:
+            self.cache: dict[str, list] = json.loads(self.path.read_text("utf-8"))
+        except (OSError, ValueError):
+            self.cache = {}
+        self.changed = False
+
+    def digest(self, path: str) -> str:
+        st = os.stat(path)
+        hit = self.cache.get(path)
+        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
+            return hit[2]
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        value = h.hexdigest()[:32]
+        self.cache[path] = [st.st_size, st.st_mtime_ns, value]
+        self.changed = True
+        return value
+
+    def save(self) -> None:
+        """Best effort: a lost cache costs a re-read, never a wrong answer."""
+        if self.changed and self.path.parent.is_dir():
+            try:
+                atomic_write_bytes(self.path, json.dumps(self.cache).encode())
+            except OSError:
+                pass

@@ -1,0 +1,111 @@
+"""The resume rule for split settings: a done row is redone only when this run would cut it
+differently.
+
+The split settings (--split, --max-segment-tokens, --segment-pause) are not in the job settings
+digest: they shape only the rows they cut. Each record keeps the settings it ran under (its
+`split` key), how many segments the row made and its text's token count. A done row stays done
+when its key is this run's; a row made in segments is redone whenever the key differs (the cut or
+the pause would change); a row made whole stays done when this run leaves it whole too. That
+follows from the settings alone for --split none, the same mode and limit, or auto with a limit
+no lower; otherwise from the recorded token count (auto: within the limit) and, for sentence,
+whether the text has a sentence end inside (an Arrow regex over the column; the cut itself only
+for the few texts the regex flags). So the check is columnar: reruns cost no tokenizing.
+A record without a key was made before qtts split long text: it is kept as it is (its row was
+accepted whole by the length check of its day), so upgrading redoes nothing; --overwrite does.
+Knows record columns and the split settings; the TextModel only for flagged texts. No files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.long_text.segments import cut_rows
+from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.work.lengths import count_tokens
+from qtts.core.jobs.work.resume import ResumeScan
+
+# Text that may hold two sentences: a sentence end (split_text's terminators, in RE2) with a
+# letter or digit anywhere after it. Broader than the splitter on purpose (no abbreviation or
+# case rule, any space after a full stop): a flagged text is only looked at, the cut decides.
+# Python's \s, which the splitter uses, is wider than RE2's: the \p{Z} and control spaces add it.
+_ANY_SPACE = r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]"
+_SENTENCE_INSIDE = (
+    rf"(?s)(?:[。！？；｡।॥؟۔։።။\x{{037e}}\n]|[.!?…‼⁇⁈⁉][^\pL\pN]*?{_ANY_SPACE}).*[\pL\pN]"
+)
+# Flagged texts are cut this many at a time: bounded memory when a switch to --split sentence
+# flags most of a million-row job.
+LOOK_BATCH = 65_536
+
+
+def recheck_split(resume: ResumeScan, valid: pa.Table, records: pa.Table, split: SplitSettings,
+                  model: TextModel) -> ResumeScan:  # fmt: skip
+    """resume with the done rows this run would cut differently moved to stale, with a reason."""
+    at = np.flatnonzero(resume.done)
+    if len(at) == 0 or resume.record_at is None:
+        return resume
+    index = resume.record_at.take(pa.array(at))
+    keys = _one(pc.fill_null(records["split"].take(index), split.key))  # no key: kept as made
+    if pc.all(pc.equal(keys, split.key)).as_py():
+        return resume  # the usual rerun
+    whole = _true(pc.less_equal(records["segments"].take(index), 1))
+    tokens = records["text_tokens"].take(index)
+    encoded = pc.dictionary_encode(keys)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    alike = np.ones(len(at), dtype=bool)
+    reasons: dict[str, int] = {}
+    for code, key in enumerate(encoded.dictionary.to_pylist()):
+        if key == split.key:
+            continue
+        mine = codes == code
+        changed = mine & ~whole
+        check = np.flatnonzero(mine & whole)
+        if len(check) and not _whole_by_settings(SplitSettings.from_key(key), split):
+            texts = valid["text"].take(pa.array(at[check]))
+            changed[check] = ~_stays_whole(texts, tokens.take(pa.array(check)), split, model)
+        alike &= ~changed
+        if n := int(changed.sum()):
+            reasons[f"split {key} -> {split.key}"] = n
+    if alike.all():
+        return resume
+    stale_at = at[~alike]
+    resume.done[stale_at] = False
+    more = valid["id"].take(pa.array(stale_at))
+    resume.stale = pa.concat_arrays([_one(resume.stale), _one(more)])
+    resume.reasons.update(reasons)
+    return resume
+
+
+def _whole_by_settings(old: SplitSettings, new: SplitSettings) -> bool:
+    """A row `old` left whole, `new` leaves whole too, whatever its text."""
+    if not new.enabled:
+        return True
+    same_cut = (old.mode, old.max_segment_tokens) == (new.mode, new.max_segment_tokens)
+    if old.enabled and same_cut:
+        return True
+    return old.mode == new.mode == "auto" and new.max_segment_tokens >= old.max_segment_tokens
+
+
+def _stays_whole(texts, tokens, split: SplitSettings, model: TextModel) -> np.ndarray:
+    """Whether `split` leaves each text whole, from its recorded token count (a row recorded
+    without one, or over the limit, is taken as cut: redone once, it records the new key)."""
+    whole = _true(pc.less_equal(tokens, split.max_segment_tokens))
+    if split.mode != "sentence" or not whole.any():
+        return whole
+    flagged = np.flatnonzero(whole & _true(pc.match_substring_regex(texts, _SENTENCE_INSIDE)))
+    for i in range(0, len(flagged), LOOK_BATCH):  # a sentence end inside: the cut decides
+        part = flagged[i : i + LOOK_BATCH]
+        looked = texts.take(pa.array(part)).to_pylist()
+        cuts = cut_rows(looked, count_tokens(model, looked).tolist(), model, split)
+        whole[part] = [len(c) == 1 for c in cuts]
+    return whole
+
+
+def _true(mask) -> np.ndarray:
+    return _one(pc.fill_null(mask, False)).to_numpy(zero_copy_only=False)
+
+
+def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
