@@ -131,7 +131,7 @@ def failure_options(
     on_budget: o.OnBudgetOpt = None,
     max_attempts: o.MaxAttempts = None,
 ) -> FailurePolicy:
-    """on_budget None: the command's default (core/jobs/spec.py, DEFAULT_ON_BUDGET)."""
+    """on_budget None: the command's default (core/jobs/spec.py, default_on_budget)."""
     limits = [n for n in (1 if fail_fast else None, max_failures) if n is not None]
     return FailurePolicy(min(limits) if limits else None, on_budget, max_attempts)
 

@@ -48,6 +48,8 @@ def read_clip(path: Path) -> Clip:
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     if rate != SAMPLE_RATE:
         mono = soxr.resample(mono, rate, SAMPLE_RATE)
+    if mono.size == 0:  # a few samples at a higher rate resample to none
+        return Clip(None, f"unreadable audio: too short ({data.shape[0]} samples at {rate} Hz)")
     # Float files may overshoot full scale; the models were trained on audio within it.
     return Clip(np.clip(mono, -1.0, 1.0).astype(np.float32, copy=False))
 

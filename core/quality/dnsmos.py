@@ -40,9 +40,10 @@ class Dnsmos:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        providers = ["CPUExecutionProvider"]
+        providers: list = ["CPUExecutionProvider"]
         if device != "cpu" and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
+            index = int(device.partition(":")[2] or 0)  # cuda:N -> GPU N
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": index}))
         self.session = ort.InferenceSession(str(model), options, providers=providers)
         self.input = self.session.get_inputs()[0].name
         self.segment = int(reference.INPUT_LENGTH * SAMPLE_RATE)
@@ -54,28 +55,39 @@ class Dnsmos:
         return self.session.get_providers()[0]
 
     def segments(self, audio: np.ndarray) -> np.ndarray:
-        """[segments, samples]: the windows speechmos scores for this clip, in its order. As
-        there, a window's end is computed in floating point and a window that comes out one
-        sample short is skipped (windows 7 to 23 among others): kept, so that the scores equal
-        speechmos's and every published DNSMOS figure made with the same code."""
+        """[segments, samples]: the windows speechmos scores for this clip, in its order (a
+        copy; scoring takes them a batch at a time from _windows)."""
+        view, starts = self._windows(audio)
+        return view[starts]
+
+    def _windows(self, audio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The clip's sliding-window view [positions, samples] (no copy) and the start of each
+        window speechmos scores. As there, a window's end is computed in floating point and a
+        window that comes out one sample short is skipped (windows 7 to 23 among others): kept,
+        so that the scores equal speechmos's and every published DNSMOS figure made with the
+        same code."""
+        if len(audio) == 0:
+            raise ValueError("the clip holds no samples")
         while len(audio) < self.segment:
             audio = np.append(audio, audio)
         length = self._reference.INPUT_LENGTH
         hops = np.arange(int(np.floor(len(audio) / SAMPLE_RATE) - length) + 1)
         starts = (hops * SAMPLE_RATE).astype(np.int64)
         ends = np.minimum(((hops + length) * SAMPLE_RATE).astype(np.int64), len(audio))
-        windows = np.lib.stride_tricks.sliding_window_view(audio, self.segment)
-        return windows[starts[ends - starts >= self.segment]]
+        view = np.lib.stride_tricks.sliding_window_view(audio, self.segment)
+        return view, starts[ends - starts >= self.segment]
 
     def score(self, clips: list[np.ndarray]) -> np.ndarray:
-        """[clips, 3]: sig, bak, ovrl of each clip (16 kHz mono float32)."""
-        windows = [self.segments(a) for a in clips]
-        owner = np.repeat(np.arange(len(clips)), [len(w) for w in windows])
-        raw = np.empty((len(owner), 3), dtype=np.float64)
-        flat = [w for clip in windows for w in clip]
-        for start in range(0, len(flat), SEGMENTS_PER_CALL):
-            batch = np.stack(flat[start : start + SEGMENTS_PER_CALL]).astype(np.float32)
-            raw[start : start + len(batch)] = self.session.run(None, {self.input: batch})[0]
+        """[clips, 3]: sig, bak, ovrl of each clip (16 kHz mono float32). Windows are copied a
+        call's worth at a time: a long clip's hundreds of windows never sit in memory at once."""
+        windows = [self._windows(a) for a in clips]
+        owner = np.repeat(np.arange(len(clips)), [len(starts) for _, starts in windows])
+        flat = [(view, start) for view, starts in windows for start in starts]
+        raw = np.empty((len(flat), 3), dtype=np.float64)
+        for at in range(0, len(flat), SEGMENTS_PER_CALL):
+            part = flat[at : at + SEGMENTS_PER_CALL]
+            batch = np.stack([view[start] for view, start in part]).astype(np.float32)
+            raw[at : at + len(batch)] = self.session.run(None, {self.input: batch})[0]
         sig, bak, ovr = self._calibrate(raw[:, 0], raw[:, 1], raw[:, 2], False)
         calibrated = np.stack([sig, bak, ovr], axis=1)
         sums = np.zeros((len(clips), 3))

@@ -136,11 +136,11 @@ def _score(dataset: Dataset, scorers: list[Scorer], opts: ScoreOptions,
     loaded = {s.name: s.load() for s in scorers if run.need[s.name][todo].any()}
     planned = pc.sum(dataset.rows["duration_s"].take(pa.array(todo))).as_py() or 0.0
     chunks = [todo[k : k + CHUNK_ROWS] for k in range(0, len(todo), CHUNK_ROWS)]
-    names = dataset.rows["file_name"].to_pylist()
+    names = dataset.rows["file_name"]
     progress.start(len(todo), planned)
     try:
         last = time.monotonic()
-        paths = [[dataset.root / names[i] for i in chunk] for chunk in chunks]
+        paths = _ChunkPaths(dataset.root, names, chunks)
         for chunk, clips in zip(chunks, read_ahead(paths, cores()), strict=True):
             with stop.interruptible():  # Ctrl-C or SIGTERM: this chunk is dropped, the rest kept
                 outcomes = _score_chunk(run, scorers, loaded, chunk, clips)
@@ -213,9 +213,23 @@ def _isolated(score, clips: list[Clip], texts: list[str], languages: list) -> li
                                                                     strict=True)]  # fmt: skip
 
 
-def _log_failures(run: _Pass, names: list[str]) -> None:
+class _ChunkPaths:
+    """Each chunk's file paths, made when read_ahead asks for the chunk: 10M rows never hold
+    10M Path objects at once."""
+
+    def __init__(self, root: Path, names: pa.ChunkedArray, chunks: list[np.ndarray]) -> None:
+        self.root, self.names, self.chunks = root, names, chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int) -> list[Path]:
+        return [self.root / n for n in self.names.take(pa.array(self.chunks[k])).to_pylist()]
+
+
+def _log_failures(run: _Pass, names: pa.ChunkedArray) -> None:
     for i, why in run.failed[:REASONS_LOGGED]:
-        log.warning("%s: %s", names[i], why)
+        log.warning("%s: %s", names[i].as_py(), why)
     if len(run.failed) > REASONS_LOGGED:
         log.warning("... and %d more files failed (their error is in %s)",
                     len(run.failed) - REASONS_LOGGED, run.dataset.scores_path.name)  # fmt: skip

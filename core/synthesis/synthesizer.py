@@ -180,8 +180,8 @@ class Synthesizer:
         return embed_prompt(self.model.talker, self.config, tokens)
 
     def _naive(self, requests, tokens, options):
-        """Static batches in request order; a row's next attempt joins the queue's end (the
-        rows that never retry run in exactly the batches they always did)."""
+        """Static batches in request order; a row's next attempt joins the queue's end (the last
+        partial batch may then share its batch with retries: codes are batch-invariant)."""
         from qtts.core.synthesis.naive_generator import GenerationInputs, NaiveGenerator
 
         gen = NaiveGenerator(self.model, self.config, self.tts_pad)
@@ -321,7 +321,8 @@ class Synthesizer:
 
                 wav = cut_reference(wav, int(ref.shape[0]), int(whole.shape[0]))
             if not np.isfinite(wav).all():
-                yield RowFailure(req.id, "non-finite audio (NaN or inf) from the decoder")
+                yield RowFailure(req.id, "non-finite audio (NaN or inf) from the decoder",
+                                 tried.number)  # fmt: skip
                 continue
             codes = codes.cpu().numpy().astype(np.int64)
             yield Utterance(req.id, codes, wav, self.text_model.sample_rate, hit,

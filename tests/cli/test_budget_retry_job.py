@@ -32,6 +32,7 @@ TRIES = 4  # tries the oracle makes of each row: the most any run below allows
 # rounding (the vocoder's padded batches), so the audio measures agree within these.
 PEAK_TOL = 1e-4  # full scale
 DB_TOL = 0.01  # dB
+RATE_REL = 1e-12  # chars_per_s: one float division either way
 SILENT_FRAMES_TOL = 1  # 20 ms frames that may fall on either side of the floor
 
 
@@ -155,7 +156,7 @@ def test_retry_records_the_kept_try_and_the_measures(checkpoint, oracle, manifes
         codes = np.load(out / f"r{i}.codes.npy")
         assert row["repeat_ratio"] == repeat_ratio(codes[:, 0])  # codes exact: the measure too
         text_chars = len(f"Line number {i}.".replace(" ", ""))
-        assert row["chars_per_s"] == pytest.approx(text_chars / row["duration_s"], rel=1e-12)
+        assert row["chars_per_s"] == pytest.approx(text_chars / row["duration_s"], rel=RATE_REL)
         alone = measure(want.audio, want.codes, f"Line number {i}.", want.sample_rate)
         assert_measures_close(row, alone, row["num_samples"])
 

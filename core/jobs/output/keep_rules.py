@@ -5,8 +5,9 @@ the views (a finishing shard, `qtts results`, the end of `qtts score`) applies t
 results.parquet keeps every row and says in `kept` whether each ok row passes; metadata.jsonl,
 the AudioFolder view a training pipeline reads, lists only those that do. A row that lacks a
 value a rule needs (not scored yet, or scored with an error) does not pass: a row is listed for
-what is known of it, not for what is not. Without rules every ok row is listed and results.parquet
-has no `kept` column. Knows columns and one small file; no models, no audio.
+what is known of it, not for what is not (but a row with a CER and no WER, as Chinese and
+Japanese rows are scored, passes --max-wer). Without rules every ok row is listed and
+results.parquet has no `kept` column. Knows columns and one small file; no models, no audio.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ RULES = {
     "min-chars-per-s": ("chars_per_s", "floor"),
     "max-chars-per-s": ("chars_per_s", "ceiling"),
 }
+# A null in the first column passes its rule when the second has a value: Chinese and Japanese
+# rows have a CER and, by design, no WER (qtts score), so --max-wer leaves them to --max-cer.
+NULL_PASSES = {"wer": "cer"}
 NO_BUDGET_HITS = "no-budget-hits"  # rows kept flagged hit_frame_budget (--on-budget ok) left out
 KEPT = "kept"  # the results' column: whether an ok row passes the rules (null: not ok)
 
@@ -70,6 +74,9 @@ class KeepRules:
             values = table[column]
             meets = pc.greater_equal(values, value) if kind == "floor" else \
                 pc.less_equal(values, value)  # fmt: skip
+            other = NULL_PASSES.get(column)
+            if other in table.schema.names:
+                meets = pc.if_else(pc.is_null(values), pc.is_valid(table[other]), meets)
             ok &= pc.fill_null(meets, False).to_numpy(zero_copy_only=False)
         if self.no_budget_hits:
             hit = pc.fill_null(table["hit_frame_budget"], True).to_numpy(zero_copy_only=False)

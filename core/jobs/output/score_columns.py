@@ -34,10 +34,13 @@ SCORE_FIELDS = pa.schema(
 
 
 def record_stamps(t: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """The stamp of a row's audio in an out dir: its record's time, as a string. `qtts score`
-    and every rebuild make it the same way, so the two always compare equal for the same
-    record."""
-    return pc.cast(t, pa.string())
+    """The stamp of a row's audio in an out dir: its record's time, exactly (the float64's bits
+    as an integer, in decimal: no float formatting that a library upgrade could change).
+    `qtts score` and every rebuild make it the same way, so the two always compare equal for
+    the same record."""
+    if isinstance(t, pa.ChunkedArray):
+        t = t.combine_chunks()
+    return pc.cast(t.cast(pa.float64()).view(pa.int64()), pa.string())
 
 
 def with_scores(records: pa.Table, out_dir: Path) -> pa.Table:

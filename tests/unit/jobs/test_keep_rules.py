@@ -73,3 +73,9 @@ def test_passes_is_columnar_at_a_million_rows():
     table = pa.table({"dnsmos_ovrl": np.linspace(1, 5, n)})
     kept = KeepRules({"min-dnsmos": 3.0}).passes(table)
     assert kept.dtype == bool and kept.sum() == n // 2
+
+
+def test_max_wer_leaves_rows_without_a_wer_but_with_a_cer_to_max_cer():
+    # Chinese and Japanese rows are scored with a CER and no WER
+    table = pa.table({"wer": [0.05, 0.5, None, None], "cer": [0.01, 0.2, 0.02, None]})
+    assert KeepRules({"max-wer": 0.1}).passes(table).tolist() == [True, False, True, False]
