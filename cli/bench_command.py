@@ -94,8 +94,11 @@ def _count(size: str, sizes: list[int]) -> list[dict]:
     gpu = EngineSettings.for_device("cuda", env={})
     twin = replace(gpu, cuda_graphs=False, layer_path="module")
     rows = []
-    typer.echo(f"{'batch':>6} {'launches':>9} " + " ".join(f"{p:>17}" for p in PHASES)
-               + f" {'module path':>12} {'prefill/layer':>14} {'module path':>12}")  # fmt: skip
+    typer.echo(
+        f"{'batch':>6} {'launches':>9} "
+        + " ".join(f"{p:>17}" for p in PHASES)
+        + f" {'module path':>12} {'prefill/layer':>14} {'module path':>12}"
+    )
     for batch in sizes:
         row = {"size": size, "batch": batch, **launches_per_step(size, batch)}
         row["module_path_launches"] = count_decode_step(meta_engine(size, batch, twin)).total
@@ -104,10 +107,12 @@ def _count(size: str, sizes: list[int]) -> list[dict]:
         module = prefill_launches(size, prompts, twin)["prefill_launches_per_layer_pass"]
         row["module_path_prefill_launches_per_layer_pass"] = module
         rows.append(row)
-        typer.echo(f"{batch:>6} {row['launches_per_step']:>9} "
-                   + " ".join(f"{row['phases'][p]:>17}" for p in PHASES)
-                   + f" {row['module_path_launches']:>12}"
-                   + f" {row['prefill_launches_per_layer_pass']:>14} {module:>12}")  # fmt: skip
+        typer.echo(
+            f"{batch:>6} {row['launches_per_step']:>9} "
+            + " ".join(f"{row['phases'][p]:>17}" for p in PHASES)
+            + f" {row['module_path_launches']:>12}"
+            + f" {row['prefill_launches_per_layer_pass']:>14} {module:>12}"
+        )
     return rows
 
 
@@ -147,16 +152,28 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
     fast = fast_mode(dev, dt)
     modes = [fast] + (["eager"] if compare and fast != "module" else [])  # module: eager already
     rows = []
-    typer.echo(f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
-               f"{'step ms':>9}{'peak GiB':>9}{'roofline':>10}")  # fmt: skip
+    typer.echo(
+        f"{'size':6}{'batch':>6}{'mode':>7}{'audio-s/s':>11}{'frames/s':>10}{'RTF':>8}"
+        f"{'step ms':>9}{'peak GiB':>9}{'roofline':>10}"
+    )
     for b in sizes:
         by_mode = {}
         for mode in modes:
             try:
                 plan = bench_plan(config, model, decoder, dev, mode, b, requests or 256, frames)
                 n = requests or 2 * plan.slots
-                r = run_one(size, config, model, decoder, plan=plan, requests=n, frames=frames,
-                            device=dev, mode=mode, write=write)  # fmt: skip
+                r = run_one(
+                    size,
+                    config,
+                    model,
+                    decoder,
+                    plan=plan,
+                    requests=n,
+                    frames=frames,
+                    device=dev,
+                    mode=mode,
+                    write=write,
+                )
             except MemoryPlanError as e:
                 typer.echo(f"{size:6}{b:>6}  {e}")
                 break
@@ -167,24 +184,32 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
             r.roofline = roofline_fraction(r, config, dt.itemsize, spec)
             step = r.step_ms.get("graph_step", r.step_ms["step"])
             label = f"{r.batch}{'*' if r.auto else ''}"
-            typer.echo(f"{size:6}{label:>6}{r.mode:>7}{r.audio_s_per_s:>11.2f}"
-                       f"{r.frames_per_s:>10.1f}{r.rtf:>8.4f}{step:>9.2f}{r.peak_mem_gb or 0:>9.2f}"
-                       f"{r.roofline['fraction']:>10.1%}")  # fmt: skip
+            typer.echo(
+                f"{size:6}{label:>6}{r.mode:>7}{r.audio_s_per_s:>11.2f}"
+                f"{r.frames_per_s:>10.1f}{r.rtf:>8.4f}{step:>9.2f}{r.peak_mem_gb or 0:>9.2f}"
+                f"{r.roofline['fraction']:>10.1%}"
+            )
             typer.echo(
                 "      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items())
             )
-            typer.echo(f"      vocoder: {r.vocoder_s_per_audio_s:.3f} s per audio-s, "
-                       f"{r.vocoder_padding:.1%} frames of bucket padding")  # fmt: skip
-            typer.echo(f"      measures (peak, rms, silence, repeats, chars/s; writer threads): "
-                       f"{_rate(r.measures_s_per_audio_s)}")  # fmt: skip
+            typer.echo(
+                f"      vocoder: {r.vocoder_s_per_audio_s:.3f} s per audio-s, "
+                f"{r.vocoder_padding:.1%} frames of bucket padding"
+            )
+            typer.echo(
+                f"      measures (peak, rms, silence, repeats, chars/s; writer threads): "
+                f"{_rate(r.measures_s_per_audio_s)}"
+            )
             typer.echo(_step_line(r.step_ms))
             by_mode[r.mode] = r.row()
             rows.append(r.row())
         if fast in by_mode and "eager" in by_mode:
             ratio = by_mode[fast]["audio_s_per_s"] / by_mode["eager"]["audio_s_per_s"]
             typer.echo(f"      {fast} / eager: {ratio:.2f}x")
-    typer.echo("      * auto: the memory plan's batch size; roofline: the step's lower bound "
-               "(bytes / bandwidth, FLOPs / peak) over its measured time")  # fmt: skip
+    typer.echo(
+        "      * auto: the memory plan's batch size; roofline: the step's lower bound "
+        "(bytes / bandwidth, FLOPs / peak) over its measured time"
+    )
     if compare:
         typer.echo("      official qwen-tts: not run here; see tools/compare_official_cpu.py")
     return rows
@@ -211,14 +236,20 @@ def _step_line(step_ms: dict) -> str:
 def _machine(device: str) -> dict:
     import torch
 
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "cpu_threads": torch.get_num_threads()}  # fmt: skip
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+    }
     if device == "cpu" or not torch.cuda.is_available():
         from qtts.core.engine.cpu_runtime import cpu_budget
 
         budget = cpu_budget()
-        info["cpu_budget"] = {"policy": budget.policy, "threads": budget.threads,
-                              "vocoder_thread": budget.vocoder_thread}  # fmt: skip
+        info["cpu_budget"] = {
+            "policy": budget.policy,
+            "threads": budget.threads,
+            "vocoder_thread": budget.vocoder_thread,
+        }
     if torch.cuda.is_available() and device != "cpu":
         info["gpu"] = torch.cuda.get_device_name()
     return info

@@ -56,8 +56,9 @@ def _run(size: str, device: str) -> list[dict]:
     typer.echo(f"  {'check':36} {'status':8} {'s':>6}  detail", err=True)
     rows = []
     for check in run_doctor(dev, size):
-        typer.echo(f"  {check.name:36} {check.status:8} {check.seconds:>6.1f}  {check.detail}",
-                   err=True)  # fmt: skip
+        typer.echo(
+            f"  {check.name:36} {check.status:8} {check.seconds:>6.1f}  {check.detail}", err=True
+        )
         rows.append(check.row())
     failed = [r["name"] for r in rows if r["status"] == "failed"]
     typer.echo(f"failed: {', '.join(failed)}" if failed else "every check held", err=True)

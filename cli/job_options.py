@@ -63,8 +63,9 @@ def voice_options(
     seed: o.Seed = 0,
 ) -> VoiceSettings:
     audio = None if ref_audio is None else str(ref_audio)
-    return VoiceSettings(RowDefaults(speaker, language, instruct, seed), audio, ref_text,
-                         x_vector_only)  # fmt: skip
+    return VoiceSettings(
+        RowDefaults(speaker, language, instruct, seed), audio, ref_text, x_vector_only
+    )
 
 
 def sampling_options(
@@ -156,15 +157,29 @@ class JobOptions:
     scale_out: ScaleOut
 
     def spec(self, kind: JobKind, source: str) -> JobSpec:
-        return JobSpec(kind, source, self.output, self.model, self.voice, self.sampling,
-                       self.failures, self.scale_out, self.split)  # fmt: skip
+        return JobSpec(
+            kind,
+            source,
+            self.output,
+            self.model,
+            self.voice,
+            self.sampling,
+            self.failures,
+            self.scale_out,
+            self.split,
+        )
 
 
 # JobOptions field -> the builder of its options, in the order the help panels show them.
-GROUPS: dict[str, Callable] = {"model": model_options, "voice": voice_options,
-                               "sampling": sampling_options, "output": output_options,
-                               "split": split_options, "failures": failure_options,
-                               "report": report_options}  # fmt: skip
+GROUPS: dict[str, Callable] = {
+    "model": model_options,
+    "voice": voice_options,
+    "sampling": sampling_options,
+    "output": output_options,
+    "split": split_options,
+    "failures": failure_options,
+    "report": report_options,
+}
 
 
 def job_command(scale_out: Callable = shard_options) -> Callable:

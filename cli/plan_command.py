@@ -58,9 +58,21 @@ def plan(
     step's roofline and the job's duration at that ceiling, without a GPU. The last stdout line
     is JSON; exit 2 when the job does not fit the card."""
     with cli_errors():
-        lines, out, refusal = _run(input, model, size, gpu, gpu_memory, dtype,
-                                   o.parse_batch_size(batch_size), text_tokens, rows,
-                                   max_new_tokens, speaker, bandwidth, tflops)  # fmt: skip
+        lines, out, refusal = _run(
+            input,
+            model,
+            size,
+            gpu,
+            gpu_memory,
+            dtype,
+            o.parse_batch_size(batch_size),
+            text_tokens,
+            rows,
+            max_new_tokens,
+            speaker,
+            bandwidth,
+            tflops,
+        )
     for line in lines:
         typer.echo(line)
     typer.echo(json.dumps(out))
@@ -75,8 +87,9 @@ def _device(gpu: str, bandwidth, tflops):
     if gpu == "custom":
         if bandwidth is None or tflops is None:
             raise typer.BadParameter("--gpu custom needs both --bandwidth and --tflops")
-        return DeviceSpec(f"custom ({bandwidth} TB/s, {tflops} TFLOP/s)", bandwidth * 1e12,
-                          tflops * 1e12)  # fmt: skip
+        return DeviceSpec(
+            f"custom ({bandwidth} TB/s, {tflops} TFLOP/s)", bandwidth * 1e12, tflops * 1e12
+        )
     if gpu not in DEVICES:
         raise typer.BadParameter(f"--gpu {gpu!r}: use {', '.join(GPUS)} or custom")
     if bandwidth is not None or tflops is not None:
@@ -84,8 +97,21 @@ def _device(gpu: str, bandwidth, tflops):
     return DEVICES[gpu]
 
 
-def _run(source, model, size, gpu, gpu_memory, dtype, batch_size, text_tokens, rows,
-         max_new_tokens, speaker, bandwidth, tflops):  # fmt: skip
+def _run(
+    source,
+    model,
+    size,
+    gpu,
+    gpu_memory,
+    dtype,
+    batch_size,
+    text_tokens,
+    rows,
+    max_new_tokens,
+    speaker,
+    bandwidth,
+    tflops,
+):
     import torch
 
     from qtts.core.capacity.job_fit import input_shapes, plan_model, report, synthetic_shapes
@@ -112,8 +138,9 @@ def _run(source, model, size, gpu, gpu_memory, dtype, batch_size, text_tokens, r
         shapes, frames, note = input_shapes(m, str(source), max_new_tokens, speaker)
         what = f"{len(shapes)} rows of {source} ({note})"
     settings = EngineSettings.for_device("cuda", env={})
-    plan = plan_memory(shapes, m.dims, int(memory * GIB), m.weights_bytes, settings,
-                       batch_size, "cuda")  # fmt: skip
+    plan = plan_memory(
+        shapes, m.dims, int(memory * GIB), m.weights_bytes, settings, batch_size, "cuda"
+    )
     lines, out = report(plan, m, spec, frames)
     header = f"qtts plan: {m.name} in {dtype} on {spec.name}, {memory:g} GiB, {what}"
     return (

@@ -62,9 +62,16 @@ class Progress:
 
             total = round(planned_audio_s, 1) or None  # None: not known before reading
             of_total = "/{total:.0f}" if total else ""
-            self.bar = tqdm(total=total, unit="s audio", file=sys.stderr, dynamic_ncols=True,
-                            smoothing=0.1, bar_format="{l_bar}{bar}| {n:.0f}" + of_total +
-                            " s audio [{elapsed}<{remaining}{postfix}]")  # fmt: skip
+            self.bar = tqdm(
+                total=total,
+                unit="s audio",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                smoothing=0.1,
+                bar_format="{l_bar}{bar}| {n:.0f}"
+                + of_total
+                + " s audio [{elapsed}<{remaining}{postfix}]",
+            )
             _bars += 1
             self._postfix()
             return
@@ -83,8 +90,9 @@ class Progress:
     def _postfix(self) -> None:
         elapsed = time.monotonic() - self.t0
         rate = self.audio_s / elapsed if elapsed > 0 else 0.0
-        self.bar.set_postfix_str(f"{self.done}/{self.total} rows, {rate:.1f} audio-s/s",
-                                 refresh=True)  # fmt: skip
+        self.bar.set_postfix_str(
+            f"{self.done}/{self.total} rows, {rate:.1f} audio-s/s", refresh=True
+        )
 
     def _tick(self) -> None:
         while not self._stop.wait(self.log_interval):

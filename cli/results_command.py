@@ -71,9 +71,15 @@ def results(
     here replace the saved ones; results.parquet keeps every row either way (`kept` says which
     pass). stdout: one JSON line (total, ok, failed, pending, complete, quality). Exit 0, or 3
     when some rows failed."""
-    given = {"min-dnsmos": min_dnsmos, "max-cer": max_cer, "max-wer": max_wer,
-             "max-repeat-ratio": max_repeat_ratio, "max-silence-ratio": max_silence_ratio,
-             "min-chars-per-s": min_chars_per_s, "max-chars-per-s": max_chars_per_s}  # fmt: skip
+    given = {
+        "min-dnsmos": min_dnsmos,
+        "max-cer": max_cer,
+        "max-wer": max_wer,
+        "max-repeat-ratio": max_repeat_ratio,
+        "max-silence-ratio": max_silence_ratio,
+        "min-chars-per-s": min_chars_per_s,
+        "max-chars-per-s": max_chars_per_s,
+    }
     bounds = {k: v for k, v in given.items() if v is not None}
     with cli_errors():
         from qtts.core.errors import UsageError
@@ -123,5 +129,8 @@ def _warn_unscored(rules, results_file: Path) -> None:
             if values.null_count < len(values):
                 continue
         hint = " (run qtts score first)" if column in SCORE_FIELDS.names else ""
-        typer.echo(f"Warning: the keep rules read {column}, which no row has yet{hint}: "
-                   "metadata.jsonl lists no row", err=True)  # fmt: skip
+        typer.echo(
+            f"Warning: the keep rules read {column}, which no row has yet{hint}: "
+            "metadata.jsonl lists no row",
+            err=True,
+        )

@@ -56,8 +56,13 @@ def score(
         from qtts.cli.progress import Progress
         from qtts.core.quality.score_pass import ScoreOptions, score_path
 
-        options = ScoreOptions(dnsmos=dnsmos, asr_model=asr_model, device=device,
-                               batch_size=batch_size, overwrite=overwrite)  # fmt: skip
+        options = ScoreOptions(
+            dnsmos=dnsmos,
+            asr_model=asr_model,
+            device=device,
+            batch_size=batch_size,
+            overwrite=overwrite,
+        )
         progress = Progress(quiet=quiet, log_interval=log_interval)
         summary = score_path(path, options, progress)
     typer.echo(json.dumps(summary))

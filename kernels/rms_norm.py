@@ -57,8 +57,9 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
         raise ValueError("rms_norm: x needs unit stride along D and a [D] weight of its dtype")
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # [..., D]
     if rows.shape[0]:
-        _rms_norm_kernel[(rows.shape[0],)](rows, rows.stride(0), weight, out, dim, eps,
-                                           BLOCK=triton.next_power_of_2(dim))  # fmt: skip
+        _rms_norm_kernel[(rows.shape[0],)](
+            rows, rows.stride(0), weight, out, dim, eps, BLOCK=triton.next_power_of_2(dim)
+        )
     return out
 
 

@@ -60,17 +60,30 @@ def qk_norm_rope_cache_twin(
     heads: int,
     eps: float,
 ) -> torch.Tensor:
-    q, _, _ = _twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads,
-                    eps)  # fmt: skip
+    q, _, _ = _twin(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads, eps
+    )
     return q.contiguous()
 
 
-def qk_norm_rope_prefill_twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
-                              cache_rows, heads: int, eps: float):  # fmt: skip
+def qk_norm_rope_prefill_twin(
+    qkv,
+    q_weight,
+    k_weight,
+    cos,
+    sin,
+    positions,
+    k_cache,
+    v_cache,
+    cache_rows,
+    heads: int,
+    eps: float,
+):
     """As qk_norm_rope_cache_twin, batch row b writing cache row cache_rows[b] (int64 [B]; the
     caches are [slots, Hk, S, D]) -> q [B, H, T, D], k and v [B, Hk, T, D], contiguous."""
-    q, k, v = _twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows,
-                    heads, eps)  # fmt: skip
+    q, k, v = _twin(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+    )
     return q.contiguous(), k.contiguous(), v.contiguous()
 
 
@@ -156,8 +169,9 @@ if TRITON_AVAILABLE:
                 dst = k_cache_ptr + row * cache_stride_b + (head - heads) * cache_stride_h
                 dst += pos * cache_stride_s
             f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
-            inv = tl.math.rsqrt((tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / (2 * HALF)
-                                + eps)  # fmt: skip
+            inv = tl.math.rsqrt(
+                (tl.sum(f1 * f1, axis=0) + tl.sum(f2 * f2, axis=0)) / (2 * HALF) + eps
+            )
             n1 = rounded(tl.load(w_ptr + i).to(tl.float32) * rounded(f1 * inv, dt), dt)
             n2 = rounded(tl.load(w_ptr + HALF + i).to(tl.float32) * rounded(f2 * inv, dt), dt)
             c = tl.load(cos_ptr + pos * HALF + i).to(tl.float32)
@@ -185,23 +199,36 @@ if TRITON_AVAILABLE:
                 tl.store(out + HALF + i, x2)
 
 
-def qk_norm_rope_cache_triton(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
-                              heads: int, eps: float) -> torch.Tensor:  # fmt: skip
+def qk_norm_rope_cache_triton(
+    qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads: int, eps: float
+) -> torch.Tensor:
     """The kernel's launcher (arguments as the twin's) -> q [B, H, T, D] contiguous."""
-    q, _, _ = _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads,
-                      eps)  # fmt: skip
+    q, _, _ = _launch(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads, eps
+    )
     return q
 
 
-def qk_norm_rope_prefill_triton(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache,
-                                cache_rows, heads: int, eps: float):  # fmt: skip
+def qk_norm_rope_prefill_triton(
+    qkv,
+    q_weight,
+    k_weight,
+    cos,
+    sin,
+    positions,
+    k_cache,
+    v_cache,
+    cache_rows,
+    heads: int,
+    eps: float,
+):
     """The prefill form's launcher (arguments as its twin's) -> q, k, v, contiguous."""
-    return _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows,
-                   heads, eps)  # fmt: skip
+    return _launch(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+    )
 
 
-def _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads,
-            eps):  # fmt: skip
+def _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
     """One launch; with cache_rows, batch row b writes cache row cache_rows[b] and k/v come back
     too (else None)."""
     if not TRITON_AVAILABLE:
@@ -237,18 +264,43 @@ def _launch(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cach
     if b * t:
         grid = (b * t, heads + 2 * kv_heads)
         _qk_norm_rope_cache_kernel[grid](
-            qkv, qkv.stride(0), qkv.stride(1), q_weight, k_weight, cos, sin,
-            positions, positions.stride(0), positions.stride(1), q, k_cache, v_cache,
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            cache_rows if prefill else positions, k_out if prefill else q,
-            v_out if prefill else q, t, heads, kv_heads, eps, bad, limit, HALF=d // 2,
-            CHECKED=checked, HAS_ROWS=prefill, KV_OUT=prefill,
-        )  # fmt: skip
+            qkv,
+            qkv.stride(0),
+            qkv.stride(1),
+            q_weight,
+            k_weight,
+            cos,
+            sin,
+            positions,
+            positions.stride(0),
+            positions.stride(1),
+            q,
+            k_cache,
+            v_cache,
+            k_cache.stride(0),
+            k_cache.stride(1),
+            k_cache.stride(2),
+            cache_rows if prefill else positions,
+            k_out if prefill else q,
+            v_out if prefill else q,
+            t,
+            heads,
+            kv_heads,
+            eps,
+            bad,
+            limit,
+            HALF=d // 2,
+            CHECKED=checked,
+            HAS_ROWS=prefill,
+            KV_OUT=prefill,
+        )
     if checked and bad.item():
         k_cache.copy_(k_before)
         v_cache.copy_(v_before)
-        raise IndexError(f"qk_norm_rope_cache: a position is outside 0..{limit - 1} (the RoPE "
-                         "table or the KV cache)")  # fmt: skip
+        raise IndexError(
+            f"qk_norm_rope_cache: a position is outside 0..{limit - 1} (the RoPE "
+            "table or the KV cache)"
+        )
     return q, k_out, v_out
 
 
@@ -267,8 +319,9 @@ def qk_norm_rope_cache(
 ) -> torch.Tensor:
     """q/k norm, RoPE and the cache write as one op: the Triton kernel on CUDA, the twin
     elsewhere. Returns q [B, H, T, D]; k and v land in the caches."""
-    return qk_norm_rope_cache_twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache,
-                                   v_cache, heads, eps)  # fmt: skip
+    return qk_norm_rope_cache_twin(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps
+    )
 
 
 @qk_norm_rope_cache.register_kernel("cuda")
@@ -299,20 +352,25 @@ def qk_norm_rope_prefill(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The padded prefill form of qk_norm_rope_cache: k and v land in the rows cache_rows and
     come back for the pass's attention. Returns q [B, H, T, D], k and v [B, Hk, T, D]."""
-    return qk_norm_rope_prefill_twin(qkv, q_weight, k_weight, cos, sin, positions, k_cache,
-                                     v_cache, cache_rows, heads, eps)  # fmt: skip
+    return qk_norm_rope_prefill_twin(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+    )
 
 
 @qk_norm_rope_prefill.register_kernel("cuda")
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
     run = qk_norm_rope_prefill_triton if TRITON_AVAILABLE else qk_norm_rope_prefill_twin
-    return run(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads,
-               eps)  # fmt: skip
+    return run(
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+    )
 
 
 @qk_norm_rope_prefill.register_fake
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
     b, t, _ = qkv.shape
     kv_heads, d = k_cache.shape[1], k_cache.shape[3]
-    return (qkv.new_empty((b, heads, t, d)), qkv.new_empty((b, kv_heads, t, d)),
-            qkv.new_empty((b, kv_heads, t, d)))  # fmt: skip
+    return (
+        qkv.new_empty((b, heads, t, d)),
+        qkv.new_empty((b, kv_heads, t, d)),
+        qkv.new_empty((b, kv_heads, t, d)),
+    )

@@ -300,12 +300,39 @@ def sample_tokens_op(
     """sample_tokens as one torch op (its arguments, in order), so a meta-device launch count and
     torch.compile see one opaque op per sampling site. Every device runs the kernel (CPU tensors
     need TRITON_INTERPRET=1); meta and fake tensors only get their shapes."""
-    sample_tokens(logits, out, greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
-                  penalty=penalty, seen=seen, block_eos=block_eos, eos_id=eos_id,
-                  suppress=suppress, seeds=seeds, frames=frames, codebook=codebook)  # fmt: skip
+    sample_tokens(
+        logits,
+        out,
+        greedy=greedy,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        penalty=penalty,
+        seen=seen,
+        block_eos=block_eos,
+        eos_id=eos_id,
+        suppress=suppress,
+        seeds=seeds,
+        frames=frames,
+        codebook=codebook,
+    )
 
 
 @sample_tokens_op.register_fake
-def _(logits, out, greedy, temperature, top_k, top_p, penalty, seen, block_eos, eos_id, suppress,
-      seeds, frames, codebook) -> None:  # fmt: skip
+def _(
+    logits,
+    out,
+    greedy,
+    temperature,
+    top_k,
+    top_p,
+    penalty,
+    seen,
+    block_eos,
+    eos_id,
+    suppress,
+    seeds,
+    frames,
+    codebook,
+) -> None:
     return None

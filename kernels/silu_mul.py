@@ -41,8 +41,9 @@ if TRITON_AVAILABLE:
         gate = tl.load(gu_ptr + row * gu_stride + cols, mask=inside, other=0.0).to(tl.float32)
         up = tl.load(gu_ptr + row * gu_stride + width + cols, mask=inside, other=0.0)
         act = rounded(gate / (1.0 + tl.exp(-gate)), dt)  # silu, rounded as the twin
-        tl.store(out_ptr + row * width + cols, rounded(act * up.to(tl.float32), dt).to(dt),
-                 mask=inside)  # fmt: skip
+        tl.store(
+            out_ptr + row * width + cols, rounded(act * up.to(tl.float32), dt).to(dt), mask=inside
+        )
 
 
 def silu_mul_triton(gate_up: torch.Tensor) -> torch.Tensor:

@@ -37,8 +37,19 @@ PHASES = ("talker_layers", "predictor_passes", "sampling", "other")
 # back in head order.
 LAUNCHES_PER_OP = {"qtts.decode_attention": 2, "qtts.prefill_attention": 2}
 # Ops that launch no kernel: allocations without a fill, and metadata.
-NO_LAUNCH = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach",
-             "lift_fresh", "_reshape_alias", "_unsafe_view", "alias", "resize_"}  # fmt: skip
+NO_LAUNCH = {
+    "empty",
+    "empty_strided",
+    "empty_like",
+    "new_empty",
+    "new_empty_strided",
+    "detach",
+    "lift_fresh",
+    "_reshape_alias",
+    "_unsafe_view",
+    "alias",
+    "resize_",
+}
 SAMPLING_OPS = {"qtts.sample_tokens"}
 COUNT_PARAMS = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampled defaults
 COUNT_PROMPT = 64  # prompt positions per slot (the count does not depend on it)
@@ -95,9 +106,17 @@ def meta_engine(
         model = build_model(config).to(device="meta", dtype=torch.bfloat16).eval()
     settings = settings or replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False)
     shape = EngineShape(slots, COUNT_VIEW + 64, 128, 1)
-    eng, _ = build_engine(model, config, shape, tts_pad=pad_embedding(model.talker, config),
-                          talker=COUNT_PARAMS, subtalker=COUNT_PARAMS, dtype=torch.bfloat16,
-                          device="meta", settings=settings)  # fmt: skip
+    eng, _ = build_engine(
+        model,
+        config,
+        shape,
+        tts_pad=pad_embedding(model.talker, config),
+        talker=COUNT_PARAMS,
+        subtalker=COUNT_PARAMS,
+        dtype=torch.bfloat16,
+        device="meta",
+        settings=settings,
+    )
     speaker = 0 if config.uses_speaker else None
     tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
     prompt = embed_prompt(model.talker, config, tokens)
@@ -108,8 +127,11 @@ def meta_engine(
 def count_decode_step(eng: Engine, view_len: int = COUNT_VIEW) -> LaunchCounter:
     """The launches of one decode step of `eng`, split by phase (the engine's own two stacks)."""
     counter = LaunchCounter()
-    phases = {"talker_step": "talker_layers", "predictor_step": "predictor_passes",
-              "predictor_first": "predictor_passes"}  # fmt: skip
+    phases = {
+        "talker_step": "talker_layers",
+        "predictor_step": "predictor_passes",
+        "predictor_first": "predictor_passes",
+    }
     steps = {name: getattr(eng, name) for name in phases}
     for name, phase in phases.items():
         if steps[name] is not None:
@@ -127,8 +149,10 @@ def launches_per_step(model: str | ModelConfig, slots: int) -> dict:
     """{"launches_per_step": n, "phases": {...}} for one decode step at `slots` slots, on the
     path `qtts batch` runs on a GPU."""
     counter = count_decode_step(meta_engine(model, slots))
-    return {"launches_per_step": counter.total,
-            "phases": {p: counter.by_phase.get(p, 0) for p in PHASES}}  # fmt: skip
+    return {
+        "launches_per_step": counter.total,
+        "phases": {p: counter.by_phase.get(p, 0) for p in PHASES},
+    }
 
 
 def count_prefill(eng: Engine, prompts: int) -> LaunchCounter:
@@ -166,9 +190,12 @@ def prefill_launches(model: str | ModelConfig, prompts: int, settings=None) -> d
     per_pass, rest = divmod(counter.by_phase["talker_layers"], layers)
     if rest:
         raise AssertionError("layer passes launched different counts")
-    return {"prefill_prompts": prompts, "prefill_launches": counter.total,
-            "prefill_launches_per_layer_pass": per_pass,
-            "prefill_phases": {p: counter.by_phase.get(p, 0) for p in PREFILL_PHASES}}  # fmt: skip
+    return {
+        "prefill_prompts": prompts,
+        "prefill_launches": counter.total,
+        "prefill_launches_per_layer_pass": per_pass,
+        "prefill_phases": {p: counter.by_phase.get(p, 0) for p in PREFILL_PHASES},
+    }
 
 
 def _labelled(counter: LaunchCounter, name: str, step):

@@ -18,8 +18,12 @@ from qtts.core.bench.part_clock import PartClock, sync
 
 PARTS = ("talker_stack", "predictor", "sampling", "other")
 # The engine's part behind each reported one: "other" is the step's own (exclusive) time.
-ENGINE_PARTS = {"talker_stack": "talker_stack", "predictor": "predictor", "sampling": "sampling",
-                "other": "decode_step"}  # fmt: skip
+ENGINE_PARTS = {
+    "talker_stack": "talker_stack",
+    "predictor": "predictor",
+    "sampling": "sampling",
+    "other": "decode_step",
+}
 
 
 def step_parts(engine, view_len: int, repeats: int = 5) -> dict[str, float]:

@@ -125,12 +125,25 @@ def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_l
     dev = torch.device(device)
     tokens = synthetic_tokens(0, config.talker.text_vocab_size, text_len)
     settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
-    return plan_rows(config, model, decoder, [frames + 1] * rows, [tokens] * rows, dev, settings,
-                     batch)  # fmt: skip
+    return plan_rows(
+        config, model, decoder, [frames + 1] * rows, [tokens] * rows, dev, settings, batch
+    )
 
 
-def run_one(size, config, model, decoder, *, plan, requests, frames, device, mode,
-            write=False, text_len=TEXT_LEN) -> BenchResult:  # fmt: skip
+def run_one(
+    size,
+    config,
+    model,
+    decoder,
+    *,
+    plan,
+    requests,
+    frames,
+    device,
+    mode,
+    write=False,
+    text_len=TEXT_LEN,
+) -> BenchResult:
     from qtts.core.engine.build import EngineShape, build_engine
     from qtts.core.engine.runner import EngineJob, run_continuous
 
@@ -149,10 +162,16 @@ def run_one(size, config, model, decoder, *, plan, requests, frames, device, mod
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
     settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
     engine, step = build_engine(
-        model, config, EngineShape.of(group), tts_pad=pad_embedding(talker, config),
-        talker=params, subtalker=params, dtype=talker.codec_head.weight.dtype, device=dev,
+        model,
+        config,
+        EngineShape.of(group),
+        tts_pad=pad_embedding(talker, config),
+        talker=params,
+        subtalker=params,
+        dtype=talker.codec_head.weight.dtype,
+        device=dev,
         settings=settings,
-    )  # fmt: skip
+    )
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]

@@ -51,8 +51,12 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
         raise ValueError("give either --model DIR or --size 0.6b|1.7b")
     if size is not None:
         config, decoder, cap, name, model_dir = (
-            model_config(size), decoder_config(size), PUBLISHED_MAX_NEW_TOKENS, size, None
-        )  # fmt: skip
+            model_config(size),
+            decoder_config(size),
+            PUBLISHED_MAX_NEW_TOKENS,
+            size,
+            None,
+        )
     else:
         from qtts.core.model.hub import resolve_model_dir
 
@@ -65,8 +69,12 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
     with torch.device("meta"):
         talker, vocoder = build_model(config).to(dtype), SpeechDecoder(decoder).to(dtype)
     base = model_dir is not None and config.tts_model_type == "base"
-    weights = weights_bytes(talker, vocoder, EngineSettings.for_device("cuda", env={}),
-                            model_dir / "speech_tokenizer" if base else None)  # fmt: skip
+    weights = weights_bytes(
+        talker,
+        vocoder,
+        EngineSettings.for_device("cuda", env={}),
+        model_dir / "speech_tokenizer" if base else None,
+    )
     dims = dims_for(config, decoder, dtype)
     return PlanModel(name, config, decoder, cap, weights, dims, dtype, model_dir)
 
@@ -82,8 +90,9 @@ def synthetic_shapes(
 ) -> tuple[list[RowShape], list[int]]:
     """(shapes, expected frames per row) of `rows` rows of `text_tokens` text tokens."""
     b = FrameBudget(m.max_new_tokens, max_new_tokens)
-    shapes = row_shapes([b.max_new_tokens(text_tokens)] * rows,
-                        [synthetic_tokens(m.config, text_tokens)] * rows)  # fmt: skip
+    shapes = row_shapes(
+        [b.max_new_tokens(text_tokens)] * rows, [synthetic_tokens(m.config, text_tokens)] * rows
+    )
     return shapes, [b.estimate_frames(text_tokens)] * rows
 
 
@@ -119,8 +128,9 @@ def input_shapes(
     return row_shapes(budgets, tokens), frames, "token counts from the checkpoint's tokenizer"
 
 
-def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
-           frames: list[int]) -> tuple[list[str], dict]:  # fmt: skip
+def report(
+    plan: MemoryPlan, m: PlanModel, device: DeviceSpec, frames: list[int]
+) -> tuple[list[str], dict]:
     """The table lines and the JSON object (the last stdout line) for a plan; frames: each
     row's expected frames (the job estimate)."""
     g = plan.peak_group
@@ -144,9 +154,11 @@ def report(plan: MemoryPlan, m: PlanModel, device: DeviceSpec,
         + ("fits" if plan.fits else "DOES NOT FIT"),
         "",
         f"{'length group':<14}{'rows':>10}{'KV positions':>14}{'slots':>8}{'graphs':>8}",
-        *(f"{k:<14}{len(x.rows):>10,}{x.kv_len:>14,}{x.slots:>8}{len(x.views):>8}"
-          for k, x in enumerate(plan.groups, start=1)),
-    ]  # fmt: skip
+        *(
+            f"{k:<14}{len(x.rows):>10,}{x.kv_len:>14,}{x.slots:>8}{len(x.views):>8}"
+            for k, x in enumerate(plan.groups, start=1)
+        ),
+    ]
     if not plan.fits:
         lines.append(
             f"largest batch size that fits: {plan.largest_fitting}"
@@ -206,8 +218,13 @@ def job_estimate(out: dict, frames: list[int], ceiling: float, device: DeviceSpe
     bound on speed: the real job is slower)."""
     audio_s = sum(frames) * FRAME_S
     hours_at_ceiling = audio_s / ceiling / 3600
-    out["job"] = {"rows": len(frames), "audio_hours": audio_s / 3600,
-                  "hours_at_ceiling": hours_at_ceiling}  # fmt: skip
-    return [f"job: {len(frames):,} rows, about {audio_s / 3600:,.1f} h of audio (frame estimate); "
-            f"at least {hours_at_ceiling:,.2f} h on one {device.name.split(' (')[0]} "
-            "(at the roofline ceiling: an upper bound on speed)"]  # fmt: skip
+    out["job"] = {
+        "rows": len(frames),
+        "audio_hours": audio_s / 3600,
+        "hours_at_ceiling": hours_at_ceiling,
+    }
+    return [
+        f"job: {len(frames):,} rows, about {audio_s / 3600:,.1f} h of audio (frame estimate); "
+        f"at least {hours_at_ceiling:,.2f} h on one {device.name.split(' (')[0]} "
+        "(at the roofline ceiling: an upper bound on speed)"
+    ]

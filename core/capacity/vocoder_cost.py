@@ -40,8 +40,10 @@ class VocoderCost:
 
     def seconds_per_audio_s(self, device: DeviceSpec, rows_per_call: int) -> float:
         """The lower bound on the GPU time one second of audio costs the vocoder."""
-        return max(self.flops_per_audio_s / device.flops,
-                   self.bytes_per_audio_s(rows_per_call) / device.bandwidth)  # fmt: skip
+        return max(
+            self.flops_per_audio_s / device.flops,
+            self.bytes_per_audio_s(rows_per_call) / device.bandwidth,
+        )
 
 
 class _ByteCounter(TorchDispatchMode):

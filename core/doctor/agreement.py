@@ -55,11 +55,17 @@ def _forced(models, device, settings, codes) -> dict:
 
 def _agreement_figures(a, b) -> dict:
     out = {}
-    for label, books in (("talker", range(0, 1)), ("predictor", range(1, 16)),
-                         ("all", range(0, 16))):  # fmt: skip
+    for label, books in (
+        ("talker", range(0, 1)),
+        ("predictor", range(1, 16)),
+        ("all", range(0, 16)),
+    ):
         same, worst, sites = agreement(a, b, books, AUDIO_CODES)
-        out[label] = {"argmax_agreement": round(same, 4), "worst_logit_rel_diff": worst,
-                      "sites": sites}  # fmt: skip
+        out[label] = {
+            "argmax_agreement": round(same, 4),
+            "worst_logit_rel_diff": worst,
+            "sites": sites,
+        }
     return out
 
 
@@ -73,24 +79,40 @@ def layer_paths(run: DoctorRun) -> Check:
     work = LAYER_WORK[dev.type]
     with exact_fp32(), few_threads(dev):
         models = random_models(run.size, dev, torch.float32)
-        codes = {path: greedy_codes(models, dev, _settings(dev, cuda_graphs=False,
-                                                           layer_path=path), work)
-                 for path in ("module", "fused")}  # fmt: skip
+        codes = {
+            path: greedy_codes(
+                models, dev, _settings(dev, cuda_graphs=False, layer_path=path), work
+            )
+            for path in ("module", "fused")
+        }
         diff = first_difference(codes["module"], codes["fused"])
-        figures = {"dtype": "float32", "rows": work.rows, "frames": work.frames,
-                   "codes_equal": diff is None}  # fmt: skip
+        figures = {
+            "dtype": "float32",
+            "rows": work.rows,
+            "frames": work.frames,
+            "codes_equal": diff is None,
+        }
         if not run.cuda:
             same = f"{work.rows} rows x {work.frames} frames: the same codes (the fused ops ran "
             return verdict(name, diff is None, diff or same + "their torch twins)", figures)
-        logits = {path: _forced(models, dev, _settings(dev, cuda_graphs=False, layer_path=path),
-                                codes["module"]) for path in ("module", "fused")}  # fmt: skip
+        logits = {
+            path: _forced(
+                models, dev, _settings(dev, cuda_graphs=False, layer_path=path), codes["module"]
+            )
+            for path in ("module", "fused")
+        }
     figures["teacher_forced"] = fig = _agreement_figures(logits["module"], logits["fused"])
     same, worst = fig["all"]["argmax_agreement"], fig["all"]["worst_logit_rel_diff"]
     held = same >= FP32_MIN_AGREEMENT and worst <= FP32_LOGIT_REL_TOL
-    return verdict(name, held, f"teacher-forced argmax agreement {same:.2%} (>= "
-                   f"{FP32_MIN_AGREEMENT:.0%}), worst logit diff {worst:.1e} (<= "
-                   f"{FP32_LOGIT_REL_TOL:g}); free-running codes "
-                   f"{'equal' if diff is None else 'differ: ' + diff}", figures)  # fmt: skip
+    return verdict(
+        name,
+        held,
+        f"teacher-forced argmax agreement {same:.2%} (>= "
+        f"{FP32_MIN_AGREEMENT:.0%}), worst logit diff {worst:.1e} (<= "
+        f"{FP32_LOGIT_REL_TOL:g}); free-running codes "
+        f"{'equal' if diff is None else 'differ: ' + diff}",
+        figures,
+    )
 
 
 def graph_replay(run: DoctorRun) -> Check:
@@ -105,10 +127,20 @@ def graph_replay(run: DoctorRun) -> Check:
         eager = greedy_codes(models, dev, _settings(dev, cuda_graphs=False), GRAPH_WORK)
         graphed = greedy_codes(models, dev, _settings(dev, cuda_graphs=True), GRAPH_WORK)
     diff = first_difference(eager, graphed)
-    figures = {"dtype": "float32", "rows": GRAPH_WORK.rows, "slots": GRAPH_WORK.slots,
-               "frames": GRAPH_WORK.frames}  # fmt: skip
-    return verdict(name, diff is None, diff or f"{GRAPH_WORK.rows} rows x {GRAPH_WORK.frames} "
-                   f"frames over {GRAPH_WORK.slots} slots: the same codes", figures)  # fmt: skip
+    figures = {
+        "dtype": "float32",
+        "rows": GRAPH_WORK.rows,
+        "slots": GRAPH_WORK.slots,
+        "frames": GRAPH_WORK.frames,
+    }
+    return verdict(
+        name,
+        diff is None,
+        diff
+        or f"{GRAPH_WORK.rows} rows x {GRAPH_WORK.frames} "
+        f"frames over {GRAPH_WORK.slots} slots: the same codes",
+        figures,
+    )
 
 
 def bf16_vs_fp32(run: DoctorRun) -> Check:

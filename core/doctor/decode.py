@@ -65,15 +65,29 @@ def prompts(config, model, rows: int) -> list:
 def build(models, device: torch.device, settings: EngineSettings, work: Workload):
     """(engine, graphed step or None) for `work`, shaped by the memory plan for these settings."""
     config, model, decoder = models
-    plan = plan_rows(config, model, decoder, [work.frames + 1] * work.rows,
-                     _tokens(config, work.rows), device, settings, work.slots)  # fmt: skip
+    plan = plan_rows(
+        config,
+        model,
+        decoder,
+        [work.frames + 1] * work.rows,
+        _tokens(config, work.rows),
+        device,
+        settings,
+        work.slots,
+    )
     (group,) = plan.groups  # every row has the same shape
     talker = model.talker
     engine, step = build_engine(
-        model, config, EngineShape.of(group), tts_pad=pad_embedding(talker, config),
-        talker=GREEDY, subtalker=GREEDY, dtype=talker.codec_head.weight.dtype, device=device,
+        model,
+        config,
+        EngineShape.of(group),
+        tts_pad=pad_embedding(talker, config),
+        talker=GREEDY,
+        subtalker=GREEDY,
+        dtype=talker.codec_head.weight.dtype,
+        device=device,
         settings=settings,
-    )  # fmt: skip
+    )
     engine.suppress[engine.eos] = True
     return engine, step
 
@@ -82,8 +96,10 @@ def greedy_codes(models, device, settings: EngineSettings, work: Workload) -> li
     """Each row's int64 [frames, 16] codes (CPU), by continuous batching over work.slots."""
     config, model, _ = models
     engine, step = build(models, device, settings, work)
-    jobs = [EngineJob(i, p, work.frames + 1, i, GREEDY, GREEDY)
-            for i, p in enumerate(prompts(config, model, work.rows))]  # fmt: skip
+    jobs = [
+        EngineJob(i, p, work.frames + 1, i, GREEDY, GREEDY)
+        for i, p in enumerate(prompts(config, model, work.rows))
+    ]
     codes: dict[int, torch.Tensor] = {}
     for done in run_continuous(engine, jobs, step=step):
         for d in done:

@@ -16,8 +16,10 @@ from qtts.core.doctor.check import Check, DoctorRun, skipped, verdict
 # flipped by fp32 noise (one ulp, relative); fp32 by a few ulps of values of order 1-10.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
 # (rows, hidden, MLP width, heads, KV heads, head dim, cache positions, sampling rows, vocabs)
-SIZES = {"cuda": (64, 2048, 6144, 16, 8, 128, 512, 256, (2048, 3072)),
-         "cpu": (4, 200, 1500, 8, 2, 32, 12, 16, (300,))}  # fmt: skip
+SIZES = {
+    "cuda": (64, 2048, 6144, 16, 8, 128, 512, 256, (2048, 3072)),
+    "cpu": (4, 200, 1500, 8, 2, 32, 12, 16, (300,)),
+}
 
 
 def _rel(a, b) -> float:
@@ -65,12 +67,16 @@ def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     suppress[vocab - 12 : vocab - 2] = True
     logits = 3 * torch.randn(rows, vocab, device=dev, generator=g)
     logits[:, eos] += 2.0  # EOS competes, so the block matters
-    p = dict(greedy=rand(rows) < 0.25, temperature=0.3 + 1.5 * rand(rows),
-             top_k=torch.randint(0, 80, (rows,), device=dev, generator=g) * (rand(rows) < 0.7),
-             top_p=torch.where(rand(rows) < 0.5, 1.0, 0.5 + 0.45 * rand(rows)).float(),
-             penalty=1.0 + 0.5 * rand(rows))  # fmt: skip
-    site = dict(seen=rand(rows, vocab) < 0.05, block_eos=rand(rows) < 0.5, eos_id=eos,
-                suppress=suppress)  # fmt: skip
+    p = dict(
+        greedy=rand(rows) < 0.25,
+        temperature=0.3 + 1.5 * rand(rows),
+        top_k=torch.randint(0, 80, (rows,), device=dev, generator=g) * (rand(rows) < 0.7),
+        top_p=torch.where(rand(rows) < 0.5, 1.0, 0.5 + 0.45 * rand(rows)).float(),
+        penalty=1.0 + 0.5 * rand(rows),
+    )
+    site = dict(
+        seen=rand(rows, vocab) < 0.05, block_eos=rand(rows) < 0.5, eos_id=eos, suppress=suppress
+    )
     seeds = torch.randint(0, 2**62, (rows,), device=dev, generator=g)
     frames = torch.randint(0, 4000, (rows,), device=dev, generator=g)
     out = torch.empty(rows, dtype=torch.int64, device=dev)

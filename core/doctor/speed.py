@@ -37,10 +37,18 @@ def doctor_models(run: DoctorRun):
 def bandwidth(run: DoctorRun) -> Check:
     spec = measured_machine(run)
     dtype = str(parse_dtype("auto", run.device)).removeprefix("torch.")
-    figures = {"bandwidth_gb_s": round(spec.bandwidth / 1e9, 1),
-               "matmul_tflop_s": round(spec.flops / 1e12, 3), "matmul_dtype": dtype}  # fmt: skip
-    return Check("memory bandwidth", "ok", f"{figures['bandwidth_gb_s']:g} GB/s copy, "
-                 f"{figures['matmul_tflop_s']:g} TFLOP/s {dtype} matmul", figures)  # fmt: skip
+    figures = {
+        "bandwidth_gb_s": round(spec.bandwidth / 1e9, 1),
+        "matmul_tflop_s": round(spec.flops / 1e12, 3),
+        "matmul_dtype": dtype,
+    }
+    return Check(
+        "memory bandwidth",
+        "ok",
+        f"{figures['bandwidth_gb_s']:g} GB/s copy, "
+        f"{figures['matmul_tflop_s']:g} TFLOP/s {dtype} matmul",
+        figures,
+    )
 
 
 def decode_step(run: DoctorRun) -> Check:
@@ -53,12 +61,20 @@ def decode_step(run: DoctorRun) -> Check:
     mode = fast_mode(dev, dt)
     batch = STEP_BATCH[dev.type]
     plan = bench_plan(*models, dev, mode, batch, batch, STEP_FRAMES)
-    res = run_one(run.size, *models, plan=plan, requests=batch, frames=STEP_FRAMES, device=dev,
-                  mode=mode)  # fmt: skip
+    res = run_one(
+        run.size, *models, plan=plan, requests=batch, frames=STEP_FRAMES, device=dev, mode=mode
+    )
     roof = roofline_fraction(res, models[0], dt.itemsize, measured_machine(run))
     dtype = str(dt).removeprefix("torch.")
-    figures = {"size": run.size, "dtype": dtype, "mode": mode, "batch": res.batch,
-               "view": res.view, "step_ms": res.step_ms, "roofline": roof}  # fmt: skip
+    figures = {
+        "size": run.size,
+        "dtype": dtype,
+        "mode": mode,
+        "batch": res.batch,
+        "view": res.view,
+        "step_ms": res.step_ms,
+        "roofline": roof,
+    }
     detail = (
         f"{run.size} {dtype} {mode}, batch {res.batch}: {roof['step_ms']:.2f} ms per step, bound "
         f"{roof['bound_ms']:.2f} ms = {roof['fraction']:.1%} of the measured roofline"

@@ -27,8 +27,12 @@ def installed_version(dist: str) -> str:
 def _driver() -> str:
     """The NVIDIA driver as nvidia-smi reports it; torch knows only the CUDA API it supports."""
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)  # fmt: skip
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     lines = done.stdout.split()
@@ -45,9 +49,12 @@ def _cpu_auto() -> dict[str, str | None]:
 
 
 def versions(run: DoctorRun) -> Check:
-    figures = {"python": platform.python_version(), "torch": torch.__version__,
-               "triton": installed_version("triton"),
-               "qtts": installed_version("qtts")}  # fmt: skip
+    figures = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": installed_version("triton"),
+        "qtts": installed_version("qtts"),
+    }
     if run.cuda:
         props = torch.cuda.get_device_properties(run.device)
         figures |= {

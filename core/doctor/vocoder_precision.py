@@ -56,8 +56,14 @@ def bf16_vocoder(run: DoctorRun) -> Check:
         bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
         audio = torch.cat(decode_bucketed(bf16, codes))
     snr = audio_snr_db(reference, audio)
-    figures = {"size": run.size, "rows": list(ROW_FRAMES), "snr_db": round(snr, 2),
-               "min_snr_db": BF16_AUDIO_MIN_SNR_DB}  # fmt: skip
-    detail = (f"{run.size} decoder, {len(codes)} rows: bf16 audio {snr:.1f} dB SNR against "
-              f"fp32 (>= {BF16_AUDIO_MIN_SNR_DB:g} dB)")  # fmt: skip
+    figures = {
+        "size": run.size,
+        "rows": list(ROW_FRAMES),
+        "snr_db": round(snr, 2),
+        "min_snr_db": BF16_AUDIO_MIN_SNR_DB,
+    }
+    detail = (
+        f"{run.size} decoder, {len(codes)} rows: bf16 audio {snr:.1f} dB SNR against "
+        f"fp32 (>= {BF16_AUDIO_MIN_SNR_DB:g} dB)"
+    )
     return verdict(name, snr >= BF16_AUDIO_MIN_SNR_DB, detail, figures)

@@ -30,8 +30,13 @@ def vocoder_window(run: DoctorRun) -> Check:
     rows, frames = WINDOW_ROWS[dev.type], CHUNK_FRAMES + LEFT_CONTEXT
     forward = GraphedVocoder(decoder, rows) if graphs else decoder
     gen = torch.Generator(device=dev).manual_seed(0)
-    codes = torch.randint(0, decoder.cfg.codebook_size, (rows, decoder.cfg.num_quantizers,
-                          frames), generator=gen, device=dev)  # fmt: skip
+    codes = torch.randint(
+        0,
+        decoder.cfg.codebook_size,
+        (rows, decoder.cfg.num_quantizers, frames),
+        generator=gen,
+        device=dev,
+    )
     with torch.inference_mode():  # the first call warms up (and on GPU captures the graph)
         seconds = seconds_per_call(lambda: forward(codes), dev, REPEATS[dev.type])
     replayed = graphs and bool(forward.graphs)  # False: a capture failed (and was logged)
@@ -43,12 +48,19 @@ def vocoder_window(run: DoctorRun) -> Check:
     dtype = str(dt).removeprefix("torch.")
     path = "graph replay" if replayed else "eager"
     figures = {
-        "size": run.size, "dtype": dtype, "path": path, "rows": rows, "frames": frames,
-        "window_ms": round(seconds * 1e3, 3), "bound_ms": round(bound_s * 1e3, 3),
-        "bound_by": max(bounds, key=bounds.get), "fraction": round(bound_s / seconds, 4),
-        "gflop": round(flops / 1e9, 3), "gb_moved": round(moved / 1e9, 3),
+        "size": run.size,
+        "dtype": dtype,
+        "path": path,
+        "rows": rows,
+        "frames": frames,
+        "window_ms": round(seconds * 1e3, 3),
+        "bound_ms": round(bound_s * 1e3, 3),
+        "bound_by": max(bounds, key=bounds.get),
+        "fraction": round(bound_s / seconds, 4),
+        "gflop": round(flops / 1e9, 3),
+        "gb_moved": round(moved / 1e9, 3),
         "audio_s_per_s": round(audio_s / seconds, 2),
-    }  # fmt: skip
+    }
     detail = (
         f"{run.size} {dtype} {path}, {rows} x {CHUNK_FRAMES}+{LEFT_CONTEXT} frames: "
         f"{seconds * 1e3:.1f} ms, bound {bound_s * 1e3:.2f} ms ({figures['bound_by']}) = "

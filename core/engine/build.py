@@ -32,8 +32,14 @@ class EngineShape:
     def of(cls, group, slots: int | None = None) -> EngineShape:
         """A memory plan's group (qtts.core.engine.planner.GroupPlan), with `slots` slots when
         fewer than planned run (an out-of-memory retry, the last rows of a group)."""
-        return cls(group.slots if slots is None else slots, group.kv_len, group.max_frames,
-                   group.max_trailing, group.prefill_rows, group.views)  # fmt: skip
+        return cls(
+            group.slots if slots is None else slots,
+            group.kv_len,
+            group.max_frames,
+            group.max_trailing,
+            group.prefill_rows,
+            group.views,
+        )
 
 
 def build_engine(
@@ -55,8 +61,17 @@ def build_engine(
     goes to `on_capture_error`, and the engine then decodes eagerly; without it, it raises."""
     if shape.prefill_rows is not None:
         settings = replace(settings, prefill_group=min(settings.prefill_group, shape.prefill_rows))
-    state = SlotState(config, shape.slots, shape.kv_len, shape.max_frames, shape.max_trailing,
-                      talker=talker, subtalker=subtalker, dtype=dtype, device=device)  # fmt: skip
+    state = SlotState(
+        config,
+        shape.slots,
+        shape.kv_len,
+        shape.max_frames,
+        shape.max_trailing,
+        talker=talker,
+        subtalker=subtalker,
+        dtype=dtype,
+        device=device,
+    )
     engine = Engine(model, config, state, tts_pad, settings)
     if not settings.cuda_graphs:
         return engine, None

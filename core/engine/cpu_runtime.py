@@ -80,8 +80,9 @@ def describe_cpu_budget(env: Mapping[str, str] = os.environ, kept: bool | None =
     knob = read_knobs(env).cpu_threads
     kept = not budget.vocoder_thread if kept is None else kept
     blocks = "large blocks kept" if kept else "allocator as is"
-    return (f"threads {budget.describe()} (QTTS_CPU_THREADS={knob}, {STARTING_THREADS} cores); "
-            f"{blocks}")  # fmt: skip
+    return (
+        f"threads {budget.describe()} (QTTS_CPU_THREADS={knob}, {STARTING_THREADS} cores); {blocks}"
+    )
 
 
 def set_threads(threads: int) -> None:

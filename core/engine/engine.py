@@ -37,8 +37,13 @@ class Engine:
         self.settings = settings or EngineSettings.for_device(tts_pad.device, dtype=tts_pad.dtype)
         self.timer: StepTimer | None = None  # marks prefill and the step's parts (engine.timer)
         # The stacks' decode passes: module, packed or fused (engine.layer_path).
-        steps = layer_steps(model, self.settings.layer_path, state.kv.max_len,
-                            state.cp_kv.k.shape[3], self.settings.custom_ops)  # fmt: skip
+        steps = layer_steps(
+            model,
+            self.settings.layer_path,
+            state.kv.max_len,
+            state.cp_kv.k.shape[3],
+            self.settings.custom_ops,
+        )
         self.talker_step, self.predictor_step = steps.talker, steps.predictor
         self.predictor_first = steps.predictor_first
         self.talker_prefill = steps.talker_prefill  # the fused path's; None: the module's forward
@@ -83,9 +88,17 @@ class Engine:
         s.seeds[slots] = table.seed
         s.seen[slots] = False
         first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
-        c0 = self._choose(logits, _rows(s.talker, slots), table.seed, torch.zeros_like(slots), 0,
-                          seen=s.seen[slots], block_eos=first, eos_id=self.eos,
-                          suppress=self.suppress)  # fmt: skip
+        c0 = self._choose(
+            logits,
+            _rows(s.talker, slots),
+            table.seed,
+            torch.zeros_like(slots),
+            0,
+            seen=s.seen[slots],
+            block_eos=first,
+            eos_id=self.eos,
+            suppress=self.suppress,
+        )
         s.seen[slots, c0] = True
         s.c0[slots], s.past_hidden[slots] = c0, last
         s.kv.lengths[slots], s.num_tokens[slots], s.budget[slots] = lengths, 1, table.budget
@@ -161,9 +174,17 @@ class Engine:
         view = s.kv.decode_view(view_len, self.decode_attend)
         hidden = self._timed("talker_stack", self.talker_step, x[:, None], pos, mask, view)
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
-        c0 = self._choose(logits, s.talker, s.seeds, s.num_tokens, 0, seen=s.seen,
-                          block_eos=s.num_tokens < MIN_NEW_TOKENS, eos_id=self.eos,
-                          suppress=self.suppress)  # fmt: skip
+        c0 = self._choose(
+            logits,
+            s.talker,
+            s.seeds,
+            s.num_tokens,
+            0,
+            seen=s.seen,
+            block_eos=s.num_tokens < MIN_NEW_TOKENS,
+            eos_id=self.eos,
+            suppress=self.suppress,
+        )
         s.seen[s.kv.rows, c0] |= active
         s.c0.copy_(torch.where(active, c0, s.c0))
         s.past_hidden.copy_(torch.where(active[:, None], hidden[:, 0], s.past_hidden))
@@ -191,9 +212,18 @@ class Engine:
 
     def _choose(self, logits, params, seeds, frames, codebook: int, **site) -> torch.Tensor:
         """choose_tokens with this engine's sampler and sync rule, marked as "sampling"."""
-        return self._timed("sampling", choose_tokens, logits, params, seeds, frames, codebook,
-                           allow_host_sync=self.settings.allow_host_sync,
-                           sampler=self.settings.sampler, **site)  # fmt: skip
+        return self._timed(
+            "sampling",
+            choose_tokens,
+            logits,
+            params,
+            seeds,
+            frames,
+            codebook,
+            allow_host_sync=self.settings.allow_host_sync,
+            sampler=self.settings.sampler,
+            **site,
+        )
 
     def _timed(self, part: str, fn, *args, **kwargs):
         """fn(*args, **kwargs), inside the timer's `part` when a timer is set (engine.timer)."""

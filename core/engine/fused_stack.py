@@ -62,12 +62,24 @@ class LayerOps:
 
 
 # The custom ops: each one kernel on CUDA, seen whole by torch.compile and the launch count.
-CUSTOM_OPS = LayerOps(rms_norm, qk_norm_rope_cache, qk_norm_rope_prefill, decode_attention,
-                      prefill_attention, silu_mul)  # fmt: skip
+CUSTOM_OPS = LayerOps(
+    rms_norm,
+    qk_norm_rope_cache,
+    qk_norm_rope_prefill,
+    decode_attention,
+    prefill_attention,
+    silu_mul,
+)
 # Their torch twins, called directly: what a CPU's custom ops run anyway, without the custom-op
 # dispatch (tens of us a call, 500 calls a step; EngineSettings.custom_ops).
-TWIN_OPS = LayerOps(rms_norm_twin, qk_norm_rope_cache_twin, qk_norm_rope_prefill_twin,
-                    decode_attention_twin, prefill_attention_twin, silu_mul_twin)  # fmt: skip
+TWIN_OPS = LayerOps(
+    rms_norm_twin,
+    qk_norm_rope_cache_twin,
+    qk_norm_rope_prefill_twin,
+    decode_attention_twin,
+    prefill_attention_twin,
+    silu_mul_twin,
+)
 
 
 class FusedStack:
@@ -109,8 +121,18 @@ class FusedStack:
         b, t = positions.shape
         ops = self.ops
         qkv = F.linear(ops.rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
-        q = ops.qk_norm_rope_cache(qkv.view(b, t, -1), w.q_norm, w.k_norm, self.cos, self.sin,
-                                   positions, k, v, self.heads, self.eps)  # fmt: skip
+        q = ops.qk_norm_rope_cache(
+            qkv.view(b, t, -1),
+            w.q_norm,
+            w.k_norm,
+            self.cos,
+            self.sin,
+            positions,
+            k,
+            v,
+            self.heads,
+            self.eps,
+        )
         del qkv  # q: [B, Hq, T, D]
         out = ops.decode_attention(q, k[:, :, :span], v[:, :, :span], bias, self.scale)
         del q  # out: [B, T, Hq D]
@@ -139,9 +161,19 @@ class FusedStack:
         m, t = positions.shape
         ops = self.ops
         qkv = F.linear(ops.rms_norm(h, w.input_norm, self.eps), w.qkv)  # [N, (Hq + 2 Hk) D]
-        q, k_new, v_new = ops.qk_norm_rope_prefill(qkv.view(m, t, -1), w.q_norm, w.k_norm, self.cos,
-                                                   self.sin, positions, k, v, rows, self.heads,
-                                                   self.eps)  # [m, Hq | Hk, L, D]  # fmt: skip
+        q, k_new, v_new = ops.qk_norm_rope_prefill(
+            qkv.view(m, t, -1),
+            w.q_norm,
+            w.k_norm,
+            self.cos,
+            self.sin,
+            positions,
+            k,
+            v,
+            rows,
+            self.heads,
+            self.eps,
+        )  # [m, Hq | Hk, L, D]
         del qkv
         out = ops.prefill_attention(q, k_new, v_new, bias, self.scale)  # [m, L, Hq D]
         del q, k_new, v_new

@@ -64,8 +64,12 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         device, stream = torch.cuda.current_device(), torch.cuda.current_stream(self.device)
         try:
-            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
-                                  capture_error_mode=self.capture_error_mode):  # fmt: skip
+            with torch.cuda.graph(
+                graph,
+                pool=self.pool,
+                stream=self.stream,
+                capture_error_mode=self.capture_error_mode,
+            ):
                 step(view_len)
         except BaseException:
             # A failed capture_end leaves the capture stream (and its device) current: the context

@@ -67,8 +67,9 @@ class _SlotPrefill:
         """For the fused stack's prefill (engine.fused_stack), whose cache op writes each batch
         row's K/V into its slot's row itself: (k, v [Ly, slots, Hk, max_len, D], slots [m])."""
         if positions > self.cache.max_len:
-            raise ValueError(f"prompt of {positions} positions exceeds the cache "
-                             f"({self.cache.max_len})")  # fmt: skip
+            raise ValueError(
+                f"prompt of {positions} positions exceeds the cache ({self.cache.max_len})"
+            )
         return self.cache.k, self.cache.v, self.slots
 
 

@@ -35,8 +35,9 @@ def prepare_weights(model, layer_path: str) -> None:
         fuse_projections(model.talker.code_predictor.model)
 
 
-def layer_steps(model, layer_path: str, talker_positions: int, predictor_positions: int,
-                custom_ops: bool = True):  # fmt: skip
+def layer_steps(
+    model, layer_path: str, talker_positions: int, predictor_positions: int, custom_ops: bool = True
+):
     """The steps for `layer_path` over `model` (core/model/talker.py). The fused path needs the
     projections fused (core/model/fused_weights.py): the synthesizer does it at load, after which
     this is a no-op; a model built elsewhere (bench, tests) is fused here, once. custom_ops: the

@@ -29,8 +29,9 @@ def prefill_bias(lengths: torch.Tensor, width: int, n_rep: int, dtype: torch.dty
     m, keys = lengths.shape[0], torch.arange(width, device=lengths.device)  # [L]
     seen = (keys[None, :] <= keys[:, None]) & (keys < lengths[:, None, None])  # [m, L, L]
     stride = -(-width // BIAS_ALIGN) * BIAS_ALIGN
-    bias = torch.full((m, 1, n_rep, width, stride), float("-inf"), dtype=dtype,
-                      device=lengths.device)  # fmt: skip
+    bias = torch.full(
+        (m, 1, n_rep, width, stride), float("-inf"), dtype=dtype, device=lengths.device
+    )
     bias[..., :width].masked_fill_(seen[:, None, None], 0.0)  # [m, 1, n_rep, L, L] in place
     return bias.view(m, 1, n_rep * width, stride)[..., :width]
 
@@ -55,8 +56,10 @@ def prefill_attention_twin(q, k, v, bias, scale: float) -> torch.Tensor:
     kv_heads = k.shape[1]
     n_rep = h // kv_heads
     if bias.shape[-2:] != (n_rep * t, k.shape[2]):
-        raise ValueError(f"prefill_attention: bias {tuple(bias.shape)} is not [B, 1, "
-                         f"{n_rep * t}, {k.shape[2]}] (prefill_bias)")  # fmt: skip
+        raise ValueError(
+            f"prefill_attention: bias {tuple(bias.shape)} is not [B, 1, "
+            f"{n_rep * t}, {k.shape[2]}] (prefill_bias)"
+        )
     grouped = q.reshape(b, kv_heads, n_rep * t, d)  # head j*n_rep + r, position t -> row r*T + t
     out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=bias, scale=scale)
     # [B, Hk, n_rep, T, D] -> [B, T, Hk, n_rep, D]: reshape, never view (CUDA's layout differs)

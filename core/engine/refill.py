@@ -70,8 +70,15 @@ def pack_refill(fills, device: torch.device | str) -> RefillTable:
         for i in range(len(SITES))
     )
     scalars = dict(zip(_SCALARS, views[: len(_SCALARS)], strict=True))
-    return RefillTable(**scalars, talker=talker, subtalker=subtalker, prompt_row=rest[0],
-                       prompt_pos=rest[1], trailing_slot=rest[2], trailing_pos=rest[3])  # fmt: skip
+    return RefillTable(
+        **scalars,
+        talker=talker,
+        subtalker=subtalker,
+        prompt_row=rest[0],
+        prompt_pos=rest[1],
+        trailing_slot=rest[2],
+        trailing_pos=rest[3],
+    )
 
 
 def _site(columns: list[torch.Tensor]) -> dict[str, torch.Tensor]:

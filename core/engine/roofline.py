@@ -32,23 +32,31 @@ class DeviceSpec:
 
 # Datasheet figures: memory bandwidth, dense bf16 tensor FLOP/s (no sparsity), memory.
 DEVICES = {
-    "l4": DeviceSpec("L4 (0.3 TB/s, 121 TFLOP/s bf16 dense, 24 GiB)", 0.3e12, 121e12,
-                     memory_gib=24),
-    "a10": DeviceSpec("A10 (0.6 TB/s, 125 TFLOP/s bf16 dense, 24 GiB)", 0.6e12, 125e12,
-                      memory_gib=24),
-    "rtx4090": DeviceSpec("RTX 4090 (1.0 TB/s, 165 TFLOP/s bf16 dense, 24 GiB)", 1.008e12,
-                          165e12, memory_gib=24),
-    "l40s": DeviceSpec("L40S (0.864 TB/s, 362 TFLOP/s bf16 dense, 48 GiB)", 0.864e12, 362e12,
-                       memory_gib=48),
-    "a100-40": DeviceSpec("A100 40GB SXM (1.56 TB/s, 312 TFLOP/s bf16 dense)", 1.555e12,
-                          312e12, memory_gib=40),
-    "a100-80": DeviceSpec("A100 80GB SXM (2.04 TB/s, 312 TFLOP/s bf16 dense)", 2.039e12,
-                          312e12, memory_gib=80),
-    "h100": DeviceSpec("H100 SXM (3.35 TB/s, 989 TFLOP/s bf16 dense, 80 GiB)", 3.35e12, 989e12,
-                       memory_gib=80),
-    "h200": DeviceSpec("H200 SXM (4.8 TB/s, 989 TFLOP/s bf16 dense, 141 GiB)", 4.8e12, 989e12,
-                       memory_gib=141),
-}  # fmt: skip
+    "l4": DeviceSpec(
+        "L4 (0.3 TB/s, 121 TFLOP/s bf16 dense, 24 GiB)", 0.3e12, 121e12, memory_gib=24
+    ),
+    "a10": DeviceSpec(
+        "A10 (0.6 TB/s, 125 TFLOP/s bf16 dense, 24 GiB)", 0.6e12, 125e12, memory_gib=24
+    ),
+    "rtx4090": DeviceSpec(
+        "RTX 4090 (1.0 TB/s, 165 TFLOP/s bf16 dense, 24 GiB)", 1.008e12, 165e12, memory_gib=24
+    ),
+    "l40s": DeviceSpec(
+        "L40S (0.864 TB/s, 362 TFLOP/s bf16 dense, 48 GiB)", 0.864e12, 362e12, memory_gib=48
+    ),
+    "a100-40": DeviceSpec(
+        "A100 40GB SXM (1.56 TB/s, 312 TFLOP/s bf16 dense)", 1.555e12, 312e12, memory_gib=40
+    ),
+    "a100-80": DeviceSpec(
+        "A100 80GB SXM (2.04 TB/s, 312 TFLOP/s bf16 dense)", 2.039e12, 312e12, memory_gib=80
+    ),
+    "h100": DeviceSpec(
+        "H100 SXM (3.35 TB/s, 989 TFLOP/s bf16 dense, 80 GiB)", 3.35e12, 989e12, memory_gib=80
+    ),
+    "h200": DeviceSpec(
+        "H200 SXM (4.8 TB/s, 989 TFLOP/s bf16 dense, 141 GiB)", 4.8e12, 989e12, memory_gib=141
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -64,8 +72,11 @@ class StepCost:
 
     def bounds_s(self, device: DeviceSpec) -> dict[str, float]:
         """The three lower bounds on the step's time: memory, compute, launches."""
-        return {"memory": self.bytes / device.bandwidth, "compute": self.flops / device.flops,
-                "launches": self.launches * device.launch_s}  # fmt: skip
+        return {
+            "memory": self.bytes / device.bandwidth,
+            "compute": self.flops / device.flops,
+            "launches": self.launches * device.launch_s,
+        }
 
     def lower_bound_s(self, device: DeviceSpec) -> float:
         return max(self.bounds_s(device).values())
@@ -85,15 +96,25 @@ def decode_step_cost(
     """One decode step for `slots` slots, each attending over `view` talker positions, issuing
     `launches` kernels."""
     t, cp = config.talker, config.code_predictor
-    talker = t.num_hidden_layers * _layer_params(
-        t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.head_dim,
-        t.intermediate_size,
-    ) + t.vocab_size * t.hidden_size  # fmt: skip
+    talker = (
+        t.num_hidden_layers
+        * _layer_params(
+            t.hidden_size,
+            t.num_attention_heads,
+            t.num_key_value_heads,
+            t.head_dim,
+            t.intermediate_size,
+        )
+        + t.vocab_size * t.hidden_size
+    )
     passes = cp.num_code_groups - 1  # 15 predictor passes per frame
     predictor = cp.num_hidden_layers * _layer_params(
-        cp.hidden_size, cp.num_attention_heads, cp.num_key_value_heads, cp.head_dim,
+        cp.hidden_size,
+        cp.num_attention_heads,
+        cp.num_key_value_heads,
+        cp.head_dim,
         cp.intermediate_size,
-    )  # fmt: skip
+    )
     projection = t.hidden_size * cp.hidden_size if cp.hidden_size != t.hidden_size else 0
     head = cp.vocab_size * cp.hidden_size
     weights = (talker + passes * (predictor + projection) + passes * head) * act_bytes

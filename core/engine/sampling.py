@@ -174,9 +174,12 @@ def select_tokens(
         drawn = draw_among_top_k(warped, params.top_k, params.max_top_k, keys)
     if drawn is None:
         warped = filter_top_k_top_p(
-            warped, params.top_k, params.top_p, max_top_k=params.max_top_k,
+            warped,
+            params.top_k,
+            params.top_p,
+            max_top_k=params.max_top_k,
             top_p_off=params.top_p_off,
-        )  # fmt: skip
+        )
         u = uniform_noise(keys, scores.shape[-1])
         drawn = (warped + gumbel(u)).argmax(dim=-1)
     return torch.where(params.greedy, greedy_ids, drawn)
@@ -234,8 +237,22 @@ def choose_tokens(
         if out is None:
             out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
         p = params
-        sample_tokens_op(logits, out, p.greedy, p.temperature, p.top_k, p.top_p, p.penalty, seen,
-                         block_eos, eos_id, suppress, seeds, frames, codebook)  # fmt: skip
+        sample_tokens_op(
+            logits,
+            out,
+            p.greedy,
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.penalty,
+            seen,
+            block_eos,
+            eos_id,
+            suppress,
+            seeds,
+            frames,
+            codebook,
+        )
         return out
     scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
     tokens = select_tokens(scores, params, seeds, frames, codebook, allow_host_sync=allow_host_sync)

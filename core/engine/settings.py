@@ -94,8 +94,9 @@ class EngineSettings:
         if self.cuda_graphs and self.allow_host_sync:
             raise ValueError("engine settings: a step captured in a CUDA graph cannot sync")
         if self.layer_path not in LAYER_PATHS:
-            raise ValueError(f"QTTS_LAYER_PATH must be one of {', '.join(LAYER_PATHS)}, "
-                             f"got {self.layer_path!r}")  # fmt: skip
+            raise ValueError(
+                f"QTTS_LAYER_PATH must be one of {', '.join(LAYER_PATHS)}, got {self.layer_path!r}"
+            )
         if self.sampler not in SAMPLERS:
             raise ValueError(f"engine settings: sampler must be one of {SAMPLERS}")
 

@@ -40,8 +40,13 @@ class GraphedVocoder:
     rows <= `rows` (the plan's vocoder batch). The result is a view of the static audio buffer,
     valid until the next call (the caller copies it out, as decode_bucketed does)."""
 
-    def __init__(self, decoder: SpeechDecoder, rows: int, backend=None,
-                 max_frames: int = CHUNK_FRAMES + LEFT_CONTEXT):  # fmt: skip
+    def __init__(
+        self,
+        decoder: SpeechDecoder,
+        rows: int,
+        backend=None,
+        max_frames: int = CHUNK_FRAMES + LEFT_CONTEXT,
+    ):
         self.decoder, self.max_frames = decoder, max_frames
         self.rows = max(1, rows)
         self._given_backend = backend  # tests; None: a CudaGraphs (a fresh pool) per start
@@ -64,8 +69,10 @@ class GraphedVocoder:
             return self.decoder(codes)
         rows, _, frames = codes.shape
         if rows > self.rows or frames > self.max_frames:
-            raise ValueError(f"vocoder window {rows} x {frames} outside the reserved "
-                             f"{self.rows} x {self.max_frames}")  # fmt: skip
+            raise ValueError(
+                f"vocoder window {rows} x {frames} outside the reserved "
+                f"{self.rows} x {self.max_frames}"
+            )
         graph = self.graphs.get((rows, frames))
         if graph is None:
             return self._first_call(codes)
@@ -124,10 +131,10 @@ class GraphedVocoder:
         (its key returned)."""
         q, up = self.decoder.cfg.num_quantizers, self.decoder.cfg.upsample
         dtype = next(self.decoder.parameters()).dtype  # the decoder's output dtype
-        self.static_codes = torch.zeros(self.rows, q, self.max_frames, dtype=torch.long,
-                                        device=device)  # fmt: skip
-        self.static_audio = torch.zeros(self.rows, self.max_frames * up, dtype=dtype,
-                                        device=device)  # fmt: skip
+        self.static_codes = torch.zeros(
+            self.rows, q, self.max_frames, dtype=torch.long, device=device
+        )
+        self.static_audio = torch.zeros(self.rows, self.max_frames * up, dtype=dtype, device=device)
         self.backend = self._given_backend or CudaGraphs(device, capture_error_mode="thread_local")
         largest = (1 << (self.rows.bit_length() - 1), self.max_frames)
         self.backend.warmup(self._window, largest, 1)
@@ -139,5 +146,7 @@ class GraphedVocoder:
         self.eager = True
         log.warning(
             "vocoder CUDA graph capture failed at %d rows x %d frames (%s); the speech "
-            "decoder runs without graphs from here on", *key, error,
-        )  # fmt: skip
+            "decoder runs without graphs from here on",
+            *key,
+            error,
+        )

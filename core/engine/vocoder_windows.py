@@ -78,14 +78,16 @@ def _table(chunk: int, context: int, max_waste: float) -> tuple[int, ...]:
     return tuple(lengths)
 
 
-def frame_buckets(chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                  max_waste: float = MAX_WASTE) -> list[int]:  # fmt: skip
+def frame_buckets(
+    chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT, max_waste: float = MAX_WASTE
+) -> list[int]:
     """Every window length, ascending: the context up to chunk + context (25 .. 325)."""
     return list(_table(chunk, context, max_waste))
 
 
-def bucket_frames(n: int, chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                  max_waste: float = MAX_WASTE) -> int:  # fmt: skip
+def bucket_frames(
+    n: int, chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT, max_waste: float = MAX_WASTE
+) -> int:
     """The frames a window needing n frames decodes: the smallest bucket >= n, at most the
     longest (chunk + context)."""
     table = _table(chunk, context, max_waste)
@@ -102,8 +104,13 @@ def worst_padding_waste(
     the context, 2 s) to chunk + context frames. Every window of a clip at least that long needs
     that many (a later window needs the context and more), so no such clip wastes more."""
     low = max(1, context if shortest is None else shortest)
-    return max(((bucket_frames(n, chunk, context, max_waste) - n) / n
-                for n in range(low, chunk + context + 1)), default=0.0)  # fmt: skip
+    return max(
+        (
+            (bucket_frames(n, chunk, context, max_waste) - n) / n
+            for n in range(low, chunk + context + 1)
+        ),
+        default=0.0,
+    )
 
 
 def batch_pieces(rows: int) -> list[int]:
@@ -111,8 +118,12 @@ def batch_pieces(rows: int) -> list[int]:
     return [1 << bit for bit in range(rows.bit_length() - 1, -1, -1) if rows >> bit & 1]
 
 
-def bucket_shapes(max_rows: int, chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                  max_waste: float = MAX_WASTE) -> set[tuple[int, int]]:  # fmt: skip
+def bucket_shapes(
+    max_rows: int,
+    chunk: int = CHUNK_FRAMES,
+    context: int = LEFT_CONTEXT,
+    max_waste: float = MAX_WASTE,
+) -> set[tuple[int, int]]:
     """Every (rows, frames) a group of up to max_rows can be decoded with: on GPU, the most
     CUDA graphs the vocoder captures (26 lengths x 5 row counts at 16 rows)."""
     sizes = [1 << i for i in range(max_rows.bit_length())]
@@ -125,8 +136,12 @@ def longest_first(lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
-def plan_windows(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                 max_waste: float = MAX_WASTE) -> list[Window]:  # fmt: skip
+def plan_windows(
+    lengths: Sequence[int],
+    chunk: int = CHUNK_FRAMES,
+    context: int = LEFT_CONTEXT,
+    max_waste: float = MAX_WASTE,
+) -> list[Window]:
     """The windows that decode rows of these lengths (frames), chunk by chunk, over the rows in
     longest-first order. Chunk boundaries are absolute frame indices, as in the official decode,
     so a row gets the chunks it would get alone; a row leaves after its last chunk."""
@@ -136,8 +151,9 @@ def plan_windows(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int
     for start in range(0, ordered[0] if ordered else 0, chunk):
         ctx = min(context, start)  # fewer only when a chunk is shorter than the context
         active = [n for n in ordered if n > start]  # a prefix of the order
-        own = [bucket_frames(ctx + min(chunk, n - start), chunk, context, max_waste)
-               for n in active]  # fmt: skip
+        own = [
+            bucket_frames(ctx + min(chunk, n - start), chunk, context, max_waste) for n in active
+        ]
         first = 0
         for frames, same in groupby(own):  # runs of one bucket: the buckets never grow
             for rows in batch_pieces(len(list(same))):
@@ -147,8 +163,12 @@ def plan_windows(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int
     return windows
 
 
-def padding_waste(lengths: Sequence[int], chunk: int = CHUNK_FRAMES, context: int = LEFT_CONTEXT,
-                  max_waste: float = MAX_WASTE) -> float:  # fmt: skip
+def padding_waste(
+    lengths: Sequence[int],
+    chunk: int = CHUNK_FRAMES,
+    context: int = LEFT_CONTEXT,
+    max_waste: float = MAX_WASTE,
+) -> float:
     """(decoded - needed) / needed frames of decoding rows of these lengths together, where a
     row's window needs its context and its kept frames (the official chunking decodes the
     context too: not padding). 0.0 when nothing is needed."""

@@ -119,8 +119,10 @@ class SplitSettings:
         if self.max_segment_tokens < 1:
             raise UsageError(f"--max-segment-tokens must be >= 1, got {self.max_segment_tokens}")
         if not 0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S:
-            raise UsageError(f"--segment-pause must be in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds, "
-                             f"got {self.pause_s:g}")  # fmt: skip
+            raise UsageError(
+                f"--segment-pause must be in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds, "
+                f"got {self.pause_s:g}"
+            )
 
     @property
     def enabled(self) -> bool:

@@ -44,9 +44,12 @@ def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def slaney_mel_filterbank(
-    sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS, fmin: float = 0.0,
+    sr: int = SAMPLE_RATE,
+    n_fft: int = N_FFT,
+    n_mels: int = N_MELS,
+    fmin: float = 0.0,
     fmax: float = FMAX,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Triangular mel filters with Slaney area normalisation, float32 [n_mels, n_fft // 2 + 1]."""
     fft_hz = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)  # [F]
     mel_hz = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))  # [M + 2]

@@ -89,8 +89,9 @@ class Asr:
         transformers.logging.set_verbosity_error()  # generate's advice is not for our users
         transformers.logging.disable_progress_bar()  # one bar on stderr: the pass's
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        self.device = torch.device(device if device.startswith("cuda") else "cuda" if cuda
-                                   else "cpu")  # fmt: skip
+        self.device = torch.device(
+            device if device.startswith("cuda") else "cuda" if cuda else "cpu"
+        )
         self.dtype = torch.float16 if cuda else torch.float32
         try:
             self.processor = AutoProcessor.from_pretrained(directory)
@@ -98,15 +99,18 @@ class Asr:
         except Exception as exc:  # noqa: BLE001 -- a bad checkpoint is one line, exit 1
             raise ModelLoadError(f"--asr-model {directory}: {one_line(exc)}") from None
         if self.model.config.model_type != "whisper":
-            raise ModelLoadError(f"--asr-model {directory} is a {self.model.config.model_type} "
-                                 "checkpoint; qtts score takes Whisper-class models")  # fmt: skip
+            raise ModelLoadError(
+                f"--asr-model {directory} is a {self.model.config.model_type} "
+                "checkpoint; qtts score takes Whisper-class models"
+            )
         self.model.to(self.device).eval()
         self.batch_size = batch_size
         tokenizer = self.processor.tokenizer
         self.normalize = Normalizer(getattr(tokenizer, "english_spelling_normalizer", None))
 
-    def score(self, clips: list[np.ndarray], texts: list[str], languages: list[str | None]
-              ) -> list[tuple[str, float | None, float | None]]:  # fmt: skip
+    def score(
+        self, clips: list[np.ndarray], texts: list[str], languages: list[str | None]
+    ) -> list[tuple[str, float | None, float | None]]:
         """(asr_text, cer, wer) of each clip against its row's text."""
         heard = self.transcribe(clips, languages)
         out = []
@@ -142,8 +146,9 @@ class Asr:
     def _generate(self, audio: list[np.ndarray], language: str | None) -> list[str]:
         import torch
 
-        features = self.processor.feature_extractor(audio, sampling_rate=SAMPLE_RATE,
-                                                    return_tensors="pt").input_features  # fmt: skip
+        features = self.processor.feature_extractor(
+            audio, sampling_rate=SAMPLE_RATE, return_tensors="pt"
+        ).input_features
         kwargs = {"language": language, "task": "transcribe"} if language else {}
         with torch.inference_mode():
             ids = self.model.generate(features.to(self.device, self.dtype), **kwargs)

@@ -26,8 +26,18 @@ METADATA_NAME = "metadata.jsonl"
 OUT_DIR, AUDIOFOLDER = "out_dir", "audiofolder"
 FOLDER_LOCK = ".qtts-score.lock"  # an AudioFolder has no .qtts/ of its own
 # Read from each record of an out dir (merging needs id, status, run and t).
-RECORD_COLUMNS = ("id", "row", "status", "file", "bytes", "duration_s", "text", "language", "run",
-                  "t")  # fmt: skip
+RECORD_COLUMNS = (
+    "id",
+    "row",
+    "status",
+    "file",
+    "bytes",
+    "duration_s",
+    "text",
+    "language",
+    "run",
+    "t",
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,11 @@ class Dataset:
 
     @property
     def lock_path(self) -> Path:
-        return Layout(self.root).dir / "score.lock" if self.kind == OUT_DIR \
-            else self.root / FOLDER_LOCK  # fmt: skip
+        return (
+            Layout(self.root).dir / "score.lock"
+            if self.kind == OUT_DIR
+            else self.root / FOLDER_LOCK
+        )
 
 
 def open_dataset(path: Path) -> Dataset:
@@ -60,8 +73,10 @@ def open_dataset(path: Path) -> Dataset:
         return Dataset(path, OUT_DIR, _out_dir_rows(path))
     if (path / METADATA_NAME).is_file():
         return Dataset(path, AUDIOFOLDER, _folder_rows(path))
-    raise UsageError(f"{path} holds neither a qtts job (.qtts/job.json) nor an AudioFolder "
-                     f"{METADATA_NAME} (lines with file_name and text)")  # fmt: skip
+    raise UsageError(
+        f"{path} holds neither a qtts job (.qtts/job.json) nor an AudioFolder "
+        f"{METADATA_NAME} (lines with file_name and text)"
+    )
 
 
 def _out_dir_rows(out_dir: Path) -> pa.Table:
@@ -75,10 +90,16 @@ def _out_dir_rows(out_dir: Path) -> pa.Table:
     ok &= present(records["file"], records["bytes"], list_out_dir(out_dir, sizes=True))
     done = records.filter(pa.array(ok))
     done = done.take(pc.sort_indices(done["row"]))
-    return pa.table({"id": done["id"], "file_name": done["file"], "text": done["text"],
-                     "language": done["language"].cast(pa.string()),
-                     "duration_s": done["duration_s"],
-                     "stamp": record_stamps(done["t"])})  # fmt: skip
+    return pa.table(
+        {
+            "id": done["id"],
+            "file_name": done["file"],
+            "text": done["text"],
+            "language": done["language"].cast(pa.string()),
+            "duration_s": done["duration_s"],
+            "stamp": record_stamps(done["t"]),
+        }
+    )
 
 
 def _folder_rows(root: Path) -> pa.Table:
@@ -91,17 +112,27 @@ def _folder_rows(root: Path) -> pa.Table:
         raise UsageError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
     missing = [c for c in ("file_name", "text") if c not in table.column_names]
     if missing:
-        raise UsageError(f"{path} has no {' or '.join(missing)}: each line needs file_name "
-                         "and text")  # fmt: skip
+        raise UsageError(
+            f"{path} has no {' or '.join(missing)}: each line needs file_name and text"
+        )
     table = table.filter(pc.is_valid(table["file_name"]))
     names = table["file_name"].cast(pa.string()).combine_chunks()
     if pc.count_distinct(names).as_py() < len(names):
         raise UsageError(f"{path} names the same file_name twice")
-    language = table["language"].cast(pa.string()) if "language" in table.column_names \
-        else pa.nulls(table.num_rows, pa.string())  # fmt: skip
-    return pa.table({"file_name": names, "text": table["text"].cast(pa.large_string()),
-                     "language": language, "duration_s": pa.nulls(len(names), pa.float64()),
-                     "stamp": _file_stamps(root, names)})  # fmt: skip
+    language = (
+        table["language"].cast(pa.string())
+        if "language" in table.column_names
+        else pa.nulls(table.num_rows, pa.string())
+    )
+    return pa.table(
+        {
+            "file_name": names,
+            "text": table["text"].cast(pa.large_string()),
+            "language": language,
+            "duration_s": pa.nulls(len(names), pa.float64()),
+            "stamp": _file_stamps(root, names),
+        }
+    )
 
 
 def _file_stamps(root: Path, names: pa.Array) -> pa.Array:

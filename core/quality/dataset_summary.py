@@ -19,8 +19,15 @@ import pyarrow.parquet as pq
 PERCENTILES = (5, 50, 95)
 # The columns summarized, in the order they print; a column the file lacks (not scored) is left
 # out.
-COLUMNS = ("duration_s", "chars_per_s", "repeat_ratio", "silence_ratio", "rms_dbfs",
-           "dnsmos_ovrl", "cer")  # fmt: skip
+COLUMNS = (
+    "duration_s",
+    "chars_per_s",
+    "repeat_ratio",
+    "silence_ratio",
+    "rms_dbfs",
+    "dnsmos_ovrl",
+    "cer",
+)
 
 # Named thresholds: a row beyond one is counted under its name.
 CLIPPED_PEAK = 0.999  # peak at full scale: the file clipped (a 16-bit file's max is 0.99997)
@@ -67,8 +74,12 @@ def summarize_results(results: Path) -> dict:
                 percentiles[name] = {**named, "n": len(numbers)}
     outside = {flag: n for flag, n in _flags(column).items() if n is not None}
     kept = column("kept")
-    return {"ok": int(ok.sum()), "percentiles": percentiles, "outside": outside,
-            "kept": None if kept is None else int(pc.sum(kept).as_py() or 0)}  # fmt: skip
+    return {
+        "ok": int(ok.sum()),
+        "percentiles": percentiles,
+        "outside": outside,
+        "kept": None if kept is None else int(pc.sum(kept).as_py() or 0),
+    }
 
 
 def _flags(column) -> dict[str, int | None]:
@@ -76,8 +87,9 @@ def _flags(column) -> dict[str, int | None]:
 
     def count(name: str, test) -> int | None:
         values = column(name)
-        return None if values is None else int(pc.sum(pc.fill_null(test(values), False))
-                                                .as_py() or 0)  # fmt: skip
+        return (
+            None if values is None else int(pc.sum(pc.fill_null(test(values), False)).as_py() or 0)
+        )
 
     return {
         "hit_frame_budget": count("hit_frame_budget", lambda v: v),
@@ -114,8 +126,11 @@ def summary_lines(summary: dict) -> list[str]:
         scored = "" if q["n"] == summary["ok"] else f"  ({q['n']:,} scored)"
         lines.append(f"  {name:<14} {values}{scored}")
     flagged = [f"{flag} {n:,}" for flag, n in summary["outside"].items() if n]
-    lines.append("  outside thresholds: " + (", ".join(flagged) if flagged else "none")
-                 + "  (docs/job-state.md, \"Quality\")")  # fmt: skip
+    lines.append(
+        "  outside thresholds: "
+        + (", ".join(flagged) if flagged else "none")
+        + '  (docs/job-state.md, "Quality")'
+    )
     if summary["kept"] is not None:
         lines.append(f"  metadata.jsonl lists {summary['kept']:,} of them (the keep rules)")
     return lines

@@ -23,8 +23,12 @@ from qtts.core.quality import dataset_summary as ds
 BINS = 40
 WIDTH, HEIGHT, MARGIN = 560, 180, 28
 # The named thresholds drawn on each column's histogram.
-MARKS = {"repeat_ratio": [ds.LOOPING], "silence_ratio": [ds.MOSTLY_SILENT],
-         "dnsmos_ovrl": [ds.LOW_DNSMOS], "cer": [ds.HIGH_CER]}  # fmt: skip
+MARKS = {
+    "repeat_ratio": [ds.LOOPING],
+    "silence_ratio": [ds.MOSTLY_SILENT],
+    "dnsmos_ovrl": [ds.LOW_DNSMOS],
+    "cer": [ds.HIGH_CER],
+}
 
 
 def write_report(results: Path, target: Path, summary: dict, rules: KeepRules) -> None:
@@ -60,27 +64,37 @@ def _figure(name: str, values: np.ndarray, marks: list[float], rules: list[float
     scale_x = plot_w / (hi - lo)
     top = max(int(counts.max()), 1)
     bar_w = plot_w / BINS
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-             f'role="img" aria-label="{name}">']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'role="img" aria-label="{name}">'
+    ]
     for k, n in enumerate(counts):
         h = plot_h * n / top
         x, y = MARGIN + k * bar_w, MARGIN + plot_h - h
-        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(bar_w - 1, 1):.1f}" '
-                     f'height="{h:.1f}" fill="#4a7ab5"><title>{edges[k]:.4g} to '
-                     f'{edges[k + 1]:.4g}: {n}</title></rect>')  # fmt: skip
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(bar_w - 1, 1):.1f}" '
+            f'height="{h:.1f}" fill="#4a7ab5"><title>{edges[k]:.4g} to '
+            f"{edges[k + 1]:.4g}: {n}</title></rect>"
+        )
     for x, style in [*((m, "4 3") for m in marks), *((r, "none") for r in rules)]:
         px = MARGIN + (x - lo) * scale_x
-        parts.append(f'<line x1="{px:.1f}" y1="{MARGIN}" x2="{px:.1f}" y2="{MARGIN + plot_h}" '
-                     f'stroke="#c0392b" stroke-dasharray="{style}"/>')  # fmt: skip
+        parts.append(
+            f'<line x1="{px:.1f}" y1="{MARGIN}" x2="{px:.1f}" y2="{MARGIN + plot_h}" '
+            f'stroke="#c0392b" stroke-dasharray="{style}"/>'
+        )
     base = MARGIN + plot_h
-    parts.append(f'<line x1="{MARGIN}" y1="{base}" x2="{MARGIN + plot_w}" y2="{base}" '
-                 'stroke="#333"/>')  # fmt: skip
+    parts.append(
+        f'<line x1="{MARGIN}" y1="{base}" x2="{MARGIN + plot_w}" y2="{base}" stroke="#333"/>'
+    )
     for x, anchor in ((lo, "start"), (hi, "end")):
         px = MARGIN + (x - lo) * scale_x
-        parts.append(f'<text x="{px:.1f}" y="{base + 16}" font-size="11" '
-                     f'text-anchor="{anchor}">{x:.4g}</text>')  # fmt: skip
-    parts.append(f'<text x="{MARGIN}" y="{MARGIN - 8}" font-size="11">max {top} rows a bin'
-                 "</text></svg>")  # fmt: skip
+        parts.append(
+            f'<text x="{px:.1f}" y="{base + 16}" font-size="11" '
+            f'text-anchor="{anchor}">{x:.4g}</text>'
+        )
+    parts.append(
+        f'<text x="{MARGIN}" y="{MARGIN - 8}" font-size="11">max {top} rows a bin</text></svg>'
+    )
     return f"<h2>{html.escape(name)}</h2>\n<p>{len(values):,} rows</p>\n" + "".join(parts)
 
 
@@ -89,13 +103,20 @@ def _page(out_dir: Path, summary: dict, rules: KeepRules, figures: list[str]) ->
     for name, q in summary["percentiles"].items():
         cells = "".join(f"<td>{q[f'p{p}']:.4g}</td>" for p in ds.PERCENTILES)
         rows.append(f"<tr><td>{html.escape(name)}</td>{cells}<td>{q['n']:,}</td></tr>")
-    flags = "".join(f"<tr><td>{html.escape(flag)}</td><td>{html.escape(ds.THRESHOLDS[flag])}"
-                    f"</td><td>{n:,}</td></tr>"
-                    for flag, n in summary["outside"].items())  # fmt: skip
+    flags = "".join(
+        f"<tr><td>{html.escape(flag)}</td><td>{html.escape(ds.THRESHOLDS[flag])}"
+        f"</td><td>{n:,}</td></tr>"
+        for flag, n in summary["outside"].items()
+    )
     head = "".join(f"<th>p{p}</th>" for p in ds.PERCENTILES)
-    kept = "" if summary["kept"] is None else (
-        f"<p>Keep rules <code>{html.escape(rules.describe())}</code>: metadata.jsonl lists "
-        f"{summary['kept']:,} of {summary['ok']:,} ok rows (solid red lines).</p>")  # fmt: skip
+    kept = (
+        ""
+        if summary["kept"] is None
+        else (
+            f"<p>Keep rules <code>{html.escape(rules.describe())}</code>: metadata.jsonl lists "
+            f"{summary['kept']:,} of {summary['ok']:,} ok rows (solid red lines).</p>"
+        )
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"/>
 <title>qtts quality: {html.escape(str(out_dir))}</title>

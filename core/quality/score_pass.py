@@ -69,11 +69,13 @@ def plan_scorers(opts: ScoreOptions) -> list[Scorer]:
         def load_dnsmos():
             model = dnsmos.Dnsmos(opts.device, cores())
             log.info("DNSMOS P.835 on %s, %d threads", model.provider, cores())
-            return lambda clips, texts, langs: [tuple(v) for v in model.score(
-                [c.audio for c in clips])]  # fmt: skip
+            return lambda clips, texts, langs: [
+                tuple(v) for v in model.score([c.audio for c in clips])
+            ]
 
-        scorers.append(Scorer("dnsmos", dnsmos.identity(), dnsmos.COLUMNS, dnsmos.DONE,
-                              load_dnsmos))  # fmt: skip
+        scorers.append(
+            Scorer("dnsmos", dnsmos.identity(), dnsmos.COLUMNS, dnsmos.DONE, load_dnsmos)
+        )
     if opts.asr_model:
         extra.require(extra.ASR_MODULES)
         from qtts.core.quality import asr
@@ -124,13 +126,17 @@ class _Pass:
         _write(self.dataset.scores_path, self.table)
 
 
-def _score(dataset: Dataset, scorers: list[Scorer], opts: ScoreOptions,
-           progress: ProgressSink, stop: StopSignals) -> dict:  # fmt: skip
+def _score(
+    dataset: Dataset,
+    scorers: list[Scorer],
+    opts: ScoreOptions,
+    progress: ProgressSink,
+    stop: StopSignals,
+) -> dict:
     t0 = time.monotonic()
     old = None if opts.overwrite else read_scores(dataset.scores_path)
     table = current(dataset.rows, old, dataset.key)
-    run = _Pass(dataset, table, {s.name: needs(table, s.name, s.identity, s.done)
-                                 for s in scorers})  # fmt: skip
+    run = _Pass(dataset, table, {s.name: needs(table, s.name, s.identity, s.done) for s in scorers})
     todo = np.flatnonzero(np.logical_or.reduce(list(run.need.values())))
     written = len(todo) > 0 or old is None or old.num_rows != table.num_rows
     loaded = {s.name: s.load() for s in scorers if run.need[s.name][todo].any()}
@@ -155,21 +161,29 @@ def _score(dataset: Dataset, scorers: list[Scorer], opts: ScoreOptions,
             run.flush()  # also on Ctrl-C or an error: what was scored stays scored
     _log_failures(run, names)
     seconds = time.monotonic() - t0
-    return {**summarize(run.table, todo=len(todo), failed_now=len(run.failed)),
-            "audio_s": round(run.audio_s, 2), "seconds": round(seconds, 2),
-            "audio_s_per_s": round(run.audio_s / seconds, 2) if seconds > 0 else None,
-            "scorers": {s.name: s.identity for s in scorers},
-            "scores": str(dataset.scores_path), "written": written}  # fmt: skip
+    return {
+        **summarize(run.table, todo=len(todo), failed_now=len(run.failed)),
+        "audio_s": round(run.audio_s, 2),
+        "seconds": round(seconds, 2),
+        "audio_s_per_s": round(run.audio_s / seconds, 2) if seconds > 0 else None,
+        "scorers": {s.name: s.identity for s in scorers},
+        "scores": str(dataset.scores_path),
+        "written": written,
+    }
 
 
-def _score_chunk(run: _Pass, scorers: list[Scorer], loaded: dict, chunk: np.ndarray,
-                 clips: list[Clip]) -> list[tuple[Scorer, list[int], list]]:  # fmt: skip
+def _score_chunk(
+    run: _Pass, scorers: list[Scorer], loaded: dict, chunk: np.ndarray, clips: list[Clip]
+) -> list[tuple[Scorer, list[int], list]]:
     """Each scorer's results for the chunk's readable clips it needs: (scorer, rows, results).
     Records nothing, so a signal may stop it anywhere."""
     rows, outcomes = run.dataset.rows, []
     for scorer in scorers:
-        picked = [k for k, c in enumerate(clips)
-                  if c.audio is not None and run.need[scorer.name][chunk[k]]]  # fmt: skip
+        picked = [
+            k
+            for k, c in enumerate(clips)
+            if c.audio is not None and run.need[scorer.name][chunk[k]]
+        ]
         if not picked:
             continue
         at = pa.array(chunk[picked])
@@ -209,8 +223,9 @@ def _isolated(score, clips: list[Clip], texts: list[str], languages: list) -> li
         if len(clips) == 1:
             lines = str(exc).strip().splitlines()
             return [f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__]
-    return [_isolated(score, [c], [t], [g])[0] for c, t, g in zip(clips, texts, languages,
-                                                                    strict=True)]  # fmt: skip
+    return [
+        _isolated(score, [c], [t], [g])[0] for c, t, g in zip(clips, texts, languages, strict=True)
+    ]
 
 
 class _ChunkPaths:
@@ -231,8 +246,11 @@ def _log_failures(run: _Pass, names: pa.ChunkedArray) -> None:
     for i, why in run.failed[:REASONS_LOGGED]:
         log.warning("%s: %s", names[i].as_py(), why)
     if len(run.failed) > REASONS_LOGGED:
-        log.warning("... and %d more files failed (their error is in %s)",
-                    len(run.failed) - REASONS_LOGGED, run.dataset.scores_path.name)  # fmt: skip
+        log.warning(
+            "... and %d more files failed (their error is in %s)",
+            len(run.failed) - REASONS_LOGGED,
+            run.dataset.scores_path.name,
+        )
 
 
 def _refresh_views(out_dir: Path) -> None:
@@ -244,5 +262,8 @@ def _refresh_views(out_dir: Path) -> None:
         rebuild_out_dir(out_dir)
     except (QttsError, OSError) as exc:
         lines = str(exc).strip().splitlines()
-        log.warning("results.parquet not rebuilt (%s): run `qtts results %s --input INPUT`",
-                    lines[0] if lines else type(exc).__name__, out_dir)  # fmt: skip
+        log.warning(
+            "results.parquet not rebuilt (%s): run `qtts results %s --input INPUT`",
+            lines[0] if lines else type(exc).__name__,
+            out_dir,
+        )

@@ -25,8 +25,13 @@ from qtts.core.jobs.output.writer import atomic_write
 
 SCORER_COLUMNS = {"dnsmos": "dnsmos_scorer", "asr": "asr_scorer"}
 # What a row carries besides its key and stamp: kept while the stamp holds.
-CARRIED = pa.schema([*SCORE_FIELDS, *(pa.field(c, pa.string()) for c in SCORER_COLUMNS.values()),
-                     pa.field("error", pa.string())])  # fmt: skip
+CARRIED = pa.schema(
+    [
+        *SCORE_FIELDS,
+        *(pa.field(c, pa.string()) for c in SCORER_COLUMNS.values()),
+        pa.field("error", pa.string()),
+    ]
+)
 
 
 def read_scores(path: Path) -> pa.Table | None:
@@ -36,8 +41,9 @@ def read_scores(path: Path) -> pa.Table | None:
     try:
         return pq.read_table(path).combine_chunks()
     except (OSError, pa.ArrowException) as exc:
-        raise UsageError(f"cannot read {path} ({str(exc).splitlines()[0]}): move it away to "
-                         "score afresh") from None  # fmt: skip
+        raise UsageError(
+            f"cannot read {path} ({str(exc).splitlines()[0]}): move it away to score afresh"
+        ) from None
 
 
 def current(rows: pa.Table, old: pa.Table | None, key: str) -> pa.Table:

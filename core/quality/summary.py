@@ -22,8 +22,15 @@ def summarize(table: pa.Table, *, todo: int, failed_now: int) -> dict:
             continue
         values = pc.drop_null(table[field.name]).to_numpy()
         if len(values):
-            stats[field.name] = {"n": len(values), "mean": round(float(values.mean()), DIGITS),
-                                 **{f"p{q}": round(float(np.percentile(values, q)), DIGITS)
-                                    for q in PERCENTILES}}  # fmt: skip
-    return {"rows": table.num_rows, "scored": todo - failed_now, "skipped": table.num_rows - todo,
-            "failed": table.num_rows - table["error"].null_count, "stats": stats}  # fmt: skip
+            stats[field.name] = {
+                "n": len(values),
+                "mean": round(float(values.mean()), DIGITS),
+                **{f"p{q}": round(float(np.percentile(values, q)), DIGITS) for q in PERCENTILES},
+            }
+    return {
+        "rows": table.num_rows,
+        "scored": todo - failed_now,
+        "skipped": table.num_rows - todo,
+        "failed": table.num_rows - table["error"].null_count,
+        "stats": stats,
+    }

@@ -141,20 +141,36 @@ def weights_bytes(model, decoder, settings: EngineSettings, encoder_dir: Path | 
     return weights
 
 
-def plan_rows(config: ModelConfig, model, decoder, budgets: Sequence[int],
-              tokens: Sequence[PromptTokens], device: torch.device, settings: EngineSettings,
-              batch_size: int | None, encoder_dir: Path | None = None) -> MemoryPlan:  # fmt: skip
+def plan_rows(
+    config: ModelConfig,
+    model,
+    decoder,
+    budgets: Sequence[int],
+    tokens: Sequence[PromptTokens],
+    device: torch.device,
+    settings: EngineSettings,
+    batch_size: int | None,
+    encoder_dir: Path | None = None,
+) -> MemoryPlan:
     """The memory plan of rows (frame budgets, prompt tokens) for `model` and `decoder` held on
     `device`, running the engine `settings` describe: `qtts batch` and `qtts bench` plan here."""
     weights = weights_bytes(model, decoder, settings, encoder_dir)
     dtype = model.talker.codec_head.weight.dtype
     dims = dims_for(config, decoder.cfg, dtype)
-    return plan_job(row_shapes(budgets, tokens), dims, device_budget(device), weights, settings,
-                    batch_size, device.type)  # fmt: skip
+    return plan_job(
+        row_shapes(budgets, tokens),
+        dims,
+        device_budget(device),
+        weights,
+        settings,
+        batch_size,
+        device.type,
+    )
 
 
-def plan_without_weights(text_model, requests, device: str, dtype: str,
-                         batch_size: int | None) -> MemoryPlan:  # fmt: skip
+def plan_without_weights(
+    text_model, requests, device: str, dtype: str, batch_size: int | None
+) -> MemoryPlan:
     """plan_rows with the model built on the meta device (nothing loaded). A Base row's
     reference is counted from its clip's duration (in-context rows prefill its frames)."""
     from qtts.core.model.codec import SpeechDecoder
@@ -171,13 +187,23 @@ def plan_without_weights(text_model, requests, device: str, dtype: str,
         decoder = SpeechDecoder(decoder_cfg).to(dt)
     base = text_model.config.tts_model_type == "base"
     tokenizer, config = text_model.tokenizer, text_model.config
-    tokens = [prompt_tokens(config, tokenizer, r.text, r.speaker, r.language, r.instruct)
-              for r in requests]  # fmt: skip
+    tokens = [
+        prompt_tokens(config, tokenizer, r.text, r.speaker, r.language, r.instruct)
+        for r in requests
+    ]
     if base:
         tokens = [_clone_estimate(t, tokenizer, r) for t, r in zip(tokens, requests, strict=True)]
-    return plan_rows(config, model, decoder, [r.max_new_tokens for r in requests], tokens, dev,
-                     EngineSettings.for_device(dev, dtype=dt), batch_size,
-                     st if base else None)  # fmt: skip
+    return plan_rows(
+        config,
+        model,
+        decoder,
+        [r.max_new_tokens for r in requests],
+        tokens,
+        dev,
+        EngineSettings.for_device(dev, dtype=dt),
+        batch_size,
+        st if base else None,
+    )
 
 
 def _clone_estimate(tokens, tokenizer, request):

@@ -148,9 +148,14 @@ class Synthesizer:
         # the decode loop (GPU), or after each finished group on the decode thread (a CPU's
         # serial budget: core/engine/cpu_runtime.py).
         work = lambda group: list(self._vocode(group))  # noqa: E731
-        for items in overlapped(finished, work, self.device, gate=self.device_gate,
-                                stream=self.vocoder_stream,
-                                inline=not self.settings.vocoder_thread):  # fmt: skip
+        for items in overlapped(
+            finished,
+            work,
+            self.device,
+            gate=self.device_gate,
+            stream=self.vocoder_stream,
+            inline=not self.settings.vocoder_thread,
+        ):
             yield from items
         trim_heap()  # a CPU job's kept blocks: reused within this call, not beyond it
 
@@ -164,9 +169,14 @@ class Synthesizer:
         for r, t in zip(requests, tokens, strict=True):
             need = prompt_length(t) + r.max_new_tokens
             if need > limit:
-                failed.append(RowFailure(r.id, f"prompt ({prompt_length(t)} positions) plus "
-                              f"max_new_tokens {r.max_new_tokens} exceeds the model's {limit} "
-                              "positions; shorten or split the text"))  # fmt: skip
+                failed.append(
+                    RowFailure(
+                        r.id,
+                        f"prompt ({prompt_length(t)} positions) plus "
+                        f"max_new_tokens {r.max_new_tokens} exceeds the model's {limit} "
+                        "positions; shorten or split the text",
+                    )
+                )
             else:
                 kept.append(r)
                 kept_tokens.append(t)
@@ -216,9 +226,17 @@ class Synthesizer:
 
         base = self.references is not None  # Base: voice-clone rows load the Mimi encoder
         encoder = self.text_model.model_dir / "speech_tokenizer" if base else None
-        return plan_rows(self.config, self.model, self.decoder,
-                         [r.max_new_tokens for r in requests], tokens, self.device, self.settings,
-                         self.batch_size, encoder)  # fmt: skip
+        return plan_rows(
+            self.config,
+            self.model,
+            self.decoder,
+            [r.max_new_tokens for r in requests],
+            tokens,
+            self.device,
+            self.settings,
+            self.batch_size,
+            encoder,
+        )
 
     def _engine(self, requests, tokens, options):
         """Continuous batching, one engine pass per length group of the memory plan. Out of
@@ -262,11 +280,18 @@ class Synthesizer:
         # work in flight (the vocoder thread holds the same gate while it works). Out of memory
         # goes to the halving retry; any other capture failure costs speed, not the job.
         engine, step = build_engine(
-            self.model, self.config, EngineShape.of(group, slots), tts_pad=self.tts_pad,
-            talker=options.talker, subtalker=options.subtalker, dtype=self.dtype,
-            device=self.device, settings=self.settings, gate=self.device_gate,
+            self.model,
+            self.config,
+            EngineShape.of(group, slots),
+            tts_pad=self.tts_pad,
+            talker=options.talker,
+            subtalker=options.subtalker,
+            dtype=self.dtype,
+            device=self.device,
+            settings=self.settings,
+            gate=self.device_gate,
             on_capture_error=lambda e: log.warning("%s; decoding this pass without CUDA graphs", e),
-        )  # fmt: skip
+        )
 
         def job(attempt: Attempt) -> EngineJob:
             return EngineJob(
@@ -321,12 +346,20 @@ class Synthesizer:
 
                 wav = cut_reference(wav, int(ref.shape[0]), int(whole.shape[0]))
             if not np.isfinite(wav).all():
-                yield RowFailure(req.id, "non-finite audio (NaN or inf) from the decoder",
-                                 tried.number)  # fmt: skip
+                yield RowFailure(
+                    req.id, "non-finite audio (NaN or inf) from the decoder", tried.number
+                )
                 continue
             codes = codes.cpu().numpy().astype(np.int64)
-            yield Utterance(req.id, codes, wav, self.text_model.sample_rate, hit,
-                            attempts=tried.number, seed=tried.seed)  # fmt: skip
+            yield Utterance(
+                req.id,
+                codes,
+                wav,
+                self.text_model.sample_rate,
+                hit,
+                attempts=tried.number,
+                seed=tried.seed,
+            )
 
     def _ref_code(self, req: Request) -> torch.Tensor | None:
         if self.references is None:

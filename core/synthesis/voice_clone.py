@@ -84,9 +84,12 @@ class SpeechEncoder:
                 model._modules[name] = None
         tensors = _rename_mimi(read_safetensors(st_dir), set(model.state_dict()))
         load_strict(
-            model, tensors, source=str(st_dir / "model.safetensors"),
-            dtype=torch.float32, device=device,
-        )  # fmt: skip
+            model,
+            tensors,
+            source=str(st_dir / "model.safetensors"),
+            dtype=torch.float32,
+            device=device,
+        )
         self.model, self.device = model.eval(), device
 
     @torch.inference_mode()

@@ -94,21 +94,42 @@ class TinyDims:
 PRESETS = {
     "tiny": TinyDims(),
     # For CPU speed tests: a few hundred wide, 4 talker layers, the real 5 predictor layers.
-    "small": TinyDims(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, intermediate=768,
-                      text_hidden=256, predictor_layers=5, predictor_heads=4,
-                      predictor_kv_heads=2, predictor_head_dim=32, predictor_intermediate=384),
-}  # fmt: skip
+    "small": TinyDims(
+        hidden=256,
+        layers=4,
+        heads=4,
+        kv_heads=2,
+        head_dim=64,
+        intermediate=768,
+        text_hidden=256,
+        predictor_layers=5,
+        predictor_heads=4,
+        predictor_kv_heads=2,
+        predictor_head_dim=32,
+        predictor_intermediate=384,
+    ),
+}
 
 
 def _published_dims(size: str) -> TinyDims:
     """The published talker and code predictor at `size` ("0.6b" | "1.7b"): random weights of the
     real shapes, for CPU speed comparisons (only the text vocabulary stays the tiny tokenizer's)."""
     d = SIZES[size]
-    return TinyDims(hidden=d["hidden"], layers=d["layers"], heads=d["heads"], kv_heads=d["kv"],
-                    head_dim=128, intermediate=d["inter"], text_hidden=d["text"],
-                    predictor_hidden=d["cp"], predictor_layers=d["cp_layers"],
-                    predictor_heads=d["heads"], predictor_kv_heads=d["kv"], predictor_head_dim=128,
-                    predictor_intermediate=3 * d["cp"])  # fmt: skip
+    return TinyDims(
+        hidden=d["hidden"],
+        layers=d["layers"],
+        heads=d["heads"],
+        kv_heads=d["kv"],
+        head_dim=128,
+        intermediate=d["inter"],
+        text_hidden=d["text"],
+        predictor_hidden=d["cp"],
+        predictor_layers=d["cp_layers"],
+        predictor_heads=d["heads"],
+        predictor_kv_heads=d["kv"],
+        predictor_head_dim=128,
+        predictor_intermediate=3 * d["cp"],
+    )
 
 
 PRESETS.update({size: _published_dims(size) for size in ("0.6b", "1.7b")})

@@ -23,7 +23,7 @@ from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests
-from qtts.core.jobs.work.decide import Work, plan_work
+from qtts.core.jobs.work.decide import Work, decide_work
 from qtts.core.jobs.work.fingerprint import read_registry
 
 log = logging.getLogger("qtts")
@@ -60,9 +60,11 @@ class DryRunSummary:
     def describe(self) -> str:
         hours = self.est_frames * FRAME_S / 3600
         split = f" ({self.split_rows} split into {self.segments} segments)" * bool(self.split_rows)
-        return (f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
-                f"of audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
-                f"failing validation; nothing was written")  # fmt: skip
+        return (
+            f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
+            f"of audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
+            f"failing validation; nothing was written"
+        )
 
 
 def dry_run(job) -> DryRunSummary:
@@ -71,25 +73,41 @@ def dry_run(job) -> DryRunSummary:
     spec, out = job.spec, job.spec.output.out_dir
     fresh = spec.output.overwrite
     records = empty() if fresh else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
-    work = plan_work(job.prepared, records, list_out_dir(out), model=job.text_model,
-                     budget=job.budget, settings=job.settings, registry=read_registry(out),
-                     audio_format=spec.output.audio_format.value,
-                     save_codes=spec.output.save_codes, split=spec.split,
-                     on_budget=spec.failures.key)  # fmt: skip
+    work = decide_work(
+        job.prepared,
+        records,
+        list_out_dir(out),
+        model=job.text_model,
+        budget=job.budget,
+        settings=job.settings,
+        registry=read_registry(out),
+        audio_format=spec.output.audio_format.value,
+        save_codes=spec.output.save_codes,
+        split=spec.split,
+        on_budget=spec.failures.key,
+    )
     plan, first = _first_chunk_plan(job, work)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
     failures = work.rejected.select(["row", "id", "error"])
     reasons = pc.value_counts(failures["error"]).to_pylist()
     reasons.sort(key=lambda r: -r["counts"])
     return DryRunSummary(
-        total=work.total, to_synthesize=work.todo.num_rows, skipped=work.skipped,
-        redo=len(work.resume.stale), redo_reasons=work.resume.reasons,
-        failed=failures.num_rows, first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
-        est_frames=int(work.todo.est_frames.sum()), memory_plan=plan,
-        split_rows=len(split_rows), segments=sum(split_rows.values()), shard=job.shard.describe(),
-        precision=job.settings.values["precision"], wall_s=time.monotonic() - t0,
+        total=work.total,
+        to_synthesize=work.todo.num_rows,
+        skipped=work.skipped,
+        redo=len(work.resume.stale),
+        redo_reasons=work.resume.reasons,
+        failed=failures.num_rows,
+        first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
+        est_frames=int(work.todo.est_frames.sum()),
+        memory_plan=plan,
+        split_rows=len(split_rows),
+        segments=sum(split_rows.values()),
+        shard=job.shard.describe(),
+        precision=job.settings.values["precision"],
+        wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
-    )  # fmt: skip
+    )
 
 
 def _first_chunk_plan(job, work: Work) -> tuple[str, Chunk | None]:

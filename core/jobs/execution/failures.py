@@ -42,8 +42,11 @@ class FailureLog:
         """After the job: how many more failed, by reason."""
         hidden = self.count - SHOWN_IN_FULL
         if hidden > 0:
-            log.warning("... and %d more failed row(s); by reason: %s", hidden,
-                        "; ".join(f"{r} ({n})" for r, n in self.reasons.most_common()))  # fmt: skip
+            log.warning(
+                "... and %d more failed row(s); by reason: %s",
+                hidden,
+                "; ".join(f"{r} ({n})" for r, n in self.reasons.most_common()),
+            )
 
     def top(self) -> dict[str, int]:
         return dict(self.reasons.most_common(TOP_REASONS))

@@ -48,11 +48,13 @@ class LocalBackend:
     def prepare(self, stop: StopSignals) -> None:
         log.info("loading %s on %s", self.text_model.name, self.device)
         with stop.interruptible():
-            self.synth = self.load_synthesizer(self.text_model, self.device, self.dtype,
-                                               self.batch_size)  # fmt: skip
+            self.synth = self.load_synthesizer(
+                self.text_model, self.device, self.dtype, self.batch_size
+            )
 
-    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
-                 stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+    def outcomes(
+        self, todo: Todo, journal: Journal, ctx: RecordContext, stop: StopSignals
+    ) -> Iterator[Outcome]:
         synth = self.synth
         writes = WriteQueue(self.out_dir)
         recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format), journal, ctx)
@@ -64,8 +66,9 @@ class LocalBackend:
             writes.close()
             recorder.writer.close()
 
-    def _chunk(self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue,
-               stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+    def _chunk(
+        self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue, stop: StopSignals
+    ) -> Iterator[Outcome]:
         budgets = dict(chunk.budgets)
         items = synthesize_chunk(synth, chunk, self.options, recorder.ctx.on_budget)
         try:

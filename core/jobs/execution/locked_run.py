@@ -38,7 +38,7 @@ from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.records import FAILED, OK, SCAN_COLUMNS, pending_records, stamped
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import Todo
-from qtts.core.jobs.work.decide import Work, plan_work
+from qtts.core.jobs.work.decide import Work, decide_work
 from qtts.core.jobs.work.fingerprint import JobSettings, read_registry
 from qtts.core.jobs.work.precision import Precision
 from qtts.core.jobs.work.resume import aligned
@@ -54,8 +54,9 @@ class Backend(Protocol):
         """Get ready to synthesize (load the model): before progress starts."""
         ...
 
-    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
-                 stop: StopSignals) -> Iterator[Outcome]: ...  # fmt: skip
+    def outcomes(
+        self, todo: Todo, journal: Journal, ctx: RecordContext, stop: StopSignals
+    ) -> Iterator[Outcome]: ...
 
 
 @dataclass
@@ -83,10 +84,15 @@ class JobRun:
         self.spec, self.shard, self.out = job.spec, job.shard, job.spec.output.out_dir
         self.progress = progress or NoProgress()
         self.run_id = new_run_id()
-        self.ctx = RecordContext(job.settings.digest, job.text_model.name, self.run_id,
-                                 job.spec.output.audio_format.value, job.spec.output.save_codes,
-                                 job.spec.failures.key,
-                                 job.spec.split.key)  # fmt: skip
+        self.ctx = RecordContext(
+            job.settings.digest,
+            job.text_model.name,
+            self.run_id,
+            job.spec.output.audio_format.value,
+            job.spec.output.save_codes,
+            job.spec.failures.key,
+            job.spec.split.key,
+        )
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
         self.ok = self.audio_s = 0
@@ -122,23 +128,33 @@ class JobRun:
         own_state = Layout(self.out).state(self.shard.suffix)
         cleanup_temp_files(own_state.parent, owns=lambda final: final == own_state.name)
         j = self.job
-        return plan_work(j.prepared, self.records, listing, model=j.text_model,
-                         budget=j.budget, settings=j.settings, registry=read_registry(self.out),
-                         audio_format=self.spec.output.audio_format.value,
-                         save_codes=self.spec.output.save_codes, split=self.spec.split,
-                         on_budget=self.spec.failures.key)  # fmt: skip
+        return decide_work(
+            j.prepared,
+            self.records,
+            listing,
+            model=j.text_model,
+            budget=j.budget,
+            settings=j.settings,
+            registry=read_registry(self.out),
+            audio_format=self.spec.output.audio_format.value,
+            save_codes=self.spec.output.save_codes,
+            split=self.spec.split,
+            on_budget=self.spec.failures.key,
+        )
 
     def _record_work(self, work: Work) -> None:
         """Journal what is decided before synthesis: rows to redo lose their done status, rows
         failing validation are recorded (unless recorded so already: a rerun of a finished job
         writes nothing)."""
         if len(work.resume.stale):
-            log.warning("redoing %d row(s) done before whose output would change: %s",
-                        len(work.resume.stale), work.resume.describe())  # fmt: skip
+            log.warning(
+                "redoing %d row(s) done before whose output would change: %s",
+                len(work.resume.stale),
+                work.resume.describe(),
+            )
             self.journal.append_table(pending_records(work.resume.stale, run=self.run_id))
         if work.skipped:
-            log.info("resuming: %d row(s) already done, %d to do", work.skipped,
-                     work.todo.num_rows)  # fmt: skip
+            log.info("resuming: %d row(s) already done, %d to do", work.skipped, work.todo.num_rows)
         rejected = work.rejected
         old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
         same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
@@ -194,20 +210,31 @@ class JobRun:
             pc.sum(pc.is_null(own["id"])).as_py() or 0
         )
         return JobSummary(
-            status="done", exit_code=0, total=work.total, ok=done - work.skipped, failed=failed,
-            skipped=work.skipped, pending=work.total - done - failed,
-            hit_frame_budget=_hit_budget(mine), audio_s=self.audio_s,
-            wall_s=time.monotonic() - self.t0, out_dir=str(self.out),
-            results=str(self.out / "results.parquet"), failure_reasons=self.failures.top(),
-        )  # fmt: skip
+            status="done",
+            exit_code=0,
+            total=work.total,
+            ok=done - work.skipped,
+            failed=failed,
+            skipped=work.skipped,
+            pending=work.total - done - failed,
+            hit_frame_budget=_hit_budget(mine),
+            audio_s=self.audio_s,
+            wall_s=time.monotonic() - self.t0,
+            out_dir=str(self.out),
+            results=str(self.out / "results.parquet"),
+            failure_reasons=self.failures.top(),
+        )
 
     def _rebuild_results(self) -> None:
         if up_to_date(self.out, self.job.inputs):
             return
         counts = rebuild(self.out, self.job.rows, wait_s=RESULTS_WAIT_S)
         if counts is None:
-            log.info("results.parquet is being rebuilt by another shard, which will include "
-                     "this one's rows (or run `qtts results %s`)", self.out)  # fmt: skip
+            log.info(
+                "results.parquet is being rebuilt by another shard, which will include "
+                "this one's rows (or run `qtts results %s`)",
+                self.out,
+            )
 
     def _finish_after_error(self) -> None:
         try:
@@ -221,7 +248,10 @@ def _hit_budget(mine: pa.Table) -> int:
     hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
     n = pc.sum(hit).as_py() or 0
     if n:
-        log.warning("%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
-                    "is true in results.parquet; --on-budget retry tries them again, --on-budget "
-                    "fail fails them)", n)  # fmt: skip
+        log.warning(
+            "%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
+            "is true in results.parquet; --on-budget retry tries them again, --on-budget "
+            "fail fails them)",
+            n,
+        )
     return n

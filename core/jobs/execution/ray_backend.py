@@ -48,8 +48,14 @@ PLANNED_SLOTS = {"cuda": 256, "cpu": 64}
 UNIT_SLOTS = 8  # rows per work unit, in slots: the engine's tail at the end of a unit is short
 SPARE_CPU_SLOTS = 4  # logical CPUs a local cluster adds for Ray Data's own tasks
 MIN_ACTORS_WAIT_S = 120  # how long Ray Data may wait for its actors to start before failing
-OUTCOME_SCHEMA = pa.schema([("id", pa.string()), ("status", pa.string()),
-                            ("error", pa.string()), ("duration_s", pa.float64())])  # fmt: skip
+OUTCOME_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("duration_s", pa.float64()),
+    ]
+)
 
 
 class RayConnectError(FatalError):
@@ -95,25 +101,38 @@ class RayBackend:
                 ray.shutdown()
             raise
         m = spec.model
-        kwargs = {"model": m.name, "device": m.device, "dtype": m.dtype.value,
-                  "batch_size": m.batch_size, "out_dir": str(spec.output.out_dir.resolve()),
-                  "options": options, "budget": job.budget, "split": spec.split,
-                  "open_text_model": open_text_model,
-                  "load_synthesizer": load_synthesizer}  # fmt: skip
+        kwargs = {
+            "model": m.name,
+            "device": m.device,
+            "dtype": m.dtype.value,
+            "batch_size": m.batch_size,
+            "out_dir": str(spec.output.out_dir.resolve()),
+            "options": options,
+            "budget": job.budget,
+            "split": spec.split,
+            "open_text_model": open_text_model,
+            "load_synthesizer": load_synthesizer,
+        }
         slots = spec.model.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
         return cls(ray, started, workers, gpus, kwargs, slots)
 
     def prepare(self, stop: StopSignals) -> None:
         """Nothing: the actors load the model as they start."""
 
-    def outcomes(self, todo: Todo, journal: Journal, ctx: RecordContext,
-                 stop: StopSignals) -> Iterator[Outcome]:  # fmt: skip
+    def outcomes(
+        self, todo: Todo, journal: Journal, ctx: RecordContext, stop: StopSignals
+    ) -> Iterator[Outcome]:
         ray = self.ray
         todo = todo.ordered(list(ROW_FIELDS))  # units of similar lengths
         try:
             unit = rows_per_unit(todo.num_rows, self.workers, self.slots)
-            log.info("ray: %d worker(s), %g GPU(s) each, %d rows in units of %d", self.workers,
-                     self.gpus, todo.num_rows, unit)  # fmt: skip
+            log.info(
+                "ray: %d worker(s), %g GPU(s) each, %d rows in units of %d",
+                self.workers,
+                self.gpus,
+                todo.num_rows,
+                unit,
+            )
             ray.data.DataContext.get_current().wait_for_min_actors_s = MIN_ACTORS_WAIT_S
             results = (
                 ray.data.from_arrow(todo)
@@ -148,8 +167,11 @@ class RayBackend:
     def _missing(self, todo, seen, journal, ctx) -> Iterator[Outcome]:
         """Rows no unit returned (a bug or a lost unit): failed, by the driver."""
         returned = pa.chunked_array(seen, pa.string()).combine_chunks() if seen else None
-        lost = todo if returned is None else todo.filter(
-            pc.invert(pc.is_in(todo["id"], value_set=returned)))  # fmt: skip
+        lost = (
+            todo
+            if returned is None
+            else todo.filter(pc.invert(pc.is_in(todo["id"], value_set=returned)))
+        )
         recorder = RowRecorder(None, journal, ctx)
         for row in lost.select(list(ROW_FIELDS)).to_pylist():
             yield recorder.failed(row, "no result came back from the ray workers")
@@ -159,16 +181,31 @@ class SynthesisActor:
     """One Ray actor: the model loaded once; each call synthesizes one unit of rows with the
     local engine, writes and journals them, and returns one outcome row per input row."""
 
-    def __init__(self, *, model, device, dtype, batch_size, out_dir, options, budget, split,
-                 ctx, started, open_text_model, load_synthesizer) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        model,
+        device,
+        dtype,
+        batch_size,
+        out_dir,
+        options,
+        budget,
+        split,
+        ctx,
+        started,
+        open_text_model,
+        load_synthesizer,
+    ) -> None:
         self.text_model = open_text_model(model)
         self.synth = load_synthesizer(self.text_model, device, dtype, batch_size)
         self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
         self.split = split
         self.started = started  # when the driver handed the rows out (wall clock)
         journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
-        self.recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format, workers=1),
-                                    journal, ctx)  # fmt: skip
+        self.recorder = RowRecorder(
+            OutputWriter(self.out_dir, ctx.audio_format, workers=1), journal, ctx
+        )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         done = self._published_by_this_run(batch)
@@ -182,12 +219,14 @@ class SynthesisActor:
             result = self.recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
             pending.append(result)
         for row_id in budgets:
-            pending.append(self.recorder.failed(chunk.rows[row_id],
-                                                "the synthesizer returned no result"))  # fmt: skip
+            pending.append(
+                self.recorder.failed(chunk.rows[row_id], "the synthesizer returned no result")
+            )
         for result in pending:
             o = result if isinstance(result, Outcome) else result.result()
-            out.append({"id": o.id, "status": o.status, "error": o.error,
-                        "duration_s": o.duration_s})  # fmt: skip
+            out.append(
+                {"id": o.id, "status": o.status, "error": o.error, "duration_s": o.duration_s}
+            )
         return pa.Table.from_pylist(out, schema=OUTCOME_SCHEMA)
 
     def _published_by_this_run(self, batch: pa.Table) -> dict[str, float]:
@@ -215,8 +254,11 @@ def _connect(ray, address: str | None, timeout: float) -> bool:
     if not address:
         # Each actor holds a CPU slot; Ray Data's own tasks (repartition, reads) need slots too,
         # and on a small box the actors could take them all and stall the pipeline for good.
-        ray.init(num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS, include_dashboard=False,
-                 log_to_driver=False)  # fmt: skip
+        ray.init(
+            num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
         return True
     deadline = time.monotonic() + timeout
     _probe(address, timeout)
@@ -232,11 +274,14 @@ def _connect(ray, address: str | None, timeout: float) -> bool:
     thread.start()
     thread.join(max(deadline - time.monotonic(), 0.1))  # one --ray-timeout for both steps
     if thread.is_alive():
-        raise RayConnectError(f"no Ray cluster answered at {address} within {timeout:g} s "
-                              "(--ray-timeout); nothing was written")  # fmt: skip
+        raise RayConnectError(
+            f"no Ray cluster answered at {address} within {timeout:g} s "
+            "(--ray-timeout); nothing was written"
+        )
     if error:
-        raise RayConnectError(f"cannot join the Ray cluster at {address}: "
-                              f"{str(error[0]).strip().splitlines()[0]}") from None  # fmt: skip
+        raise RayConnectError(
+            f"cannot join the Ray cluster at {address}: {str(error[0]).strip().splitlines()[0]}"
+        ) from None
     return False
 
 
@@ -250,8 +295,10 @@ def _probe(address: str, timeout: float) -> None:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as e:
         reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise RayConnectError(f"cannot reach the Ray cluster at {address}: {reason} "
-                              "(--ray-timeout); nothing was written") from None  # fmt: skip
+        raise RayConnectError(
+            f"cannot reach the Ray cluster at {address}: {reason} "
+            "(--ray-timeout); nothing was written"
+        ) from None
 
 
 def _driver_knobs(env: Mapping[str, str] = os.environ) -> dict:

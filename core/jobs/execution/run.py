@@ -56,8 +56,11 @@ def apply_reference_defaults(rows: pa.Table, spec: JobSpec) -> pa.Table:
     A command-line path is relative to the working directory (a manifest's to the manifest)."""
     if spec.voice.ref_audio is not None:
         audio = str(Path(spec.voice.ref_audio).expanduser().absolute())
-        rows = rows.set_column(rows.schema.get_field_index("ref_audio"), "ref_audio",
-                               pc.fill_null(rows["ref_audio"], audio))  # fmt: skip
+        rows = rows.set_column(
+            rows.schema.get_field_index("ref_audio"),
+            "ref_audio",
+            pc.fill_null(rows["ref_audio"], audio),
+        )
     text = rows["ref_text"]
     if spec.voice.x_vector_only:
         text = pa.nulls(rows.num_rows, pa.string())
@@ -82,8 +85,10 @@ def check_segment_limit(split: SplitSettings, budget: FrameBudget) -> None:
     why = budget.too_long(limit) if split.enabled else None
     if why is not None:
         detail = why.split(": ", 1)[-1].split("; ")[0]  # the numbers, without the advice
-        raise UsageError(f"--max-segment-tokens {limit} is more than this model can speak in one "
-                         f"segment ({detail}); lower it")  # fmt: skip
+        raise UsageError(
+            f"--max-segment-tokens {limit} is more than this model can speak in one "
+            f"segment ({detail}); lower it"
+        )
 
 
 def source_path(spec: JobSpec) -> str:
@@ -96,13 +101,21 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     rows = apply_reference_defaults(read_rows(spec), spec)
     out = spec.output.out_dir
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
-    check_input(out, recorded, spec.kind.value, source_path(spec),
-                input_moved=spec.output.input_moved, overwrite=spec.output.overwrite)  # fmt: skip
+    check_input(
+        out,
+        recorded,
+        spec.kind.value,
+        source_path(spec),
+        input_moved=spec.output.input_moved,
+        overwrite=spec.output.overwrite,
+    )
     req = shard_request(spec.scale_out.num_shards, spec.scale_out.shard_index, env)
     if spec.scale_out.backend == "ray" and req.from_environment:
-        raise UsageError(f"--backend ray inside {req.source} ({req.count} tasks) would split the "
-                         "job silently: run Ray from one process, or pass --num-shards 1 to "
-                         "say this is intended")  # fmt: skip
+        raise UsageError(
+            f"--backend ray inside {req.source} ({req.count} tasks) would split the "
+            "job silently: run Ray from one process, or pass --num-shards 1 to "
+            "say this is intended"
+        )
     shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
     if shard.sharded:
         spec = replace(
@@ -112,17 +125,23 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     check_shared_voice(rows, model, spec.voice.row_defaults)
     try:
         options = generation_options(model.defaults, spec.sampling)
-        budget = FrameBudget(model.defaults.max_new_tokens, spec.model.max_new_tokens,
-                             model.config.talker.max_position_embeddings)  # fmt: skip
+        budget = FrameBudget(
+            model.defaults.max_new_tokens,
+            spec.model.max_new_tokens,
+            model.config.talker.max_position_embeddings,
+        )
     except ValueError as e:
         raise ManifestError(str(e)) from None
     options = replace(options, max_attempts=spec.failures.attempts)
     if options.max_attempts > options.attempts:
-        log.info("--on-budget retry with greedy decoding: another seed gives the same codes, so "
-                 "a row that hits its frame budget fails at its first try")  # fmt: skip
+        log.info(
+            "--on-budget retry with greedy decoding: another seed gives the same codes, so "
+            "a row that hits its frame budget fails at its first try"
+        )
     check_segment_limit(spec.split, budget)
-    precision = settle_precision(model, spec.model.device, spec.model.dtype.value, recorded,
-                                 overwrite=spec.output.overwrite)  # fmt: skip
+    precision = settle_precision(
+        model, spec.model.device, spec.model.dtype.value, recorded, overwrite=spec.output.overwrite
+    )
     if spec.scale_out.backend == "ray" and spec.model.device.strip().lower() == "auto":
         precision = for_ray_actors(precision)  # each actor resolves auto on its own device
     elif precision.cpu_auto is not None:  # every later step (backends, plan) runs exactly this
@@ -182,9 +201,17 @@ def run_job(
         backend = RayBackend.connect(spec, job, options, open_text_model, load_synthesizer)
     else:
         m = spec.model
-        backend = LocalBackend(spec.output.out_dir, job.text_model, load_synthesizer, m.device,
-                               m.dtype.value, m.batch_size, options, job.budget,
-                               spec.split)  # fmt: skip
+        backend = LocalBackend(
+            spec.output.out_dir,
+            job.text_model,
+            load_synthesizer,
+            m.device,
+            m.dtype.value,
+            m.batch_size,
+            options,
+            job.budget,
+            spec.split,
+        )
     layout = Layout(spec.output.out_dir)
     try:
         layout.dir.mkdir(parents=True, exist_ok=True)

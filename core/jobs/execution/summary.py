@@ -32,8 +32,10 @@ class JobSummary:
 
     def describe(self) -> str:
         """The closing log line."""
-        line = (f"{self.status}: {self.ok} ok, {self.failed} failed, {self.skipped} skipped, "
-                f"{self.pending} pending; results in {self.results}")  # fmt: skip
+        line = (
+            f"{self.status}: {self.ok} ok, {self.failed} failed, {self.skipped} skipped, "
+            f"{self.pending} pending; results in {self.results}"
+        )
         if self.failure_reasons:
             top = "; ".join(f"{r} ({n})" for r, n in self.failure_reasons.items())
             line += f"; most common failures: {top}"

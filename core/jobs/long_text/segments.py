@@ -52,8 +52,9 @@ def segment_seed(seed: int, index: int) -> int:
     return derive_seed(seed, str(index))
 
 
-def cut_rows(texts: Sequence[str], tokens: Sequence[int], model: TextModel,
-             split: SplitSettings | None) -> list[list[str]]:  # fmt: skip
+def cut_rows(
+    texts: Sequence[str], tokens: Sequence[int], model: TextModel, split: SplitSettings | None
+) -> list[list[str]]:
     """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only."""
     if split is None or not split.enabled:
         return [[t] for t in texts]
@@ -88,8 +89,9 @@ class SplitRows:
         return None if place is None else place[0]
 
 
-def synthesize_chunk(synth: Synthesizer, chunk, options: GenerationOptions,
-                     on_budget: str) -> Iterator[Utterance | RowFailure]:  # fmt: skip
+def synthesize_chunk(
+    synth: Synthesizer, chunk, options: GenerationOptions, on_budget: str
+) -> Iterator[Utterance | RowFailure]:
     """One result per row of the chunk (qtts.core.jobs.work.chunks.Chunk): rows failed before
     synthesis, then each row as it completes (on_budget: what a segment that hits its frame
     budget does to its row)."""
@@ -97,14 +99,17 @@ def synthesize_chunk(synth: Synthesizer, chunk, options: GenerationOptions,
         yield RowFailure(row_id, reason)
     parts = calls(chunk.requests, chunk.est_frames, chunk.split)
     if len(parts) > 1:
-        log.info("%d synthesizer calls for this chunk: its split rows' audio is held in parts",
-                 len(parts))  # fmt: skip
+        log.info(
+            "%d synthesizer calls for this chunk: its split rows' audio is held in parts",
+            len(parts),
+        )
     for call in parts:
         yield from _joined(synth.synthesize(call, options), chunk.split, on_budget)
 
 
-def calls(requests: Sequence[Request], est_frames: Sequence[int],
-          split: SplitRows) -> list[list[Request]]:  # fmt: skip
+def calls(
+    requests: Sequence[Request], est_frames: Sequence[int], split: SplitRows
+) -> list[list[Request]]:
     """The requests cut into synthesizer calls that each hold at most MAX_SPLIT_FRAMES_PER_CALL
     frames of split rows (a row's segments always in one call); whole rows go with the first."""
     totals: dict[str, int] = {}
@@ -129,8 +134,9 @@ def calls(requests: Sequence[Request], est_frames: Sequence[int],
     return [g for g in groups if g]
 
 
-def _joined(items: Iterator[Utterance | RowFailure], split: SplitRows,
-            on_budget: str) -> Iterator[Utterance | RowFailure]:  # fmt: skip
+def _joined(
+    items: Iterator[Utterance | RowFailure], split: SplitRows, on_budget: str
+) -> Iterator[Utterance | RowFailure]:
     held: dict[str, list[Utterance | None]] = {}
     failed = set(split.failed)
     try:
@@ -164,8 +170,9 @@ def _joined(items: Iterator[Utterance | RowFailure], split: SplitRows,
             close()
 
 
-def join(row_id: str, parts: list[Utterance], pause_s: float,
-         seeds: Sequence[int | None] | None = None) -> Utterance:  # fmt: skip
+def join(
+    row_id: str, parts: list[Utterance], pause_s: float, seeds: Sequence[int | None] | None = None
+) -> Utterance:
     """The row's utterance: segments' audio with `pause_s` of silence between, codes in order;
     its attempts the most any segment took; seeds: each segment's kept seed (default: each
     part's own)."""

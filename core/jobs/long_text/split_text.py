@@ -114,8 +114,9 @@ class _Piece:
     tokens: int = 0
 
 
-def split_texts(texts: Sequence[str], max_tokens: int, count: Count, *,
-                every_sentence: bool = False) -> list[list[str]]:  # fmt: skip
+def split_texts(
+    texts: Sequence[str], max_tokens: int, count: Count, *, every_sentence: bool = False
+) -> list[list[str]]:
     """Each text's segments, in order; [text] when it makes a single segment."""
     pieces = [_first_pieces(t) for t in texts]
     todo = [(i, p) for i, ps in enumerate(pieces) for p in ps]
@@ -206,8 +207,7 @@ def _balanced(run: list[_Piece], max_tokens: int) -> list[tuple[int, int]]:
     tokens = 0
     for p in run:
         share = left / parts
-        if spans and tokens and (tokens + p.tokens > max_tokens or
-                                 tokens + p.tokens / 2 > share):  # fmt: skip
+        if spans and tokens and (tokens + p.tokens > max_tokens or tokens + p.tokens / 2 > share):
             left, parts, tokens = left - tokens, max(parts - 1, 1), 0
         if tokens:
             spans[-1] = (spans[-1][0], p.end)

@@ -72,8 +72,9 @@ class KeepRules:
             if column not in table.schema.names:
                 return np.zeros(table.num_rows, dtype=bool)
             values = table[column]
-            meets = pc.greater_equal(values, value) if kind == "floor" else \
-                pc.less_equal(values, value)  # fmt: skip
+            meets = (
+                pc.greater_equal(values, value) if kind == "floor" else pc.less_equal(values, value)
+            )
             other = NULL_PASSES.get(column)
             if other in table.schema.names:
                 meets = pc.if_else(pc.is_null(values), pc.is_valid(table[other]), meets)
@@ -98,8 +99,10 @@ def read_keep_rules(out_dir: Path) -> KeepRules:
     except FileNotFoundError:
         return KeepRules()
     except (OSError, ValueError, AttributeError, TypeError) as exc:
-        raise UsageError(f"cannot read {path} ({exc}): set the rules again (qtts results OUT "
-                         "--min-dnsmos ...) or clear them (--keep-all)") from None  # fmt: skip
+        raise UsageError(
+            f"cannot read {path} ({exc}): set the rules again (qtts results OUT "
+            "--min-dnsmos ...) or clear them (--keep-all)"
+        ) from None
 
 
 def write_keep_rules(out_dir: Path, rules: KeepRules) -> None:

@@ -56,8 +56,13 @@ class RecordContext:
     split: str = "none"  # the split settings' key (spec.SplitSettings.key)
 
     def stamp(self) -> dict[str, str]:
-        return {"settings": self.settings, "model": self.model, "run": self.run,
-                "split": self.split, "on_budget": self.on_budget}  # fmt: skip
+        return {
+            "settings": self.settings,
+            "model": self.model,
+            "run": self.run,
+            "split": self.split,
+            "on_budget": self.on_budget,
+        }
 
     def stale_files(self, row_id: str) -> tuple[str, ...]:
         others = [f"{row_id}.{fmt}" for fmt in AUDIO_FORMATS if fmt != self.audio_format]
@@ -91,21 +96,26 @@ class RowRecorder:
         self.journal.append([failed_record(row, error, attempts, **self.ctx.stamp())])
         return Outcome(row["id"], FAILED, error=error)
 
-    def finish(self, item: Utterance | RowFailure, row: dict[str, Any],
-               max_new_tokens: int) -> Outcome | Future[Outcome]:  # fmt: skip
+    def finish(
+        self, item: Utterance | RowFailure, row: dict[str, Any], max_new_tokens: int
+    ) -> Outcome | Future[Outcome]:
         """A failure is recorded at once; an ok row when its files are written (the future)."""
         if isinstance(item, RowFailure):
             return self.failed(row, item.error, item.attempts)
         error = utterance_error(item, max_new_tokens, self.ctx.on_budget)
         if error is not None:
             return self.failed(row, error, item.attempts)
-        audio = {"file": f"{item.id}.{self.ctx.audio_format}", "num_frames": int(len(item.codes)),
-                 "num_samples": int(len(item.audio)), "sample_rate": int(item.sample_rate),
-                 "hit_frame_budget": bool(item.hit_frame_budget),
-                 "segments": len(item.segment_frames or (0,)),
-                 "segment_frames": None if item.segment_frames is None else list(
-                     item.segment_frames), "text_tokens": row.get("text_tokens"),
-                 **_attempts(item, row)}  # fmt: skip
+        audio = {
+            "file": f"{item.id}.{self.ctx.audio_format}",
+            "num_frames": int(len(item.codes)),
+            "num_samples": int(len(item.audio)),
+            "sample_rate": int(item.sample_rate),
+            "hit_frame_budget": bool(item.hit_frame_budget),
+            "segments": len(item.segment_frames or (0,)),
+            "segment_frames": None if item.segment_frames is None else list(item.segment_frames),
+            "text_tokens": row.get("text_tokens"),
+            **_attempts(item, row),
+        }
 
         final = self.writer.out_dir / audio["file"]
 
@@ -118,8 +128,14 @@ class RowRecorder:
             self.journal.append([record])
 
         codes = item.codes if self.ctx.save_codes else None
-        job = WriteJob(item.id, item.audio, item.sample_rate, codes, before_replace=journal,
-                       stale=self.ctx.stale_files(item.id))  # fmt: skip
+        job = WriteJob(
+            item.id,
+            item.audio,
+            item.sample_rate,
+            codes,
+            before_replace=journal,
+            stale=self.ctx.stale_files(item.id),
+        )
         duration = audio["num_samples"] / audio["sample_rate"]
         future: Future[Outcome] = Future()
 

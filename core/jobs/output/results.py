@@ -39,15 +39,38 @@ RESULTS_NAME = "results.parquet"
 METADATA_NAME = "metadata.jsonl"
 SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
 
-RESULT_COLUMNS = ("id", "row", "status", "path", "num_frames", "num_samples", "duration_s",
-                  "sample_rate", "seed", "hit_frame_budget", "segments", "segment_frames", "error",
-                  "model", "text", "speaker", "language", "instruct", "ref_audio", "ref_text",
-                  "settings")  # fmt: skip
+RESULT_COLUMNS = (
+    "id",
+    "row",
+    "status",
+    "path",
+    "num_frames",
+    "num_samples",
+    "duration_s",
+    "sample_rate",
+    "seed",
+    "hit_frame_budget",
+    "segments",
+    "segment_frames",
+    "error",
+    "model",
+    "text",
+    "speaker",
+    "language",
+    "instruct",
+    "ref_audio",
+    "ref_text",
+    "settings",
+)
 # The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
 RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES)
 # What a rebuild reads of each record: the results' columns, and what merging and checks need.
 READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path")) + (
-    "file", "bytes", "run", "t")  # fmt: skip
+    "file",
+    "bytes",
+    "run",
+    "t",
+)
 RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
 BATCH = 1 << 18  # input rows per batch of the views being written
 
@@ -118,14 +141,22 @@ def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[p
         taken = taken.append_column("path", pc.binary_join_element_wise(root, taken["file"], ""))
         # An ok row recorded before qtts split long text was made whole: one segment.
         whole = pc.and_(pc.equal(taken["status"], OK), pc.is_null(taken["segments"]))
-        taken = taken.set_column(taken.schema.get_field_index("segments"), "segments",
-                                 pc.if_else(whole, 1, taken["segments"]))  # fmt: skip
+        taken = taken.set_column(
+            taken.schema.get_field_index("segments"),
+            "segments",
+            pc.if_else(whole, 1, taken["segments"]),
+        )
         null_ids = rows.filter(pc.is_null(rows["id"]))
         if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
             n = null_ids.num_rows
-            extra = pa.table({"row": null_ids["row"], "text": null_ids["text"],
-                              "status": pa.array([FAILED] * n, pa.string()),
-                              "error": pa.array(["id is null"] * n, pa.string())})  # fmt: skip
+            extra = pa.table(
+                {
+                    "row": null_ids["row"],
+                    "text": null_ids["text"],
+                    "status": pa.array([FAILED] * n, pa.string()),
+                    "error": pa.array(["id is null"] * n, pa.string()),
+                }
+            )
             taken = pa.concat_tables([taken, extra], promote_options="default")
             taken = taken.take(pc.sort_indices(taken["row"]))
         yield taken.select([*RESULT_COLUMNS, *scored])
@@ -177,8 +208,12 @@ def _scored(picks: Picks) -> list[str]:
 
 def _empty_results() -> pa.Table:
     schema = RECORD_SCHEMA
-    fields = [schema.field(c) if c in schema.names else pa.field(c, pa.int64() if c == "row"
-              else pa.string()) for c in RESULT_COLUMNS]  # fmt: skip
+    fields = [
+        schema.field(c)
+        if c in schema.names
+        else pa.field(c, pa.int64() if c == "row" else pa.string())
+        for c in RESULT_COLUMNS
+    ]
     return pa.schema(fields).empty_table()
 
 
@@ -194,8 +229,9 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
                 rounds += 1
                 before = _state_stamp(out_dir)
                 listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
-                cleanup_temp_files(out_dir, owns=lambda final: final in SHARED_VIEWS,
-                                   names=listing.temps)  # a rebuild that was killed  # fmt: skip
+                cleanup_temp_files(
+                    out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
+                )  # a rebuild that was killed
                 picks = pick(rows, read_all(out_dir, READ_COLUMNS), listing)
                 write_views(out_dir, picks)
                 if _state_stamp(out_dir) == before or rounds > len(before) + 1:
@@ -209,8 +245,7 @@ def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
     """results.parquet is newer than every state, journal and input it was built from."""
     try:
         built = os.stat(out_dir / RESULTS_NAME).st_mtime_ns
-        newest = max((os.stat(p).st_mtime_ns for p in [*_state_files(out_dir), *inputs]),
-                     default=0)  # fmt: skip
+        newest = max((os.stat(p).st_mtime_ns for p in [*_state_files(out_dir), *inputs]), default=0)
     except OSError:
         return False
     return newest < built
@@ -252,8 +287,10 @@ def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
 
     job = read_job_file(out_dir)
     if job is None:
-        raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json): run qtts synth or "
-                         "qtts batch with --out-dir there first")  # fmt: skip
+        raise UsageError(
+            f"{out_dir} holds no qtts job (no .qtts/job.json): run qtts synth or "
+            "qtts batch with --out-dir there first"
+        )
     source = source or job.source
     if source == "-":
         raise UsageError("the job read stdin: pass the same lines with --input PATH")
@@ -262,8 +299,16 @@ def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     if counts is None:
         from qtts.core.errors import LockHeldError
 
-        raise LockHeldError(f"another process has held {Layout(out_dir).results_lock} for "
-                            f"{RESULTS_COMMAND_WAIT_S} s; try again later")  # fmt: skip
-    return {"total": counts.total, "ok": counts.ok, "failed": counts.failed,
-            "pending": counts.pending, "complete": counts.ok == counts.total,
-            "num_shards": job.num_shards, "results": str(out_dir / RESULTS_NAME)}  # fmt: skip
+        raise LockHeldError(
+            f"another process has held {Layout(out_dir).results_lock} for "
+            f"{RESULTS_COMMAND_WAIT_S} s; try again later"
+        )
+    return {
+        "total": counts.total,
+        "ok": counts.ok,
+        "failed": counts.failed,
+        "pending": counts.pending,
+        "complete": counts.ok == counts.total,
+        "num_shards": job.num_shards,
+        "results": str(out_dir / RESULTS_NAME),
+    }

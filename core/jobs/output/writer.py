@@ -94,8 +94,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def cleanup_temp_files(out_dir: Path, owns: Callable[[str], bool] = lambda final: True,
-                       names: Iterable[str] | None = None) -> int:  # fmt: skip
+def cleanup_temp_files(
+    out_dir: Path,
+    owns: Callable[[str], bool] = lambda final: True,
+    names: Iterable[str] | None = None,
+) -> int:
     """Remove temp files a killed run left in out_dir: those whose final file name `owns`
     accepts (a shard owns its rows' files; other shards may be writing theirs right now).
     names: the temp files of a listing already made (else the folder is searched)."""

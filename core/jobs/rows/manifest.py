@@ -93,8 +93,9 @@ def _decode_utf8(lines: pa.Array, name: str, max_bad: int) -> pa.Array:
     raise ManifestError(f"{name}: invalid UTF-8 at " + ", ".join(bad))
 
 
-def read_parquet_manifest(path: str, columns: tuple[str, ...] | None = None, *,
-                          text_if_null_id: bool = False) -> pa.Table:  # fmt: skip
+def read_parquet_manifest(
+    path: str, columns: tuple[str, ...] | None = None, *, text_if_null_id: bool = False
+) -> pa.Table:
     """Rows of a Parquet manifest; a missing optional column or a null takes the CLI default,
     and so does an empty or blank optional string. Unknown columns are not read, nor those left
     out of `columns` (text_if_null_id: text too, when some id is null)."""

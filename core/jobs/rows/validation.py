@@ -45,8 +45,14 @@ class Prepared:
         return self.rows.filter(pc.is_valid(self.rows["error"]))
 
 
-def prepare_rows(rows: pa.Table, model: TextModel, defaults: RowDefaults, *,
-                 ref_dir: Path | None, refs: RefDigests) -> Prepared:  # fmt: skip
+def prepare_rows(
+    rows: pa.Table,
+    model: TextModel,
+    defaults: RowDefaults,
+    *,
+    ref_dir: Path | None,
+    refs: RefDigests,
+) -> Prepared:
     """Resolve and check every row (ref_dir: where relative ref_audio paths point)."""
     warnings: Counter[str] = Counter()
     text = rows["text"]
@@ -57,8 +63,13 @@ def prepare_rows(rows: pa.Table, model: TextModel, defaults: RowDefaults, *,
     seed, seed_error = _seeds(rows["seed"], defaults.seed)
     base = model.config.tts_model_type == "base"
     ref = _references(rows, ref_dir, refs) if base else None
-    error = pc.coalesce(id_errors(rows["id"]), text_error, voice["error"], seed_error,
-                        *([ref["error"]] if base else []))  # fmt: skip
+    error = pc.coalesce(
+        id_errors(rows["id"]),
+        text_error,
+        voice["error"],
+        seed_error,
+        *([ref["error"]] if base else []),
+    )
     ok = pc.is_null(error)
     for item in pc.value_counts(pc.filter(voice["warning"], ok).drop_null()).to_pylist():
         warnings[item["values"]] += item["counts"]
@@ -67,15 +78,22 @@ def prepare_rows(rows: pa.Table, model: TextModel, defaults: RowDefaults, *,
         if ignored:
             warnings[REF_IGNORED] += ignored
     nothing = pa.nulls(rows.num_rows, pa.string())
-    out = pa.table({
-        "id": rows["id"], "row": rows["row"], "text": text, "text_digest": text_digests(text),
-        "speaker": voice["speaker"], "language": voice["language"],
-        "instruct": voice["instruct"], "seed": seed,
-        "ref_digest": ref["digest"] if base else nothing,
-        "ref_text": ref["text"] if base else nothing,
-        "ref_audio": ref["path"] if base else nothing,
-        "error": error,
-    })  # fmt: skip
+    out = pa.table(
+        {
+            "id": rows["id"],
+            "row": rows["row"],
+            "text": text,
+            "text_digest": text_digests(text),
+            "speaker": voice["speaker"],
+            "language": voice["language"],
+            "instruct": voice["instruct"],
+            "seed": seed,
+            "ref_digest": ref["digest"] if base else nothing,
+            "ref_text": ref["text"] if base else nothing,
+            "ref_audio": ref["path"] if base else nothing,
+            "error": error,
+        }
+    )
     return Prepared(out, warnings)
 
 
@@ -100,17 +118,20 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         sp, rest = divmod(k, len(values[1]) * len(values[2]))
         lang, ins = divmod(rest, len(values[2]))
         try:
-            results.append((*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]),
-                            None))  # fmt: skip
+            results.append(
+                (*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]), None)
+            )
         except ValueError as e:
             results.append((None, None, None, None, str(e)))
     names = ("speaker", "language", "instruct", "warning", "error")
     index = pa.array(inverse.astype(np.int32))
     # Few distinct voices for many rows: dictionary columns (an index per row, not a string).
-    return {n: pa.DictionaryArray.from_arrays(index, pa.array([r[i] for r in results], pa.string()))
-            if n in ("speaker", "language") else
-            pa.array([r[i] for r in results], pa.string()).take(index)
-            for i, n in enumerate(names)}  # fmt: skip
+    return {
+        n: pa.DictionaryArray.from_arrays(index, pa.array([r[i] for r in results], pa.string()))
+        if n in ("speaker", "language")
+        else pa.array([r[i] for r in results], pa.string()).take(index)
+        for i, n in enumerate(names)
+    }
 
 
 def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
@@ -121,14 +142,17 @@ def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
         return pa.array(np.full(n, default, dtype=np.int64)), pa.nulls(n, pa.string())
     if pa.types.is_floating(column.type):
         column = pc.if_else(pc.is_nan(column), None, column)
-        bad = pc.or_(pc.not_equal(pc.floor(column), column),
-                     pc.or_(pc.less(column, 0), pc.greater_equal(column, 2.0**63)))  # fmt: skip
+        bad = pc.or_(
+            pc.not_equal(pc.floor(column), column),
+            pc.or_(pc.less(column, 0), pc.greater_equal(column, 2.0**63)),
+        )
     else:
         bad = pc.or_(pc.less(column, 0), pc.greater(column, MAX_SEED))
     bad = pc.fill_null(bad, False)
     bad_at = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
-    errors = patched(pa.nulls(n, pa.string()), bad_at,
-                     [_seed_error(v) for v in column.take(bad_at).to_pylist()])  # fmt: skip
+    errors = patched(
+        pa.nulls(n, pa.string()), bad_at, [_seed_error(v) for v in column.take(bad_at).to_pylist()]
+    )
     good = pc.if_else(bad, None, column)
     seeds = pc.fill_null(pc.cast(good, pa.int64(), safe=False), default)
     return seeds, errors
@@ -145,8 +169,9 @@ def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[
     codes, values = _codes(rows["ref_audio"])
     resolved = [_resolve_ref(v, ref_dir, refs) for v in values]  # (path, digest, error)
     take = pa.array(codes)
-    path, digest, error = (pa.array([r[i] for r in resolved], pa.string()).take(take)
-                           for i in range(3))  # fmt: skip
+    path, digest, error = (
+        pa.array([r[i] for r in resolved], pa.string()).take(take) for i in range(3)
+    )
     text = pc.if_else(pc.is_valid(path), rows["ref_text"], pa.scalar(None, pa.string()))
     return {"path": path, "digest": digest, "error": error, "text": text}
 

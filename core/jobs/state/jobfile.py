@@ -50,8 +50,10 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     0.1, which --overwrite replaces)."""
     layout = Layout(out_dir)
     if layout.legacy() and not legacy_ok:
-        raise UsageError(f"{out_dir} was written by qtts 0.1, which kept no row fingerprints: "
-                         "redo it with --overwrite, or use a new --out-dir")  # fmt: skip
+        raise UsageError(
+            f"{out_dir} was written by qtts 0.1, which kept no row fingerprints: "
+            "redo it with --overwrite, or use a new --out-dir"
+        )
     path = layout.job_file
     try:
         data = json.loads(path.read_text("utf-8"))
@@ -65,12 +67,16 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     known.setdefault("format", 1)
     known.setdefault("cpu_auto_dtype", UNPINNED_CPU_AUTO)
     if known["cpu_auto_dtype"] not in (None, *CPU_AUTO_DTYPES):
-        raise UsageError(f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
-                         f"null), got {known['cpu_auto_dtype']!r}; fix it or use another "
-                         "--out-dir")  # fmt: skip
+        raise UsageError(
+            f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
+            f"null), got {known['cpu_auto_dtype']!r}; fix it or use another "
+            "--out-dir"
+        )
     if known["format"] > FORMAT:
-        raise UsageError(f"{path} was written by a newer qtts (job format {known['format']}); "
-                         "upgrade qtts to resume this out dir")  # fmt: skip
+        raise UsageError(
+            f"{path} was written by a newer qtts (job format {known['format']}); "
+            "upgrade qtts to resume this out dir"
+        )
     try:
         return JobFile(**known)
     except TypeError as e:
@@ -82,8 +88,15 @@ def write_job_file(out_dir: Path, job: JobFile) -> None:
     atomic_write_bytes(Layout(out_dir).job_file, data)
 
 
-def check_input(out_dir: Path, recorded: JobFile | None, kind: str, source: str,
-                *, input_moved: bool, overwrite: bool) -> None:  # fmt: skip
+def check_input(
+    out_dir: Path,
+    recorded: JobFile | None,
+    kind: str,
+    source: str,
+    *,
+    input_moved: bool,
+    overwrite: bool,
+) -> None:
     if recorded is None or input_moved or overwrite:
         return
     if (recorded.kind, recorded.source) != (kind, source):
@@ -95,19 +108,24 @@ def check_input(out_dir: Path, recorded: JobFile | None, kind: str, source: str,
         )
 
 
-def resolve_shard(out_dir: Path, req: ShardRequest, recorded: JobFile | None,
-                  *, overwrite: bool) -> Shard:  # fmt: skip
+def resolve_shard(
+    out_dir: Path, req: ShardRequest, recorded: JobFile | None, *, overwrite: bool
+) -> Shard:
     """This run's shard: what it was told, reconciled with the N the out dir records."""
     if recorded is None or recorded.num_shards == (req.count or 1) or overwrite:
         return UNSHARDED if req.count is None else Shard(req.count, req.index, req.source)
     n = recorded.num_shards
     where = f"{out_dir} is split into {n} shard{'s' if n > 1 else ''} (recorded in .qtts/job.json)"
     if req.count is None:
-        raise UsageError(f"{where}: run a shard of it with --num-shards {n} --shard-index "
-                         f"0..{n - 1}, or start afresh with --overwrite")  # fmt: skip
+        raise UsageError(
+            f"{where}: run a shard of it with --num-shards {n} --shard-index "
+            f"0..{n - 1}, or start afresh with --overwrite"
+        )
     if req.explicit:
-        raise UsageError(f"--num-shards {req.count} disagrees: {where}; use --num-shards {n}, "
-                         "or --overwrite to start afresh with the new count")  # fmt: skip
+        raise UsageError(
+            f"--num-shards {req.count} disagrees: {where}; use --num-shards {n}, "
+            "or --overwrite to start afresh with the new count"
+        )
     index = _recorded_index(req, recorded)
     if index is None or not 0 <= index < n:
         raise UsageError(
@@ -115,8 +133,14 @@ def resolve_shard(out_dir: Path, req: ShardRequest, recorded: JobFile | None,
             f"{req.task_id} is not one of them; pass --num-shards {n} --shard-index I"
         )
     shard = Shard(n, index, f"{req.source} task {req.task_id}, N as the out dir records it")
-    log.info("%s gives %d shard(s) but %s: running task %s as %s", req.source, req.count,
-             where, req.task_id, shard.describe())  # fmt: skip
+    log.info(
+        "%s gives %d shard(s) but %s: running task %s as %s",
+        req.source,
+        req.count,
+        where,
+        req.task_id,
+        shard.describe(),
+    )
     return shard
 
 
@@ -131,5 +155,10 @@ def _recorded_index(req: ShardRequest, recorded: JobFile) -> int | None:
 def job_for(kind: str, source: str, shard: Shard, req: ShardRequest) -> JobFile:
     """What this run records: the array's numbering when N came from that array."""
     array = req.source == "the Slurm array" and req.count == shard.count
-    return JobFile(kind, source, shard.count, req.array_min if array else None,
-                   req.array_step if array else None)  # fmt: skip
+    return JobFile(
+        kind,
+        source,
+        shard.count,
+        req.array_min if array else None,
+        req.array_step if array else None,
+    )

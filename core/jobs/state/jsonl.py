@@ -51,8 +51,10 @@ def json_lines(batch: pa.RecordBatch | pa.Table, names: dict[str, str] | None = 
     names = names or {c: c for c in batch.column_names}
     parts: list = []
     for k, (column, key) in enumerate(names.items()):
-        parts += [pa.scalar(("{" if k == 0 else ", ") + json.dumps(key) + ": "),
-                  json_values(batch[column])]  # fmt: skip
+        parts += [
+            pa.scalar(("{" if k == 0 else ", ") + json.dumps(key) + ": "),
+            json_values(batch[column]),
+        ]
     return pc.binary_join_element_wise(*parts, pa.scalar("}\n"), "")
 
 
@@ -69,8 +71,14 @@ def table_lines(table: pa.Table, names: dict[str, str] | None = None):
         yield lines_bytes(json_lines(batch, names))
 
 
-METADATA_KEYS = {"file_name": "file_name", "id": "id", "text": "text", "speaker": "speaker",
-                 "language": "language", "duration_s": "duration"}  # fmt: skip
+METADATA_KEYS = {
+    "file_name": "file_name",
+    "id": "id",
+    "text": "text",
+    "speaker": "speaker",
+    "language": "language",
+    "duration_s": "duration",
+}
 
 
 def metadata_lines(ok: pa.RecordBatch) -> pa.Array:

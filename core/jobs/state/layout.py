@@ -74,8 +74,9 @@ class Layout:
     def own_journals(self, suffix: str) -> list[Path]:
         """A shard's journals: its own, and when unsharded the Ray actors'."""
         own = self.journal(suffix)
-        return [p for p in self.journals()
-                if p == own or (not suffix and p.name.startswith(RAY_PREFIX))]  # fmt: skip
+        return [
+            p for p in self.journals() if p == own or (not suffix and p.name.startswith(RAY_PREFIX))
+        ]
 
     def legacy(self) -> bool:
         """An out dir written by qtts 0.1 (state at the top, no row fingerprints)."""

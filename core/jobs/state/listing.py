@@ -59,6 +59,5 @@ def list_out_dir(out_dir: Path, *, sizes: bool = True) -> Listing:
                     batch_names, batch_sizes = [], []
     name_chunks.append(pa.array(batch_names, pa.string()))
     size_chunks.append(pa.array(batch_sizes, pa.int64()))
-    files = pa.table({"name": pa.chunked_array(name_chunks),
-                      "size": pa.chunked_array(size_chunks)})  # fmt: skip
+    files = pa.table({"name": pa.chunked_array(name_chunks), "size": pa.chunked_array(size_chunks)})
     return Listing(files, temps)

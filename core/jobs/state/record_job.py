@@ -40,13 +40,20 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         cleanup_temp_files(layout.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
         if spec.output.overwrite:
             _remove_legacy(out)
-        check_input(out, recorded, spec.kind.value, source, input_moved=spec.output.input_moved,
-                    overwrite=spec.output.overwrite)  # fmt: skip
+        check_input(
+            out,
+            recorded,
+            spec.kind.value,
+            source,
+            input_moved=spec.output.input_moved,
+            overwrite=spec.output.overwrite,
+        )
         shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
         if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
             now = recorded.num_shards if recorded is not None else "another number of"
-            raise UsageError(f"{out} was just recorded with {now} shard(s) by another run; run "
-                             "again to join it")  # fmt: skip
+            raise UsageError(
+                f"{out} was just recorded with {now} shard(s) by another run; run again to join it"
+            )
         if recorded is not None and recorded.num_shards != shard.count:
             _no_old_run(layout, recorded.num_shards)
             state.remove_every_shard(out)
@@ -55,8 +62,9 @@ def record_job(job, req: ShardRequest, source: str) -> None:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
         cpu_auto = job.precision.cpu_auto if job.precision is not None else None
         seen = job.precision.seen if job.precision is not None else None
-        pin = cpu_auto_to_record(out, recorded, cpu_auto, overwrite=spec.output.overwrite,
-                                 seen=seen)  # fmt: skip
+        pin = cpu_auto_to_record(
+            out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
+        )
         new = replace(new, cpu_auto_dtype=pin)
         if new != recorded:
             write_job_file(out, new)
@@ -68,15 +76,20 @@ def _no_old_run(layout: Layout, old_count: int) -> None:
     are welcome)."""
     from filelock import FileLock, Timeout
 
-    old = [layout.lock("")] if old_count == 1 else [
-        layout.lock(Shard(old_count, i).suffix) for i in range(old_count)]  # fmt: skip
+    old = (
+        [layout.lock("")]
+        if old_count == 1
+        else [layout.lock(Shard(old_count, i).suffix) for i in range(old_count)]
+    )
     for path in (p for p in old if p.exists()):
         lock = FileLock(str(path), timeout=0)
         try:
             lock.acquire()
         except Timeout:
-            raise UsageError(f"--overwrite cannot change the shard count while another run "
-                             f"holds {path.name} in {layout.dir}") from None  # fmt: skip
+            raise UsageError(
+                f"--overwrite cannot change the shard count while another run "
+                f"holds {path.name} in {layout.dir}"
+            ) from None
         lock.release()
 
 

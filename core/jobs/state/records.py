@@ -68,28 +68,47 @@ ROW_FIELDS = ("id", "row", "text", *INPUT_FIELDS, "ref_audio")  # a row's fields
 OK, FAILED, PENDING = "ok", "failed", "pending"
 
 
-def failed_record(row: dict[str, Any], error: str, attempts: int | None = None,
-                  **run: Any) -> dict[str, Any]:  # fmt: skip
+def failed_record(
+    row: dict[str, Any], error: str, attempts: int | None = None, **run: Any
+) -> dict[str, Any]:
     """row: ROW_FIELDS (as validation resolved them); attempts: the tries that failed it, if
     any; run: settings, model, run, split, on_budget."""
-    return {**_fields(row), "status": FAILED, "error": error, "attempts": attempts, **run,
-            "t": time.time()}  # fmt: skip
+    return {
+        **_fields(row),
+        "status": FAILED,
+        "error": error,
+        "attempts": attempts,
+        **run,
+        "t": time.time(),
+    }
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
     """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget, segments,
     segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures."""
     duration = audio["num_samples"] / audio["sample_rate"]
-    return {**_fields(row), "status": OK, "error": None, **audio, "duration_s": duration,
-            **run, "t": time.time()}  # fmt: skip
+    return {
+        **_fields(row),
+        "status": OK,
+        "error": None,
+        **audio,
+        "duration_s": duration,
+        **run,
+        "t": time.time(),
+    }
 
 
 def pending_records(ids: pa.Array, *, run: str) -> pa.Table:
     """Rows that are not done after all: they must be redone."""
     n = len(ids)
-    return pa.table({"id": ids, "status": pa.array([PENDING], pa.string()).take(np.zeros(n, int)),
-                     "run": pa.array([run], pa.string()).take(np.zeros(n, int)),
-                     "t": pa.array(np.full(n, time.time()))})  # fmt: skip
+    return pa.table(
+        {
+            "id": ids,
+            "status": pa.array([PENDING], pa.string()).take(np.zeros(n, int)),
+            "run": pa.array([run], pa.string()).take(np.zeros(n, int)),
+            "t": pa.array(np.full(n, time.time())),
+        }
+    )
 
 
 def stamped(rows: pa.Table, *, status: str, **columns: str) -> pa.Table:
@@ -116,26 +135,50 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
 
 # What deciding the work reads of each record (the resume scan, the summary): a run that has
 # nothing to do never holds the rest in memory.
-SCAN_COLUMNS = ("id", "status", "error", "file", "bytes", "hit_frame_budget", *INPUT_FIELDS,
-                "settings", "segments", "split", "text_tokens", "attempts", "on_budget",
-                "t")  # fmt: skip
+SCAN_COLUMNS = (
+    "id",
+    "status",
+    "error",
+    "file",
+    "bytes",
+    "hit_frame_budget",
+    *INPUT_FIELDS,
+    "settings",
+    "segments",
+    "split",
+    "text_tokens",
+    "attempts",
+    "on_budget",
+    "t",
+)
 
 
 def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:
     """A 64-bit digest (blake2b) of each text, null for null: what resume compares."""
     out = []
     for start in range(0, len(texts), chunk):
-        out.append(pa.array([None if t is None else int.from_bytes(
-            hashlib.blake2b(t.encode(), digest_size=8).digest(), "big", signed=True)
-            for t in texts.slice(start, chunk).to_pylist()], pa.int64()))  # fmt: skip
+        out.append(
+            pa.array(
+                [
+                    None
+                    if t is None
+                    else int.from_bytes(
+                        hashlib.blake2b(t.encode(), digest_size=8).digest(), "big", signed=True
+                    )
+                    for t in texts.slice(start, chunk).to_pylist()
+                ],
+                pa.int64(),
+            )
+        )
     return pa.concat_arrays(out) if out else pa.array([], pa.int64())
 
 
 def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table:
     """`table` with exactly RECORD_SCHEMA's columns (or `columns` of them; missing ones null):
     states written by an older qtts, or a journal without some field, still merge."""
-    schema = RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c)
-                                                              for c in columns])  # fmt: skip
+    schema = (
+        RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
+    )
     arrays = []
     for f in schema:
         if f.name in table.column_names:

@@ -27,8 +27,7 @@ from qtts.core.jobs.work.resume import ResumeScan
 LEGACY_KEY = "ok"  # a record made before the policy was recorded (see above)
 
 
-def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table,
-                   key: str) -> ResumeScan:  # fmt: skip
+def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: str) -> ResumeScan:
     """resume with the done rows whose kept codes `key`'s policy would not keep moved to
     stale, with a reason ("on-budget ok -> retry/3"). valid: this run's valid rows (resume's
     order); records: the shard's latest records."""

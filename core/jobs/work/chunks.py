@@ -29,8 +29,17 @@ from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.synthesis.requests import Request
 
 CHUNK_ROWS = 65536  # rows per synthesizer call: ~100 MB of prompts, minutes of GPU work
-REQUEST_FIELDS = ("id", "text", "row", "speaker", "language", "instruct", "seed", "ref_audio",
-                  "ref_text")  # fmt: skip
+REQUEST_FIELDS = (
+    "id",
+    "text",
+    "row",
+    "speaker",
+    "language",
+    "instruct",
+    "seed",
+    "ref_audio",
+    "ref_text",
+)
 
 
 @dataclass
@@ -79,8 +88,9 @@ def longest_first(rows: pa.ChunkedArray, est_frames: np.ndarray) -> np.ndarray:
     return order.to_numpy()
 
 
-def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget,
-                   split: SplitSettings | None = None) -> Chunk:  # fmt: skip
+def chunk_requests(
+    rows: pa.Table, model: TextModel, budget: FrameBudget, split: SplitSettings | None = None
+) -> Chunk:
     """Requests for `rows` with exact budgets, longest first."""
     fields = rows.to_pylist()
     tokens = count_tokens(model, [r["text"] for r in fields])
@@ -103,8 +113,9 @@ def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget,
         row, count = fields[i], len(cuts[i])
         request = Request(**{f: row[f] for f in REQUEST_FIELDS}, max_new_tokens=budgets[j])
         if count > 1:
-            request = replace(request, id=segment_id(row["id"], k), text=text,
-                              seed=segment_seed(row["seed"], k))  # fmt: skip
+            request = replace(
+                request, id=segment_id(row["id"], k), text=text, seed=segment_seed(row["seed"], k)
+            )
             chunk.split.add(request, row["id"], k, count)
         chunk.budgets[row["id"]] = max(chunk.budgets.get(row["id"], 0), budgets[j])
         # With splitting on, no row was refused for length before: each segment is checked here.
@@ -122,8 +133,13 @@ def chunk_requests(rows: pa.Table, model: TextModel, budget: FrameBudget,
     return chunk
 
 
-def chunks(todo: Todo, model: TextModel, budget: FrameBudget, size: int | None = None,
-           split: SplitSettings | None = None) -> Iterator[Chunk]:  # fmt: skip
+def chunks(
+    todo: Todo,
+    model: TextModel,
+    budget: FrameBudget,
+    size: int | None = None,
+    split: SplitSettings | None = None,
+) -> Iterator[Chunk]:
     """The job's requests, longest first, a chunk at a time."""
     for rows in todo.slices(size):
         yield chunk_requests(rows, model, budget, split)

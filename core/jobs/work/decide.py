@@ -35,16 +35,34 @@ class Work:
         return int(self.resume.done.sum())
 
 
-def plan_work(prepared: Prepared, records: pa.Table, listing: Listing, *, model: TextModel,
-              budget: FrameBudget, settings, registry: dict, audio_format: str,
-              save_codes: bool, split: SplitSettings | None = None,
-              on_budget: str | None = None) -> Work:  # fmt: skip
+def decide_work(
+    prepared: Prepared,
+    records: pa.Table,
+    listing: Listing,
+    *,
+    model: TextModel,
+    budget: FrameBudget,
+    settings,
+    registry: dict,
+    audio_format: str,
+    save_codes: bool,
+    split: SplitSettings | None = None,
+    on_budget: str | None = None,
+) -> Work:
     """records: the shard's latest records (empty with --overwrite); settings: JobSettings;
     split: how long rows are cut (None: every row whole, and no record's split is checked);
     on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
     valid = prepared.valid()
-    resume = scan(valid, records, listing, settings=settings.digest, audio_format=audio_format,
-                  save_codes=save_codes, registry=registry, current=settings.values)  # fmt: skip
+    resume = scan(
+        valid,
+        records,
+        listing,
+        settings=settings.digest,
+        audio_format=audio_format,
+        save_codes=save_codes,
+        registry=registry,
+        current=settings.values,
+    )
     if split is not None:
         resume = recheck_split(resume, valid, records, split, model)
     if on_budget is not None:

@@ -37,16 +37,22 @@ def digest_of(values: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def job_settings(*, model: str, precision: str, options, max_new_tokens: int | None,
-                 audio_format: str) -> JobSettings:  # fmt: skip
+def job_settings(
+    *, model: str, precision: str, options, max_new_tokens: int | None, audio_format: str
+) -> JobSettings:
     """options: GenerationOptions (the merged sampling of both sites). Each site is every field
     of its SamplingParams, read from the dataclass: a sampling field added there is in the
     fingerprint without a change here."""
-    return JobSettings({
-        "model": model, "precision": precision, "talker": asdict(options.talker),
-        "subtalker": asdict(options.subtalker), "max_new_tokens": max_new_tokens,
-        "format": audio_format,
-    })  # fmt: skip
+    return JobSettings(
+        {
+            "model": model,
+            "precision": precision,
+            "talker": asdict(options.talker),
+            "subtalker": asdict(options.subtalker),
+            "max_new_tokens": max_new_tokens,
+            "format": audio_format,
+        }
+    )
 
 
 def read_registry(out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -75,8 +81,11 @@ def setting_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            parts += [f"{key}.{k} {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b))
-                      if a.get(k) != b.get(k)]  # fmt: skip
+            parts += [
+                f"{key}.{k} {a.get(k)} -> {b.get(k)}"
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            ]
         elif a != b:
             parts.append("model (its files changed)" if key == "model" else f"{key} {a} -> {b}")
     return ", ".join(parts) or "settings"

@@ -37,13 +37,19 @@ class Lengths:
 
 
 def count_tokens(model: TextModel, texts: list[str]) -> np.ndarray:
-    counts = [model.count_text_tokens(texts[i : i + COUNT_BATCH])
-              for i in range(0, len(texts), COUNT_BATCH)]  # fmt: skip
+    counts = [
+        model.count_text_tokens(texts[i : i + COUNT_BATCH])
+        for i in range(0, len(texts), COUNT_BATCH)
+    ]
     return np.concatenate(counts).astype(np.int64) if counts else np.zeros(0, dtype=np.int64)
 
 
-def check_lengths(texts: pa.ChunkedArray | pa.Array, model: TextModel, budget: FrameBudget,
-                  split: SplitSettings | None = None) -> Lengths:  # fmt: skip
+def check_lengths(
+    texts: pa.ChunkedArray | pa.Array,
+    model: TextModel,
+    budget: FrameBudget,
+    split: SplitSettings | None = None,
+) -> Lengths:
     """split: long rows are cut into segments, so no row is refused here (each segment is
     checked when its chunk is cut) and only the sample is counted."""
     n = len(texts)
@@ -68,8 +74,9 @@ def check_lengths(texts: pa.ChunkedArray | pa.Array, model: TextModel, budget: F
         ratio = float(np.median(tokens[sample] / np.maximum(nbytes[sample], 1)))
         tokens[~counted] = np.maximum(np.ceil(nbytes[~counted] * ratio), 1)
     too_long = np.flatnonzero(budget.too_long_mask(tokens) & counted & refuses)
-    errors = patched(pa.nulls(n, pa.string()), too_long,
-                     [budget.too_long(int(t)) for t in tokens[too_long]])  # fmt: skip
+    errors = patched(
+        pa.nulls(n, pa.string()), too_long, [budget.too_long(int(t)) for t in tokens[too_long]]
+    )
     est = budget.estimate_frames_of(tokens)
     if not refuses:  # a row cut into segments has no single frame budget to cap its estimate
         cut = tokens > split.max_segment_tokens

@@ -32,8 +32,9 @@ class Precision:
         return f"{self.device}:{self.dtype}"  # the fingerprint's spelling: "cpu:bfloat16"
 
 
-def settle_precision(model: TextModel, device: str, dtype: str, recorded: JobFile | None,
-                     *, overwrite: bool) -> Precision:  # fmt: skip
+def settle_precision(
+    model: TextModel, device: str, dtype: str, recorded: JobFile | None, *, overwrite: bool
+) -> Precision:
     """What this run computes in; UsageError when the device is not available."""
     kind, resolved, why = model.resolve_precision(device, dtype)
     seen = None if recorded is None else recorded.cpu_auto_dtype
@@ -44,8 +45,9 @@ def settle_precision(model: TextModel, device: str, dtype: str, recorded: JobFil
     return Precision(kind, resolved, f"--dtype auto: {why}", None)
 
 
-def _cpu_auto(kind: str, resolved: str, why: str, recorded: JobFile | None,
-              overwrite: bool) -> Precision:  # fmt: skip
+def _cpu_auto(
+    kind: str, resolved: str, why: str, recorded: JobFile | None, overwrite: bool
+) -> Precision:
     pinned = None if recorded is None or overwrite else recorded.cpu_auto_dtype
     if pinned is None:
         return Precision(kind, resolved, f"--dtype auto: {why}", resolved)
@@ -71,14 +73,18 @@ def for_ray_actors(precision: Precision) -> Precision:
 def log_precision(precision: Precision) -> None:
     line = f"precision: {precision.device} {precision.dtype} ({precision.why})"
     if precision.emulated:  # same results as the other shards, at a fraction of their speed
-        log.warning("%s; this CPU emulates bf16, slowly (--dtype float32 runs fp32 instead, "
-                    "and redoes the rows made in bf16)", line)  # fmt: skip
+        log.warning(
+            "%s; this CPU emulates bf16, slowly (--dtype float32 runs fp32 instead, "
+            "and redoes the rows made in bf16)",
+            line,
+        )
     else:
         log.info("%s", line)
 
 
-def cpu_auto_to_record(out, recorded: JobFile | None, cpu_auto: str | None, *,
-                       overwrite: bool, seen: str | None = None) -> str | None:  # fmt: skip
+def cpu_auto_to_record(
+    out, recorded: JobFile | None, cpu_auto: str | None, *, overwrite: bool, seen: str | None = None
+) -> str | None:
     """The job file's cpu_auto_dtype after this run (under the job lock): the pin it holds, or
     this run's when it resolved --dtype auto on a CPU and none is recorded (or --overwrite
     resolved it afresh). A different pin recorded since this run read the job file (`seen`) is
@@ -89,5 +95,7 @@ def cpu_auto_to_record(out, recorded: JobFile | None, cpu_auto: str | None, *,
         return held
     if held is None or held == cpu_auto or (overwrite and held == seen):
         return cpu_auto
-    raise UsageError(f"{out} was just recorded with --dtype auto = {held} on CPU by another run; "
-                     "run again to join it")  # fmt: skip
+    raise UsageError(
+        f"{out} was just recorded with --dtype auto = {held} on CPU by another run; "
+        "run again to join it"
+    )

@@ -44,9 +44,17 @@ def aligned(rows: pa.Table, records: pa.Table) -> pa.Table:
     return records.take(index)
 
 
-def scan(valid: pa.Table, records: pa.Table, listing: Listing, *, settings: str,
-         audio_format: str, save_codes: bool, registry: dict,
-         current: dict) -> ResumeScan:  # fmt: skip
+def scan(
+    valid: pa.Table,
+    records: pa.Table,
+    listing: Listing,
+    *,
+    settings: str,
+    audio_format: str,
+    save_codes: bool,
+    registry: dict,
+    current: dict,
+) -> ResumeScan:
     """valid: this run's valid rows (records.ROW_FIELDS); records: the shard's latest records."""
     index = pc.index_in(valid["id"], value_set=records["id"].combine_chunks())
 
@@ -54,11 +62,15 @@ def scan(valid: pa.Table, records: pa.Table, listing: Listing, *, settings: str,
         return records[name].take(index)
 
     def same_as_recorded(name: str) -> np.ndarray:  # a slice at a time: text is the bulk
-        return np.concatenate([
-            _same(_plain(valid[name].slice(start, COMPARE_SLICE)),
-                  records[name].take(index.slice(start, COMPARE_SLICE)))
-            for start in range(0, max(len(index), 1), COMPARE_SLICE)
-        ])  # fmt: skip
+        return np.concatenate(
+            [
+                _same(
+                    _plain(valid[name].slice(start, COMPARE_SLICE)),
+                    records[name].take(index.slice(start, COMPARE_SLICE)),
+                )
+                for start in range(0, max(len(index), 1), COMPARE_SLICE)
+            ]
+        )
 
     was_ok = _true(pc.equal(old("status"), OK))
     same = {name: same_as_recorded(name) for name in INPUT_FIELDS}

@@ -98,8 +98,9 @@ class ShardRequest:
         return self.count is not None and not self.explicit
 
 
-def shard_request(num_shards: int | None, shard_index: int | None,
-                  env: Mapping[str, str]) -> ShardRequest:  # fmt: skip
+def shard_request(
+    num_shards: int | None, shard_index: int | None, env: Mapping[str, str]
+) -> ShardRequest:
     """The flags when given (both or neither); else a Slurm array, an srun step or torchrun."""
     if num_shards == 1 and shard_index is None:
         shard_index = 0  # "--num-shards 1": one shard, whatever the environment says
@@ -113,8 +114,14 @@ def shard_request(num_shards: int | None, shard_index: int | None,
             first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
             step = int(env.get("SLURM_ARRAY_TASK_STEP", "1")) or 1
             task = int(env["SLURM_ARRAY_TASK_ID"])
-            return ShardRequest(int(env["SLURM_ARRAY_TASK_COUNT"]), (task - first) // step,
-                                "the Slurm array", task, first, step)  # fmt: skip
+            return ShardRequest(
+                int(env["SLURM_ARRAY_TASK_COUNT"]),
+                (task - first) // step,
+                "the Slurm array",
+                task,
+                first,
+                step,
+            )
         if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
             rank = int(env["SLURM_PROCID"])
             return ShardRequest(int(env["SLURM_NTASKS"]), rank, "srun", rank)

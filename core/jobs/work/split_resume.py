@@ -40,8 +40,9 @@ _SENTENCE_INSIDE = (
 LOOK_BATCH = 65_536
 
 
-def recheck_split(resume: ResumeScan, valid: pa.Table, records: pa.Table, split: SplitSettings,
-                  model: TextModel) -> ResumeScan:  # fmt: skip
+def recheck_split(
+    resume: ResumeScan, valid: pa.Table, records: pa.Table, split: SplitSettings, model: TextModel
+) -> ResumeScan:
     """resume with the done rows this run would cut differently moved to stale, with a reason."""
     at = np.flatnonzero(resume.done)
     if len(at) == 0 or resume.record_at is None:
