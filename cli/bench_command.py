@@ -72,7 +72,16 @@ def bench(
         typer.echo(json.dumps({"launches": rows}))
         return
     with cli_errors():
-        rows = _run(size, sizes, frames, requests, device, dtype.value, compare, write)
+        rows = _run(
+            size,
+            sizes,
+            frames=frames,
+            requests=requests,
+            device=device,
+            dtype=dtype.value,
+            compare=compare,
+            write=write,
+        )
     typer.echo(json.dumps({"bench": rows, "machine": _machine(device)}))
 
 
@@ -160,7 +169,16 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
         by_mode = {}
         for mode in modes:
             try:
-                plan = bench_plan(config, model, decoder, dev, mode, b, requests or 256, frames)
+                plan = bench_plan(
+                    config,
+                    model,
+                    decoder,
+                    device=dev,
+                    mode=mode,
+                    batch=b,
+                    rows=requests or 256,
+                    frames=frames,
+                )
                 n = requests or 2 * plan.slots
                 r = run_one(
                     size,

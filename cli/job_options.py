@@ -98,7 +98,14 @@ def output_options(
     input_moved: o.InputMoved = False,
     dry_run: o.DryRun = False,
 ) -> OutputSettings:
-    return OutputSettings(out_dir, format, save_codes, overwrite, input_moved, dry_run)
+    return OutputSettings(
+        out_dir=out_dir,
+        audio_format=format,
+        save_codes=save_codes,
+        overwrite=overwrite,
+        input_moved=input_moved,
+        dry_run=dry_run,
+    )
 
 
 def split_options(
@@ -158,15 +165,15 @@ class JobOptions:
 
     def spec(self, kind: JobKind, source: str) -> JobSpec:
         return JobSpec(
-            kind,
-            source,
-            self.output,
-            self.model,
-            self.voice,
-            self.sampling,
-            self.failures,
-            self.scale_out,
-            self.split,
+            kind=kind,
+            source=source,
+            output=self.output,
+            model=self.model,
+            voice=self.voice,
+            sampling=self.sampling,
+            failures=self.failures,
+            scale_out=self.scale_out,
+            split=self.split,
         )
 
 

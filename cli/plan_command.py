@@ -59,19 +59,19 @@ def plan(
     is JSON; exit 2 when the job does not fit the card."""
     with cli_errors():
         lines, out, refusal = _run(
-            input,
-            model,
-            size,
-            gpu,
-            gpu_memory,
-            dtype,
-            o.parse_batch_size(batch_size),
-            text_tokens,
-            rows,
-            max_new_tokens,
-            speaker,
-            bandwidth,
-            tflops,
+            source=input,
+            model=model,
+            size=size,
+            gpu=gpu,
+            gpu_memory=gpu_memory,
+            dtype=dtype,
+            batch_size=o.parse_batch_size(batch_size),
+            text_tokens=text_tokens,
+            rows=rows,
+            max_new_tokens=max_new_tokens,
+            speaker=speaker,
+            bandwidth=bandwidth,
+            tflops=tflops,
         )
     for line in lines:
         typer.echo(line)
@@ -139,7 +139,13 @@ def _run(
         what = f"{len(shapes)} rows of {source} ({note})"
     settings = EngineSettings.for_device("cuda", env={})
     plan = plan_memory(
-        shapes, m.dims, int(memory * GIB), m.weights_bytes, settings, batch_size, "cuda"
+        shapes,
+        m.dims,
+        budget_bytes=int(memory * GIB),
+        weights_bytes=m.weights_bytes,
+        settings=settings,
+        batch_size=batch_size,
+        device_kind="cuda",
     )
     lines, out = report(plan, m, spec, frames)
     header = f"qtts plan: {m.name} in {dtype} on {spec.name}, {memory:g} GiB, {what}"

@@ -61,7 +61,17 @@ def qk_norm_rope_cache_twin(
     eps: float,
 ) -> torch.Tensor:
     q, _, _ = _twin(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_rows=None,
+        heads=heads,
+        eps=eps,
     )
     return q.contiguous()
 
@@ -82,7 +92,17 @@ def qk_norm_rope_prefill_twin(
     """As qk_norm_rope_cache_twin, batch row b writing cache row cache_rows[b] (int64 [B]; the
     caches are [slots, Hk, S, D]) -> q [B, H, T, D], k and v [B, Hk, T, D], contiguous."""
     q, k, v = _twin(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_rows=cache_rows,
+        heads=heads,
+        eps=eps,
     )
     return q.contiguous(), k.contiguous(), v.contiguous()
 
@@ -204,7 +224,17 @@ def qk_norm_rope_cache_triton(
 ) -> torch.Tensor:
     """The kernel's launcher (arguments as the twin's) -> q [B, H, T, D] contiguous."""
     q, _, _ = _launch(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, None, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_rows=None,
+        heads=heads,
+        eps=eps,
     )
     return q
 
@@ -224,7 +254,17 @@ def qk_norm_rope_prefill_triton(
 ):
     """The prefill form's launcher (arguments as its twin's) -> q, k, v, contiguous."""
     return _launch(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_rows=cache_rows,
+        heads=heads,
+        eps=eps,
     )
 
 
@@ -320,14 +360,34 @@ def qk_norm_rope_cache(
     """q/k norm, RoPE and the cache write as one op: the Triton kernel on CUDA, the twin
     elsewhere. Returns q [B, H, T, D]; k and v land in the caches."""
     return qk_norm_rope_cache_twin(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        heads=heads,
+        eps=eps,
     )
 
 
 @qk_norm_rope_cache.register_kernel("cuda")
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps):
     run = qk_norm_rope_cache_triton if TRITON_AVAILABLE else qk_norm_rope_cache_twin
-    return run(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps)
+    return run(
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        heads=heads,
+        eps=eps,
+    )
 
 
 @qk_norm_rope_cache.register_fake
@@ -353,7 +413,17 @@ def qk_norm_rope_prefill(
     """The padded prefill form of qk_norm_rope_cache: k and v land in the rows cache_rows and
     come back for the pass's attention. Returns q [B, H, T, D], k and v [B, Hk, T, D]."""
     return qk_norm_rope_prefill_twin(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_rows=cache_rows,
+        heads=heads,
+        eps=eps,
     )
 
 
@@ -361,7 +431,17 @@ def qk_norm_rope_prefill(
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
     run = qk_norm_rope_prefill_triton if TRITON_AVAILABLE else qk_norm_rope_prefill_twin
     return run(
-        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
+        qkv=qkv,
+        q_weight=q_weight,
+        k_weight=k_weight,
+        cos=cos,
+        sin=sin,
+        positions=positions,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_rows=cache_rows,
+        heads=heads,
+        eps=eps,
     )
 
 

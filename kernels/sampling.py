@@ -246,7 +246,9 @@ def sample_tokens(
         "seeds": (seeds, torch.int64),
         "frames": (frames, torch.int64),
     }
-    eos_id = _check_inputs(logits, out, rows, seen, block_eos, eos_id, suppress)
+    eos_id = _check_inputs(
+        logits, out, rows, seen=seen, block_eos=block_eos, eos_id=eos_id, suppress=suppress
+    )
     batch, vocab = logits.shape
     if batch == 0:
         return out

@@ -120,7 +120,19 @@ def meta_engine(
     speaker = 0 if config.uses_speaker else None
     tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
     prompt = embed_prompt(model.talker, config, tokens)
-    eng.prefill([SlotFill(i, prompt, 64, i, COUNT_PARAMS, COUNT_PARAMS) for i in range(slots)])
+    eng.prefill(
+        [
+            SlotFill(
+                slot=i,
+                prompt=prompt,
+                budget=64,
+                seed=i,
+                talker=COUNT_PARAMS,
+                subtalker=COUNT_PARAMS,
+            )
+            for i in range(slots)
+        ]
+    )
     return eng
 
 
@@ -164,7 +176,16 @@ def count_prefill(eng: Engine, prompts: int) -> LaunchCounter:
     for i in range(prompts):  # lengths differ, so the group is padded
         tokens = PromptTokens([0] * (COUNT_PROMPT - i % 8), None, [0] * 4, speaker)
         prompt = embed_prompt(eng.talker, config, tokens)
-        fills.append(SlotFill(i, prompt, 64, i, COUNT_PARAMS, COUNT_PARAMS))
+        fills.append(
+            SlotFill(
+                slot=i,
+                prompt=prompt,
+                budget=64,
+                seed=i,
+                talker=COUNT_PARAMS,
+                subtalker=COUNT_PARAMS,
+            )
+        )
     counter = LaunchCounter()
     if eng.talker_prefill is not None:  # the fused stack's layer passes
         passes = [(eng.talker_prefill.__self__, "prefill_layer")]

@@ -126,7 +126,14 @@ def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_l
     tokens = synthetic_tokens(0, config.talker.text_vocab_size, text_len)
     settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
     return plan_rows(
-        config, model, decoder, [frames + 1] * rows, [tokens] * rows, dev, settings, batch
+        config,
+        model,
+        decoder,
+        budgets=[frames + 1] * rows,
+        tokens=[tokens] * rows,
+        device=dev,
+        settings=settings,
+        batch_size=batch,
     )
 
 
@@ -174,7 +181,10 @@ def run_one(
     )
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
-    jobs = [EngineJob(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)]
+    jobs = [
+        EngineJob(key=i, prompt=p, budget=frames + 1, seed=i, talker=params, subtalker=params)
+        for i, p in enumerate(prompts)
+    ]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
     measured: list[tuple[np.ndarray, np.ndarray]] = []  # (audio, codes) of the first rows
     lengths: list[int] = []  # frames of each row the vocoder decoded
@@ -277,7 +287,12 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     s = engine.state
     dev = s.c0.device
     engine.prefill(
-        [SlotFill(slot, p, s.max_frames, slot, params, params) for slot, p in enumerate(prompts)]
+        [
+            SlotFill(
+                slot=slot, prompt=p, budget=s.max_frames, seed=slot, talker=params, subtalker=params
+            )
+            for slot, p in enumerate(prompts)
+        ]
     )
     longest = max(p.embeds.shape[0] for p in prompts)
     view = view_length(longest + 1, engine.settings.view_bucket, s.kv.max_len)  # a captured one

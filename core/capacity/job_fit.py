@@ -76,7 +76,16 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
         model_dir / "speech_tokenizer" if base else None,
     )
     dims = dims_for(config, decoder, dtype)
-    return PlanModel(name, config, decoder, cap, weights, dims, dtype, model_dir)
+    return PlanModel(
+        name=name,
+        config=config,
+        decoder=decoder,
+        max_new_tokens=cap,
+        weights_bytes=weights,
+        dims=dims,
+        dtype=dtype,
+        model_dir=model_dir,
+    )
 
 
 def synthetic_tokens(config: ModelConfig, text_tokens: int) -> PromptTokens:
@@ -120,7 +129,9 @@ def input_shapes(
     budgets, tokens, frames = [], [], []
     for t in texts:
         voice = speaker if m.config.uses_speaker else None
-        ids = prompt_tokens(m.config, text.tokenizer, t, voice, "auto", None)
+        ids = prompt_tokens(
+            m.config, text.tokenizer, text=t, speaker=voice, language="auto", instruct=None
+        )
         n = len(ids.text_ids) - 8
         budgets.append(budget.max_new_tokens(n))
         frames.append(budget.estimate_frames(n))

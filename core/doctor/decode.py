@@ -69,11 +69,11 @@ def build(models, device: torch.device, settings: EngineSettings, work: Workload
         config,
         model,
         decoder,
-        [work.frames + 1] * work.rows,
-        _tokens(config, work.rows),
-        device,
-        settings,
-        work.slots,
+        budgets=[work.frames + 1] * work.rows,
+        tokens=_tokens(config, work.rows),
+        device=device,
+        settings=settings,
+        batch_size=work.slots,
     )
     (group,) = plan.groups  # every row has the same shape
     talker = model.talker
@@ -97,7 +97,7 @@ def greedy_codes(models, device, settings: EngineSettings, work: Workload) -> li
     config, model, _ = models
     engine, step = build(models, device, settings, work)
     jobs = [
-        EngineJob(i, p, work.frames + 1, i, GREEDY, GREEDY)
+        EngineJob(key=i, prompt=p, budget=work.frames + 1, seed=i, talker=GREEDY, subtalker=GREEDY)
         for i, p in enumerate(prompts(config, model, work.rows))
     ]
     codes: dict[int, torch.Tensor] = {}

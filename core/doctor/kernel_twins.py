@@ -41,10 +41,13 @@ def _layer_ops(dev, dtype, g, sizes) -> dict[str, float]:
     f = torch.arange(s, device=dev).float()[:, None] * inv
     cos, sin = f.cos().to(dtype), f.sin().to(dtype)
     pos = torch.randint(0, s, (b, 1), device=dev, generator=g)
-    start = torch.randn(2, 3, b, hk, s, d, device=dev, generator=g).to(dtype)
+    start = torch.randn((2, 3, b, hk, s, d), device=dev, generator=g).to(dtype)
     mine, twin = start.clone(), start.clone()
-    q1 = qk_norm_rope_cache_triton(qkv, qw, kw, cos, sin, pos, mine[0, 1], mine[1, 1], h, 1e-6)
-    q2 = qk_norm_rope_cache_twin(qkv, qw, kw, cos, sin, pos, twin[0, 1], twin[1, 1], h, 1e-6)
+    rope = dict(
+        qkv=qkv, q_weight=qw, k_weight=kw, cos=cos, sin=sin, positions=pos, heads=h, eps=1e-6
+    )
+    q1 = qk_norm_rope_cache_triton(**rope, k_cache=mine[0, 1], v_cache=mine[1, 1])
+    q2 = qk_norm_rope_cache_twin(**rope, k_cache=twin[0, 1], v_cache=twin[1, 1])
     return {
         "rms_norm": _rel(rms_norm_triton(x, w, 1e-6), rms_norm_twin(x, w, 1e-6)),
         "silu_mul": _rel(silu_mul_triton(gu), silu_mul_twin(gu)),
@@ -81,7 +84,7 @@ def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     frames = torch.randint(0, 4000, (rows,), device=dev, generator=g)
     out = torch.empty(rows, dtype=torch.int64, device=dev)
     got = sample_tokens(logits, out, **p, **site, seeds=seeds, frames=frames, codebook=3)
-    scores = apply_penalties(logits, p["penalty"], site["seen"], site["block_eos"], eos, suppress)
+    scores = apply_penalties(logits, p["penalty"], **site)
     params = RowParams(p["greedy"], p["temperature"], p["top_k"], p["top_p"], p["penalty"])
     want = select_tokens(scores, params, seeds, frames, 3)
     greedy = p["greedy"]

@@ -35,27 +35,35 @@ def forced_logits(eng, prompts, codes: list[torch.Tensor], params) -> Logits:
     int64, e.g. a free-running reference decode; zeros past its end) at every sampling site.
     params: the engine's SamplingParams (the forced chooser ignores them)."""
     s = eng.state
-    frames = max(int(c.shape[0]) for c in codes)
-    forced = torch.zeros(s.slots, frames + 1, codes[0].shape[1], dtype=torch.long)  # [B, F+1, G]
+    longest = max(int(c.shape[0]) for c in codes)
+    forced = torch.zeros(s.slots, longest + 1, codes[0].shape[1], dtype=torch.long)  # [B, F+1, G]
     for i, c in enumerate(codes):
         forced[i, : c.shape[0]] = c
     forced = forced.to(s.c0.device)
     rows = torch.arange(s.slots, device=s.c0.device)
     seen: Logits = {}
 
-    def choose(logits, _params, _seeds, frame, codebook, **_kwargs):
-        # Every site passes the frame its token belongs to: the talker the frame its c0 starts
-        # (prefill: 0), the predictor the frame it completes.
+    def choose(logits, frames, codebook, **_kwargs):
+        # The engine passes choose_tokens' arguments by name. Every site passes the frame its
+        # token belongs to: the talker the frame its c0 starts (prefill: 0), the predictor the
+        # frame it completes.
         if logits.dtype != torch.float32:
             raise AssertionError(f"sampling site {codebook} got {logits.dtype} logits, not fp32")
-        index = frame.clamp(0, frames)  # [n]
+        index = frames.clamp(0, longest)  # [n]
         for r in range(logits.shape[0]):
             seen.setdefault((r, int(index[r]), codebook), logits[r].float().cpu())
         return forced[rows[: logits.shape[0]], index, codebook]
 
     with _sites_choose(choose):
-        eng.prefill([SlotFill(i, p, frames + 1, i, params, params) for i, p in enumerate(prompts)])
-        for _ in range(frames):
+        eng.prefill(
+            [
+                SlotFill(
+                    slot=i, prompt=p, budget=longest + 1, seed=i, talker=params, subtalker=params
+                )
+                for i, p in enumerate(prompts)
+            ]
+        )
+        for _ in range(longest):
             eng.decode_step(s.kv.max_len)
     return seen
 

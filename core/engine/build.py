@@ -33,12 +33,12 @@ class EngineShape:
         """A memory plan's group (qtts.core.engine.planner.GroupPlan), with `slots` slots when
         fewer than planned run (an out-of-memory retry, the last rows of a group)."""
         return cls(
-            group.slots if slots is None else slots,
-            group.kv_len,
-            group.max_frames,
-            group.max_trailing,
-            group.prefill_rows,
-            group.views,
+            slots=group.slots if slots is None else slots,
+            kv_len=group.kv_len,
+            max_frames=group.max_frames,
+            max_trailing=group.max_trailing,
+            prefill_rows=group.prefill_rows,
+            views=group.views,
         )
 
 

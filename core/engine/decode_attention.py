@@ -52,7 +52,7 @@ def decode_attention_twin(q, k, v, bias, scale: float) -> torch.Tensor:
     native GQA."""
     b, h, t, d = q.shape
     if t == 1:
-        out = attend_grouped(q, k, v, bias, scale, h // k.shape[1])  # [B, H, 1, D]
+        out = attend_grouped(q, k, v, bias, scale=scale, n_rep=h // k.shape[1])  # [B, H, 1, D]
         return out.reshape(b, 1, h * d)
     if bias is not None or k.shape[2] != t:
         raise ValueError("decode_attention: several queries attend causally from position 0")

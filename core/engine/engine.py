@@ -172,7 +172,9 @@ class Engine:
         mask = s.kv.decode_mask(view_len)  # [B, 1, 1, S]
         pos = s.kv.lengths[:, None]  # [B, 1]
         view = s.kv.decode_view(view_len, self.decode_attend)
-        hidden = self._timed("talker_stack", self.talker_step, x[:, None], pos, mask, view)
+        hidden = self._timed(
+            "talker_stack", self.talker_step, x[:, None], pos, mask=mask, cache=view
+        )
         logits = talker.codec_head(hidden)[:, 0].float()  # [B, V]
         c0 = self._choose(
             logits,
@@ -215,11 +217,11 @@ class Engine:
         return self._timed(
             "sampling",
             choose_tokens,
-            logits,
-            params,
-            seeds,
-            frames,
-            codebook,
+            logits=logits,
+            params=params,
+            seeds=seeds,
+            frames=frames,
+            codebook=codebook,
             allow_host_sync=self.settings.allow_host_sync,
             sampler=self.settings.sampler,
             **site,

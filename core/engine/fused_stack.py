@@ -63,22 +63,22 @@ class LayerOps:
 
 # The custom ops: each one kernel on CUDA, seen whole by torch.compile and the launch count.
 CUSTOM_OPS = LayerOps(
-    rms_norm,
-    qk_norm_rope_cache,
-    qk_norm_rope_prefill,
-    decode_attention,
-    prefill_attention,
-    silu_mul,
+    rms_norm=rms_norm,
+    qk_norm_rope_cache=qk_norm_rope_cache,
+    qk_norm_rope_prefill=qk_norm_rope_prefill,
+    decode_attention=decode_attention,
+    prefill_attention=prefill_attention,
+    silu_mul=silu_mul,
 )
 # Their torch twins, called directly: what a CPU's custom ops run anyway, without the custom-op
 # dispatch (tens of us a call, 500 calls a step; EngineSettings.custom_ops).
 TWIN_OPS = LayerOps(
-    rms_norm_twin,
-    qk_norm_rope_cache_twin,
-    qk_norm_rope_prefill_twin,
-    decode_attention_twin,
-    prefill_attention_twin,
-    silu_mul_twin,
+    rms_norm=rms_norm_twin,
+    qk_norm_rope_cache=qk_norm_rope_cache_twin,
+    qk_norm_rope_prefill=qk_norm_rope_prefill_twin,
+    decode_attention=decode_attention_twin,
+    prefill_attention=prefill_attention_twin,
+    silu_mul=silu_mul_twin,
 )
 
 
@@ -112,7 +112,7 @@ class FusedStack:
         # [N, H], the residual stream: our own copy, since on a GPU the residual adds land in it
         h = x.reshape(b * t, width).clone()
         for w, k, v in zip(self.layers, k_all, v_all, strict=True):
-            h = self._layer(w, h, positions, k, v, span, bias)
+            h = self._layer(w, h, positions=positions, k=k, v=v, span=span, bias=bias)
         return self.ops.rms_norm(h, self.final_norm, self.eps).reshape(b, t, width)
 
     def _layer(self, w: _FusedLayer, h, positions, k, v, span: int, bias) -> torch.Tensor:
@@ -151,7 +151,7 @@ class FusedStack:
         bias = prefill_bias(lengths, width, self.heads // self.kv_heads, x.dtype)  # once per pass
         h = x.reshape(m * width, hidden).clone()  # [N, H]: the residual stream, our own copy
         for w, k, v in zip(self.layers, k_all, v_all, strict=True):
-            h = self.prefill_layer(w, h, positions, rows, k, v, bias)
+            h = self.prefill_layer(w, h, positions=positions, rows=rows, k=k, v=v, bias=bias)
         last = torch.arange(m, device=x.device) * width + lengths - 1  # [m] rows of h
         return self.ops.rms_norm(h[last], self.final_norm, self.eps)  # [m, H]
 

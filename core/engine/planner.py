@@ -186,7 +186,7 @@ def plan_memory(
     kernel_sampler = sampler_on(settings.sampler, device_kind) == "triton"  # the one that runs
 
     def group(index: list[int], slots: int) -> GroupPlan:
-        return _group(rows, index, slots, dims, settings, kernel_sampler)
+        return _group(rows, index, slots, d=dims, settings=settings, kernel_sampler=kernel_sampler)
 
     def fits(index: list[int], slots: int) -> bool:
         return group(index, slots).working_bytes(settings.cuda_graphs) <= room

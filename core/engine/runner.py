@@ -75,7 +75,16 @@ def run_continuous(
         fills = []
         for slot in free[: len(ready)]:
             job, prompt = ready.popleft()
-            fills.append(SlotFill(slot, prompt, job.budget, job.seed, job.talker, job.subtalker))
+            fills.append(
+                SlotFill(
+                    slot=slot,
+                    prompt=prompt,
+                    budget=job.budget,
+                    seed=job.seed,
+                    talker=job.talker,
+                    subtalker=job.subtalker,
+                )
+            )
             occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
         group = settings.prefill_group
         for start in range(0, len(fills), group):

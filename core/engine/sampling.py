@@ -254,7 +254,9 @@ def choose_tokens(
             codebook,
         )
         return out
-    scores = apply_penalties(logits, params.penalty, seen, block_eos, eos_id, suppress)
+    scores = apply_penalties(
+        logits, params.penalty, seen=seen, block_eos=block_eos, eos_id=eos_id, suppress=suppress
+    )
     tokens = select_tokens(scores, params, seeds, frames, codebook, allow_host_sync=allow_host_sync)
     if out is None:
         return tokens

@@ -158,7 +158,16 @@ def plan_windows(
         for frames, same in groupby(own):  # runs of one bucket: the buckets never grow
             for rows in batch_pieces(len(list(same))):
                 kept = min(chunk, ordered[first] - start)  # ordered[first]: the piece's longest
-                windows.append(Window(first, rows, start, ctx, kept, frames))
+                windows.append(
+                    Window(
+                        first_row=first,
+                        rows=rows,
+                        start=start,
+                        context=ctx,
+                        kept=kept,
+                        frames=frames,
+                    )
+                )
                 first += rows
     return windows
 

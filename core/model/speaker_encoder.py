@@ -186,7 +186,12 @@ class SpeakerEncoder(nn.Module):
         for i in range(1, len(ch) - 1):
             blocks.append(
                 SqueezeExcitationRes2NetBlock(
-                    ch[i - 1], ch[i], cfg.enc_res2net_scale, cfg.enc_se_channels, ks[i], dil[i]
+                    ch[i - 1],
+                    ch[i],
+                    scale=cfg.enc_res2net_scale,
+                    se_channels=cfg.enc_se_channels,
+                    kernel=ks[i],
+                    dil=dil[i],
                 )
             )
         self.blocks = nn.ModuleList(blocks)

@@ -89,7 +89,7 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer, k, v)  # [B, Hk, S, D]
             attention = getattr(cache, "attend", attend)
-        out = attention(q, k, v, mask, self.scale, self.num_heads // self.num_kv_heads)
+        out = attention(q, k, v, mask, scale=self.scale, n_rep=self.num_heads // self.num_kv_heads)
         # reshape, not view: CUDA SDPA kernels return [B, H, T, D] laid out as [B, T, H, D].
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 

@@ -94,7 +94,15 @@ def plan_job(
 ) -> MemoryPlan:
     """plan_memory, raising MemoryPlanError (naming the largest batch size that fits) when an
     explicit batch size does not fit; an auto plan that cannot fit even one slot raises too."""
-    plan = plan_memory(shapes, dims, budget_bytes, weights_bytes, settings, batch_size, device_kind)
+    plan = plan_memory(
+        shapes,
+        dims,
+        budget_bytes=budget_bytes,
+        weights_bytes=weights_bytes,
+        settings=settings,
+        batch_size=batch_size,
+        device_kind=device_kind,
+    )
     if not plan.fits:
         raise MemoryPlanError(refusal(plan, device_kind))
     return plan
@@ -160,11 +168,11 @@ def plan_rows(
     return plan_job(
         row_shapes(budgets, tokens),
         dims,
-        device_budget(device),
-        weights,
-        settings,
-        batch_size,
-        device.type,
+        budget_bytes=device_budget(device),
+        weights_bytes=weights,
+        settings=settings,
+        batch_size=batch_size,
+        device_kind=device.type,
     )
 
 
@@ -188,7 +196,14 @@ def plan_without_weights(
     base = text_model.config.tts_model_type == "base"
     tokenizer, config = text_model.tokenizer, text_model.config
     tokens = [
-        prompt_tokens(config, tokenizer, r.text, r.speaker, r.language, r.instruct)
+        prompt_tokens(
+            config,
+            tokenizer,
+            text=r.text,
+            speaker=r.speaker,
+            language=r.language,
+            instruct=r.instruct,
+        )
         for r in requests
     ]
     if base:
@@ -197,12 +212,12 @@ def plan_without_weights(
         config,
         model,
         decoder,
-        [r.max_new_tokens for r in requests],
-        tokens,
-        dev,
-        EngineSettings.for_device(dev, dtype=dt),
-        batch_size,
-        st if base else None,
+        budgets=[r.max_new_tokens for r in requests],
+        tokens=tokens,
+        device=dev,
+        settings=EngineSettings.for_device(dev, dtype=dt),
+        batch_size=batch_size,
+        encoder_dir=st if base else None,
     )
 
 

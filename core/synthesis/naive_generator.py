@@ -136,7 +136,14 @@ class NaiveGenerator:
 
     def _pick_c0(self, logits, inp: GenerationInputs, seeds, seen, step: int) -> torch.Tensor:
         block = torch.full((logits.shape[0],), step < MIN_NEW_TOKENS, device=logits.device)
-        scores = apply_penalties(logits, inp.talker.penalty, seen, block, self.eos, self.suppress)
+        scores = apply_penalties(
+            logits,
+            inp.talker.penalty,
+            seen=seen,
+            block_eos=block,
+            eos_id=self.eos,
+            suppress=self.suppress,
+        )
         frames = torch.full_like(seeds, step)
         c0 = select_tokens(scores, inp.talker, seeds, frames, codebook=0)
         seen[torch.arange(len(c0), device=c0.device), c0] = True

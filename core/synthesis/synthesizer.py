@@ -125,7 +125,12 @@ class Synthesizer:
             return
         tokens = [
             prompt_tokens(
-                self.config, self.text_model.tokenizer, r.text, r.speaker, r.language, r.instruct
+                self.config,
+                self.text_model.tokenizer,
+                text=r.text,
+                speaker=r.speaker,
+                language=r.language,
+                instruct=r.instruct,
             )
             for r in requests
         ]
@@ -230,12 +235,12 @@ class Synthesizer:
             self.config,
             self.model,
             self.decoder,
-            [r.max_new_tokens for r in requests],
-            tokens,
-            self.device,
-            self.settings,
-            self.batch_size,
-            encoder,
+            budgets=[r.max_new_tokens for r in requests],
+            tokens=tokens,
+            device=self.device,
+            settings=self.settings,
+            batch_size=self.batch_size,
+            encoder_dir=encoder,
         )
 
     def _engine(self, requests, tokens, options):
@@ -256,7 +261,9 @@ class Synthesizer:
                 slots = min(group.slots, cap, len(pending))
                 order = [i for i in group.rows if i in pending]  # longest KV need first
                 try:
-                    for done in self._engine_pass(requests, tokens, order, slots, group, options):
+                    for done in self._engine_pass(
+                        requests, tokens, order, slots, group, options=options
+                    ):
                         pending.difference_update(d.key.row for d in done)
                         yield [(requests[d.key.row], d.codes, d.hit_budget, d.key) for d in done]
                 except torch.OutOfMemoryError:

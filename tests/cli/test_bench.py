@@ -22,9 +22,9 @@ def test_bench_small_cpu_prints_table_and_json():
     assert row["batch"] == 2 and row["requests"] == 3
     assert row["audio_s"] == 3 * 6 * 1920 / 24000  # every request ran the fixed length
     assert row["audio_s_per_s"] > 0 and set(row["phases_s"]) >= {"prefill", "vocoder"}
-    # the inline measures' cost, timed over every row (their own clock: well under the wall's)
-    assert 0 < row["phases_s"]["measures"] < row["wall_s"]
-    assert row["measures_s_per_audio_s"] > 0
+    # the measures' cost, timed apart from the run (a job computes them on its writer threads)
+    assert "measures" not in row["phases_s"]
+    assert 0 < row["measures_s_per_audio_s"] < row["wall_s"] / row["audio_s"]
     assert any(line.strip().startswith("measures (") for line in proc.stdout.splitlines())
     parts = row["step_ms"]["parts"]  # the step split into parts that add up to it
     assert row["step_ms"]["step"] > 0

@@ -85,13 +85,13 @@ class JobRun:
         self.progress = progress or NoProgress()
         self.run_id = new_run_id()
         self.ctx = RecordContext(
-            job.settings.digest,
-            job.text_model.name,
-            self.run_id,
-            job.spec.output.audio_format.value,
-            job.spec.output.save_codes,
-            job.spec.failures.key,
-            job.spec.split.key,
+            settings=job.settings.digest,
+            model=job.text_model.name,
+            run=self.run_id,
+            audio_format=job.spec.output.audio_format.value,
+            save_codes=job.spec.output.save_codes,
+            on_budget=job.spec.failures.key,
+            split=job.spec.split.key,
         )
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()

@@ -114,7 +114,9 @@ class RayBackend:
             "load_synthesizer": load_synthesizer,
         }
         slots = spec.model.batch_size or PLANNED_SLOTS["cuda" if gpus else "cpu"]
-        return cls(ray, started, workers, gpus, kwargs, slots)
+        return cls(
+            ray=ray, started=started, workers=workers, gpus=gpus, actor_kwargs=kwargs, slots=slots
+        )
 
     def prepare(self, stop: StopSignals) -> None:
         """Nothing: the actors load the model as they start."""

@@ -166,7 +166,17 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     if rows.num_rows == 0:
         log.warning("%s has no rows: nothing to do", spec.source)
     inputs = [] if spec.source == "-" else [Path(spec.source)]
-    job = Job(spec, model, shard, _ids_of(rows), prepared, budget, settings, inputs, precision)
+    job = Job(
+        spec=spec,
+        text_model=model,
+        shard=shard,
+        rows=_ids_of(rows),
+        prepared=prepared,
+        budget=budget,
+        settings=settings,
+        inputs=inputs,
+        precision=precision,
+    )
     return job, req, options, refs
 
 
@@ -202,15 +212,15 @@ def run_job(
     else:
         m = spec.model
         backend = LocalBackend(
-            spec.output.out_dir,
-            job.text_model,
-            load_synthesizer,
-            m.device,
-            m.dtype.value,
-            m.batch_size,
-            options,
-            job.budget,
-            spec.split,
+            out_dir=spec.output.out_dir,
+            text_model=job.text_model,
+            load_synthesizer=load_synthesizer,
+            device=m.device,
+            dtype=m.dtype.value,
+            batch_size=m.batch_size,
+            options=options,
+            budget=job.budget,
+            split=spec.split,
         )
     layout = Layout(spec.output.out_dir)
     try:

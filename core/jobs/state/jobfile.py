@@ -133,14 +133,8 @@ def resolve_shard(
             f"{req.task_id} is not one of them; pass --num-shards {n} --shard-index I"
         )
     shard = Shard(n, index, f"{req.source} task {req.task_id}, N as the out dir records it")
-    log.info(
-        "%s gives %d shard(s) but %s: running task %s as %s",
-        req.source,
-        req.count,
-        where,
-        req.task_id,
-        shard.describe(),
-    )
+    told = f"{req.source} gives {req.count} shard(s)"
+    log.info("%s but %s: running task %s as %s", told, where, req.task_id, shard.describe())
     return shard
 
 

@@ -118,9 +118,9 @@ def shard_request(
                 int(env["SLURM_ARRAY_TASK_COUNT"]),
                 (task - first) // step,
                 "the Slurm array",
-                task,
-                first,
-                step,
+                task_id=task,
+                array_min=first,
+                array_step=step,
             )
         if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
             rank = int(env["SLURM_PROCID"])
