@@ -1,6 +1,7 @@
 """The local backend: this process synthesizes the rows, a chunk at a time, and writes them.
 
-Yields one Outcome per row in completion order. Each finished utterance goes to the writer pool at
+Yields one Outcome per row in completion order (the chunk loop it shares with the Ray
+backend: qtts.core.jobs.execution.chunk_loop). Each finished utterance goes to the writer pool at
 once; at most MAX_WRITES_IN_FLIGHT wait for the disk (bounding the audio held in memory) and a
 write error (disk full) surfaces at the next row, not at the end. Closing the stream early (an
 abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
@@ -16,9 +17,9 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
-from qtts.core.jobs.long_text.segments import synthesize_chunk
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.writer import OutputWriter, fsync_dir
 from qtts.core.jobs.spec import SplitSettings
@@ -69,28 +70,12 @@ class LocalBackend:
     def _chunk(
         self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue, stop: StopSignals
     ) -> Iterator[Outcome]:
-        budgets = dict(chunk.budgets)
-        items = synthesize_chunk(synth, chunk, self.options, recorder.ctx.on_budget)
-        try:
-            while True:
-                with stop.interruptible():
-                    item = next(items, None)
-                if item is None:
-                    break
-                if item.id not in budgets:
-                    raise RuntimeError(f"synthesizer returned an unexpected id {item.id!r}")
-                result = recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
-                if isinstance(result, Outcome):
-                    yield result
-                else:
-                    writes.add(result)
-                yield from writes.settled(block=len(writes) > MAX_WRITES_IN_FLIGHT)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-        for row_id in budgets:  # a synthesizer bug, not the row's fault; still, say so
-            yield recorder.failed(chunk.rows[row_id], "the synthesizer returned no result")
+        for result in run_chunk(synth, chunk, self.options, recorder, guard=stop.interruptible):
+            if isinstance(result, Outcome):
+                yield result
+            else:
+                writes.add(result)
+            yield from writes.settled(block=len(writes) > MAX_WRITES_IN_FLIGHT)
 
 
 class WriteQueue:

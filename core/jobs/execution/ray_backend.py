@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import FatalError, UsageError
+from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
-from qtts.core.jobs.long_text.segments import synthesize_chunk
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.writer import OutputWriter
 from qtts.core.jobs.state.journal import Journal
@@ -215,15 +215,7 @@ class SynthesisActor:
         rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
         out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
         chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
-        budgets = dict(chunk.budgets)
-        pending = []
-        for item in synthesize_chunk(self.synth, chunk, self.options, self.ctx.on_budget):
-            result = self.recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
-            pending.append(result)
-        for row_id in budgets:
-            pending.append(
-                self.recorder.failed(chunk.rows[row_id], "the synthesizer returned no result")
-            )
+        pending = list(run_chunk(self.synth, chunk, self.options, self.recorder))
         for result in pending:
             o = result if isinstance(result, Outcome) else result.result()
             out.append(
