@@ -196,6 +196,10 @@ def test_on_budget(tmp_path, write_manifest, mode, status, code):
     if mode == "ok":
         assert row["hit_frame_budget"] is True and "whole frame budget" in r.stderr
         assert summary(r)["hit_frame_budget"] == 1
+        # a rerun that makes nothing still counts the row, but does not warn of it again
+        r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan", "--on-budget", mode)
+        assert r.exit_code == 0 and summary(r)["skipped"] == 1
+        assert summary(r)["hit_frame_budget"] == 1 and "whole frame budget" not in r.stderr
     else:
         assert "hit the frame budget" in row["error"]
 
@@ -351,3 +355,13 @@ def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_pa
     s = run_job(spec, fakes.open_text_model, lambda *a: synth)
     assert s.exit_code == 0 and s.ok == 5
     assert synth.calls == [["r3", "r1", "r4", "r2", "r0"]]  # longest first, one stream
+
+
+def test_the_log_names_the_device_auto_picked(tmp_path, caplog):
+    src = tmp_path / "lines.txt"
+    src.write_text("Hello world.\n")
+    caplog.set_level("INFO", logger="qtts")
+    r = qtts("synth", src, "--speaker", "vivian", "-o", tmp_path / "out", "--device", "auto")
+    assert r.exit_code == 0, r.stderr
+    loading = [m for m in caplog.messages if m.startswith("loading ")]
+    assert loading and loading[0].endswith(" on cpu"), loading

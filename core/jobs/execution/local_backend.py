@@ -47,7 +47,11 @@ class LocalBackend:
     synth: object = None  # loaded by prepare()
 
     def prepare(self, stop: StopSignals) -> None:
-        log.info("loading %s on %s", self.text_model.name, self.device)
+        # The device --device auto picked (cuda or cpu), not "auto"
+        where, _, _ = self.text_model.resolve_precision(self.device, self.dtype)
+        if self.device.strip().lower().startswith("cuda:"):
+            where = self.device.strip().lower()
+        log.info("loading %s on %s", self.text_model.name, where)
         with stop.interruptible():
             self.synth = self.load_synthesizer(
                 self.text_model, self.device, self.dtype, self.batch_size

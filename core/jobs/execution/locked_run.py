@@ -204,7 +204,10 @@ class JobRun:
         records = self.records if records is None else records
         self._rebuild_results()
         own = self.job.prepared.rows.select(["id"])
-        mine = aligned(own, records.select(["id", "status", "hit_frame_budget"]))
+        # "run" is there when this run journalled anything (a rerun that made nothing keeps
+        # the scan's columns)
+        wanted = ["id", "status", "hit_frame_budget", "run"]
+        mine = aligned(own, records.select([c for c in wanted if c in records.column_names]))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
         failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
             pc.sum(pc.is_null(own["id"])).as_py() or 0
@@ -217,7 +220,7 @@ class JobRun:
             failed=failed,
             skipped=work.skipped,
             pending=work.total - done - failed,
-            hit_frame_budget=_hit_budget(mine),
+            hit_frame_budget=_hit_budget(mine, self.run_id),
             audio_s=self.audio_s,
             wall_s=time.monotonic() - self.t0,
             out_dir=str(self.out),
@@ -244,14 +247,22 @@ class JobRun:
             log.error("could not update the job state or results.parquet: %s", e)
 
 
-def _hit_budget(mine: pa.Table) -> int:
+def _hit_budget(mine: pa.Table, run_id: str) -> int:
+    """The shard's ok rows kept at their frame budget (the summary's count); the warning names
+    only those this run made, so a rerun that made nothing does not repeat it."""
     hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
     n = pc.sum(hit).as_py() or 0
-    if n:
+    made_now = (
+        pc.fill_null(pc.equal(mine["run"], run_id), False)
+        if "run" in mine.column_names
+        else pa.nulls(mine.num_rows, pa.bool_()).fill_null(False)
+    )
+    now = pc.sum(pc.and_(hit, made_now)).as_py() or 0
+    if now:
         log.warning(
             "%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
             "is true in results.parquet; --on-budget retry tries them again, --on-budget "
             "fail fails them)",
-            n,
+            now,
         )
     return n
