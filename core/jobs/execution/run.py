@@ -76,7 +76,17 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
         try:
             model.normalize_row(defaults.speaker, defaults.language, defaults.instruct)
         except ValueError as e:
-            raise ManifestError(f"{e} (set it with --speaker/--language)") from None
+            given = [
+                flag
+                for flag, value in (
+                    ("--speaker", defaults.speaker),
+                    ("--language", None if defaults.language == "auto" else defaults.language),
+                    ("--instruct", defaults.instruct),
+                )
+                if value is not None
+            ]
+            where = f"from {' '.join(given)}" if given else "set it with --speaker/--language"
+            raise ManifestError(f"{e} ({where})") from None
 
 
 def check_segment_limit(split: SplitSettings, budget: FrameBudget) -> None:
