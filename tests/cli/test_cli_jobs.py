@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import fakes
 import numpy as np
@@ -374,3 +375,25 @@ def test_a_bad_voice_names_the_flags_the_user_gave(tmp_path):
     assert r.exit_code == 2 and "(from --speaker)" in r.stderr and "set it with" not in r.stderr
     r = qtts("synth", src, "-o", tmp_path / "b")  # no speaker for a CustomVoice model
     assert r.exit_code == 2 and "(set it with --speaker/--language)" in r.stderr
+
+
+@pytest.mark.parametrize("flags, why", [(0, "permission denied"), (1, "read-only file system")])
+def test_an_out_dir_that_cannot_be_written_says_why(tmp_path, monkeypatch, flags, why):
+    import os
+
+    from qtts.core.jobs.execution import run as run_module
+
+    real_statvfs = os.statvfs
+    monkeypatch.setattr(run_module.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(
+        run_module.os,
+        "statvfs",
+        lambda path: SimpleNamespace(f_flag=real_statvfs(path).f_flag | os.ST_RDONLY * flags),
+    )
+    src = tmp_path / "lines.txt"
+    src.write_text("Hello world.\n")
+    r = qtts("synth", src, "--speaker", "vivian", "-o", tmp_path / "out")
+    assert (
+        r.exit_code == 2
+        and f"cannot write to --out-dir {tmp_path / 'out' / '.qtts'}: {why}" in r.stderr
+    )

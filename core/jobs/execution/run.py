@@ -238,9 +238,18 @@ def run_job(
     except OSError as e:
         raise UsageError(f"cannot create --out-dir {layout.dir}: {e.strerror or e}") from None
     if not os.access(layout.dir, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write to --out-dir {layout.dir}: permission denied")
+        why = "read-only file system" if _read_only(layout.dir) else "permission denied"
+        raise UsageError(f"cannot write to --out-dir {layout.dir}: {why}")
     with OutDirLock(layout.lock(job.shard.suffix)):
         record_job(job, req, source_path(spec))
         log_precision(job.precision)  # once the run goes ahead: a refused run says one line
         refs.save()
         return JobRun(job, backend, progress).execute()
+
+
+def _read_only(path: Path) -> bool:
+    """Whether `path` lies on a file system mounted read-only (not a permission problem)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs on this platform
+        return False
