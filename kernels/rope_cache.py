@@ -360,34 +360,14 @@ def qk_norm_rope_cache(
     """q/k norm, RoPE and the cache write as one op: the Triton kernel on CUDA, the twin
     elsewhere. Returns q [B, H, T, D]; k and v land in the caches."""
     return qk_norm_rope_cache_twin(
-        qkv=qkv,
-        q_weight=q_weight,
-        k_weight=k_weight,
-        cos=cos,
-        sin=sin,
-        positions=positions,
-        k_cache=k_cache,
-        v_cache=v_cache,
-        heads=heads,
-        eps=eps,
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps
     )
 
 
 @qk_norm_rope_cache.register_kernel("cuda")
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps):
     run = qk_norm_rope_cache_triton if TRITON_AVAILABLE else qk_norm_rope_cache_twin
-    return run(
-        qkv=qkv,
-        q_weight=q_weight,
-        k_weight=k_weight,
-        cos=cos,
-        sin=sin,
-        positions=positions,
-        k_cache=k_cache,
-        v_cache=v_cache,
-        heads=heads,
-        eps=eps,
-    )
+    return run(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, heads, eps)
 
 
 @qk_norm_rope_cache.register_fake
@@ -413,17 +393,7 @@ def qk_norm_rope_prefill(
     """The padded prefill form of qk_norm_rope_cache: k and v land in the rows cache_rows and
     come back for the pass's attention. Returns q [B, H, T, D], k and v [B, Hk, T, D]."""
     return qk_norm_rope_prefill_twin(
-        qkv=qkv,
-        q_weight=q_weight,
-        k_weight=k_weight,
-        cos=cos,
-        sin=sin,
-        positions=positions,
-        k_cache=k_cache,
-        v_cache=v_cache,
-        cache_rows=cache_rows,
-        heads=heads,
-        eps=eps,
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
     )
 
 
@@ -431,17 +401,7 @@ def qk_norm_rope_prefill(
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps):
     run = qk_norm_rope_prefill_triton if TRITON_AVAILABLE else qk_norm_rope_prefill_twin
     return run(
-        qkv=qkv,
-        q_weight=q_weight,
-        k_weight=k_weight,
-        cos=cos,
-        sin=sin,
-        positions=positions,
-        k_cache=k_cache,
-        v_cache=v_cache,
-        cache_rows=cache_rows,
-        heads=heads,
-        eps=eps,
+        qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, cache_rows, heads, eps
     )
 
 

@@ -120,19 +120,7 @@ def meta_engine(
     speaker = 0 if config.uses_speaker else None
     tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
     prompt = embed_prompt(model.talker, config, tokens)
-    eng.prefill(
-        [
-            SlotFill(
-                slot=i,
-                prompt=prompt,
-                budget=64,
-                seed=i,
-                talker=COUNT_PARAMS,
-                subtalker=COUNT_PARAMS,
-            )
-            for i in range(slots)
-        ]
-    )
+    eng.prefill([_count_fill(i, prompt) for i in range(slots)])
     return eng
 
 
@@ -176,16 +164,7 @@ def count_prefill(eng: Engine, prompts: int) -> LaunchCounter:
     for i in range(prompts):  # lengths differ, so the group is padded
         tokens = PromptTokens([0] * (COUNT_PROMPT - i % 8), None, [0] * 4, speaker)
         prompt = embed_prompt(eng.talker, config, tokens)
-        fills.append(
-            SlotFill(
-                slot=i,
-                prompt=prompt,
-                budget=64,
-                seed=i,
-                talker=COUNT_PARAMS,
-                subtalker=COUNT_PARAMS,
-            )
-        )
+        fills.append(_count_fill(i, prompt))
     counter = LaunchCounter()
     if eng.talker_prefill is not None:  # the fused stack's layer passes
         passes = [(eng.talker_prefill.__self__, "prefill_layer")]
@@ -225,3 +204,10 @@ def _labelled(counter: LaunchCounter, name: str, step):
             return step(*args, **kwargs)
 
     return run
+
+
+def _count_fill(slot: int, prompt) -> SlotFill:
+    """A slot fill of the launch counts: 64 frames, seeded by its slot, COUNT_PARAMS."""
+    return SlotFill(
+        slot=slot, prompt=prompt, budget=64, seed=slot, talker=COUNT_PARAMS, subtalker=COUNT_PARAMS
+    )

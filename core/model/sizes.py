@@ -11,49 +11,13 @@ from qtts.core.model.config import ModelConfig
 
 # (talker hidden, intermediate, layers, predictor hidden, decoder latent/decoder dims)
 SIZES = {
-    "0.6b": dict(
-        hidden=1024,
-        inter=3072,
-        layers=28,
-        heads=16,
-        kv=8,
-        cp=1024,
-        cp_layers=5,
-        text=2048,
-        text_vocab=151936,
-        latent=1024,
-        dec=1536,
-        dec_layers=8,
-    ),
-    "1.7b": dict(
-        hidden=2048,
-        inter=6144,
-        layers=28,
-        heads=16,
-        kv=8,
-        cp=1024,
-        cp_layers=5,
-        text=2048,
-        text_vocab=151936,
-        latent=1024,
-        dec=1536,
-        dec_layers=8,
-    ),
-    "small": dict(
-        hidden=256,
-        inter=768,
-        layers=4,
-        heads=4,
-        kv=2,
-        cp=128,
-        cp_layers=2,
-        text=256,
-        text_vocab=4096,
-        latent=64,
-        dec=96,
-        dec_layers=2,
-    ),
-}
+    "0.6b": dict(hidden=1024, inter=3072, layers=28, heads=16, kv=8, cp=1024, cp_layers=5,
+                 text=2048, text_vocab=151936, latent=1024, dec=1536, dec_layers=8),
+    "1.7b": dict(hidden=2048, inter=6144, layers=28, heads=16, kv=8, cp=1024, cp_layers=5,
+                 text=2048, text_vocab=151936, latent=1024, dec=1536, dec_layers=8),
+    "small": dict(hidden=256, inter=768, layers=4, heads=4, kv=2, cp=128, cp_layers=2,
+                  text=256, text_vocab=4096, latent=64, dec=96, dec_layers=2),
+}  # fmt: skip
 
 
 def model_config(size: str) -> ModelConfig:

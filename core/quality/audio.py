@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qtts.core.model.hub import one_line
+
 SAMPLE_RATE = 16_000  # what DNSMOS and Whisper-class models take
 
 
@@ -42,7 +44,7 @@ def read_clip(path: Path) -> Clip:
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except Exception as exc:  # noqa: BLE001 -- libsndfile's errors, a missing file, a bad header
-        return Clip(None, f"unreadable audio: {_one_line(exc)}")
+        return Clip(None, f"unreadable audio: {one_line(exc)}")
     if data.shape[0] == 0:
         return Clip(None, "unreadable audio: the file holds no samples")
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
@@ -52,11 +54,6 @@ def read_clip(path: Path) -> Clip:
         return Clip(None, f"unreadable audio: too short ({data.shape[0]} samples at {rate} Hz)")
     # Float files may overshoot full scale; the models were trained on audio within it.
     return Clip(np.clip(mono, -1.0, 1.0).astype(np.float32, copy=False))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def read_ahead(chunks: Sequence[Sequence[Path]], threads: int) -> Iterator[list[Clip]]:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from qtts.core.errors import UsageError
 from qtts.core.jobs.output.score_columns import SCORES_NAME, record_stamps
 from qtts.core.jobs.state.layout import Layout
+from qtts.core.model.hub import one_line
 
 METADATA_NAME = "metadata.jsonl"
 OUT_DIR, AUDIOFOLDER = "out_dir", "audiofolder"
@@ -109,7 +110,7 @@ def _folder_rows(root: Path) -> pa.Table:
     try:
         table = pj.read_json(path)
     except (OSError, pa.ArrowException) as exc:
-        raise UsageError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"cannot read {path}: {one_line(exc)}") from None
     missing = [c for c in ("file_name", "text") if c not in table.column_names]
     if missing:
         raise UsageError(

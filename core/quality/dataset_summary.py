@@ -50,32 +50,46 @@ THRESHOLDS = {
 }
 
 
+class OkColumns:
+    """results.parquet's columns over its ok rows, read one at a time when asked."""
+
+    def __init__(self, results: Path) -> None:
+        self.results = results
+        self.names = set(pq.read_schema(results).names)
+        status = pq.read_table(results, columns=["status"])["status"]
+        self.mask = pc.fill_null(pc.equal(status, "ok"), False).combine_chunks()
+        self.count = int(pc.sum(self.mask).as_py() or 0)
+
+    def __call__(self, name: str) -> pa.Array | None:
+        """The column's values on ok rows (None: the file has no such column)."""
+        if name not in self.names:
+            return None
+        table = pq.read_table(self.results, columns=[name])
+        return table[name].combine_chunks().filter(self.mask)
+
+    def numbers(self, name: str) -> np.ndarray | None:
+        """The column's non-null values on ok rows, as float64 (None: no such column)."""
+        values = self(name)
+        if values is None:
+            return None
+        return pc.drop_null(values).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
 def summarize_results(results: Path) -> dict:
     """{"ok": n, "percentiles": {column: {p5, p50, p95, n}}, "outside": {flag: count},
     "kept": n or None}: over the ok rows of `results` (a results.parquet)."""
-    names = set(pq.read_schema(results).names)
-    status = pq.read_table(results, columns=["status"])["status"]
-    ok = pc.fill_null(pc.equal(status, "ok"), False).to_numpy(zero_copy_only=False)
-    mask = pa.array(ok)
-
-    def column(name: str) -> pa.Array | None:
-        if name not in names:
-            return None
-        return pq.read_table(results, columns=[name])[name].combine_chunks().filter(mask)
-
+    column = OkColumns(results)
     percentiles = {}
     for name in COLUMNS:
-        values = column(name)
-        if values is not None:
-            numbers = pc.drop_null(values).to_numpy(zero_copy_only=False).astype(np.float64)
-            if len(numbers):
-                qs = np.percentile(numbers, PERCENTILES)
-                named = {f"p{p}": round(float(q), 4) for p, q in zip(PERCENTILES, qs, strict=True)}
-                percentiles[name] = {**named, "n": len(numbers)}
+        numbers = column.numbers(name)
+        if numbers is not None and len(numbers):
+            qs = np.percentile(numbers, PERCENTILES)
+            named = {f"p{p}": round(float(q), 4) for p, q in zip(PERCENTILES, qs, strict=True)}
+            percentiles[name] = {**named, "n": len(numbers)}
     outside = {flag: n for flag, n in _flags(column).items() if n is not None}
     kept = column("kept")
     return {
-        "ok": int(ok.sum()),
+        "ok": column.count,
         "percentiles": percentiles,
         "outside": outside,
         "kept": None if kept is None else int(pc.sum(kept).as_py() or 0),

@@ -13,8 +13,6 @@ import html
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from qtts.core.jobs.output.keep_rules import RULES, KeepRules
 from qtts.core.jobs.output.writer import atomic_write_bytes
@@ -33,16 +31,11 @@ MARKS = {
 
 def write_report(results: Path, target: Path, summary: dict, rules: KeepRules) -> None:
     """FILE.html from results.parquet's ok rows and the summary (summarize_results)."""
-    names = set(pq.read_schema(results).names)
-    status = pq.read_table(results, columns=["status"])["status"]
-    ok = pc.fill_null(pc.equal(status, "ok"), False)
+    column = ds.OkColumns(results)
     figures = []
     for name in ds.COLUMNS:
-        if name not in names:
-            continue
-        values = pq.read_table(results, columns=[name])[name].combine_chunks().filter(ok)
-        numbers = pc.drop_null(values).to_numpy(zero_copy_only=False).astype(np.float64)
-        if len(numbers):
+        numbers = column.numbers(name)
+        if numbers is not None and len(numbers):
             figures.append(_figure(name, numbers, MARKS.get(name, []), _rule_marks(name, rules)))
     page = _page(results.parent, summary, rules, figures)
     atomic_write_bytes(target, page.encode())

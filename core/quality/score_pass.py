@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from qtts.core.errors import QttsError, UsageError
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink
+from qtts.core.model.hub import one_line
 from qtts.core.quality import extra
 from qtts.core.quality.audio import Clip, cores, read_ahead
 from qtts.core.quality.dataset import OUT_DIR, Dataset, open_dataset
@@ -221,8 +222,7 @@ def _isolated(score, clips: list[Clip], texts: list[str], languages: list) -> li
         return score(clips, texts, languages)
     except Exception as exc:  # noqa: BLE001 -- one clip must not fail the others
         if len(clips) == 1:
-            lines = str(exc).strip().splitlines()
-            return [f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__]
+            return [f"{type(exc).__name__}: {one_line(exc)}"]
     return [
         _isolated(score, [c], [t], [g])[0] for c, t, g in zip(clips, texts, languages, strict=True)
     ]
@@ -261,9 +261,8 @@ def _refresh_views(out_dir: Path) -> None:
     try:
         rebuild_out_dir(out_dir)
     except (QttsError, OSError) as exc:
-        lines = str(exc).strip().splitlines()
         log.warning(
             "results.parquet not rebuilt (%s): run `qtts results %s --input INPUT`",
-            lines[0] if lines else type(exc).__name__,
+            one_line(exc),
             out_dir,
         )

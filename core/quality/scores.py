@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from qtts.core.errors import UsageError
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS
 from qtts.core.jobs.output.writer import atomic_write
+from qtts.core.model.hub import one_line
 
 SCORER_COLUMNS = {"dnsmos": "dnsmos_scorer", "asr": "asr_scorer"}
 # What a row carries besides its key and stamp: kept while the stamp holds.
@@ -42,7 +43,7 @@ def read_scores(path: Path) -> pa.Table | None:
         return pq.read_table(path).combine_chunks()
     except (OSError, pa.ArrowException) as exc:
         raise UsageError(
-            f"cannot read {path} ({str(exc).splitlines()[0]}): move it away to score afresh"
+            f"cannot read {path} ({one_line(exc)}): move it away to score afresh"
         ) from None
 
 

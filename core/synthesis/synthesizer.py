@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -201,9 +202,9 @@ class Synthesizer:
 
         gen = NaiveGenerator(self.model, self.config, self.tts_pad)
         size = self.batch_size or NAIVE_BATCH
-        queue = [Attempt.first(i, r) for i, r in enumerate(requests)]
+        queue = deque(Attempt.first(i, r) for i, r in enumerate(requests))
         while queue:
-            batch, queue = queue[:size], queue[size:]
+            batch = [queue.popleft() for _ in range(min(size, len(queue)))]
             talker, sub = row_params(options, len(batch), self.device)
             out = gen.generate(
                 GenerationInputs(
