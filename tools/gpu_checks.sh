@@ -4,8 +4,8 @@
 #   bash tools/gpu_checks.sh prepare   # here, once: wheels the GPU image lacks -> .whl/
 #                                      # (and `echo /.whl/ >> .git/info/exclude`)
 #   bash tools/gpu_checks.sh run       # on the GPU machine (device tool, carry [".whl"]):
-#                                      # qtts doctor, tests/gpu, qtts bench 0.6b and 1.7b,
-#                                      # logs in $OUT
+#                                      # qtts doctor, qtts bench 0.6b and 1.7b, tests/gpu,
+#                                      # logs in $OUT (about 7 minutes)
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -38,26 +38,34 @@ run)
   OUT="${OUT:-/tmp/qtts-gpu}"
   mkdir -p "$OUT"
   : > "$OUT/summary.txt"
+  export PYTHONUNBUFFERED=1
   if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
   fi
-  python3 -m pip install -q --no-deps --no-build-isolation -e .
-  nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
+  # The package by the layout pyproject.toml maps (qtts = pkg/, qtts.cli = cli/, ...), without
+  # pip: the GPU image's setuptools may predate what pyproject.toml's metadata needs.
+  rm -rf /tmp/qtts-src && mkdir -p /tmp/qtts-src/qtts
+  cp pkg/*.py /tmp/qtts-src/qtts/
+  for sub in cli core kernels; do ln -s "$PWD/$sub" "/tmp/qtts-src/qtts/$sub"; done
+  export PYTHONPATH="/tmp/qtts-src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
     | tee -a "$OUT/gpu.txt"
-  check "doctor 0.6b" doctor_0.6b.log python3 -m qtts doctor --size 0.6b
-  check "tests/gpu" gpu_tests.log python3 -m pytest -q -rs tests/gpu
-  check "bench 0.6b" bench_0.6b.log \
-    python3 -m qtts bench --size 0.6b --batch-sizes 1,16,64,128,256 --frames 128 --compare
-  check "bench 1.7b" bench_1.7b.log \
-    python3 -m qtts bench --size 1.7b --batch-sizes 1,16,64,128,256 --frames 128 --compare
-  # Before the fused layer ops: the same bench on the module path, for the before/after figure.
-  check "bench 0.6b module path" bench_0.6b_module.log \
-    env QTTS_LAYER_PATH=module python3 -m qtts bench --size 0.6b --batch-sizes 64,256 --frames 128
-  check "launch count" launches.log \
-    python3 -m qtts bench --size 0.6b --count-launches --batch-sizes 64,256
+  # Each check has its own time limit so one hang cannot eat the device time of the rest; the
+  # figures that matter most run first. On the first H200 (2026-11-25) the checks took about 85 s
+  # (doctor), 55 s (each bench), 65 s (compare) and 135 s (tests/gpu): call the device tool with
+  # timeout_s 560, inside a session's 15 minutes with room to rerun.
+  check "doctor 0.6b" doctor_0.6b.log timeout -k 5 150 python3 -m qtts doctor --size 0.6b
+  check "bench 0.6b" bench_0.6b.log timeout -k 5 120 \
+    python3 -m qtts bench --size 0.6b --batch-sizes 1,64,256 --frames 128
+  check "bench 1.7b" bench_1.7b.log timeout -k 5 120 \
+    python3 -m qtts bench --size 1.7b --batch-sizes 1,64,256 --frames 128
+  # Eager decoding is launch-bound (~100-150 ms a step): one batch size is enough for the ratio.
+  check "graph vs eager 0.6b" compare_0.6b.log timeout -k 5 120 \
+    python3 -m qtts bench --size 0.6b --batch-sizes 64 --frames 128 --compare
+  check "tests/gpu" gpu_tests.log timeout -k 5 200 \
+    python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/gpu
   if ((${#failed[@]})); then
     echo "failed: ${failed[*]}" | tee -a "$OUT/summary.txt"
     exit 1

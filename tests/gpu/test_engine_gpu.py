@@ -15,6 +15,13 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
+# bf16 against fp32 on cuBLAS, small preset, predictor sites (codebooks 1-15): worst 0.068 and
+# agreement 0.955 on the first H200 run, the same on both layer paths and with cuBLAS's
+# reduced-precision bf16 reductions off, so the products' rounding, not a kernel (at the real
+# 0.6B dims `qtts doctor` saw 0.016 and 0.977). The CPU's bound is 0.05 (test_bf16_teacher_forced).
+GPU_LOGIT_REL_TOL = 0.1
+GPU_MIN_ARGMAX_AGREEMENT = 0.93
+
 TEXTS = [f"Row {i}: the quick brown fox jumps over the lazy dog." for i in range(12)]
 # > 256 frames: the KV view outgrows its first 256-position bucket, so several graphs replay.
 FRAMES = 300
@@ -113,7 +120,8 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
     for sites in (range(0, 1), range(1, 16)):
         same, worst, count = agreement(logits["float32"], logits["bfloat16"], sites, 2048)
         assert count >= sum(len(c) for c in codes) * len(sites)
-        assert worst <= 0.05 and same >= 0.95, (sites, same, worst)
+        print(f"bf16 vs fp32, {path}, codebooks {sites}: agreement {same:.4f}, worst {worst:.4f}")
+        assert worst <= GPU_LOGIT_REL_TOL and same >= GPU_MIN_ARGMAX_AGREEMENT, (sites, same, worst)
 
 
 def test_golden_fixtures_on_cuda_fp32():

@@ -12,6 +12,11 @@ pytestmark = [
 
 # As the interpreter test: one rounding of the narrow dtype; fp32 noise of a few ulps.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2**-7}
+# The rotated q/k: the norm's fp32 sum runs in another order on the GPU than in the twin, so one
+# bf16 rounding of a normed value may land an ulp apart, and the rotation adds two such products
+# whose sum can be smaller than either: an ulp of a 2-4 value read against a 1.7 output was 0.009
+# on the first H200 run. Two roundings of the narrow dtype.
+ROPE_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2**-6}
 
 
 def _rel(a, b) -> float:
@@ -41,7 +46,7 @@ def test_layer_kernels_equal_their_twins_on_cuda(dtype):
     mine, twin = start.clone(), start.clone()
     q1 = qk_norm_rope_cache_triton(qkv, qw, kw, cos, sin, pos, mine[0, 1], mine[1, 1], h, 1e-6)
     q2 = qk_norm_rope_cache_twin(qkv, qw, kw, cos, sin, pos, twin[0, 1], twin[1, 1], h, 1e-6)
-    assert _rel(q1, q2) <= TOLERANCE[dtype] and _rel(mine, twin) <= TOLERANCE[dtype]
+    assert _rel(q1, q2) <= ROPE_TOLERANCE[dtype] and _rel(mine, twin) <= ROPE_TOLERANCE[dtype]
 
 
 def test_the_ops_run_the_kernels_on_cuda(monkeypatch):
@@ -90,8 +95,8 @@ def test_prefill_kernel_and_attention_on_cuda(dtype):
     want = qk_norm_rope_prefill_twin(qkv, qw, kw, cos, sin, pos, twin[0, 1], twin[1, 1], rows,
                                      h, 1e-6)  # fmt: skip
     for a, w in zip(got, want, strict=True):
-        assert _rel(a, w) <= TOLERANCE[dtype]
-    assert _rel(mine, twin) <= TOLERANCE[dtype]
+        assert _rel(a, w) <= ROPE_TOLERANCE[dtype]
+    assert _rel(mine, twin) <= ROPE_TOLERANCE[dtype]
     lengths = torch.randint(1, t + 1, (b,), device="cuda", generator=g)
     q, k, v = got
     out = prefill_attention(q, k, v, prefill_bias(lengths, t, h // hk, dtype), d**-0.5)
