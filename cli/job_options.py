@@ -78,7 +78,7 @@ def sampling_options(
     subtalker_top_k: o.SubTopK = None,
     subtalker_top_p: o.SubTopP = None,
 ) -> SamplingOverrides:
-    return SamplingOverrides(
+    return SamplingOverrides.from_flags(
         greedy=greedy,
         temperature=temperature,
         top_k=top_k,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 
 from qtts.core.engine.engine import Engine
-from qtts.core.engine.runner import EngineJob, run_continuous
+from qtts.core.engine.scheduler import EngineJob, run_continuous
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.slots import SlotState
 from qtts.core.model.config import SamplingParams
@@ -81,10 +81,9 @@ def engine(
                   settings or cpu_settings(dtype))  # fmt: skip
 
 
-def jobs(prompt_list, greedy: bool, budget0: int = 6, seed0: int = 100) -> list[EngineJob]:
+def jobs(prompt_list, budget0: int = 6, seed0: int = 100) -> list[EngineJob]:
     """Job i: budget budget0 + i (so rows finish at different steps), seed seed0 + i."""
-    p = sampling(greedy)
-    return [EngineJob(i, pr, budget0 + i, seed0 + i, p, p) for i, pr in enumerate(prompt_list)]
+    return [EngineJob(i, pr, budget0 + i, seed0 + i) for i, pr in enumerate(prompt_list)]
 
 
 def run_codes(eng: Engine, job_list, step=None) -> dict:
@@ -104,8 +103,7 @@ def prefilled(
     from qtts.core.engine.slots import SlotFill
 
     eng = engine(tiny, slots, greedy, settings, device=device)
-    p = sampling(greedy)
-    fills = [SlotFill(i, pr, budget, 7 + i, p, p) for i, pr in enumerate(prompts(tiny)[:filled])]
+    fills = [SlotFill(i, pr, budget, 7 + i) for i, pr in enumerate(prompts(tiny)[:filled])]
     eng.prefill(fills)
     return eng
 

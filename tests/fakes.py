@@ -106,8 +106,8 @@ class FakeTextModel:
         auto = auto_cpu_precision()
         return "cpu", auto.dtype, auto.reason
 
-    def memory_plan(self, requests, device, dtype, batch_size) -> str:
-        return f"fake plan: {len(requests)} rows, batch {batch_size or 'auto'}"
+    def memory_plan(self, requests, placement) -> str:
+        return f"fake plan: {len(requests)} rows, batch {placement.batch_size or 'auto'}"
 
 
 def runs_away(text: str, attempt: int = 1) -> bool:
@@ -188,9 +188,7 @@ def open_text_model(model: str) -> FakeTextModel:
     return FakeTextModel(model)
 
 
-def load_synthesizer(
-    text_model: FakeTextModel, device: str, dtype: str, batch_size: int | None = None
-) -> FakeSynthesizer:
+def load_synthesizer(text_model: FakeTextModel, placement) -> FakeSynthesizer:
     if os.environ.get("QTTS_FAKE_LOAD_FAIL"):
         from qtts.core.model.hub import ModelLoadError
 

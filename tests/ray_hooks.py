@@ -41,5 +41,5 @@ class Hooked:
             yield item
 
 
-def load_synthesizer(text_model, device, dtype, batch_size=None):
-    return Hooked(real_load(text_model, device, dtype, batch_size))
+def load_synthesizer(text_model, placement):
+    return Hooked(real_load(text_model, placement))

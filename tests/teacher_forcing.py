@@ -11,7 +11,7 @@ from qtts.core.doctor.teacher_forcing import Logits, agreement
 __all__ = ["Logits", "agreement", "forced_logits"]
 
 
-def forced_logits(eng, prompts, codes: list[torch.Tensor], params, monkeypatch=None) -> Logits:
+def forced_logits(eng, prompts, codes: list[torch.Tensor], monkeypatch=None) -> Logits:
     """teacher_forcing.forced_logits; `monkeypatch` is accepted for the tests' old signature (the
     library swaps and restores the sampler itself)."""
-    return teacher_forcing.forced_logits(eng, prompts, codes, params)
+    return teacher_forcing.forced_logits(eng, prompts, codes)

@@ -207,7 +207,5 @@ def _labelled(counter: LaunchCounter, name: str, step):
 
 
 def _count_fill(slot: int, prompt) -> SlotFill:
-    """A slot fill of the launch counts: 64 frames, seeded by its slot, COUNT_PARAMS."""
-    return SlotFill(
-        slot=slot, prompt=prompt, budget=64, seed=slot, talker=COUNT_PARAMS, subtalker=COUNT_PARAMS
-    )
+    """A slot fill of the launch counts: 64 frames, seeded by its slot."""
+    return SlotFill(slot=slot, prompt=prompt, budget=64, seed=slot)

@@ -152,7 +152,7 @@ def run_one(
     text_len=TEXT_LEN,
 ) -> BenchResult:
     from qtts.core.engine.build import EngineShape, build_engine
-    from qtts.core.engine.runner import EngineJob, run_continuous
+    from qtts.core.engine.scheduler import EngineJob, run_continuous
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -181,10 +181,7 @@ def run_one(
     )
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
-    jobs = [
-        EngineJob(key=i, prompt=p, budget=frames + 1, seed=i, talker=params, subtalker=params)
-        for i, p in enumerate(prompts)
-    ]
+    jobs = [EngineJob(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
     measured: list[tuple[np.ndarray, np.ndarray]] = []  # (audio, codes) of the first rows
     lengths: list[int] = []  # frames of each row the vocoder decoded
@@ -244,7 +241,7 @@ def run_one(
         import resource
 
         res.peak_mem_gb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
-    res.step_ms, view = profile_step(engine, step, prompts[:batch], params)
+    res.step_ms, view = profile_step(engine, step, prompts[:batch])
     res.view = view
     return res
 
@@ -278,7 +275,7 @@ def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:
     }
 
 
-def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
+def profile_step(engine, step, prompts, repeats: int = 5) -> dict:
     """ms per decode step with every slot active (plain and, if captured, graphed), and the
     plain step split into parts that add up to it (core/bench/step_parts.py)."""
     from qtts.core.engine.slots import SlotFill
@@ -288,9 +285,7 @@ def profile_step(engine, step, prompts, params, repeats: int = 5) -> dict:
     dev = s.c0.device
     engine.prefill(
         [
-            SlotFill(
-                slot=slot, prompt=p, budget=s.max_frames, seed=slot, talker=params, subtalker=params
-            )
+            SlotFill(slot=slot, prompt=p, budget=s.max_frames, seed=slot)
             for slot, p in enumerate(prompts)
         ]
     )

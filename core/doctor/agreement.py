@@ -11,7 +11,6 @@ from qtts.core.bench.throughput import random_models
 from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
 from qtts.core.doctor.decode import (
     AUDIO_CODES,
-    GREEDY,
     Workload,
     build,
     exact_fp32,
@@ -50,7 +49,7 @@ def _forced(models, device, settings, codes) -> dict:
     config, model, _ = models
     work = Workload(len(codes), len(codes), max(int(c.shape[0]) for c in codes))
     engine, _ = build(models, device, settings, work)
-    return forced_logits(engine, prompts(config, model, work.rows), codes, GREEDY)
+    return forced_logits(engine, prompts(config, model, work.rows), codes)
 
 
 def _agreement_figures(a, b) -> dict:

@@ -13,7 +13,7 @@ import torch
 
 from qtts.core.bench.throughput import TEXT_LEN, synthetic_tokens
 from qtts.core.engine.build import EngineShape, build_engine
-from qtts.core.engine.runner import EngineJob, run_continuous
+from qtts.core.engine.scheduler import EngineJob, run_continuous
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.model.config import SamplingParams
 from qtts.core.synthesis.memory_plan import plan_rows
@@ -97,7 +97,7 @@ def greedy_codes(models, device, settings: EngineSettings, work: Workload) -> li
     config, model, _ = models
     engine, step = build(models, device, settings, work)
     jobs = [
-        EngineJob(key=i, prompt=p, budget=work.frames + 1, seed=i, talker=GREEDY, subtalker=GREEDY)
+        EngineJob(key=i, prompt=p, budget=work.frames + 1, seed=i)
         for i, p in enumerate(prompts(config, model, work.rows))
     ]
     codes: dict[int, torch.Tensor] = {}

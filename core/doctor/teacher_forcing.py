@@ -30,10 +30,9 @@ def _sites_choose(choose) -> Iterator[None]:
         engine_module.choose_tokens = real
 
 
-def forced_logits(eng, prompts, codes: list[torch.Tensor], params) -> Logits:
+def forced_logits(eng, prompts, codes: list[torch.Tensor]) -> Logits:
     """Prefill slot i with prompts[i] and decode max(F_i) frames, forcing codes[i] ([F_i, G]
-    int64, e.g. a free-running reference decode; zeros past its end) at every sampling site.
-    params: the engine's SamplingParams (the forced chooser ignores them)."""
+    int64, e.g. a free-running reference decode; zeros past its end) at every sampling site."""
     s = eng.state
     longest = max(int(c.shape[0]) for c in codes)
     forced = torch.zeros(s.slots, longest + 1, codes[0].shape[1], dtype=torch.long)  # [B, F+1, G]
@@ -56,12 +55,7 @@ def forced_logits(eng, prompts, codes: list[torch.Tensor], params) -> Logits:
 
     with _sites_choose(choose):
         eng.prefill(
-            [
-                SlotFill(
-                    slot=i, prompt=p, budget=longest + 1, seed=i, talker=params, subtalker=params
-                )
-                for i, p in enumerate(prompts)
-            ]
+            [SlotFill(slot=i, prompt=p, budget=longest + 1, seed=i) for i, p in enumerate(prompts)]
         )
         for _ in range(longest):
             eng.decode_step(s.kv.max_len)

@@ -2,21 +2,20 @@
 
 Be paranoid about adding lines to `decode_step`: it runs once per frame for every slot and is what a
 CUDA graph captures. It must not call .item(), branch on tensor values or read host state; every
-per-slot quantity (lengths, counters, sampling parameters, seeds) is a device tensor updated in
-place. Finished and empty slots keep computing (masked no-ops) until the host loop refills them.
+per-slot quantity (lengths, counters, seeds) is a device tensor updated in place, and the sampling
+parameters are device tensors set once per engine. Finished and empty slots keep computing (masked
+no-ops) until the host loop refills them.
 Knows token ids and tensors; no text, no files.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 
 from qtts.core.engine.decode_attention import attend_grouped
 from qtts.core.engine.layer_path import layer_steps
 from qtts.core.engine.refill import pack_refill
-from qtts.core.engine.sampling import ROW_FIELDS, RowParams, choose_tokens, hints_of
+from qtts.core.engine.sampling import choose_tokens
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.slots import SlotFill, SlotState
 from qtts.core.engine.timer import StepTimer
@@ -82,15 +81,12 @@ class Engine:
         else:
             x = self._padded(fills, table, width)
         last, logits = self._run_prompts(x, lengths, s.kv.prefill_writer(slots))  # [m, H], [m, V]
-        for dst, src in ((s.talker, table.talker), (s.subtalker, table.subtalker)):
-            for name in ROW_FIELDS:
-                getattr(dst, name)[slots] = src[name]
         s.seeds[slots] = table.seed
         s.seen[slots] = False
         first = torch.ones_like(slots, dtype=torch.bool)  # token 0: EOS is blocked
         c0 = self._choose(
             logits,
-            _rows(s.talker, slots),
+            s.talker.rows(slots),
             table.seed,
             torch.zeros_like(slots),
             0,
@@ -126,9 +122,6 @@ class Engine:
                 raise ValueError("prompt + budget exceed the engine's KV cache or code buffer")
             if f.prompt.trailing.shape[0] > s.trailing.shape[1]:
                 raise ValueError("trailing text longer than the engine's buffer")
-            for dst, src in ((s.talker, f.talker), (s.subtalker, f.subtalker)):
-                if hints_of(src) != dst.hints():
-                    raise ValueError("a job's sampling hints differ from the engine's")
 
     def _run_prompts(self, x: torch.Tensor, lengths: torch.Tensor, writer):
         """x [m, L, H] through the talker's layers, K/V into the slots -> (final-norm hidden
@@ -241,8 +234,3 @@ def _prompt_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
     real = keys[None, :] < lengths[:, None]  # [m, L]
     causal = keys[None, :] <= keys[:, None]  # [L, L]
     return (causal[None] & real[:, None, :])[:, None]
-
-
-def _rows(params: RowParams, index: torch.Tensor) -> RowParams:
-    """The rows `index` of params (copies), hints kept."""
-    return dataclasses.replace(params, **{f: getattr(params, f)[index] for f in ROW_FIELDS})

@@ -27,8 +27,9 @@ KERNEL_SAMPLER_BYTES_PER_ID = 8
 # [channels, samples] output (SnakeBeta temporaries, the residual input, conv outputs): measured
 # 4.1x at the real dimensions; 5x bounds it.
 VOCODER_LIVE_FACTOR = 5
-# A refill's per-row int64 values on the device: ~15 fields of its table (engine.refill), the
-# trailing-text indices and the pass's own index vectors; measured 23 per row, 32 bounds them.
+# A refill's per-row int64 values on the device: the 5 fields of its table (engine.refill), the
+# trailing-text indices and the pass's own index vectors; 32 bounds them (23 per row measured
+# when the table also held 10 sampling columns).
 REFILL_INT64_PER_ROW = 32
 
 

@@ -35,13 +35,3 @@ def ids_to_device(
     return {
         name: table[:, end - n : end] for name, n, end in zip(pieces, lengths, ends, strict=True)
     }
-
-
-def float32_bits(values: Sequence[float]) -> np.ndarray:
-    """float32 values as their int32 bit patterns widened to int64 (to ride in an int64 table);
-    `from_float32_bits` on the device gives the same floats back, bit for bit."""
-    return np.asarray(values, dtype=np.float32).view(np.int32).astype(np.int64)
-
-
-def from_float32_bits(column: torch.Tensor) -> torch.Tensor:
-    return column.to(torch.int32).view(torch.float32)

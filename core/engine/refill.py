@@ -1,10 +1,11 @@
 """A refill's host-side inputs, packed for one copy: per-slot scalars and scatter indices.
 
-Refilling m freed slots writes ~15 small per-slot fields (slot, prompt length, budget, seed,
-trailing length, both sites' sampling parameters) and scatters m prompts into a padded batch and
-m trailing-text blocks into the slots. Built on the host as one int64 table (floats ride as their
-float32 bits) and copied once without blocking (engine.host_copy), each field is then written for
-all m slots by one indexed write, whatever m is. Knows fills and tensors; no model.
+Refilling m freed slots writes five small per-slot fields (slot, prompt length, budget, seed,
+trailing length) and scatters m prompts into a padded batch and m trailing-text blocks into the
+slots. Built on the host as one int64 table and copied once without blocking (engine.host_copy),
+each field is then written for all m slots by one indexed write, whatever m is. Sampling
+parameters are not per refill: they are the engine's, set once (engine.slots.SlotState). Knows
+fills and tensors; no model.
 """
 
 from __future__ import annotations
@@ -14,25 +15,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from qtts.core.engine.host_copy import float32_bits, from_float32_bits, to_device
-from qtts.core.engine.sampling import ROW_FIELDS
+from qtts.core.engine.host_copy import to_device
 
-SITES = ("talker", "subtalker")
 _SCALARS = ("slot", "length", "budget", "seed", "trailing_len")
 
 
 @dataclass
 class RefillTable:
-    """Device views of one refill: int64 [m] per scalar field, each site's ROW_FIELDS in their
-    dtypes, and the (row, position) pairs that scatter prompts and trailing rows."""
+    """Device views of one refill: int64 [m] per scalar field, and the (row, position) pairs
+    that scatter prompts and trailing rows."""
 
     slot: torch.Tensor
     length: torch.Tensor
     budget: torch.Tensor
     seed: torch.Tensor
     trailing_len: torch.Tensor
-    talker: dict[str, torch.Tensor]  # ROW_FIELDS -> [m]
-    subtalker: dict[str, torch.Tensor]
     prompt_row: torch.Tensor  # [sum L]: row of the padded batch each prompt position goes to
     prompt_pos: torch.Tensor  # [sum L]
     trailing_slot: torch.Tensor  # [sum Tt]: slot each trailing-text row goes to
@@ -40,17 +37,15 @@ class RefillTable:
 
 
 def pack_refill(fills, device: torch.device | str) -> RefillTable:
-    """fills: SlotFill-like (slot, prompt, budget, seed, talker, subtalker) -> device views."""
+    """fills: SlotFill-like (slot, prompt, budget, seed) -> device views."""
     m = len(fills)
-    width = m + (m & 1)  # columns padded to 16 bytes: the Triton sampler reads some of them
+    # Columns padded to 16 bytes: the first token's sampler (the Triton kernel on a GPU) reads the
+    # seed column in place.
+    width = m + (m & 1)
     lengths = np.array([f.prompt.embeds.shape[0] for f in fills], dtype=np.int64)
     trailing = np.array([f.prompt.trailing.shape[0] for f in fills], dtype=np.int64)
     slots = np.array([f.slot for f in fills], dtype=np.int64)
     columns = [slots, lengths, [f.budget for f in fills], [f.seed for f in fills], trailing]
-    for site in SITES:
-        for get, dtype in ROW_FIELDS.values():
-            values = [get(getattr(f, site)) for f in fills]
-            columns.append(float32_bits(values) if dtype == torch.float32 else values)
     header = np.zeros((len(columns), width), dtype=np.int64)
     for row, column in zip(header, columns, strict=True):
         row[:m] = column
@@ -64,28 +59,10 @@ def pack_refill(fills, device: torch.device | str) -> RefillTable:
     views = [c[:m] for c in table[: header.size].view(len(columns), width).unbind(0)]
     sizes = [int(lengths.sum())] * 2 + [int(trailing.sum())] * 2
     rest = torch.split(table[header.size :], sizes)
-    fields = len(ROW_FIELDS)
-    talker, subtalker = (
-        _site(views[len(_SCALARS) + i * fields : len(_SCALARS) + (i + 1) * fields])
-        for i in range(len(SITES))
-    )
-    scalars = dict(zip(_SCALARS, views[: len(_SCALARS)], strict=True))
     return RefillTable(
-        **scalars,
-        talker=talker,
-        subtalker=subtalker,
+        **dict(zip(_SCALARS, views, strict=True)),
         prompt_row=rest[0],
         prompt_pos=rest[1],
         trailing_slot=rest[2],
         trailing_pos=rest[3],
     )
-
-
-def _site(columns: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    out = {}
-    for (name, (_, dtype)), column in zip(ROW_FIELDS.items(), columns, strict=True):
-        if dtype == torch.float32:
-            out[name] = from_float32_bits(column)
-        else:
-            out[name] = column.to(dtype) if dtype != torch.int64 else column
-    return out

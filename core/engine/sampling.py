@@ -16,7 +16,7 @@ be forced on either device (the kernel interpreted on CPU, the twin on CUDA).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -34,9 +34,9 @@ class RowParams:
     top_k: torch.Tensor  # int64 [B]; 0 = off
     top_p: torch.Tensor  # float32 [B]; >= 1 = off
     penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
-    # Host-side facts true of EVERY row for the whole job (None = unknown). They only let the twin
-    # skip work no row needs; results are identical with or without them. Static per job, so a
-    # graph may bake them in; the per-row values above stay device tensors.
+    # Host-side facts true of EVERY row for the engine's life (None = unknown). They only let the
+    # twin skip work no row needs; results are identical with or without them. Static per engine,
+    # so a graph may bake them in; the per-row values above stay device tensors.
     all_greedy: bool | None = None
     max_top_k: int | None = None  # every row has 0 < top_k <= max_top_k
     top_p_off: bool | None = None  # every row has top_p >= 1
@@ -70,32 +70,28 @@ class RowParams:
 
     @classmethod
     def from_sampling(cls, params: SamplingParams, n: int, device) -> RowParams:
-        """n rows of one site's job-wide sampling parameters (host hints included)."""
-        return cls.fill(n, device, **{name: get(params) for name, (get, _) in ROW_FIELDS.items()})
+        """n rows of one site's engine-wide sampling parameters (host hints included)."""
+        return cls.fill(
+            n,
+            device,
+            greedy=not params.do_sample,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            penalty=params.repetition_penalty,
+        )
 
-    def hints(self) -> tuple:
-        return self.all_greedy, self.max_top_k, self.top_p_off
+    def rows(self, index: torch.Tensor) -> RowParams:
+        """The rows `index` (copies), hints kept."""
+        return replace(self, **{name: getattr(self, name)[index] for name in _ROW_TENSORS})
 
 
-# RowParams' per-row tensors: how each is read off a row's SamplingParams, and its dtype. The one
-# place this mapping lives (RowParams.from_sampling and refills both use it).
-ROW_FIELDS = {
-    "greedy": (lambda p: not p.do_sample, torch.bool),
-    "temperature": (lambda p: p.temperature, torch.float32),
-    "top_k": (lambda p: p.top_k, torch.int64),
-    "top_p": (lambda p: p.top_p, torch.float32),
-    "penalty": (lambda p: p.repetition_penalty, torch.float32),
-}
+_ROW_TENSORS = ("greedy", "temperature", "top_k", "top_p", "penalty")  # RowParams' [B] fields
 
 
 def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:
     """(all_greedy, max_top_k, top_p_off) of rows that all share these values."""
     return greedy, (top_k if top_k > 0 else None), top_p >= 1.0
-
-
-def hints_of(params: SamplingParams) -> tuple:
-    """The host hints RowParams.from_sampling derives from `params` (compared, never guessed)."""
-    return _hints(not params.do_sample, params.top_k, params.top_p)
 
 
 def apply_penalties(

@@ -1,9 +1,10 @@
 """What the engine holds per slot, and what a refill brings into one.
 
 A Prompt is the engine's input for one request (prefill embeddings and trailing text rows, built
-by qtts.core.synthesis.prompt); a SlotFill puts one into a free slot with its budget, seed and
-sampling; SlotState is every per-slot tensor a decode step reads and writes, allocated once per
-engine pass. Knows tensors and token ids only.
+by qtts.core.synthesis.prompt); a SlotFill puts one into a free slot with its budget and seed;
+SlotState is every per-slot tensor a decode step reads and writes, allocated once per engine pass
+(the sampling parameters included: one set per engine, the same for every slot). Knows tensors and
+token ids only.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ class SlotFill:
     prompt: Prompt
     budget: int  # max_new_tokens
     seed: int
-    talker: SamplingParams  # this row's talker sampling (host values)
-    subtalker: SamplingParams
 
 
 class SlotState:
@@ -88,7 +87,7 @@ class SlotState:
         self.codes = zeros(slots, max_frames, g)  # [B, F, G] the output buffer
         self.trailing = zeros(slots, max_trailing, h, dt=dtype)  # [B, Tt, H]
         self.trailing_len = zeros(slots)
-        # Per-slot sampling parameters, started from the job's (their host hints hold for every
-        # slot: prefill refuses a row whose parameters would change a hint).
+        # The engine's sampling parameters, one row per slot because the sampler reads per-row
+        # tensors; every row holds the same values, so the host hints hold for every slot.
         self.talker = RowParams.from_sampling(talker, slots, dev)
         self.subtalker = RowParams.from_sampling(subtalker, slots, dev)

@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
-from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
+from qtts.core.synthesis.requests import (
+    GenerationOptions,
+    Placement,
+    Request,
+    RowFailure,
+    Utterance,
+)
 
 
 class TextModel(Protocol):
@@ -45,9 +51,7 @@ class TextModel(Protocol):
         (core/jobs/work/precision.py)."""
         ...
 
-    def memory_plan(
-        self, requests: Sequence[Request], device: str, dtype: str, batch_size: int | None
-    ) -> str:
+    def memory_plan(self, requests: Sequence[Request], placement: Placement) -> str:
         """One line: how these rows would be batched on the device, from the checkpoint's
         dimensions, without loading weights; UsageError when an explicit batch cannot fit."""
         ...
@@ -77,6 +81,4 @@ class NoProgress:
 
 
 OpenTextModel = Callable[[str], TextModel]
-LoadSynthesizer = Callable[
-    [TextModel, str, str, int | None], Synthesizer
-]  # (.., device, dtype, batch)
+LoadSynthesizer = Callable[[TextModel, Placement], Synthesizer]

@@ -8,8 +8,10 @@ Standard library only (with qtts.core.jobs.choices): the CLI builds these while 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.choices import (
@@ -21,6 +23,9 @@ from qtts.core.jobs.choices import (
     OnBudget,
     Split,
 )
+
+if TYPE_CHECKING:
+    from qtts.core.synthesis.requests import Placement
 
 
 class JobKind(Choice):
@@ -47,6 +52,12 @@ class ModelSettings:
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
 
+    @property
+    def placement(self) -> Placement:
+        from qtts.core.synthesis.requests import Placement  # numpy: not while drawing --help
+
+        return Placement(device=self.device, dtype=self.dtype.value, batch_size=self.batch_size)
+
 
 @dataclass(frozen=True)
 class RowDefaults:
@@ -70,16 +81,25 @@ class VoiceSettings:
 
 @dataclass(frozen=True)
 class SamplingOverrides:
-    """Command-line sampling values; None keeps the checkpoint's generation_config.json value."""
+    """Command-line sampling values per site (talker, and the code predictor's "subtalker"),
+    keyed by the checkpoint's SamplingParams field names; a field left out keeps the value of
+    generation_config.json. greedy: argmax at both sites."""
 
     greedy: bool = False
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    subtalker_temperature: float | None = None
-    subtalker_top_k: int | None = None
-    subtalker_top_p: float | None = None
+    talker: Mapping[str, float | int] = field(default_factory=dict)
+    subtalker: Mapping[str, float | int] = field(default_factory=dict)
+
+    @classmethod
+    def from_flags(cls, greedy: bool = False, **flags: float | int | None) -> SamplingOverrides:
+        """flags named after SamplingParams fields, `subtalker_` first for the code predictor's
+        site (the command line's --top-k, --subtalker-top-k); None: not given."""
+        given = {name: value for name, value in flags.items() if value is not None}
+        sub = {n.removeprefix(SUBTALKER): v for n, v in given.items() if n.startswith(SUBTALKER)}
+        talker = {n: v for n, v in given.items() if not n.startswith(SUBTALKER)}
+        return cls(greedy=greedy, talker=talker, subtalker=sub)
+
+
+SUBTALKER = "subtalker_"
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,16 @@ class SamplingParams:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
 
+    def out_of_range(self) -> list[tuple[str, str]]:
+        """(field, its valid range) for each value outside that range."""
+        rules = (
+            ("temperature", self.temperature > 0, "must be > 0 (use --greedy for argmax)"),
+            ("top_k", self.top_k >= 0, "must be >= 0 (0 turns it off)"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0 (1.0 turns it off)"),
+        )
+        return [(name, valid) for name, ok, valid in rules if not ok]
+
 
 @dataclass(frozen=True)
 class GenerationDefaults:

@@ -18,6 +18,7 @@ from qtts.core.errors import UsageError
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 from qtts.core.synthesis.prompt import PromptTokens, prompt_length, trailing_length
+from qtts.core.synthesis.requests import Placement
 
 
 class MemoryPlanError(UsageError):
@@ -176,9 +177,7 @@ def plan_rows(
     )
 
 
-def plan_without_weights(
-    text_model, requests, device: str, dtype: str, batch_size: int | None
-) -> MemoryPlan:
+def plan_without_weights(text_model, requests, placement: Placement) -> MemoryPlan:
     """plan_rows with the model built on the meta device (nothing loaded). A Base row's
     reference is counted from its clip's duration (in-context rows prefill its frames)."""
     from qtts.core.model.codec import SpeechDecoder
@@ -186,8 +185,8 @@ def plan_without_weights(
     from qtts.core.model.talker import build_model
     from qtts.core.synthesis.prompt import prompt_tokens
 
-    dev = parse_device(device)
-    dt = parse_dtype(dtype, dev)
+    dev = parse_device(placement.device)
+    dt = parse_dtype(placement.dtype, dev)
     st = text_model.model_dir / "speech_tokenizer"
     decoder_cfg = SpeechDecoderConfig.from_dict(json.loads((st / "config.json").read_text()))
     with torch.device("meta"):
@@ -216,7 +215,7 @@ def plan_without_weights(
         tokens=tokens,
         device=dev,
         settings=EngineSettings.for_device(dev, dtype=dt),
-        batch_size=batch_size,
+        batch_size=placement.batch_size,
         encoder_dir=st if base else None,
     )
 

@@ -16,6 +16,17 @@ from qtts.core.model.config import SamplingParams
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a synthesizer runs and how many rows it decodes at once: --device, --dtype and
+    --batch-size as given, travelling together from the job's settings to the loaded weights
+    ("auto" is resolved where the weights are loaded)."""
+
+    device: str = "auto"  # auto, cpu, cuda or cuda:N
+    dtype: str = "auto"  # auto, float32, bfloat16 or float16
+    batch_size: int | None = None  # slots; None: the memory plan decides (--batch-size auto)
+
+
+@dataclass(frozen=True)
 class Request:
     """One validated row, ready to synthesize."""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.hub import ModelLoadError, check_layout, checkpoint_identity, resolve_model_dir
+from qtts.core.synthesis.requests import Placement
 
 log = logging.getLogger("qtts")
 
@@ -86,10 +87,10 @@ class CheckpointText:
         kind, dt, _ = self.resolve_precision(device, dtype)
         return f"{kind}:{dt}"
 
-    def memory_plan(self, requests, device: str, dtype: str, batch_size: int | None) -> str:
+    def memory_plan(self, requests, placement: Placement) -> str:
         from qtts.core.synthesis.memory_plan import plan_without_weights
 
-        return plan_without_weights(self, requests, device, dtype, batch_size).summary()
+        return plan_without_weights(self, requests, placement).summary()
 
 
 def open_text_model(model: str) -> CheckpointText:
@@ -98,12 +99,15 @@ def open_text_model(model: str) -> CheckpointText:
     return CheckpointText(model, model_dir)
 
 
-def load_synthesizer(
-    text_model: CheckpointText, device: str, dtype: str, batch_size: int | None = None
-):
+def load_synthesizer(text_model: CheckpointText, placement: Placement):
     """Weights on the device. QTTS_GENERATOR=naive runs the yardstick instead of the engine."""
     from qtts.core.engine.settings import synthesis_generator
     from qtts.core.synthesis.synthesizer import Synthesizer
 
-    generator = synthesis_generator()
-    return Synthesizer.load(text_model, device, dtype, batch_size=batch_size, generator=generator)
+    return Synthesizer.load(
+        text_model,
+        placement.device,
+        placement.dtype,
+        batch_size=placement.batch_size,
+        generator=synthesis_generator(),
+    )

@@ -33,6 +33,7 @@ from qtts.core.model.loader import (
 )
 from qtts.core.model.weights import load_weights
 from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.prompt import (
     embed_clone_prompt,
     embed_prompt,
@@ -78,7 +79,8 @@ class Synthesizer:
         self.settings = settings or EngineSettings.for_device(device, dtype=self.dtype)
         if generator == "engine":
             prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
-        self.vocoder_batch = NAIVE_BATCH  # the engine path sets it from its memory plan
+        # Rows per speech-decoder call: the engine path sets it from its memory plan.
+        self.vocoder_rows = OomBackoff(NAIVE_BATCH, what="vocoder rows", device=device)
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
         # shape, captured on the vocoder thread); elsewhere the decoder runs eagerly.
         self.vocoder = (
@@ -252,14 +254,15 @@ class Synthesizer:
         the halved count holds for the groups after it."""
         plan = self.plan(requests, tokens)
         log.info(plan.summary())
-        self.vocoder_batch = plan.vocoder_batch
+        self.vocoder_rows = OomBackoff(plan.vocoder_batch, what="vocoder rows", device=self.device)
         if self.vocoder is not self.decoder:  # no vocoder work in flight before the first group
             self.vocoder.reserve(plan.vocoder_batch)
-        cap = plan.slots
+        slots_at_once = OomBackoff(plan.slots, what="slots", device=self.device,
+                                   gate=self.device_gate)  # fmt: skip
         for group in plan.groups:
             pending = set(group.rows)
             while pending:
-                slots = min(group.slots, cap, len(pending))
+                slots = min(group.slots, slots_at_once.size, len(pending))
                 order = [i for i in group.rows if i in pending]  # longest KV need first
                 try:
                     for done in self._engine_pass(
@@ -268,21 +271,16 @@ class Synthesizer:
                         pending.difference_update(d.key.row for d in done)
                         yield [(requests[d.key.row], d.codes, d.hit_budget, d.key) for d in done]
                 except torch.OutOfMemoryError:
-                    if slots == 1:
+                    if not slots_at_once.shrink(slots):
                         raise
-                    cap = slots // 2
-                    log.warning("out of memory: retrying the unfinished rows with %d slots", cap)
                 else:
                     continue
-                # Outside the except (its traceback pins the pass), and under the gate: freeing
-                # cached blocks while the vocoder thread captures a graph is an error.
-                with self.device_gate:
-                    _empty_cache(self.device)
+                slots_at_once.free()
             trim_heap()  # the group's KV cache is free: the next group sizes its own
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
         from qtts.core.engine.build import EngineShape, build_engine
-        from qtts.core.engine.runner import EngineJob, run_continuous
+        from qtts.core.engine.scheduler import EngineJob, run_continuous
 
         # Every graph this pass can need is captured before its first prefill, with no vocoder
         # work in flight (the vocoder thread holds the same gate while it works). Out of memory
@@ -307,8 +305,6 @@ class Synthesizer:
                 prompt=lambda t=tokens[attempt.row]: self._prompt(t),
                 budget=requests[attempt.row].max_new_tokens,
                 seed=attempt.seed,
-                talker=options.talker,
-                subtalker=options.subtalker,
             )
 
         def again(done: EngineJob, result) -> EngineJob | None:
@@ -321,23 +317,22 @@ class Synthesizer:
         yield from run_continuous(engine, jobs, step=step, again=again)
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
-        """The speech decoder on at most `vocoder_batch` rows at once; out of memory halves the
+        """The speech decoder on at most `vocoder_rows.size` rows at once; out of memory halves the
         micro-batch and redoes only the rows not decoded yet (the decode is deterministic)."""
+        rows_at_once = self.vocoder_rows  # the vocoder thread holds the device gate already
         done = 0
         while done < len(group):
-            batch = group[done : done + self.vocoder_batch]
+            batch = group[done : done + rows_at_once.size]
             try:
                 out = list(self._vocode_batch(batch))
             except torch.OutOfMemoryError:
-                if len(batch) == 1:
+                if not rows_at_once.shrink(len(batch)):
                     raise
-                self.vocoder_batch = len(batch) // 2
-                log.warning("out of memory in the vocoder: %d rows at once", self.vocoder_batch)
             else:
                 done += len(batch)
                 yield from out
                 continue
-            _empty_cache(self.device)  # outside the except: its traceback pins the batch
+            rows_at_once.free()
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.
@@ -373,8 +368,3 @@ class Synthesizer:
         if self.references is None:
             return None
         return self.references.get(req.ref_audio, req.ref_text).ref_code
-
-
-def _empty_cache(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import app
 from qtts.core.jobs.output.measures import MEASURES, SILENCE_FRAME_S, measure, repeat_ratio
-from qtts.core.synthesis.requests import GenerationOptions, Request, attempt_seed
+from qtts.core.synthesis.requests import GenerationOptions, Placement, Request, attempt_seed
 
 SAMPLE_RATE = 24_000
 BUDGET = 10  # --max-new-tokens: 9 frames for a try that never stops
@@ -48,7 +48,7 @@ def checkpoint(tmp_path_factory):
 
     ck = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", seed=3)
     text_model = open_text_model(str(ck))
-    synth = load_synthesizer(text_model, "cpu", "float32", 8)
+    synth = load_synthesizer(text_model, Placement(device="cpu", dtype="float32", batch_size=8))
     d = text_model.defaults
     row = aim_eos(synth, text_model, [_request(0, 1)], GenerationOptions(d.talker, d.subtalker))
     store_eos_row(ck, text_model, row)
@@ -63,7 +63,7 @@ def oracle(checkpoint) -> dict:
     text_model = open_text_model(str(checkpoint))
     d = text_model.defaults
     assert d.talker.do_sample and d.subtalker.do_sample  # sampling on: the seed matters
-    synth = load_synthesizer(text_model, "cpu", "float32", 8)
+    synth = load_synthesizer(text_model, Placement(device="cpu", dtype="float32", batch_size=8))
     requests = [_request(i, k) for i in ROWS for k in range(1, TRIES + 1)]
     out = {u.id: u for u in synth.synthesize(requests, GenerationOptions(d.talker, d.subtalker))}
     return {(i, k): out[f"r{i}/{k}"] for i in ROWS for k in range(1, TRIES + 1)}

@@ -66,6 +66,7 @@ def test_a_long_row_is_its_segments_joined_whatever_rows_surround_it(checkpoint,
 
     # The same segment requests, synthesized directly in one batch: the file is their audio
     # with a pause between each two, the codes theirs one after another.
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     text_model = open_text_model(str(checkpoint))
@@ -73,7 +74,7 @@ def test_a_long_row_is_its_segments_joined_whatever_rows_surround_it(checkpoint,
     chunk = chunk_requests(state.select(list(REQUEST_FIELDS)), text_model,
                            FrameBudget(8192, STEPS), SPLIT)  # fmt: skip
     assert len(chunk.requests) == alone["segments"] > 4
-    synth = load_synthesizer(text_model, "cpu", "float32", None)
+    synth = load_synthesizer(text_model, Placement(device="cpu", dtype="float32"))
     d = text_model.defaults
     options = GenerationOptions(d.talker, d.subtalker)
     parts = {u.id: u for u in synth.synthesize(chunk.requests, options)}

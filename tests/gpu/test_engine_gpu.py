@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from qtts.core.synthesis.requests import GenerationOptions, Request
+from qtts.core.synthesis.requests import GenerationOptions, Placement, Request
 
 pytestmark = [
     pytest.mark.gpu,
@@ -65,7 +65,7 @@ def _run(checkpoint, monkeypatch, dtype: str, graphs: bool, greedy: bool = True)
 
     monkeypatch.setenv("QTTS_CUDA_GRAPHS", "1" if graphs else "0")
     text_model = open_text_model(str(checkpoint))
-    synth = load_synthesizer(text_model, "cuda", dtype, 8)
+    synth = load_synthesizer(text_model, Placement(device="cuda", dtype=dtype, batch_size=8))
     out = list(synth.synthesize(_requests(), _options(text_model, greedy)))
     ids = [u.id for u in out]
     assert sorted(ids) == sorted(r.id for r in _requests()) and len(ids) == len(set(ids))
@@ -106,7 +106,7 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
     opts = _options(text_model, greedy=True)
     logits = {}
     for dtype in ("float32", "bfloat16"):
-        synth = load_synthesizer(text_model, "cuda", dtype, n)
+        synth = load_synthesizer(text_model, Placement(device="cuda", dtype=dtype, batch_size=n))
         tokens = [prompt_tokens(config, text_model.tokenizer, t, "vivian", "english", None)
                   for t in TEXTS[:n]]  # fmt: skip
         prompts = [synth._prompt(t) for t in tokens]
@@ -116,7 +116,7 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
         settings = replace(EngineSettings.for_device("cuda"), cuda_graphs=False,
                            layer_path=path)  # fmt: skip
         eng = Engine(synth.model, config, state, synth.tts_pad, settings)
-        logits[dtype] = forced_logits(eng, prompts, codes, opts.talker, monkeypatch)
+        logits[dtype] = forced_logits(eng, prompts, codes, monkeypatch)
     for sites in (range(0, 1), range(1, 16)):
         same, worst, count = agreement(logits["float32"], logits["bfloat16"], sites, 2048)
         assert count >= sum(len(c) for c in codes) * len(sites)
@@ -131,7 +131,9 @@ def test_golden_fixtures_on_cuda_fp32():
 
     for case in golden_cases("cases.json"):
         text_model = open_text_model(str(GOLDEN / case["checkpoint"]))
-        synth = load_synthesizer(text_model, "cuda", "float32", len(case["rows"]))
+        synth = load_synthesizer(
+            text_model, Placement(device="cuda", dtype="float32", batch_size=len(case["rows"]))
+        )
         reqs = []
         for i, row in enumerate(case["rows"]):
             spk, lang, ins, _ = text_model.normalize_row(row["speaker"], row["language"],

@@ -29,10 +29,11 @@ def _cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def base():
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     text_model = open_text_model(str(GOLDEN / "base"))
-    return text_model, load_synthesizer(text_model, "cpu", "float32")
+    return text_model, load_synthesizer(text_model, Placement(device="cpu", dtype="float32"))
 
 
 def _requests(text_model, case: dict) -> list[Request]:

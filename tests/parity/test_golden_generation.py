@@ -17,6 +17,7 @@ def _cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def synthesizers():
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     cache = {}
@@ -24,7 +25,7 @@ def synthesizers():
     def get(name: str, generator: str):
         if (name, generator) not in cache:
             text_model = open_text_model(str(GOLDEN / name))
-            synth = load_synthesizer(text_model, "cpu", "float32")
+            synth = load_synthesizer(text_model, Placement(device="cpu", dtype="float32"))
             synth.generator = "naive" if generator == "naive" else "engine"
             cache[name, generator] = (text_model, synth)
         return cache[name, generator]

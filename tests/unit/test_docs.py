@@ -73,12 +73,29 @@ def test_every_path_and_module_named_in_the_code_exists():
     assert missing == []
 
 
+# Folders whose row in the layout table names each of their subfolders (`rows/`, `work/`, ...).
+SUBDIVIDED = ("core/jobs", "tests/unit/jobs")
+
+
+def _subfolders(parent: Path) -> set[str]:
+    """The folders under parent that hold Python files (a package, or a folder of tests)."""
+    return {p.name for p in parent.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+
+
 def test_the_readme_layout_table_covers_the_tree():
-    """Every package folder of cli/, core/ and kernels/ has a row in the README's layout table."""
+    """Every package folder of cli/, core/ and kernels/ has a row in the README's layout table,
+    and the rows of core/jobs/ and tests/unit/jobs/ name each of their subfolders."""
     readme = (REPO / "README.md").read_text("utf-8")
     rows = [line for line in readme.splitlines() if line.startswith("| `")]
     named = {m for line in rows for m in re.findall(r"`((?:cli|core|kernels)/[\w/]*)`", line)}
     folders = {"cli/", "kernels/"} | {
         f"core/{p.name}/" for p in (REPO / "core").iterdir() if (p / "__init__.py").is_file()
     }
-    assert folders - named == set()
+    missing = sorted(folders - named)
+    for parent in SUBDIVIDED:
+        own = [line for line in rows if f"`{parent}/`" in line.split(" | ")[0]]
+        subs = {m for line in own for m in re.findall(rf"`(?:{parent}/)?(\w+)/`", line)}
+        missing += [f"{parent}/{name}/" for name in sorted(_subfolders(REPO / parent) - subs)]
+        if not own:
+            missing.append(f"{parent}/ (no row)")
+    assert missing == []

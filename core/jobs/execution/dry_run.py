@@ -119,5 +119,5 @@ def _first_chunk_plan(job, work: Work) -> tuple[str, Chunk | None]:
     rows = next(work.todo.slices(CHUNK_ROWS))
     first = chunk_requests(rows, job.text_model, job.budget, spec.split)
     m = spec.model
-    plan = job.text_model.memory_plan(first.requests, m.device, m.dtype.value, m.batch_size)
+    plan = job.text_model.memory_plan(first.requests, m.placement)
     return plan, first

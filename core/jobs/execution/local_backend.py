@@ -26,6 +26,7 @@ from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import Chunk, Todo, chunks
+from qtts.core.synthesis.requests import Placement
 
 log = logging.getLogger("qtts")
 
@@ -38,9 +39,7 @@ class LocalBackend:
     out_dir: Path
     text_model: TextModel
     load_synthesizer: LoadSynthesizer
-    device: str
-    dtype: str
-    batch_size: int | None
+    placement: Placement
     options: object  # GenerationOptions
     budget: FrameBudget
     split: SplitSettings | None = None  # long rows cut into segments (None: every row whole)
@@ -48,14 +47,13 @@ class LocalBackend:
 
     def prepare(self, stop: StopSignals) -> None:
         # The device --device auto picked (cuda or cpu), not "auto"
-        where, _, _ = self.text_model.resolve_precision(self.device, self.dtype)
-        if self.device.strip().lower().startswith("cuda:"):
-            where = self.device.strip().lower()
+        device = self.placement.device.strip().lower()
+        where, _, _ = self.text_model.resolve_precision(device, self.placement.dtype)
+        if device.startswith("cuda:"):
+            where = device
         log.info("loading %s on %s", self.text_model.name, where)
         with stop.interruptible():
-            self.synth = self.load_synthesizer(
-                self.text_model, self.device, self.dtype, self.batch_size
-            )
+            self.synth = self.load_synthesizer(self.text_model, self.placement)
 
     def outcomes(
         self, todo: Todo, journal: Journal, ctx: RecordContext, stop: StopSignals

@@ -100,12 +100,9 @@ class RayBackend:
             if started:
                 ray.shutdown()
             raise
-        m = spec.model
         kwargs = {
-            "model": m.name,
-            "device": m.device,
-            "dtype": m.dtype.value,
-            "batch_size": m.batch_size,
+            "model": spec.model.name,
+            "placement": spec.model.placement,
             "out_dir": str(spec.output.out_dir.resolve()),
             "options": options,
             "budget": job.budget,
@@ -187,9 +184,7 @@ class SynthesisActor:
         self,
         *,
         model,
-        device,
-        dtype,
-        batch_size,
+        placement,
         out_dir,
         options,
         budget,
@@ -200,7 +195,7 @@ class SynthesisActor:
         load_synthesizer,
     ) -> None:
         self.text_model = open_text_model(model)
-        self.synth = load_synthesizer(self.text_model, device, dtype, batch_size)
+        self.synth = load_synthesizer(self.text_model, placement)
         self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
         self.split = split
         self.started = started  # when the driver handed the rows out (wall clock)

@@ -220,14 +220,11 @@ def run_job(
 
         backend = RayBackend.connect(spec, job, options, open_text_model, load_synthesizer)
     else:
-        m = spec.model
         backend = LocalBackend(
             out_dir=spec.output.out_dir,
             text_model=job.text_model,
             load_synthesizer=load_synthesizer,
-            device=m.device,
-            dtype=m.dtype.value,
-            batch_size=m.batch_size,
+            placement=spec.model.placement,
             options=options,
             budget=job.budget,
             split=spec.split,

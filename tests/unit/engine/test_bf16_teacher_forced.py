@@ -28,17 +28,17 @@ def model64(tmp_path_factory):
 def test_bf16_tracks_fp32_teacher_forced(model64, monkeypatch):
     config, model, tok = model64
     bf16 = (config, as_loaded_in_bf16(model), tok)
-    params, n = engines.sampling(True), 4
+    n = 4
     sizes = dict(max_len=160, max_frames=64)
     prompts = engines.prompts(model64)[:n]
     free = engines.run_codes(engines.engine(model64, n, True, **sizes),
-                             engines.jobs(prompts, True, budget0=24))  # fmt: skip
+                             engines.jobs(prompts, budget0=24))  # fmt: skip
     codes = [free[i] for i in range(n)]  # the fp32 free-running decode: the forced tokens
-    fp32_logits = forced_logits(engines.engine(model64, n, True, **sizes), prompts, codes, params,
+    fp32_logits = forced_logits(engines.engine(model64, n, True, **sizes), prompts, codes,
                                 monkeypatch)  # fmt: skip
     eng16 = engines.engine(bf16, n, True, dtype=torch.bfloat16, **sizes)
     assert isinstance(eng16.talker_step, FusedStack)  # what a CPU runs in bf16
-    bf16_logits = forced_logits(eng16, engines.prompts(bf16)[:n], codes, params, monkeypatch)
+    bf16_logits = forced_logits(eng16, engines.prompts(bf16)[:n], codes, monkeypatch)
     audio_codes = 2048  # talker ids past these are control tokens, suppressed while decoding
     for sites in (range(0, 1), range(1, 16)):  # talker c0, then the 15 predictor codebooks
         same, worst, count = agreement(fp32_logits, bf16_logits, sites, audio_codes)

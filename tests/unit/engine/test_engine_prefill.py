@@ -9,8 +9,8 @@ from qtts.core.engine.slots import SlotFill
 
 def test_grouped_prefill_state_matches_single(tiny):
     single, grouped = engines.engine(tiny, 3, greedy=True), engines.engine(tiny, 3, greedy=True)
-    prompts, params = engines.prompts(tiny), engines.sampling(True)
-    fills = [SlotFill(i, p, 10, i, params, params) for i, p in enumerate(prompts[:3])]
+    prompts = engines.prompts(tiny)
+    fills = [SlotFill(i, p, 10, i) for i, p in enumerate(prompts[:3])]
     for f in fills:
         single.prefill([f])
     grouped.prefill(fills)
@@ -27,7 +27,7 @@ def test_grouped_prefill_state_matches_single(tiny):
 
 def _codes(tiny, group, greedy):
     eng = engines.engine(tiny, 3, greedy, engines.cpu_settings(prefill_group=group))
-    return engines.run_codes(eng, engines.jobs(engines.prompts(tiny), greedy))
+    return engines.run_codes(eng, engines.jobs(engines.prompts(tiny)))
 
 
 def test_grouped_prefill_gives_the_same_codes_through_refills(tiny):
@@ -44,13 +44,13 @@ def test_grouped_prefill_puts_each_rows_trailing_text_in_its_own_slot(tiny):
     out of order must land each block in its own slot, as one-at-a-time refills do."""
     from qtts.core.engine.slots import Prompt
 
-    prompts, params = engines.prompts(tiny), engines.sampling(True)
+    prompts = engines.prompts(tiny)
     g = torch.Generator().manual_seed(5)
     h = prompts[0].embeds.shape[1]
     clone_like = [Prompt(p.embeds, torch.randn(n, h, generator=g))
                   for p, n in zip(prompts[:3], (3, 1, 5), strict=True)]  # fmt: skip
     slots = [2, 0, 3]  # out of order, slot 1 left empty
-    fills = [SlotFill(s, p, 10, s, params, params) for s, p in zip(slots, clone_like, strict=True)]
+    fills = [SlotFill(s, p, 10, s) for s, p in zip(slots, clone_like, strict=True)]
     single = engines.engine(tiny, 4, True, max_trailing=8)
     for f in fills:
         single.prefill([f])

@@ -15,10 +15,11 @@ pytest.importorskip("triton")
 
 SCRIPT = """
 import json, sys
+from qtts.core.synthesis.requests import Placement
 from qtts.core.synthesis.session import load_synthesizer, open_text_model
 from qtts.core.synthesis.requests import GenerationOptions, Request
 tm = open_text_model(sys.argv[1])
-synth = load_synthesizer(tm, "cpu", "float32", 2)
+synth = load_synthesizer(tm, Placement(device="cpu", dtype="float32", batch_size=2))
 opts = GenerationOptions(tm.defaults.talker, tm.defaults.subtalker)  # sampling on
 reqs = [Request(f"r{i}", f"Row {i} text.", i + 1, "vivian", "english", None, seed=7 + i,
                 max_new_tokens=4) for i in range(3)]

@@ -96,7 +96,7 @@ def test_gpu_working_sets_bound_at_real_dimensions(size, fused_sdpa):
         eng.decode_step(1024)
     _bound(step_activation_bytes(dims, 8, 1024, repeats_kv=False, kernel_sampler=True), live.peak)
     prompts = [embed_prompt(model.talker, config, synthetic_tokens(i, 1000, 180)) for i in range(4)]
-    fills = [SlotFill(i, pr, 64, i, p, p) for i, pr in enumerate(prompts)]
+    fills = [SlotFill(i, pr, 64, i) for i, pr in enumerate(prompts)]
     with LiveBytes() as live:
         eng.prefill(fills)
     width = max(pr.embeds.shape[0] for pr in prompts)
@@ -105,8 +105,7 @@ def test_gpu_working_sets_bound_at_real_dimensions(size, fused_sdpa):
 
 def _prefill_peak(eng, prompts) -> int:
     """Peak live bytes of one prefill pass of `prompts` into slots 0..m-1 of `eng`."""
-    p = engines.sampling(False)
-    fills = [SlotFill(i, pr, 8, i, p, p) for i, pr in enumerate(prompts)]
+    fills = [SlotFill(i, pr, 8, i) for i, pr in enumerate(prompts)]
     with LiveBytes() as live:
         eng.prefill(fills)
     return live.peak

@@ -97,9 +97,7 @@ def test_fused_engine_prefill_state_matches_single_prompts(tiny_gqa):
     single = engines.engine(tiny, 4, True)
     fused = engines.engine(tiny, 4, True, engines.gpu_settings())
     assert fused.talker_prefill is not None and single.talker_prefill is None
-    params = engines.sampling(True)
-    fills = [SlotFill(s, p, 10, s, params, params)
-             for s, p in zip([3, 0, 2], engines.prompts(tiny), strict=False)]  # fmt: skip
+    fills = [SlotFill(s, p, 10, s) for s, p in zip([3, 0, 2], engines.prompts(tiny), strict=False)]
     for f in fills:
         single.prefill([f])
     fused.prefill(fills)
@@ -123,7 +121,7 @@ def test_fused_prefill_groups_give_the_official_prefills_codes(tiny_gqa, greedy)
     for name, settings in (("cpu", engines.cpu_settings()),
                            ("fused", engines.gpu_settings(prefill_group=3))):  # fmt: skip
         eng = engines.engine(tiny, 3, greedy, settings)
-        codes[name] = engines.run_codes(eng, engines.jobs(prompts, greedy))
+        codes[name] = engines.run_codes(eng, engines.jobs(prompts))
     assert sorted(codes["fused"]) == sorted(codes["cpu"]) == list(range(len(engines.TEXTS)))
     for key, want in codes["cpu"].items():
         assert torch.equal(codes["fused"][key], want), key  # token ids: exact
@@ -132,8 +130,7 @@ def test_fused_prefill_groups_give_the_official_prefills_codes(tiny_gqa, greedy)
 def test_fused_prefill_has_no_host_sync(tiny_gqa):
     tiny = (tiny_gqa[0], copy.deepcopy(tiny_gqa[1]), tiny_gqa[2])
     eng = engines.engine(tiny, 4, False, engines.gpu_settings())
-    params = engines.sampling(False)
-    fills = [SlotFill(i, p, 10, i, params, params) for i, p in enumerate(engines.prompts(tiny)[:4])]
+    fills = [SlotFill(i, p, 10, i) for i, p in enumerate(engines.prompts(tiny)[:4])]
     with OpLog() as log:
         eng.prefill(fills)
     assert log.host_syncs() == [] and log.mask_indexing == []

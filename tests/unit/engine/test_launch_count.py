@@ -31,7 +31,7 @@ PINNED = {
 # positions, the first token's sampling and the slots' bookkeeping.
 PREFILL_LAYER_BUDGET = 12  # launches per layer pass (issue 21)
 PREFILL_PER_LAYER_PASS = 10
-PINNED_PREFILL = {"talker_layers": 280, "sampling": 1, "other": 65}  # both sizes
+PINNED_PREFILL = {"talker_layers": 280, "sampling": 1, "other": 47}  # both sizes
 
 
 @pytest.mark.parametrize("size", ["0.6b", "1.7b"])

@@ -50,9 +50,7 @@ def _fills(real, n: int, first_slot: int = 0) -> list[SlotFill]:
     prompts = [
         embed_prompt(model.talker, config, synthetic_tokens(i, vocab, 9 + 13 * i)) for i in range(n)
     ]
-    return [
-        SlotFill(first_slot + i, p, MAX_FRAMES, i, PARAMS, PARAMS) for i, p in enumerate(prompts)
-    ]
+    return [SlotFill(first_slot + i, p, MAX_FRAMES, i) for i, p in enumerate(prompts)]
 
 
 def test_gpu_path_is_shape_correct_at_real_dimensions(real):

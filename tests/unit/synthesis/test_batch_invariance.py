@@ -38,10 +38,13 @@ def _others() -> list[Request]:
 
 
 def _codes(checkpoint, requests, batch_size, generator="engine") -> dict[str, np.ndarray]:
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
 
     text_model = open_text_model(str(checkpoint))
-    synth = load_synthesizer(text_model, "cpu", "float32", batch_size)
+    synth = load_synthesizer(
+        text_model, Placement(device="cpu", dtype="float32", batch_size=batch_size)
+    )
     synth.generator = generator
     d = text_model.defaults
     assert d.talker.do_sample and d.subtalker.do_sample  # sampling on

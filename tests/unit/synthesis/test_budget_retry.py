@@ -29,12 +29,13 @@ ROWS = 5
 @pytest.fixture(scope="module")
 def aimed():
     """(text model, synthesizer of 8 slots) with the EOS row of codec_head aimed."""
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
     from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     ck = make_tiny_checkpoint(Path(tempfile.mkdtemp()) / "tiny", seed=3)
     text_model = open_text_model(str(ck))
-    synth = load_synthesizer(text_model, "cpu", "float32", 8)
+    synth = load_synthesizer(text_model, Placement(device="cpu", dtype="float32", batch_size=8))
     aim_eos(synth, text_model, _requests(1), _options(text_model, 1))
     return text_model, synth
 

@@ -22,12 +22,15 @@ def synth():
     import tempfile
     from pathlib import Path
 
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
     from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     ck = make_tiny_checkpoint(Path(tempfile.mkdtemp()) / "tiny", seed=4)
     text_model = open_text_model(str(ck))
-    return text_model, load_synthesizer(text_model, "cpu", "float32", 8)
+    return text_model, load_synthesizer(
+        text_model, Placement(device="cpu", dtype="float32", batch_size=8)
+    )
 
 
 def _requests(budget=None):
@@ -82,7 +85,7 @@ def test_oom_in_the_engine_halves_slots_and_reruns_only_the_unfinished(
 def test_the_retry_frees_cached_memory_only_under_the_device_gate(synth, monkeypatch):
     """Freeing the allocator's cached blocks while the vocoder thread captures a graph is an
     error on CUDA: the engine's retry takes the gate the vocoder holds while it works."""
-    from qtts.core.synthesis import synthesizer as module
+    from qtts.core.synthesis import oom_backoff as module
 
     text_model, s = synth
     gate_held = []
@@ -119,7 +122,7 @@ def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(syn
                                    rtol=0, atol=AUDIO_ATOL)  # fmt: skip
     # The CPU's plan decodes 2 rows at a time (VOCODER_MAX_BATCH): the first pair fails, then
     # every row alone: each row is decoded exactly once in the end.
-    assert s.vocoder_batch == 1 and batches == [2] + [1] * 8
+    assert s.vocoder_rows.size == 1 and batches == [2] + [1] * 8
 
 
 def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth, monkeypatch):

@@ -10,12 +10,13 @@ from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure,
 
 def test_rows_past_the_model_positions_fail_alone():
     from qtts.core.synthesis.prompt import prompt_length, prompt_tokens
+    from qtts.core.synthesis.requests import Placement
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
     from qtts.core.tiny.checkpoint import make_tiny_checkpoint
 
     ck = make_tiny_checkpoint(Path(tempfile.mkdtemp()) / "tiny", seed=4)
     text_model = open_text_model(str(ck))
-    synth = load_synthesizer(text_model, "cpu", "float32", 2)
+    synth = load_synthesizer(text_model, Placement(device="cpu", dtype="float32", batch_size=2))
     prompt = prompt_length(prompt_tokens(synth.config, text_model.tokenizer, "Hi there.",
                                          "vivian", "english", None))  # fmt: skip
     limit = prompt + 6

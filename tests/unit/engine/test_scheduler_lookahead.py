@@ -4,13 +4,13 @@ the finished-flag sync), so a refill after the sync only launches its prefill.""
 import engines
 import torch
 
-from qtts.core.engine import runner
-from qtts.core.engine.runner import EngineJob
+from qtts.core.engine import scheduler
+from qtts.core.engine.scheduler import EngineJob
 
 
 def test_next_prompts_are_built_between_the_steps_and_the_sync(tiny, monkeypatch):
     events = []
-    prompts, p = engines.prompts(tiny), engines.sampling(True)
+    prompts = engines.prompts(tiny)
 
     def lazy(i):
         def build():
@@ -19,9 +19,11 @@ def test_next_prompts_are_built_between_the_steps_and_the_sync(tiny, monkeypatch
 
         return build
 
-    jobs = [EngineJob(i, lazy(i), 6 + i, 100 + i, p, p) for i in range(len(prompts))]
-    real_flags = runner._host_flags
-    monkeypatch.setattr(runner, "_host_flags", lambda s: events.append(("sync",)) or real_flags(s))
+    jobs = [EngineJob(i, lazy(i), 6 + i, 100 + i) for i in range(len(prompts))]
+    real_flags = scheduler._host_flags
+    monkeypatch.setattr(
+        scheduler, "_host_flags", lambda s: events.append(("sync",)) or real_flags(s)
+    )
     eng = engines.engine(tiny, 2, True, engines.cpu_settings(prefill_group=2))
 
     def step(view):
@@ -33,7 +35,7 @@ def test_next_prompts_are_built_between_the_steps_and_the_sync(tiny, monkeypatch
     assert events[:2] == [("prompt", 0), ("prompt", 1)]  # the first fill
     ahead = [e for e in events[first_step:first_sync] if e[0] == "prompt"]
     assert ahead == [("prompt", 2), ("prompt", 3)]  # lookahead = min(slots, prefill_group)
-    want = engines.run_codes(engines.engine(tiny, 2, True), engines.jobs(prompts, True))
+    want = engines.run_codes(engines.engine(tiny, 2, True), engines.jobs(prompts))
     assert sorted(got) == sorted(want) == list(range(len(prompts)))
     for k in want:
         assert torch.equal(got[k], want[k]), k

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 
 import pytest
 
 from qtts.cli.job_options import sampling_options
 from qtts.core.jobs.execution.generation import generation_options
-from qtts.core.jobs.spec import SamplingOverrides
+from qtts.core.jobs.spec import SUBTALKER, SamplingOverrides
 from qtts.core.jobs.work.fingerprint import job_settings
 from qtts.core.model.config import GenerationDefaults, SamplingParams
 from qtts.core.synthesis.requests import GenerationOptions
@@ -24,23 +25,33 @@ def _digest(options: GenerationOptions) -> str:
                         audio_format="wav").digest  # fmt: skip
 
 
-def _changed(field: dataclasses.Field):
-    """A value for this override that differs from every default it could replace."""
-    if field.name == "greedy":
+OPTIONS = list(inspect.signature(sampling_options).parameters)  # the command line's, by name
+
+
+def _changed(name: str):
+    """A value for this option that differs from every default it could replace."""
+    if name == "greedy":
         return True
-    return 7 if "top_k" in field.name else 0.55  # temperatures, top_p, repetition penalty
+    return 7 if "top_k" in name else 0.55  # temperatures, top_p, repetition penalty
 
 
-def test_the_command_line_options_are_the_overrides_fields():
-    names = list(inspect.signature(sampling_options).parameters)
-    assert names == [f.name for f in dataclasses.fields(SamplingOverrides)]
+def test_each_command_line_option_names_a_sampling_field():
+    """The overrides are keyed by SamplingParams' field names, so the merge needs no list."""
+    fields = {f.name for f in dataclasses.fields(SamplingParams)}
+    for name in OPTIONS:
+        assert name == "greedy" or name.removeprefix(SUBTALKER) in fields, name
 
 
-@pytest.mark.parametrize("field", dataclasses.fields(SamplingOverrides), ids=lambda f: f.name)
-def test_each_sampling_option_changes_the_fingerprint(field):
+@pytest.mark.parametrize("name", OPTIONS)
+def test_each_sampling_option_changes_the_fingerprint(name):
     base = _digest(generation_options(DEFAULTS, SamplingOverrides()))
-    overrides = SamplingOverrides(**{field.name: _changed(field)})
+    overrides = SamplingOverrides.from_flags(**{name: _changed(name)})
     assert _digest(generation_options(DEFAULTS, overrides)) != base
+
+
+def test_an_option_reaches_its_own_site():
+    options = generation_options(DEFAULTS, SamplingOverrides.from_flags(subtalker_top_k=7))
+    assert options.subtalker.top_k == 7 and options.talker.top_k == DEFAULTS.talker.top_k
 
 
 def test_a_field_added_to_the_sampling_params_is_in_the_fingerprint():
@@ -65,3 +76,18 @@ def test_the_digest_of_todays_fields_is_what_earlier_runs_recorded():
     from qtts.core.jobs.work.fingerprint import digest_of
 
     assert _digest(options) == digest_of(by_hand)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ({"temperature": 0.0}, "--temperature must be > 0"),
+        ({"subtalker_top_p": 1.5}, "--subtalker-top-p must be in (0, 1]"),
+        ({"repetition_penalty": -1.0}, "--repetition-penalty must be > 0"),
+    ],
+)
+def test_a_value_out_of_range_names_its_flag(flags, said):
+    from qtts.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(said)):
+        generation_options(DEFAULTS, SamplingOverrides.from_flags(**flags))

@@ -5,7 +5,7 @@ alone (sampled draws keyed by its own seed), even when it is queued at the very 
 import engines
 import torch
 
-from qtts.core.engine.runner import EngineJob, run_continuous
+from qtts.core.engine.scheduler import EngineJob, run_continuous
 
 FOLLOW_SEED = 999  # the follow-ups' seed: another draw than any first job's (100 + i)
 
@@ -20,8 +20,8 @@ def _run(eng, jobs, again=None) -> tuple[dict, list]:
 
 
 def test_follow_ups_replace_their_first_result_and_match_a_run_alone(tiny):
-    prompts, p = engines.prompts(tiny), engines.sampling(False)  # sampled: the seed matters
-    jobs = [EngineJob(i, pr, 6 + i, 100 + i, p, p) for i, pr in enumerate(prompts)]
+    prompts = engines.prompts(tiny)
+    jobs = [EngineJob(i, pr, 6 + i, 100 + i) for i, pr in enumerate(prompts)]
     last = len(jobs) - 1  # the longest budget: it finishes at the last check of the pass
     followed = {0, last}
     asked = []
@@ -29,7 +29,7 @@ def test_follow_ups_replace_their_first_result_and_match_a_run_alone(tiny):
     def again(job, result):
         asked.append(job.key)
         if job.key in followed:
-            return EngineJob(f"{job.key}+", job.prompt, job.budget, FOLLOW_SEED, p, p)
+            return EngineJob(f"{job.key}+", job.prompt, job.budget, FOLLOW_SEED)
         return None
 
     got, order = _run(engines.engine(tiny, 2, False), jobs, again)
@@ -40,7 +40,7 @@ def test_follow_ups_replace_their_first_result_and_match_a_run_alone(tiny):
     assert set(asked[: asked.index(last)]) == set(asked) - {last, f"{last}+"}
     assert order[-1] == f"{last}+"
     for key in followed:  # the follow-up alone, in a fresh engine of one slot
-        alone = EngineJob("alone", prompts[key], 6 + key, FOLLOW_SEED, p, p)
+        alone = EngineJob("alone", prompts[key], 6 + key, FOLLOW_SEED)
         want, _ = _run(engines.engine(tiny, 1, False), [alone])
         assert torch.equal(got[f"{key}+"], want["alone"]), key
     plain, _ = _run(engines.engine(tiny, 2, False), jobs)  # the others as without follow-ups

@@ -1,4 +1,5 @@
-"""The host loop: continuous batching over the engine's slots.
+"""The slot scheduler: continuous batching over the engine's slots (the engine runs the model;
+this decides which work goes into which free slot, and when).
 
 Fills free slots with waiting work (prefilled alone or in padded groups), replays decode steps, and
 every `check_every` steps copies the finished flags to the host (the only host/device sync in the
@@ -22,7 +23,6 @@ import torch
 from qtts.core.engine.engine import Engine
 from qtts.core.engine.slots import Prompt, SlotFill
 from qtts.core.engine.views import view_length
-from qtts.core.model.config import SamplingParams
 
 
 @dataclass
@@ -31,8 +31,6 @@ class EngineJob:
     prompt: Prompt | Callable[[], Prompt]  # built when the loop looks ahead to it
     budget: int  # max_new_tokens
     seed: int
-    talker: SamplingParams
-    subtalker: SamplingParams
 
 
 @dataclass
@@ -75,16 +73,7 @@ def run_continuous(
         fills = []
         for slot in free[: len(ready)]:
             job, prompt = ready.popleft()
-            fills.append(
-                SlotFill(
-                    slot=slot,
-                    prompt=prompt,
-                    budget=job.budget,
-                    seed=job.seed,
-                    talker=job.talker,
-                    subtalker=job.subtalker,
-                )
-            )
+            fills.append(SlotFill(slot=slot, prompt=prompt, budget=job.budget, seed=job.seed))
             occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
         group = settings.prefill_group
         for start in range(0, len(fills), group):
