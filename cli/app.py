@@ -6,6 +6,7 @@ Imports no torch and no core module: `qtts --help` is instant.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ from qtts.cli import (
     score_command,
 )
 from qtts.cli.errors import EXIT_CODES, EXIT_USAGE, usage_error
+from qtts.cli.help_format import KEEP_LINES, HelpCommand, HelpGroup
 
 EXAMPLES = """\
 Examples:
@@ -32,6 +34,7 @@ Examples:
   qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare
   qtts doctor"""
 
+# One paragraph: rich wraps it to the terminal (help_format.flow joins the lines).
 OUTPUTS = """\
 Outputs: OUT/{id}.wav (24 kHz mono, 16-bit), OUT/results.parquet (one row per input row with
 an outcome: status ok|failed, error, hit_frame_budget, ...), OUT/metadata.jsonl (Hugging Face
@@ -40,15 +43,20 @@ A rerun on the same out dir resumes: rows done with the same fingerprint (text, 
 model, sampling, format) are skipped; --dry-run says what would run; --overwrite redoes all."""
 
 
-def _epilog(*blocks: str) -> str:
-    # "\b" keeps Click from re-wrapping a block; blank lines separate blocks.
-    return "\n\n".join("\b\n" + b for b in blocks)
+def _lines(block: str) -> str:
+    """A block shown line by line (a table, examples): Click's "\\b" mark."""
+    return KEEP_LINES + "\n" + block
 
+
+# synth and batch: what they write, then the exit codes (a paragraph before the table also keeps
+# its indent: rich dedents an epilog by the common indent of its lines after the first).
+JOB_EPILOG = "\n\n".join([OUTPUTS, _lines(EXIT_CODES)])
 
 app = typer.Typer(
     name="qtts",
+    cls=HelpGroup,
     help="Batch text-to-speech with the Qwen3-TTS 12 Hz models.",
-    epilog=_epilog(EXAMPLES, OUTPUTS, EXIT_CODES),
+    epilog="\n\n".join([_lines(EXAMPLES), OUTPUTS, _lines(EXIT_CODES)]),
     pretty_exceptions_enable=False,
     add_completion=False,
     no_args_is_help=True,
@@ -80,14 +88,15 @@ def _root(
     """Batch text-to-speech with the Qwen3-TTS 12 Hz models."""
 
 
-app.command(epilog=_epilog(EXIT_CODES))(commands.synth)
-app.command(epilog=_epilog(EXIT_CODES))(commands.batch)
-app.command()(commands.info)
-app.command()(bench_command.bench)
-app.command()(plan_command.plan)
-app.command()(results_command.results)
-app.command()(score_command.score)
-app.command()(doctor_command.doctor)
+_command = functools.partial(app.command, cls=HelpCommand)
+_command(epilog=JOB_EPILOG)(commands.synth)
+_command(epilog=JOB_EPILOG)(commands.batch)
+_command()(commands.info)
+_command()(bench_command.bench)
+_command()(plan_command.plan)
+_command()(results_command.results)
+_command()(score_command.score)
+_command()(doctor_command.doctor)
 
 
 def main() -> None:

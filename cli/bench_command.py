@@ -12,6 +12,9 @@ from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.cli.logs import setup_logging
 
+# On a CPU both step figures time the same work; sets of steps this far apart were disturbed.
+LOAD_GAP = 1.5
+
 
 def _parse_sizes(text: str) -> list[int | None]:
     """A comma list of slot counts; "auto" (None) is the memory plan's choice."""
@@ -218,7 +221,7 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
                 f"      measures (peak, rms, silence, repeats, chars/s; writer threads): "
                 f"{_rate(r.measures_s_per_audio_s)}"
             )
-            typer.echo(_step_line(r.step_ms))
+            typer.echo(_step_line(r.step_ms, synced=dev.type == "cuda"))
             by_mode[r.mode] = r.row()
             rows.append(r.row())
         if fast in by_mode and "eager" in by_mode:
@@ -239,16 +242,36 @@ def _rate(s_per_audio_s: float) -> str:
     return f"{s_per_audio_s * 1e6:.1f} µs per audio-s ({per_s})"
 
 
-def _step_line(step_ms: dict) -> str:
-    """The plain step, the graphed one, and the plain step's parts (timed inside the same steps,
-    synced at each part's edges, so they add up to the instrumented step)."""
-    parts = step_ms["parts"]
+def _step_line(step_ms: dict, synced: bool) -> str:
+    """The plain step (and the graph replay), then the instrumented step: a separate set of
+    steps timed part by part, whose parts add up to it (core/bench/step_parts.py). synced: the
+    device is synced at each part (a GPU), so the instrumented step carries that overhead; a CPU
+    has nothing to sync, so both figures time the same work and a wide gap between them is load."""
+    parts, n = step_ms["parts"], step_ms.get("repeats", 5)
+    plain = f"{step_ms['step']:.2f} ms (plain decode step, unsynced, mean of {n})"
+    graph = ""
+    if "graph_step" in step_ms:
+        graph = f"; graph replay {step_ms['graph_step']:.2f} ms (mean of {n})"
     split = " + ".join(f"{k} {parts[k]:.2f}" for k in parts if k != "instrumented_step")
-    graph = f", graphed {step_ms['graph_step']:.2f} ms" if "graph_step" in step_ms else ""
-    return (
-        f"      step: {step_ms['step']:.2f} ms{graph}; split (synced at each part): "
-        f"{split} = {parts['instrumented_step']:.2f} ms"
-    )
+    instrumented = parts["instrumented_step"]
+    if synced:
+        how = (
+            f"{n} further steps, synced at each part: sync overhead included; "
+            "the parts add up to this, not to the step above"
+        )
+    else:
+        how = f"{n} further steps, timed at each part; no sync on a CPU: the same work as above"
+    lines = [
+        f"      step: {plain}{graph}",
+        f"      instrumented step: {instrumented:.2f} ms = {split} ({how})",
+    ]
+    gap = max(instrumented, step_ms["step"]) / max(min(instrumented, step_ms["step"]), 1e-9)
+    if not synced and gap > LOAD_GAP:
+        lines.append(
+            f"      the two sets of steps differ {gap:.1f}x for the same work: the machine was "
+            "busy (other processes on its cores); time on an idle machine"
+        )
+    return "\n".join(lines)
 
 
 def _machine(device: str) -> dict:

@@ -1,4 +1,4 @@
-"""The commands: synth (text lines), batch (Parquet manifest), info (a checkpoint's voices).
+"""The commands: synth (text lines), batch (a manifest), info (a checkpoint's voices).
 
 Thin: the options arrive as typed groups (qtts.cli.job_options) and become a JobSpec; run_job
 (imported inside the command, so `qtts --help` never imports torch) runs it with the model
@@ -19,7 +19,13 @@ from typing import Annotated, Any
 import typer
 
 from qtts.cli.errors import cli_errors
-from qtts.cli.job_options import JobOptions, job_command, scale_out_options, shard_options
+from qtts.cli.job_options import (
+    JobOptions,
+    column_options,
+    job_command,
+    scale_out_options,
+    shard_options,
+)
 from qtts.cli.logs import setup_logging
 from qtts.cli.progress import Progress
 from qtts.core.jobs.spec import JobKind
@@ -69,17 +75,24 @@ def synth(
     run_command(JobKind.synth, input, options)
 
 
-@job_command(scale_out=scale_out_options)
+@job_command(scale_out=scale_out_options, columns=column_options)
 def batch(
     manifest: Annotated[
-        str, typer.Argument(help="Parquet with id, text [, speaker, language, instruct, seed, ...]")
+        str,
+        typer.Argument(
+            help=(
+                "A .parquet file, a folder or glob of Parquet parts (one dataset, parts in "
+                "sorted order), or a .jsonl or .csv/.tsv file."
+            )
+        ),
     ],
     options: JobOptions,
 ) -> None:
-    """Speak every row of a Parquet manifest: row -> OUT/{id}.wav, plus OUT/results.parquet.
+    """Speak every row of a manifest: row -> OUT/{id}.wav, plus OUT/results.parquet.
 
     Columns: id (string, unique, filename-safe) and text are required; speaker, language,
     instruct, ref_audio, ref_text and seed (int) are optional, a null taking the option's value.
+    Other names map onto them with --id-column, --text-column and --column FIELD=NAME.
     """
     run_command(JobKind.batch, manifest, options)
 

@@ -24,13 +24,17 @@ EXIT_LOCKED = 75
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
+# Each line fits 80 columns and a code's lines break only after ";" (the help keeps the lines).
 EXIT_CODES = """\
 Exit codes:
   0    all rows ok, or skipped as already done
-  1    fatal: model load failed, disk full, Ray cluster unreachable (undone rows stay pending)
-  2    usage or input error (bad option, unreadable/invalid input, duplicate ids, out dir not
-       writable or holding another job, shard count disagreeing); nothing done
-  3    finished, but some rows failed (or --fail-fast/--max-failures stopped the job)
+  1    fatal (model load failed, disk full, Ray cluster unreachable);
+       undone rows stay pending
+  2    usage or input error, nothing done: a bad option;
+       an unreadable, empty or invalid input; duplicate ids;
+       an out dir not writable or holding another job;
+       a shard count that disagrees with the out dir's
+  3    finished with failed rows, or stopped by --fail-fast/--max-failures
   75   another qtts run holds the out dir (OUT/.qtts/run*.lock)
   130  interrupted by SIGINT (Ctrl-C), after flushing finished rows
   143  interrupted by SIGTERM, after flushing finished rows"""

@@ -18,11 +18,11 @@ from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, Split
 from qtts.core.jobs.spec import (
-    DEFAULT_MAX_SEGMENT_TOKENS,
     DEFAULT_SEGMENT_PAUSE_S,
     FailurePolicy,
     JobKind,
     JobSpec,
+    ManifestColumns,
     ModelSettings,
     OutputSettings,
     RaySettings,
@@ -110,7 +110,7 @@ def output_options(
 
 def split_options(
     split: o.SplitOpt = Split.auto,
-    max_segment_tokens: o.MaxSegmentTokens = DEFAULT_MAX_SEGMENT_TOKENS,
+    max_segment_tokens: o.MaxSegmentTokens = None,
     segment_pause: o.SegmentPause = DEFAULT_SEGMENT_PAUSE_S,
 ) -> SplitSettings:
     return SplitSettings(split, max_segment_tokens, segment_pause)
@@ -144,6 +144,13 @@ def failure_options(
     return FailurePolicy(min(limits) if limits else None, on_budget, max_attempts)
 
 
+def column_options(
+    id_column: o.IdColumn = None, text_column: o.TextColumn = None, column: o.ColumnMap = None
+) -> ManifestColumns:
+    """qtts batch: which manifest column holds each field named otherwise."""
+    return ManifestColumns.from_flags(id_column, text_column, column)
+
+
 def report_options(
     log_interval: o.LogInterval = 30.0, quiet: o.Quiet = False, verbose: o.Verbose = False
 ) -> Reporting:
@@ -162,6 +169,7 @@ class JobOptions:
     failures: FailurePolicy
     report: Reporting
     scale_out: ScaleOut
+    columns: ManifestColumns = ManifestColumns()  # qtts batch only: its manifest's names
 
     def spec(self, kind: JobKind, source: str) -> JobSpec:
         return JobSpec(
@@ -174,6 +182,7 @@ class JobOptions:
             failures=self.failures,
             scale_out=self.scale_out,
             split=self.split,
+            columns=self.columns,
         )
 
 
@@ -189,12 +198,12 @@ GROUPS: dict[str, Callable] = {
 }
 
 
-def job_command(scale_out: Callable = shard_options) -> Callable:
+def job_command(scale_out: Callable = shard_options, columns: Callable | None = None) -> Callable:
     """Decorate `command(<its arguments>, options: JobOptions)`: Typer sees the command's own
     arguments, then every group's options (`scale_out` builds the scale-out group: shards only,
-    or shards and Ray); the command receives them built (a bad value is a one-line usage error,
-    as from the parser)."""
-    groups = {**GROUPS, "scale_out": scale_out}
+    or shards and Ray; `columns`, when given, the manifest's column names); the command receives
+    them built (a bad value is a one-line usage error, as from the parser)."""
+    groups = {**GROUPS, "scale_out": scale_out, **({"columns": columns} if columns else {})}
 
     def decorate(body: Callable) -> Callable:
         own = [p for p in _parameters(body) if p.name != "options"]

@@ -61,8 +61,7 @@ InputMoved = Annotated[
         panel=INPUT_PANEL,
         help=(
             "The out dir's input was moved or renamed to INPUT: adopt the new path and resume "
-            "(another "
-            "input is refused otherwise)."
+            "(another input is refused otherwise)."
         ),
     ),
 ]
@@ -73,8 +72,37 @@ DryRun = Annotated[
         panel=INPUT_PANEL,
         help=(
             "Read and validate every row, scan what is done, plan memory, and print what would "
-            "run (one "
-            "JSON line); load no weights, write nothing."
+            "run (one JSON line); load no weights, write nothing."
+        ),
+    ),
+]
+IdColumn = Annotated[
+    str | None,
+    _opt(
+        "--id-column",
+        metavar="NAME",
+        panel=INPUT_PANEL,
+        help="The manifest column that holds the ids (default: id), e.g. utt_id.",
+    ),
+]
+TextColumn = Annotated[
+    str | None,
+    _opt(
+        "--text-column",
+        metavar="NAME",
+        panel=INPUT_PANEL,
+        help="The manifest column that holds the text (default: text), e.g. sentence.",
+    ),
+]
+ColumnMap = Annotated[
+    list[str] | None,
+    _opt(
+        "--column",
+        metavar="FIELD=NAME",
+        panel=INPUT_PANEL,
+        help=(
+            "Read an optional field (speaker, language, instruct, ref_audio, ref_text, seed) "
+            "from column NAME, e.g. speaker=spk. Repeatable."
         ),
     ),
 ]
@@ -136,6 +164,7 @@ Seed = Annotated[
     _opt(
         "--seed",
         min=0,
+        metavar="N",
         panel=VOICE_PANEL,
         help=("Seed of rows without their own seed column value."),
     ),
@@ -154,7 +183,8 @@ Temperature = Annotated[
     float | None, _opt("--temperature", panel=SAMPLING_PANEL, help=("Talker temperature (> 0)."))
 ]
 TopK = Annotated[
-    int | None, _opt("--top-k", min=0, panel=SAMPLING_PANEL, help=("Talker top-k (0: off)."))
+    int | None,
+    _opt("--top-k", min=0, metavar="K", panel=SAMPLING_PANEL, help="Talker top-k (0: off)."),
 ]
 TopP = Annotated[
     float | None, _opt("--top-p", panel=SAMPLING_PANEL, help=("Talker top-p, in (0, 1]."))
@@ -171,7 +201,13 @@ SubTemperature = Annotated[
 ]
 SubTopK = Annotated[
     int | None,
-    _opt("--subtalker-top-k", min=0, panel=SAMPLING_PANEL, help="Code predictor top-k (0: off)."),
+    _opt(
+        "--subtalker-top-k",
+        min=0,
+        metavar="K",
+        panel=SAMPLING_PANEL,
+        help="Code predictor top-k (0: off).",
+    ),
 ]
 SubTopP = Annotated[
     float | None,
@@ -215,14 +251,15 @@ SplitOpt = Annotated[
     ),
 ]
 MaxSegmentTokens = Annotated[
-    int,
+    int | None,
     _opt(
         "--max-segment-tokens",
         min=1,
+        metavar="N",
         panel=LONG_TEXT_PANEL,
         help=(
-            "Most text tokens in a segment (50: about 16 s of speech, well inside the length "
-            "the model says reliably)."
+            "Most text tokens in a segment. Unset: 50 (about 16 s of speech, well inside the "
+            "length the model says reliably), or less where the model's frame budget is smaller."
         ),
     ),
 ]
@@ -231,6 +268,7 @@ SegmentPause = Annotated[
     _opt(
         "--segment-pause",
         min=0.0,
+        metavar="SECONDS",
         panel=LONG_TEXT_PANEL,
         help="Seconds of silence between a row's segments.",
     ),
@@ -240,13 +278,18 @@ SegmentPause = Annotated[
 Model = Annotated[
     str,
     _opt(
-        "--model", "-m", panel=ENGINE_PANEL, help=("Local checkpoint dir or Hugging Face repo id.")
+        "--model",
+        "-m",
+        metavar="MODEL",
+        panel=ENGINE_PANEL,
+        help="Local checkpoint dir or Hugging Face repo id.",
     ),
 ]
 Device = Annotated[
     str,
     _opt(
         "--device",
+        metavar="DEVICE",
         panel=ENGINE_PANEL,
         help=("auto, cpu, cuda or cuda:N (auto: cuda when there is one)."),
     ),
@@ -255,10 +298,12 @@ DtypeOpt = Annotated[
     Dtype,
     _opt(
         "--dtype",
+        metavar="DTYPE",
         panel=ENGINE_PANEL,
         help=(
-            "auto: bfloat16 on CUDA; on a CPU bfloat16 where it has native bf16 (AMX or "
-            "AVX512-BF16), else float32 (a job's out dir keeps what its first run picked)."
+            "auto, float32, bfloat16 or float16. auto: bfloat16 on CUDA; on a CPU bfloat16 "
+            "where it has native bf16 (AMX or AVX512-BF16), else float32 (a job's out dir keeps "
+            "what its first run picked)."
         ),
     ),
 ]
@@ -267,11 +312,11 @@ BatchSize = Annotated[
     _opt(
         "--batch-size",
         "-b",
+        metavar="auto|N",
         panel=ENGINE_PANEL,
         help=(
             "Rows decoded together (engine slots, refilled as rows finish). auto: as many as the "
-            "memory "
-            "plan fits (see qtts plan); a number that cannot fit is refused."
+            "memory plan fits (see qtts plan); a number that cannot fit is refused."
         ),
     ),
 ]
@@ -280,11 +325,11 @@ MaxNewTokens = Annotated[
     _opt(
         "--max-new-tokens",
         min=1,
+        metavar="N",
         panel=ENGINE_PANEL,
         help=(
-            "Talker steps per row, used exactly (a row that never stops gets N-1 frames at 12.5 "
-            "Hz). "
-            "Unset: min(generation_config max_new_tokens, 100 + 8 x text tokens)."
+            "Talker steps per row, used exactly (a row that never stops gets N-1 frames at "
+            "12.5 Hz). Unset: min(generation_config max_new_tokens, 100 + 8 x text tokens)."
         ),
     ),
 ]
@@ -295,16 +340,17 @@ NumShards = Annotated[
     _opt(
         "--num-shards",
         min=1,
+        metavar="N",
         panel=SCALE_PANEL,
         help=(
             "Split the job into N shards by sha1(id) % N. Unset: from a Slurm array, srun or "
-            "torchrun "
-            "environment, else 1. The out dir pins N."
+            "torchrun environment, else 1. The out dir pins N."
         ),
     ),
 ]
 ShardIndex = Annotated[
-    int | None, _opt("--shard-index", min=0, panel=SCALE_PANEL, help=("This run's shard, 0..N-1."))
+    int | None,
+    _opt("--shard-index", min=0, metavar="I", panel=SCALE_PANEL, help="This run's shard, 0..N-1."),
 ]
 BackendOpt = Annotated[
     Backend,
@@ -313,8 +359,7 @@ BackendOpt = Annotated[
         panel=SCALE_PANEL,
         help=(
             "local: this process and device. ray: Ray Data actors over a cluster's GPUs (pip "
-            "install "
-            "'qtts\\[ray]'); outputs go to a folder every worker can see."
+            "install 'qtts\\[ray]'); outputs go to a folder every worker can see."
         ),
     ),
 ]
@@ -322,6 +367,7 @@ RayAddress = Annotated[
     str | None,
     _opt(
         "--ray-address",
+        metavar="ADDRESS",
         panel=SCALE_PANEL,
         help=("Ray cluster to join. Unset: RAY_ADDRESS, else a local Ray for this job."),
     ),
@@ -331,6 +377,7 @@ Workers = Annotated[
     _opt(
         "--workers",
         min=1,
+        metavar="N",
         panel=SCALE_PANEL,
         help=("Ray actors. Unset: one per GPU in the cluster, or 1 without GPUs."),
     ),
@@ -349,6 +396,7 @@ RayTimeout = Annotated[
     _opt(
         "--ray-timeout",
         min=0.1,
+        metavar="SECONDS",
         panel=SCALE_PANEL,
         help=("Seconds to reach --ray-address before giving up (nothing is written)."),
     ),
@@ -364,6 +412,7 @@ MaxFailures = Annotated[
     _opt(
         "--max-failures",
         min=1,
+        metavar="N",
         panel=LOG_PANEL,
         help=("Stop after N failed rows (exit 3). Unset: never stop for failures."),
     ),
@@ -387,6 +436,7 @@ MaxAttempts = Annotated[
     _opt(
         "--max-attempts",
         min=1,
+        metavar="N",
         panel=LOG_PANEL,
         show_default=False,
         help="Tries per row with --on-budget retry (default 3; given alone, it means retry).",
@@ -397,6 +447,7 @@ LogInterval = Annotated[
     _opt(
         "--log-interval",
         min=1.0,
+        metavar="SECONDS",
         panel=LOG_PANEL,
         help=("Seconds between progress log lines when stderr is not a terminal."),
     ),

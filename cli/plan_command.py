@@ -15,6 +15,10 @@ import typer
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
+from qtts.cli.job_options import split_options
+from qtts.cli.logs import setup_logging
+from qtts.core.jobs.choices import Split
+from qtts.core.jobs.spec import DEFAULT_SEGMENT_PAUSE_S
 
 GPUS = ("l4", "a10", "rtx4090", "l40s", "a100-40", "a100-80", "h100", "h200")
 
@@ -22,7 +26,10 @@ GPUS = ("l4", "a10", "rtx4090", "l40s", "a100-40", "a100-80", "h100", "h200")
 def plan(
     input: Annotated[
         Path | None,
-        typer.Argument(help="Text file or Parquet manifest to plan for. Unset: --text-tokens."),
+        typer.Argument(
+            help="Text file, or a manifest as qtts batch reads it, to plan for. Unset: "
+            "--text-tokens."
+        ),
     ] = None,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Checkpoint dir (or cached HF repo id).")
@@ -40,7 +47,8 @@ def plan(
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32.")] = "bfloat16",
     batch_size: o.BatchSize = "auto",
     text_tokens: Annotated[
-        int, typer.Option(min=1, help="Without INPUT: text tokens per row.")
+        int,
+        typer.Option(min=1, help="Without INPUT: text tokens per row (planned whole, never cut)."),
     ] = 200,
     rows: Annotated[int, typer.Option(min=1, help="Without INPUT: how many such rows.")] = 1024,
     max_new_tokens: o.MaxNewTokens = None,
@@ -53,10 +61,15 @@ def plan(
     tflops: Annotated[
         float | None, typer.Option(min=0.001, help="--gpu custom: dense TFLOP/s in --dtype.")
     ] = None,
+    split: o.SplitOpt = Split.auto,
+    max_segment_tokens: o.MaxSegmentTokens = None,
+    segment_pause: o.SegmentPause = DEFAULT_SEGMENT_PAUSE_S,
 ) -> None:
     """Plan a job's GPU memory (slots, KV per length group, graphs, vocoder batch), its decode
-    step's roofline and the job's duration at that ceiling, without a GPU. The last stdout line
-    is JSON; exit 2 when the job does not fit the card."""
+    step's roofline and the job's duration at that ceiling, without a GPU. INPUT's long rows are
+    cut into segments as the job cuts them (--split). The last stdout line is JSON; exit 2 when
+    the job does not fit the card."""
+    setup_logging(quiet=False, verbose=False)
     with cli_errors():
         lines, out, refusal = _run(
             source=input,
@@ -72,6 +85,7 @@ def plan(
             speaker=speaker,
             bandwidth=bandwidth,
             tflops=tflops,
+            split=split_options(split, max_segment_tokens, segment_pause),
         )
     for line in lines:
         typer.echo(line)
@@ -111,6 +125,7 @@ def _run(
     speaker,
     bandwidth,
     tflops,
+    split,
 ):
     import torch
 
@@ -131,12 +146,20 @@ def _run(
     if memory is None:
         raise typer.BadParameter("--gpu custom needs --gpu-memory")
     m = plan_model(model, size, dt)
+    counts = {}  # of an input file's requests, for the JSON's job
     if source is None:
         shapes, frames = synthetic_shapes(m, text_tokens, rows, max_new_tokens)
-        what = f"{rows} rows of {text_tokens} text tokens"
+        what, total = f"{rows} rows of {text_tokens} text tokens", sum(frames)
     else:
-        shapes, frames, note = input_shapes(m, str(source), max_new_tokens, speaker)
-        what = f"{len(shapes)} rows of {source} ({note})"
+        shapes, got, note = input_shapes(m, str(source), max_new_tokens, split, speaker)
+        rows, total = got.rows, got.frames
+        cut = f", {got.split_rows} split into segments" if got.split_rows else ""
+        what = f"{rows} rows of {source} ({len(shapes)} requests{cut}; {note})"
+        if got.refused:
+            what += f"; {got.refused} rows refused as too long, as the job would"
+        if got.more_chunks:
+            what += "; memory planned for its first (longest) chunk, as the job plans each chunk"
+        counts = {"requests": len(shapes), "split_rows": got.split_rows, "refused": got.refused}
     settings = EngineSettings.for_device("cuda", env={})
     plan = plan_memory(
         shapes,
@@ -147,7 +170,8 @@ def _run(
         batch_size=batch_size,
         device_kind="cuda",
     )
-    lines, out = report(plan, m, spec, frames)
+    lines, out = report(plan, m, spec, rows, total)
+    out.setdefault("job", {}).update(counts)
     header = f"qtts plan: {m.name} in {dtype} on {spec.name}, {memory:g} GiB, {what}"
     return (
         [header, *lines],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 from fakes import fake_env, qtts_cmd
@@ -13,6 +14,16 @@ from fakes import fake_env, qtts_cmd
 # so that what it asserts does not depend on the CI machine's CPU (the tests of the choice itself
 # set this knob or pass the flags). Subprocess runs inherit it.
 os.environ["QTTS_CPU_BF16"] = "0"
+
+
+@pytest.fixture(autouse=True)
+def _graphs_not_broken():
+    """A test that fails a capture on purpose turns graphs off for its process
+    (qtts.core.engine.graphs.capture_broken): the next test starts with them on."""
+    yield
+    graphs = sys.modules.get("qtts.core.engine.graphs")
+    if graphs is not None:
+        graphs._capture_broken = None
 
 
 @pytest.fixture

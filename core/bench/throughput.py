@@ -276,8 +276,9 @@ def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:
 
 
 def profile_step(engine, step, prompts, repeats: int = 5) -> dict:
-    """ms per decode step with every slot active (plain and, if captured, graphed), and the
-    plain step split into parts that add up to it (core/bench/step_parts.py)."""
+    """ms per decode step with every slot active (plain and, if captured, graphed; each the mean
+    of `repeats` steps, synced only after the last), and the plain step split into parts that add
+    up to it: a further `repeats` steps, instrumented (core/bench/step_parts.py)."""
     from qtts.core.engine.slots import SlotFill
     from qtts.core.engine.views import view_length
 
@@ -306,4 +307,5 @@ def profile_step(engine, step, prompts, repeats: int = 5) -> dict:
         out["graph_step"] = clock(lambda: step(view))
     out = {k: round(v, 3) for k, v in out.items()}
     out["parts"] = step_parts(engine, view, repeats)
+    out["repeats"] = repeats
     return out, view

@@ -10,17 +10,24 @@ or from --text-tokens. The plan is the one `qtts batch` would make on a card of 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from qtts.core.capacity.input_requests import (
+    ESTIMATED_BYTES_PER_TOKEN,
+    EstimatedText,
+    InputRequests,
+    input_requests,
+)
 from qtts.core.capacity.vocoder_cost import vocoder_cost
 from qtts.core.engine.footprint import Dims
 from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.engine.settings import EngineSettings
+from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
+from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
@@ -30,7 +37,6 @@ from qtts.core.synthesis.memory_plan import dims_for, row_shapes, weights_bytes
 from qtts.core.synthesis.prompt import PromptTokens
 
 PUBLISHED_MAX_NEW_TOKENS = 8192  # generation_config.json of the published checkpoints
-ESTIMATED_BYTES_PER_TOKEN = 3  # Qwen2 BPE: ~4 bytes per English token, ~3 per CJK character
 
 
 @dataclass(frozen=True)
@@ -106,44 +112,42 @@ def synthetic_shapes(
 
 
 def input_shapes(
-    m: PlanModel, source: str, max_new_tokens: int | None, speaker: str | None
-) -> tuple[list[RowShape], list[int], str]:
-    """Shapes of an input file's rows, their expected frames, and a note on how their tokens
-    were counted."""
-    from qtts.core.jobs.rows.manifest import read_parquet_manifest, read_text_lines
-
-    is_parquet = source.endswith(".parquet")
-    rows = read_parquet_manifest(source) if is_parquet else read_text_lines(source)
-    texts = [t for t in rows["text"].to_pylist() if t is not None]
+    m: PlanModel,
+    source: str,
+    max_new_tokens: int | None,
+    split: SplitSettings,
+    speaker: str | None,
+) -> tuple[list[RowShape], InputRequests, str]:
+    """Shapes of the requests the job would run for an input file's rows (a long row's segments
+    in its place), those requests' summary, and a note on how their tokens were counted."""
+    budget = FrameBudget(m.max_new_tokens, max_new_tokens, m.config.talker.max_position_embeddings)
+    split = settle_segment_limit(split, budget)
     if m.model_dir is None:  # no tokenizer: estimate from the text's length
-        counts = [math.ceil(len(t.encode()) / ESTIMATED_BYTES_PER_TOKEN) for t in texts]
-        pairs = [synthetic_shapes(m, c, 1, max_new_tokens) for c in counts]
+        text = EstimatedText(m.name, m.config)
         note = f"token counts estimated at {ESTIMATED_BYTES_PER_TOKEN} bytes each (no tokenizer)"
-        return [p[0][0] for p in pairs], [p[1][0] for p in pairs], note
-    from qtts.core.synthesis.prompt import prompt_tokens
-    from qtts.core.synthesis.session import CheckpointText
+    else:
+        from qtts.core.synthesis.session import CheckpointText
 
-    text = CheckpointText(m.name, m.model_dir)
-    budget = FrameBudget(m.max_new_tokens, max_new_tokens)
-    speaker = speaker or (m.config.supported_speakers() or [None])[0]
-    budgets, tokens, frames = [], [], []
-    for t in texts:
-        voice = speaker if m.config.uses_speaker else None
-        ids = prompt_tokens(
-            m.config, text.tokenizer, text=t, speaker=voice, language="auto", instruct=None
-        )
-        n = len(ids.text_ids) - 8
-        budgets.append(budget.max_new_tokens(n))
-        frames.append(budget.estimate_frames(n))
-        tokens.append(ids)
-    return row_shapes(budgets, tokens), frames, "token counts from the checkpoint's tokenizer"
+        text = CheckpointText(m.name, m.model_dir)
+        note = "token counts from the checkpoint's tokenizer"
+    got = input_requests(text, source, budget, split, speaker)
+    if m.model_dir is None:
+        counts = text.count_text_tokens([r.text for r in got.requests])
+        tokens = [synthetic_tokens(m.config, n) for n in counts]
+    else:
+        from qtts.core.synthesis.memory_plan import request_tokens
+
+        tokens = request_tokens(text, got.requests)
+    if split.enabled:
+        note += f"; --split {split.mode.value}, segments of at most {split.limit} tokens"
+    return row_shapes([r.max_new_tokens for r in got.requests], tokens), got, note
 
 
 def report(
-    plan: MemoryPlan, m: PlanModel, device: DeviceSpec, frames: list[int]
+    plan: MemoryPlan, m: PlanModel, device: DeviceSpec, rows: int, frames: int
 ) -> tuple[list[str], dict]:
-    """The table lines and the JSON object (the last stdout line) for a plan; frames: each
-    row's expected frames (the job estimate)."""
+    """The table lines and the JSON object (the last stdout line) for a plan; rows: the job's
+    rows, frames: what they should make (the job's estimate)."""
     g = plan.peak_group
     lines = [
         f"{'component':<20}{'GiB':>9}",
@@ -220,22 +224,24 @@ def report(
             "vocoder_ceiling_audio_s_per_s": 1 / vocoder_s,
             "ceiling_audio_s_per_s": ceiling,
         }
-        lines += job_estimate(out, frames, ceiling, device)
+        lines += job_estimate(out, rows, frames, ceiling, device)
     return lines, out
 
 
-def job_estimate(out: dict, frames: list[int], ceiling: float, device: DeviceSpec) -> list[str]:
+def job_estimate(
+    out: dict, rows: int, frames: int, ceiling: float, device: DeviceSpec
+) -> list[str]:
     """The job in rows and hours of audio, and its duration at the roofline ceiling (an upper
     bound on speed: the real job is slower)."""
-    audio_s = sum(frames) * FRAME_S
+    audio_s = frames * FRAME_S
     hours_at_ceiling = audio_s / ceiling / 3600
     out["job"] = {
-        "rows": len(frames),
+        "rows": rows,
         "audio_hours": audio_s / 3600,
         "hours_at_ceiling": hours_at_ceiling,
     }
     return [
-        f"job: {len(frames):,} rows, about {audio_s / 3600:,.1f} h of audio (frame estimate); "
+        f"job: {rows:,} rows, about {audio_s / 3600:,.1f} h of audio (frame estimate); "
         f"at least {hours_at_ceiling:,.2f} h on one {device.name.split(' (')[0]} "
         "(at the roofline ceiling: an upper bound on speed)"
     ]

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from qtts.core.engine.graphs import capture_broken
+
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
 
@@ -73,8 +75,8 @@ def run_checks(checks: Iterable[tuple[str, CheckFn]], run: DoctorRun) -> Iterato
             result = fn(run)
         except Exception as exc:  # noqa: BLE001 -- a broken check is a failed check, not a crash
             result = Check(name, FAILED, one_line(exc))
-            if run.cuda and isinstance(exc, torch.OutOfMemoryError):
-                torch.cuda.empty_cache()
+            if run.cuda and isinstance(exc, torch.OutOfMemoryError) and capture_broken() is None:
+                torch.cuda.empty_cache()  # (never after a broken capture: engine.graphs)
         result.seconds = round(time.perf_counter() - start, 2)
         yield result
 

@@ -85,7 +85,7 @@ def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     out = torch.empty(rows, dtype=torch.int64, device=dev)
     got = sample_tokens(logits, out, **p, **site, seeds=seeds, frames=frames, codebook=3)
     scores = apply_penalties(logits, p["penalty"], **site)
-    params = RowParams(p["greedy"], p["temperature"], p["top_k"], p["top_p"], p["penalty"])
+    params = RowParams(**p)
     want = select_tokens(scores, params, seeds, frames, 3)
     greedy = p["greedy"]
     return bool(torch.equal(got[greedy], want[greedy])), int((got != want).sum())

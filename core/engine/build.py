@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from qtts.core.engine.engine import Engine
-from qtts.core.engine.graphs import GraphCaptureError, GraphedDecodeStep
+from qtts.core.engine.graphs import GraphCaptureError, GraphedDecodeStep, capture_broken
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.slots import SlotState
+from qtts.core.engine.views import aligned_kv_len
 from qtts.core.model.config import ModelConfig, SamplingParams
 
 
@@ -27,6 +28,10 @@ class EngineShape:
     max_trailing: int  # trailing text rows per slot
     prefill_rows: int | None = None  # prompts per prefill pass, at most; None: the settings'
     views: tuple[int, ...] = ()  # KV view lengths to capture a decode graph for
+
+    def __post_init__(self) -> None:
+        # Shapes built by hand (bench, doctor) align like the planner's (views.KV_ALIGN).
+        object.__setattr__(self, "kv_len", aligned_kv_len(self.kv_len))
 
     @classmethod
     def of(cls, group, slots: int | None = None) -> EngineShape:
@@ -61,21 +66,26 @@ def build_engine(
     goes to `on_capture_error`, and the engine then decodes eagerly; without it, it raises."""
     if shape.prefill_rows is not None:
         settings = replace(settings, prefill_group=min(settings.prefill_group, shape.prefill_rows))
-    state = SlotState(
-        config,
-        shape.slots,
-        shape.kv_len,
-        shape.max_frames,
-        shape.max_trailing,
-        talker=talker,
-        subtalker=subtalker,
-        dtype=dtype,
-        device=device,
-    )
-    engine = Engine(model, config, state, tts_pad, settings)
-    if not settings.cuda_graphs:
-        return engine, None
-    with gate or nullcontext():
+    if capture_broken() is not None:  # an earlier failed capture: no graphs in this process
+        settings = replace(settings, cuda_graphs=False)
+    # With graphs, the KV cache is allocated under the gate too: while the vocoder thread
+    # captures, the allocator skips the retry that frees a finished graph's pool, and the
+    # allocation would fail for memory that is there.
+    with (gate or nullcontext()) if settings.cuda_graphs else nullcontext():
+        state = SlotState(
+            config,
+            shape.slots,
+            shape.kv_len,
+            shape.max_frames,
+            shape.max_trailing,
+            talker=talker,
+            subtalker=subtalker,
+            dtype=dtype,
+            device=device,
+        )
+        engine = Engine(model, config, state, tts_pad, settings)
+        if not settings.cuda_graphs:
+            return engine, None
         try:
             return engine, GraphedDecodeStep(engine, shape.views)
         except GraphCaptureError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qtts.core.engine.prefill_attention import BIAS_ALIGN
+from qtts.core.engine.sampling import ROW_DTYPES
 from qtts.core.engine.vocoder_windows import LEFT_CONTEXT, bucket_frames
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
@@ -109,7 +110,7 @@ def slot_state_bytes(d: Dims, slots: int, kv_len: int, max_frames: int, max_trai
         + max_trailing * d.hidden * d.act_bytes  # trailing text rows
         + 8 * INT64  # lengths, rows, c0, num_tokens, budget, num_frames, seeds, trailing_len
         + 2 * BOOL  # finished, hit_budget
-        + 2 * (BOOL + 3 * FP32 + INT64)  # both sites' RowParams
+        + 2 * sum(dtype.itemsize for dtype in ROW_DTYPES.values())  # both sites' RowParams
     )
     return talker_kv + predictor_kv + slots * per_slot
 

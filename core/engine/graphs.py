@@ -38,6 +38,26 @@ class GraphCaptureError(RuntimeError):
     pass
 
 
+# A capture that fails for another reason than memory can leave the caching allocator believing
+# a capture is still under way (pytorch#180395): a later empty_cache() then trips an internal
+# assert. So the first such failure turns graphs off for the rest of the process (decode and
+# vocoder alike) and stops every later empty_cache(); out of memory is not one (the retries free
+# memory and try again, smaller).
+_capture_broken: str | None = None
+
+
+def mark_capture_broken(error: BaseException) -> None:
+    """Record the first capture failure that was not out of memory (see above)."""
+    global _capture_broken
+    if _capture_broken is None:
+        _capture_broken = str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def capture_broken() -> str | None:
+    """Why graphs are off for this process (a failed capture), or None."""
+    return _capture_broken
+
+
 class CudaGraphs:
     """The capture backend on CUDA: warm-up on a side stream, capture into one shared pool. Its
     streams are made on the engine's device explicitly (torch.cuda.graph's default capture stream
@@ -127,6 +147,7 @@ class GraphedDecodeStep:
                 pass
             if is_out_of_memory(e):
                 raise torch.OutOfMemoryError(f"out of memory capturing decode graphs: {e}") from e
+            mark_capture_broken(e)
             raise GraphCaptureError(
                 f"CUDA graph {phase} failed at KV view {view}: {e} "
                 "(QTTS_CUDA_GRAPHS=0 runs the GPU without graphs)"

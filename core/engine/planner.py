@@ -22,7 +22,7 @@ from qtts.core.engine.footprint import (
     vocoder_bytes,
 )
 from qtts.core.engine.settings import EngineSettings, sampler_on
-from qtts.core.engine.views import view_lengths
+from qtts.core.engine.views import aligned_kv_len, view_lengths
 from qtts.core.engine.vocoder_windows import bucket_shapes
 
 GIB = 2**30
@@ -217,7 +217,7 @@ def _group(
     rows, index: list[int], slots: int, d: Dims, settings: EngineSettings, kernel_sampler: bool
 ) -> GroupPlan:
     members = [rows[i] for i in index]
-    kv_len = max(r.kv_need for r in members)
+    kv_len = aligned_kv_len(max(r.kv_need for r in members))  # every view 16-aligned
     max_frames = max(r.budget for r in members)
     max_trailing = max(r.trailing for r in members)
     width = max(r.prompt for r in members)

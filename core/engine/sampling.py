@@ -57,12 +57,11 @@ class RowParams:
             return torch.full((n,), v, dtype=dtype, device=device)
 
         all_greedy, max_top_k, top_p_off = _hints(greedy, top_k, top_p)
+        values = dict(
+            greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p, penalty=penalty
+        )
         return cls(
-            full(greedy, torch.bool),
-            full(temperature, torch.float32),
-            full(top_k, torch.int64),
-            full(top_p, torch.float32),
-            full(penalty, torch.float32),
+            **{name: full(values[name], dtype) for name, dtype in ROW_DTYPES.items()},
             all_greedy=all_greedy,
             max_top_k=max_top_k,
             top_p_off=top_p_off,
@@ -83,10 +82,18 @@ class RowParams:
 
     def rows(self, index: torch.Tensor) -> RowParams:
         """The rows `index` (copies), hints kept."""
-        return replace(self, **{name: getattr(self, name)[index] for name in _ROW_TENSORS})
+        return replace(self, **{name: getattr(self, name)[index] for name in ROW_DTYPES})
 
 
-_ROW_TENSORS = ("greedy", "temperature", "top_k", "top_p", "penalty")  # RowParams' [B] fields
+# RowParams' per-row tensors and their dtypes: the one list (fill, rows and the memory plan's
+# slot-state bytes read it; a test ties it to the dataclass's fields).
+ROW_DTYPES = {
+    "greedy": torch.bool,
+    "temperature": torch.float32,
+    "top_k": torch.int64,
+    "top_p": torch.float32,
+    "penalty": torch.float32,
+}
 
 
 def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:

@@ -8,6 +8,15 @@ without touching a tensor.
 
 from __future__ import annotations
 
+# A slot's KV cache length is a multiple of this: CUDA's memory-efficient attention pads and
+# slices a bias whose key count is not 16-aligned, on every layer of every step.
+KV_ALIGN = 16
+
+
+def aligned_kv_len(positions: int) -> int:
+    """KV positions to allocate per slot for rows needing `positions`: rounded up to KV_ALIGN."""
+    return -(-positions // KV_ALIGN) * KV_ALIGN
+
 
 def view_length(bound: int, bucket: int, max_len: int) -> int:
     """Smallest multiple of `bucket` >= bound, capped at the cache length."""

@@ -1,5 +1,6 @@
-"""CUDA graphs for the speech decoder: one per window shape, captured the first time that shape
-is decoded, on the vocoder's thread.
+"""CUDA graphs for the speech decoder: one per window shape, all captured up front by
+`capture_all` before decoding starts (a shape met later, outside the plan's, is captured the
+first time it is decoded, on the vocoder's thread).
 
 A window (qtts.core.engine.vocoder_windows) launches a few hundred kernels; replayed as one graph
 they cost the GPU no launch gaps and the vocoder thread almost no Python, which it would
@@ -15,20 +16,27 @@ captured first, so the pool is sized by it and smaller shapes reuse its blocks.
 The vocoder runs on a worker thread holding the synthesizer's device gate (core/synthesis/
 decode_overlap.py), so no decode-graph capture runs beside these; its captures are
 "thread_local" so the decode loop's own work and allocations on the main thread go on. Graphs
-are speed, never the job: a capture that fails, out of memory included, is logged once, the
-graphs are dropped and the decoder runs eagerly from then on (the failing call's audio, made
-before its capture, stands). Out of memory in a window's eager run raises for the synthesizer's
-retry, which halves the rows per call. The eager twin is the decoder itself (`decode_bucketed`
+are speed, never the job: a capture that fails for another reason than memory is logged once,
+the graphs are dropped and the decoder runs eagerly from then on, as every engine does
+(engine.graphs.capture_broken). Out of memory anywhere here raises for the synthesizer's retry,
+which halves the rows per call and reserves that size, so the graphs come back smaller. The
+eager twin is the decoder itself (`decode_bucketed`
 without graphs); CPU tests drive this class with a recording backend.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import torch
 
-from qtts.core.engine.graphs import CudaGraphs, is_out_of_memory
+from qtts.core.engine.graphs import (
+    CudaGraphs,
+    capture_broken,
+    is_out_of_memory,
+    mark_capture_broken,
+)
 from qtts.core.engine.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
 from qtts.core.model.codec import SpeechDecoder
 
@@ -55,6 +63,7 @@ class GraphedVocoder:
         self.static_codes: torch.Tensor | None = None  # [rows, Q, max_frames] int64
         self.static_audio: torch.Tensor | None = None  # [rows, max_frames * up], decoder dtype
         self.eager = False  # a capture failed: no graphs from then on
+        self.eager_why = ""  # "memory": even one row's graphs did not fit (a new size re-arms)
 
     def reserve(self, rows: int) -> None:
         """Windows of up to `rows` rows from now on. Called with no vocoder work in flight (the
@@ -63,8 +72,12 @@ class GraphedVocoder:
         if max(1, rows) != self.rows:
             self.drop()
             self.rows = max(1, rows)
+            self.eager = self.eager and self.eager_why != "memory"  # a new size may fit
 
     def __call__(self, codes: torch.Tensor) -> torch.Tensor:
+        if not self.eager and capture_broken() is not None:  # another capture of the process
+            self.drop()
+            self.eager = True
         if self.eager:
             return self.decoder(codes)
         rows, _, frames = codes.shape
@@ -79,6 +92,23 @@ class GraphedVocoder:
         self.static_codes[:rows, :, :frames].copy_(codes)
         graph.replay()
         return self._audio(rows, frames)
+
+    @torch.inference_mode()
+    def capture_all(self, shapes: Iterable[tuple[int, int]], device: torch.device) -> None:
+        """Capture now every window shape a plan needs that fits the reservation, largest first,
+        each through its usual first call on zero codes. The synthesizer calls this before
+        decoding starts, holding the device gate: a capture synchronizes the device and empties
+        the allocator's cache, which in the middle of decoding would drain the decode stream."""
+        q = self.decoder.cfg.num_quantizers
+        for rows, frames in sorted(shapes, reverse=True):
+            if self.eager or capture_broken() is not None:
+                return
+            if (
+                rows <= self.rows
+                and frames <= self.max_frames
+                and (rows, frames) not in self.graphs
+            ):
+                self(torch.zeros(rows, q, frames, dtype=torch.long, device=device))
 
     def drop(self) -> None:
         """Forget every graph, the static buffers and the backend (its pool goes with them)."""
@@ -103,8 +133,8 @@ class GraphedVocoder:
         if self.backend is None:
             try:
                 largest = self._start(codes.device)
-            except Exception as e:  # out of memory too: graphs need more than the eager run
-                self._give_up((self.rows, self.max_frames), e)
+            except Exception as e:
+                self._failed((self.rows, self.max_frames), e)
                 return self.decoder(codes)
             if key == largest:
                 return self(codes)
@@ -112,18 +142,13 @@ class GraphedVocoder:
             self.static_codes[:rows, :, :frames].copy_(codes)
             self.backend.warmup(self._window, key, 1)
         except Exception as e:
-            self.drop()
-            if is_out_of_memory(e):
-                raise torch.OutOfMemoryError(
-                    f"out of memory in a vocoder window ({rows} rows x {frames} frames): {e}"
-                ) from e
-            self._give_up(key, e)
+            self._failed(key, e)
             return self.decoder(codes)
         audio = self._audio(rows, frames)  # this call's result: kept alive if the capture fails
         try:
             self.graphs[key] = self.backend.capture(self._window, key)
         except Exception as e:
-            self._give_up(key, e)
+            self._failed(key, e)
         return audio
 
     def _start(self, device: torch.device) -> tuple[int, int]:
@@ -141,9 +166,21 @@ class GraphedVocoder:
         self.graphs[largest] = self.backend.capture(self._window, largest)
         return largest
 
-    def _give_up(self, key: tuple[int, int], error: Exception) -> None:
+    def _failed(self, key: tuple[int, int], error: Exception) -> None:
+        """Out of memory raises for the synthesizer's retry, which halves the rows per call and
+        reserves that size here (the graphs re-armed, smaller); at one row there is nothing
+        smaller, so this vocoder decodes without graphs until a new size is reserved. Any other
+        failure turns graphs off for the process (engine.graphs.mark_capture_broken)."""
         self.drop()
-        self.eager = True
+        memory = is_out_of_memory(error)
+        if memory and self.rows > 1:
+            rows, frames = key
+            raise torch.OutOfMemoryError(
+                f"out of memory in a vocoder window ({rows} rows x {frames} frames): {error}"
+            ) from error
+        if not memory:
+            mark_capture_broken(error)
+        self.eager, self.eager_why = True, "memory" if memory else "broken"
         log.warning(
             "vocoder CUDA graph capture failed at %d rows x %d frames (%s); the speech "
             "decoder runs without graphs from here on",

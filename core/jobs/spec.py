@@ -2,7 +2,8 @@
 and engine, which voice, how to sample, where the output goes, when failures stop the job, and how
 the job spreads over shards or a Ray cluster. Each group checks its own values on construction.
 
-Standard library only (with qtts.core.jobs.choices): the CLI builds these while drawing `--help`.
+Standard library only at import (with qtts.core.jobs.choices): the CLI builds these while drawing
+`--help`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from qtts.core.errors import UsageError
@@ -30,7 +32,60 @@ if TYPE_CHECKING:
 
 class JobKind(Choice):
     synth = "synth"  # text lines
-    batch = "batch"  # Parquet manifest
+    batch = "batch"  # a manifest: Parquet (a file or parts), JSON Lines, CSV/TSV
+
+
+# The fields a manifest row may give (qtts.core.jobs.rows.manifest reads them under these names).
+REQUIRED_FIELDS = ("id", "text")
+OPTIONAL_FIELDS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "seed")
+
+
+@dataclass(frozen=True)
+class ManifestColumns:
+    """Which manifest column holds a field, where its name is not the field's own (qtts batch
+    --id-column, --text-column, --column FIELD=NAME): field -> column."""
+
+    renamed: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.renamed) - {*REQUIRED_FIELDS, *OPTIONAL_FIELDS})
+        if unknown:
+            raise UsageError(f"no manifest field {unknown[0]!r} to map a column onto")
+        # Mapping a field onto its own name changes nothing: keep the record (job.json) short.
+        same = {f: c for f, c in self.renamed.items() if f != c}
+        object.__setattr__(self, "renamed", dict(sorted(same.items())))
+
+    def column(self, name: str) -> str:
+        """The manifest column that holds field `name`."""
+        return self.renamed.get(name, name)
+
+    def flag(self, name: str) -> str | None:
+        """The option that mapped field `name` ("--text-column sentence"), or None."""
+        if name not in self.renamed:
+            return None
+        if name in REQUIRED_FIELDS:
+            return f"--{name}-column {self.renamed[name]}"
+        return f"--column {name}={self.renamed[name]}"
+
+    @classmethod
+    def from_flags(
+        cls, id_column: str | None, text_column: str | None, pairs: list[str] | None
+    ) -> ManifestColumns:
+        """--id-column, --text-column and each --column FIELD=NAME (optional fields only)."""
+        renamed = {"id": id_column, "text": text_column}
+        for pair in pairs or []:
+            name, sep, column = (s.strip() for s in pair.partition("="))
+            if not sep or not name or not column:
+                raise UsageError(f"--column {pair!r}: give FIELD=NAME, e.g. speaker=spk")
+            if name not in OPTIONAL_FIELDS:
+                which = f"use --{name}-column" if name in REQUIRED_FIELDS else "unknown field"
+                raise UsageError(
+                    f"--column {pair!r}: {which}; --column maps {', '.join(OPTIONAL_FIELDS)}"
+                )
+            if renamed.get(name) not in (None, column):
+                raise UsageError(f"--column maps {name!r} twice ({renamed[name]}, {column})")
+            renamed[name] = column
+        return cls({f: c for f, c in renamed.items() if c is not None})
 
 
 @dataclass(frozen=True)
@@ -89,6 +144,10 @@ class SamplingOverrides:
     talker: Mapping[str, float | int] = field(default_factory=dict)
     subtalker: Mapping[str, float | int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:  # read-only, as a frozen dataclass's fields should be
+        object.__setattr__(self, "talker", MappingProxyType(dict(self.talker)))
+        object.__setattr__(self, "subtalker", MappingProxyType(dict(self.subtalker)))
+
     @classmethod
     def from_flags(cls, greedy: bool = False, **flags: float | int | None) -> SamplingOverrides:
         """flags named after SamplingParams fields, `subtalker_` first for the code predictor's
@@ -131,12 +190,13 @@ class SplitSettings:
     """How long rows are cut into segments, synthesized apart and joined with a pause."""
 
     mode: Split = Split.auto
-    max_segment_tokens: int = DEFAULT_MAX_SEGMENT_TOKENS
+    # None: not given; the job fits the default to the model (core/jobs/long_text/segment_limit.py)
+    max_segment_tokens: int | None = None
     pause_s: float = DEFAULT_SEGMENT_PAUSE_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Split.parse(self.mode, "--split"))
-        if self.max_segment_tokens < 1:
+        if self.max_segment_tokens is not None and self.max_segment_tokens < 1:
             raise UsageError(f"--max-segment-tokens must be >= 1, got {self.max_segment_tokens}")
         if not 0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S:
             raise UsageError(
@@ -149,11 +209,17 @@ class SplitSettings:
         return self.mode is not Split.none
 
     @property
+    def limit(self) -> int:
+        """Most text tokens in a segment: the one given, else the default."""
+        given = self.max_segment_tokens
+        return DEFAULT_MAX_SEGMENT_TOKENS if given is None else given
+
+    @property
     def key(self) -> str:
         """What a split row's audio depends on, as its record keeps it: "auto/50/0.25"."""
         if not self.enabled:
             return Split.none.value
-        return f"{self.mode.value}/{self.max_segment_tokens}/{_exact(self.pause_s)}"
+        return f"{self.mode.value}/{self.limit}/{_exact(self.pause_s)}"
 
     @classmethod
     def from_key(cls, key: str | None) -> SplitSettings:
@@ -278,6 +344,7 @@ class JobSpec:
     failures: FailurePolicy = FailurePolicy()
     scale_out: ScaleOut = ScaleOut()
     split: SplitSettings = SplitSettings()
+    columns: ManifestColumns = field(default_factory=ManifestColumns)  # batch: source's names
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", JobKind.parse(self.kind, "job kind"))

@@ -183,7 +183,6 @@ def plan_without_weights(text_model, requests, placement: Placement) -> MemoryPl
     from qtts.core.model.codec import SpeechDecoder
     from qtts.core.model.loader import parse_device, parse_dtype
     from qtts.core.model.talker import build_model
-    from qtts.core.synthesis.prompt import prompt_tokens
 
     dev = parse_device(placement.device)
     dt = parse_dtype(placement.dtype, dev)
@@ -193,6 +192,24 @@ def plan_without_weights(text_model, requests, placement: Placement) -> MemoryPl
         model = build_model(text_model.config).to(dt)
         decoder = SpeechDecoder(decoder_cfg).to(dt)
     base = text_model.config.tts_model_type == "base"
+    return plan_rows(
+        text_model.config,
+        model,
+        decoder,
+        budgets=[r.max_new_tokens for r in requests],
+        tokens=request_tokens(text_model, requests),
+        device=dev,
+        settings=EngineSettings.for_device(dev, dtype=dt),
+        batch_size=placement.batch_size,
+        encoder_dir=st if base else None,
+    )
+
+
+def request_tokens(text_model, requests) -> list[PromptTokens]:
+    """Each request's prompt tokens as its engine pass would prefill them (text_model: a
+    CheckpointText, its config and tokenizer)."""
+    from qtts.core.synthesis.prompt import prompt_tokens
+
     tokenizer, config = text_model.tokenizer, text_model.config
     tokens = [
         prompt_tokens(
@@ -205,19 +222,9 @@ def plan_without_weights(text_model, requests, placement: Placement) -> MemoryPl
         )
         for r in requests
     ]
-    if base:
+    if config.tts_model_type == "base":
         tokens = [_clone_estimate(t, tokenizer, r) for t, r in zip(tokens, requests, strict=True)]
-    return plan_rows(
-        config,
-        model,
-        decoder,
-        budgets=[r.max_new_tokens for r in requests],
-        tokens=tokens,
-        device=dev,
-        settings=EngineSettings.for_device(dev, dtype=dt),
-        batch_size=placement.batch_size,
-        encoder_dir=st if base else None,
-    )
+    return tokens
 
 
 def _clone_estimate(tokens, tokenizer, request):

@@ -1,7 +1,8 @@
 """One out-of-memory policy for every batched phase on the device, decode passes and vocoder
 calls alike: halve the rows run at once and redo only what is unfinished (seeded draws and a
 deterministic decoder make the redo produce what the failed attempt would have); the halved size
-holds for the work after it; one row that still runs out of memory is a real failure.
+holds for the rest of the synthesize call (one chunk of rows); one row that still runs out of
+memory is a real failure.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import logging
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+
+from qtts.core.engine.graphs import capture_broken
 
 log = logging.getLogger("qtts")
 
@@ -49,5 +52,7 @@ class OomBackoff:
 
 
 def _empty_cache(device: torch.device) -> None:
-    if device.type == "cuda":
+    # After a failed capture the allocator may assert in empty_cache (engine.graphs): the retry
+    # then runs on the memory the allocator already holds.
+    if device.type == "cuda" and capture_broken() is None:
         torch.cuda.empty_cache()

@@ -14,6 +14,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import decode_bucketed
+from qtts.core.engine.vocoder_windows import bucket_shapes, decode_bucketed
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import (
     parse_device,
@@ -257,8 +258,10 @@ class Synthesizer:
         self.vocoder_rows = OomBackoff(plan.vocoder_batch, what="vocoder rows", device=self.device)
         if self.vocoder is not self.decoder:  # no vocoder work in flight before the first group
             self.vocoder.reserve(plan.vocoder_batch)
-        slots_at_once = OomBackoff(plan.slots, what="slots", device=self.device,
-                                   gate=self.device_gate)  # fmt: skip
+            self._capture_vocoder()
+        slots_at_once = OomBackoff(
+            plan.slots, what="slots", device=self.device, gate=self.device_gate
+        )
         for group in plan.groups:
             pending = set(group.rows)
             while pending:
@@ -277,6 +280,31 @@ class Synthesizer:
                     continue
                 slots_at_once.free()
             trim_heap()  # the group's KV cache is free: the next group sizes its own
+
+    def _capture_vocoder(self) -> None:
+        """Every window shape of the plan's vocoder batch captured now, before decoding starts,
+        holding the device gate (captured lazily, each would stall the decode stream). Out of
+        memory halves the rows per call, as it does while vocoding."""
+        rows = self.vocoder_rows
+        while True:
+            try:
+                with self.device_gate, self._on_vocoder_stream():
+                    self.vocoder.capture_all(bucket_shapes(rows.size), self.device)
+                return
+            except torch.OutOfMemoryError:
+                if not rows.shrink(rows.size):
+                    raise
+            self.vocoder.reserve(rows.size)
+            with self.device_gate:
+                rows.free()
+
+    def _on_vocoder_stream(self):
+        """The vocoder's stream, after the current one: its static buffers belong to the stream
+        that uses them, so freeing them (a new reservation) never races the decode stream."""
+        if self.vocoder_stream is None:
+            return nullcontext()
+        self.vocoder_stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self.vocoder_stream)
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
         from qtts.core.engine.build import EngineShape, build_engine
@@ -332,6 +360,8 @@ class Synthesizer:
                 done += len(batch)
                 yield from out
                 continue
+            if self.vocoder is not self.decoder:  # graphs re-armed at the halved size
+                self.vocoder.reserve(rows_at_once.size)
             rows_at_once.free()
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:

@@ -37,7 +37,13 @@ def test_bench_small_cpu_prints_table_and_json():
         assert r["roofline"]["bound_ms"] > 0 and r["roofline"]["fraction"] > 0
         assert "measured" in r["roofline"]["device"]
     assert any("audio-s/s" in line for line in lines[:-1])  # the table
-    assert any("split (synced at each part):" in line for line in lines[:-1])
+    # each figure says what it is: the plain step, and the instrumented one from further steps
+    assert any("(plain decode step, unsynced, mean of 5)" in line for line in lines[:-1])
+    assert any(
+        line.strip().startswith("instrumented step:") and "further steps" in line
+        for line in lines[:-1]
+    )
+    assert row["step_ms"]["repeats"] == 5
     assert any("packed / eager:" in line for line in lines[:-1])  # the side-by-side ratio
 
 
@@ -73,3 +79,24 @@ def test_bench_counts_launches_without_a_gpu():
     assert row["prefill_prompts"] == 64 and row["prefill_launches_per_layer_pass"] <= 12
     assert sum(row["prefill_phases"].values()) == row["prefill_launches"]
     assert row["module_path_prefill_launches_per_layer_pass"] > 6 * 10
+
+
+def test_each_step_figure_says_what_it_is():
+    """The figures of the issue (a loaded 2-core box): on a CPU nothing is synced, both sets of
+    steps time the same work, so a 12x gap is the machine's load and the report says so; on a
+    GPU the instrumented steps carry a sync at each part, so a gap is expected and not flagged."""
+    from qtts.cli.bench_command import _step_line
+
+    parts = {"talker_stack": 80.1, "predictor": 700.2, "sampling": 110.0, "other": 9.45}
+    step_ms = {"step": 73.68, "parts": {**parts, "instrumented_step": 899.75}, "repeats": 5}
+    cpu = _step_line(step_ms, synced=False).splitlines()
+    assert cpu[0].strip() == "step: 73.68 ms (plain decode step, unsynced, mean of 5)"
+    assert cpu[1].strip().startswith("instrumented step: 899.75 ms = talker_stack 80.10 + ")
+    assert "5 further steps" in cpu[1] and "no sync on a CPU" in cpu[1]
+    assert "differ 12.2x for the same work: the machine was busy" in cpu[2]
+    gpu = _step_line({**step_ms, "graph_step": 5.64}, synced=True).splitlines()
+    assert "graph replay 5.64 ms (mean of 5)" in gpu[0] and len(gpu) == 2
+    assert "synced at each part: sync overhead included" in gpu[1]
+    assert "not to the step above" in gpu[1]
+    calm = {**step_ms, "step": 850.0}
+    assert len(_step_line(calm, synced=False).splitlines()) == 2

@@ -290,13 +290,6 @@ def test_disk_full_is_fatal_and_rows_stay_pending(tmp_path, write_manifest, monk
     assert r.exit_code == 0 and (summary(r)["ok"], summary(r)["skipped"]) == (4, 2)
 
 
-def test_empty_input_is_fine(tmp_path):
-    src = tmp_path / "lines.txt"
-    src.write_text("\n\n")
-    r = qtts("synth", src, "--speaker", "ryan", "-o", tmp_path / "out")
-    assert r.exit_code == 0 and summary(r)["total"] == 0
-
-
 def test_bad_option_values_exit_2(tmp_path):
     src = tmp_path / "lines.txt"
     src.write_text("hi\n")

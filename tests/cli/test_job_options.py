@@ -1,6 +1,6 @@
 """The job options are declared once and reach the command as typed settings groups: synth and
-batch share every option but the Ray ones, and values arrive parsed (a number, an enum member),
-never as a dict of raw strings."""
+batch share every option but the Ray ones and the manifest's column names, and values arrive
+parsed (a number, an enum member), never as a dict of raw strings."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ def _option_names(command) -> set[str]:
     return {p.name for p in typer.main.get_command(app).params}
 
 
-def test_synth_and_batch_differ_only_by_the_ray_options():
+def test_synth_and_batch_differ_only_by_the_ray_and_column_options():
     synth, batch = _option_names(commands.synth), _option_names(commands.batch)
     ray = {"backend", "ray_address", "workers", "gpus_per_worker", "ray_timeout"}
-    assert batch - synth == ray | {"manifest"} and synth - batch == {"input"}
+    columns = {"id_column", "text_column", "column"}
+    assert batch - synth == ray | columns | {"manifest"} and synth - batch == {"input"}
     assert {"batch_size", "speaker", "top_k", "format", "on_budget", "num_shards", "quiet"} <= synth
 
 

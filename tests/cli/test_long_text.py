@@ -203,14 +203,27 @@ def test_dry_run_counts_the_rows_it_will_split(done, tmp_path):
     assert summary(r)["split_rows"] == 2
 
 
-def test_a_segment_limit_the_model_cannot_speak_is_refused(tmp_path, write_manifest, monkeypatch):
+def test_a_segment_limit_the_model_cannot_speak_is_refused_when_given(
+    tmp_path, write_manifest, monkeypatch
+):
+    """max_new_tokens 40: 39 frames speak at most 26 tokens (1.5 frames each). The default 50
+    is fitted to 26 with one log line; a limit the user gave is the user's: 50 is refused."""
     monkeypatch.setenv("QTTS_FAKE_MAX_NEW_TOKENS", "40")
-    r = qtts("batch", write_manifest(ROWS), "-o", tmp_path / "out", "--speaker", "ryan")
+    m = write_manifest(ROWS)
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan", "--max-segment-tokens", 50)
     assert r.exit_code == 2 and "--max-segment-tokens 50 is more than this model" in r.stderr
     assert not (tmp_path / "out").exists()
-    r = qtts("batch", write_manifest(ROWS), "-o", tmp_path / "out", "--speaker", "ryan",
+    r = qtts("batch", m, "-o", tmp_path / "out", "--speaker", "ryan")
+    assert r.exit_code == 0 and summary(r)["ok"] == 3, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "the default 50 is more" in x]
+    assert "--max-segment-tokens 26:" in line and "allows 39 (max_new_tokens 40)" in line
+    state = pq.read_table(tmp_path / "out" / ".qtts" / "state.parquet").to_pylist()
+    long = next(x for x in state if x["id"] == "long")
+    assert long["split"] == "auto/26/0.25" and long["segments"] > 4  # recorded as it ran
+    r = qtts("batch", m, "-o", tmp_path / "out2", "--speaker", "ryan",
              "--max-segment-tokens", "20")  # fmt: skip
     assert r.exit_code == 0 and summary(r)["ok"] == 3
+    assert not any("the default 50" in x for x in r.stderr.splitlines())
 
 
 def test_a_long_row_interrupted_midway_is_redone_whole(tmp_path, write_manifest):

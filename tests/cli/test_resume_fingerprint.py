@@ -116,9 +116,13 @@ def test_asking_for_codes_redoes_rows_without_them(done):
     m, out = done
     r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--save-codes")
     assert summary(r)["ok"] == 5 and len(list(out.glob("*.codes.npy"))) == 5
+    codes_missing = "codes file missing (--save-codes writes {id}.codes.npy)"
+    assert redo_line(r).endswith(f": {codes_missing} (5)")  # the reason names the file
     (out / "u2.codes.npy").unlink()
+    (out / "u3.wav").unlink()  # a missing audio file says so, not that codes are missing
     r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--save-codes")
-    assert (summary(r)["ok"], summary(r)["skipped"]) == (1, 4)
+    assert (summary(r)["ok"], summary(r)["skipped"]) == (2, 3)
+    assert redo_line(r).endswith(f": file missing or not as recorded (1), {codes_missing} (1)")
 
 
 def test_changed_reference_audio_redoes_the_rows_that_clone_it(tmp_path, write_manifest):

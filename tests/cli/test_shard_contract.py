@@ -116,6 +116,8 @@ def test_a_partly_resubmitted_array_keeps_the_recorded_count(manifest, tmp_path)
     r = qtts("batch", manifest, "-o", out, "--speaker", "ryan", env=env)
     assert r.exit_code == 0, r.stderr
     assert summary(r)["ok"] == 1 and f"as shard {task} of 4" in r.stderr
+    remapped = [x for x in r.stderr.splitlines() if f"running task {task} as shard" in x]
+    assert len(remapped) == 1, r.stderr  # said once, not again when the job lock re-checks it
     env = {
         "SLURM_ARRAY_TASK_COUNT": "2",
         "SLURM_ARRAY_TASK_ID": "3",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fakes import fake_env, qtts_cmd
@@ -97,6 +98,31 @@ def test_refused_command_lines_are_one_line_and_create_nothing(tmp_path, write_m
     p = run(*[a.format(**fill) for a in args])
     assert p.returncode == 2 and says.format(**fill) in one_error(p)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "content", "says"),
+    [
+        ("synth", b"", "has no rows (no non-blank line)"),
+        ("synth", b"\n  \n\t\n", "has no rows (no non-blank line)"),
+        ("batch", None, "has no rows"),
+    ],
+)
+def test_an_empty_input_is_refused_and_the_out_dir_left_alone(tmp_path, write_manifest, command,
+                                                              content, says):  # fmt: skip
+    if content is None:
+        schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+        src = write_manifest([], schema=schema)
+    else:
+        src = tmp_path / "lines.txt"
+        src.write_bytes(content)
+    out = tmp_path / "out"
+    out.mkdir()  # made for the job: it must not be taken over by an input with nothing in it
+    p = run(command, src, "-o", out, "--speaker", "ryan")
+    assert p.returncode == 2 and one_error(p) == f"Error: {src} {says}: nothing to do"
+    assert list(out.iterdir()) == []
+    p = run(command, src, "-o", tmp_path / "fresh", "--speaker", "ryan", "--dry-run")
+    assert p.returncode == 2 and says in one_error(p) and not (tmp_path / "fresh").exists()
 
 
 @pytest.mark.parametrize(

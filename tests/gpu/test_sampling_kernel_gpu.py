@@ -13,7 +13,13 @@ import importlib.util
 import pytest
 import torch
 
-from qtts.core.engine.sampling import RowParams, apply_penalties, choose_tokens, select_tokens
+from qtts.core.engine.sampling import (
+    ROW_DTYPES,
+    RowParams,
+    apply_penalties,
+    choose_tokens,
+    select_tokens,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -52,7 +58,7 @@ def _inputs(b: int, v: int, seed: int) -> dict:
 
 
 def _params(c: dict) -> RowParams:
-    return RowParams(c["greedy"], c["temperature"], c["top_k"], c["top_p"], c["penalty"])
+    return RowParams(**{name: c[name] for name in ROW_DTYPES})
 
 
 def _twin(c: dict) -> torch.Tensor:

@@ -22,7 +22,7 @@ from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty
 from qtts.core.jobs.work.budget import FRAME_S
-from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests
+from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
 from qtts.core.jobs.work.decide import Work, decide_work
 from qtts.core.jobs.work.fingerprint import read_registry
 
@@ -99,7 +99,7 @@ def dry_run(job) -> DryRunSummary:
         redo_reasons=work.resume.reasons,
         failed=failures.num_rows,
         first_failures=failures.slice(0, FIRST_FAILURES).to_pylist(),
-        est_frames=int(work.todo.est_frames.sum()),
+        est_frames=planned_frames(work.todo, first),
         memory_plan=plan,
         split_rows=len(split_rows),
         segments=sum(split_rows.values()),

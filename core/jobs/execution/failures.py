@@ -3,6 +3,7 @@ reason, and the most common reasons for the summary. Knows strings and a logger.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 
@@ -21,8 +22,8 @@ class FailureLog:
         self.count += 1
         self.reasons[reason] += 1
         if self.count <= SHOWN_IN_FULL:
-            name = f"row {row_id}" if row_id is not None else f"row {row} (no id)"
-            log.warning("%s: %s", name, reason)
+            name = f"row {one_line(row_id)}" if row_id is not None else f"row {row} (no id)"
+            log.warning("%s: %s", name, one_line(str(reason)))
 
     def add_table(self, rows) -> None:
         """rows: an Arrow table with id, row and error: the first few said, all counted."""
@@ -50,3 +51,9 @@ class FailureLog:
 
     def top(self) -> dict[str, int]:
         return dict(self.reasons.most_common(TOP_REASONS))
+
+
+def one_line(text: str) -> str:
+    """text as it is, or, holding a control character (a newline in an id), quoted and escaped
+    as the JSON summary writes it: one failure, one log line."""
+    return text if text.isprintable() else json.dumps(text)

@@ -36,6 +36,7 @@ from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.records import FAILED, OK, SCAN_COLUMNS, pending_records, stamped
+from qtts.core.jobs.state.shard_state import UnreadableState
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.decide import Work, decide_work
@@ -95,7 +96,6 @@ class JobRun:
         )
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
-        self.ok = self.audio_s = 0
         self.aborted = False
         self.t0 = time.monotonic()
 
@@ -174,10 +174,7 @@ class JobRun:
         outcomes = self.backend.outcomes(work.todo, self.journal, self.ctx, stop)
         try:
             for outcome in outcomes:
-                if outcome.status == OK:
-                    self.ok += 1
-                    self.audio_s += outcome.duration_s
-                else:
+                if outcome.status != OK:
                     self.failures.add(outcome.id, None, outcome.error or "failed")
                 self.progress.advance(1, outcome.duration_s)
                 if self._too_many_failures():
@@ -204,9 +201,9 @@ class JobRun:
         records = self.records if records is None else records
         self._rebuild_results()
         own = self.job.prepared.rows.select(["id"])
-        # "run" is there when this run journalled anything (a rerun that made nothing keeps
-        # the scan's columns)
-        wanted = ["id", "status", "hit_frame_budget", "run"]
+        # "run" and "duration_s" are there when this run journalled anything (a rerun that made
+        # nothing keeps the scan's columns)
+        wanted = ["id", "status", "hit_frame_budget", "run", "duration_s"]
         mine = aligned(own, records.select([c for c in wanted if c in records.column_names]))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
         failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
@@ -221,7 +218,7 @@ class JobRun:
             skipped=work.skipped,
             pending=work.total - done - failed,
             hit_frame_budget=_hit_budget(mine, self.run_id),
-            audio_s=self.audio_s,
+            audio_s=_made_now_s(mine, self.run_id),
             wall_s=time.monotonic() - self.t0,
             out_dir=str(self.out),
             results=str(self.out / "results.parquet"),
@@ -231,7 +228,11 @@ class JobRun:
     def _rebuild_results(self) -> None:
         if up_to_date(self.out, self.job.inputs):
             return
-        counts = rebuild(self.out, self.job.rows, wait_s=RESULTS_WAIT_S)
+        try:
+            counts = rebuild(self.out, self.job.rows, wait_s=RESULTS_WAIT_S)
+        except UnreadableState as e:  # another shard's state: this run's rows are safe in its own
+            log.error("%s", e)
+            return
         if counts is None:
             log.info(
                 "results.parquet is being rebuilt by another shard, which will include "
@@ -247,17 +248,28 @@ class JobRun:
             log.error("could not update the job state or results.parquet: %s", e)
 
 
+def _made_now(mine: pa.Table, run_id: str) -> pa.Array:
+    """Per row: whether this run made its record (False for a rerun that made nothing)."""
+    if "run" not in mine.column_names:
+        return pa.nulls(mine.num_rows, pa.bool_()).fill_null(False)
+    return pc.fill_null(pc.equal(mine["run"], run_id), False)
+
+
+def _made_now_s(mine: pa.Table, run_id: str) -> float:
+    """Seconds of audio this run made, from its records: rows whose files were still being
+    written when a signal stopped the outcome stream count too, as they do in `ok`."""
+    if "duration_s" not in mine.column_names:
+        return 0.0
+    ok_now = pc.and_(pc.equal(mine["status"], OK), _made_now(mine, run_id))
+    return pc.sum(pc.filter(mine["duration_s"], pc.fill_null(ok_now, False))).as_py() or 0.0
+
+
 def _hit_budget(mine: pa.Table, run_id: str) -> int:
     """The shard's ok rows kept at their frame budget (the summary's count); the warning names
     only those this run made, so a rerun that made nothing does not repeat it."""
     hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
     n = pc.sum(hit).as_py() or 0
-    made_now = (
-        pc.fill_null(pc.equal(mine["run"], run_id), False)
-        if "run" in mine.column_names
-        else pa.nulls(mine.num_rows, pa.bool_()).fill_null(False)
-    )
-    now = pc.sum(pc.and_(hit, made_now)).as_py() or 0
+    now = pc.sum(pc.and_(hit, _made_now(mine, run_id))).as_py() or 0
     if now:
         log.warning(
             "%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "

@@ -26,9 +26,11 @@ from qtts.core.jobs.execution.local_backend import LocalBackend
 from qtts.core.jobs.execution.locked_run import Job, JobRun
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
-from qtts.core.jobs.rows.manifest import check_unique_ids, read_parquet_manifest, read_text_lines
+from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
+from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
+from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
-from qtts.core.jobs.spec import JobSpec, SplitSettings
+from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import OutDirLock
@@ -41,10 +43,18 @@ from qtts.core.jobs.work.shards import local_rank_device, shard_request
 log = logging.getLogger("qtts")
 
 
-def read_rows(spec: JobSpec) -> pa.Table:
-    rows = (
-        read_text_lines(spec.source) if spec.kind == "synth" else read_parquet_manifest(spec.source)
-    )
+def read_rows(spec: JobSpec, manifest: ManifestSource | None = None) -> pa.Table:
+    """The input's rows, ids checked (manifest: what find_manifest made of spec.source)."""
+    if spec.kind == "synth":
+        rows = read_text_lines(spec.source)
+    else:
+        rows = read_manifest(manifest or spec.source, spec.columns)
+    if rows.num_rows == 0:
+        # Refused, not a quiet no-op: an empty input is most often a wrong path or a truncated
+        # export, and running it would record it in the out dir, which then refuses the right one.
+        name = "stdin" if spec.source == "-" else spec.source
+        blank = " (no non-blank line)" if spec.kind == "synth" else ""
+        raise ManifestError(f"{name} has no rows{blank}: nothing to do")
     check_unique_ids(rows)
     rows = rows.combine_chunks()  # one chunk: every later take() is one pass, not a concat each
     pa.default_memory_pool().release_unused()  # the reader's buffers: a million rows' worth
@@ -89,18 +99,6 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
             raise ManifestError(f"{e} ({where})") from None
 
 
-def check_segment_limit(split: SplitSettings, budget: FrameBudget) -> None:
-    """A segment of --max-segment-tokens tokens must fit the model's frame budget."""
-    limit = split.max_segment_tokens
-    why = budget.too_long(limit) if split.enabled else None
-    if why is not None:
-        detail = why.split(": ", 1)[-1].split("; ")[0]  # the numbers, without the advice
-        raise UsageError(
-            f"--max-segment-tokens {limit} is more than this model can speak in one "
-            f"segment ({detail}); lower it"
-        )
-
-
 def source_path(spec: JobSpec) -> str:
     return spec.source if spec.source == "-" else str(Path(spec.source).resolve())
 
@@ -108,7 +106,8 @@ def source_path(spec: JobSpec) -> str:
 def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]):
     """(Job, shard request, sampling options, reference digests): everything decided before
     the lock; writes nothing."""
-    rows = apply_reference_defaults(read_rows(spec), spec)
+    manifest = find_manifest(spec.source) if spec.kind == "batch" else None
+    rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     out = spec.output.out_dir
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
     check_input(
@@ -148,7 +147,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
             "--on-budget retry with greedy decoding: another seed gives the same codes, so "
             "a row that hits its frame budget fails at its first try"
         )
-    check_segment_limit(spec.split, budget)
+    spec = replace(spec, split=settle_segment_limit(spec.split, budget))
     precision = settle_precision(
         model, spec.model.device, spec.model.dtype.value, recorded, overwrite=spec.output.overwrite
     )
@@ -167,15 +166,16 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
     own = rows if owned.all() else rows.filter(pa.array(owned))
     if shard.sharded:
         log.info("%s: %d of %d rows", shard.describe(), own.num_rows, rows.num_rows)
-    ref_dir = Path(spec.source).resolve().parent if spec.kind == "batch" else None
+    ref_dir = manifest.base_dir if manifest is not None else None
     refs = RefDigests(out)
     prepared = prepare_rows(own, model, spec.voice.row_defaults, ref_dir=ref_dir, refs=refs)
     pa.default_memory_pool().release_unused()
     for message, count in prepared.warnings.items():
         log.warning("%s (%d row%s)", message, count, "" if count == 1 else "s")
-    if rows.num_rows == 0:
-        log.warning("%s has no rows: nothing to do", spec.source)
-    inputs = [] if spec.source == "-" else [Path(spec.source)]
+    if manifest is not None:
+        inputs = manifest.inputs()
+    else:
+        inputs = [] if spec.source == "-" else [Path(spec.source)]
     job = Job(
         spec=spec,
         text_model=model,

@@ -58,7 +58,7 @@ def cut_rows(
     """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only."""
     if split is None or not split.enabled:
         return [[t] for t in texts]
-    limit = split.max_segment_tokens
+    limit = split.limit
     every = split.mode == "sentence"
     picked = [i for i, n in enumerate(tokens) if every or n > limit]
     count = lambda pieces: count_tokens(model, pieces)  # noqa: E731  (batched: bounded memory)

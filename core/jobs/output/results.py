@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import Listing, list_out_dir
 from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
-from qtts.core.jobs.state.shard_state import read_all
+from qtts.core.jobs.state.shard_state import UnreadableState, read_all
 from qtts.core.jobs.work.resume import present
 
 log = logging.getLogger("qtts")
@@ -232,7 +232,13 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
                 cleanup_temp_files(
                     out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
                 )  # a rebuild that was killed
-                picks = pick(rows, read_all(out_dir, READ_COLUMNS), listing)
+                try:
+                    records = read_all(out_dir, READ_COLUMNS)
+                except UnreadableState as e:  # the views as they were beat views without a shard
+                    raise UnreadableState(
+                        f"{e}; {RESULTS_NAME} and {METADATA_NAME} are kept as they were"
+                    ) from None
+                picks = pick(rows, records, listing)
                 write_views(out_dir, picks)
                 if _state_stamp(out_dir) == before or rounds > len(before) + 1:
                     break
@@ -268,15 +274,17 @@ def _state_stamp(out_dir: Path) -> set[tuple[str, int, int]]:
     return stamp
 
 
-def input_rows(kind: str, source: str) -> pa.Table:
-    """row, id and text of every input row (text only where an id is null: results need it)."""
-    from qtts.core.jobs.rows.manifest import read_parquet_manifest, read_text_lines
+def input_rows(kind: str, source: str, columns: Mapping[str, str] | None = None) -> pa.Table:
+    """row, id and text of every input row (text only where an id is null: results need it);
+    columns: the manifest's column for each field named otherwise, as the job file records."""
+    from qtts.core.jobs.rows.manifest import read_manifest, read_text_lines
+    from qtts.core.jobs.spec import ManifestColumns
 
     if kind == "synth":
         return read_text_lines(source).select(["row", "id", "text"])
-    return read_parquet_manifest(source, columns=("id",), text_if_null_id=True).select(
-        ["row", "id", "text"]
-    )
+    names = ManifestColumns(dict(columns or {}))
+    rows = read_manifest(source, names, ("id",), text_if_null_id=True)
+    return rows.select(["row", "id", "text"])
 
 
 def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
@@ -294,7 +302,7 @@ def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     source = source or job.source
     if source == "-":
         raise UsageError("the job read stdin: pass the same lines with --input PATH")
-    rows = input_rows(job.kind, source)
+    rows = input_rows(job.kind, source, job.columns)
     counts = rebuild(out_dir, rows, wait_s=RESULTS_COMMAND_WAIT_S)
     if counts is None:
         from qtts.core.errors import LockHeldError

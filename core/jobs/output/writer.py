@@ -66,8 +66,10 @@ def atomic_write(
         if before_replace is not None:
             before_replace()
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as e:
         _unlink_quietly(tmp)
+        if isinstance(e, OSError) and e.filename is None and e.strerror:
+            e.filename = str(final)  # a failed write or fsync names no file (a full disk): say it
         raise
     finally:
         with _live_lock:

@@ -1,5 +1,6 @@
-"""Rows in: a UTF-8 text file (one utterance per non-empty line, `-` = stdin) or a Parquet manifest,
-read into one Arrow table (columns ROW_SCHEMA), never a Python object per row.
+"""Rows in: a UTF-8 text file (one utterance per non-empty line, `-` = stdin) or a manifest (Parquet
+file or parts, JSON Lines, CSV, TSV), read into one Arrow table (columns ROW_SCHEMA), never a
+Python object per row.
 
 Owns the input contract: column names and types, 1-based row numbers, output ids, and the
 whole-input refusals (unreadable input, invalid UTF-8, missing columns, duplicate ids, two rows
@@ -18,10 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError
+from qtts.core.jobs.rows.columns import label, type_kind
 from qtts.core.jobs.rows.ids import file_keys
+from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
+from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
+from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
+from qtts.core.jobs.spec import ManifestColumns
 
-REQUIRED_COLUMNS = ("id", "text")
-OPTIONAL_COLUMNS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "seed")
 STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text")
 # What every reader returns; seed stays as the manifest typed it (validation checks it). Text is
 # a large_string: a dataset's texts pass 2 GiB, past a plain string column's 32-bit offsets.
@@ -93,54 +97,53 @@ def _decode_utf8(lines: pa.Array, name: str, max_bad: int) -> pa.Array:
     raise ManifestError(f"{name}: invalid UTF-8 at " + ", ".join(bad))
 
 
+def read_manifest(
+    source: str | ManifestSource,
+    columns: ManifestColumns | None = None,
+    fields: tuple[str, ...] | None = None,
+    *,
+    text_if_null_id: bool = False,
+) -> pa.Table:
+    """Rows of a manifest (qtts.core.jobs.rows.sources: Parquet parts, JSON Lines, CSV, TSV);
+    a missing optional column or a null takes the CLI default, and so does an empty or blank
+    optional string. Unknown columns are not read, nor those left out of `fields`
+    (text_if_null_id: text too, when some id is null). `columns`: where each field is."""
+    source = find_manifest(source) if isinstance(source, str) else source
+    columns = columns or ManifestColumns()
+    if source.kind == "parquet":
+        table = read_parquet_rows(source, columns, fields, text_if_null_id=text_if_null_id)
+    else:
+        if text_if_null_id and fields is not None and "text" not in fields:
+            fields = (*fields, "text")  # a line format reads text at the cost of one column
+        read = read_jsonl_rows if source.kind == "jsonl" else read_delimited_rows
+        table = read(source, columns, fields)
+    out = {"row": pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))}
+    for name in table.column_names:
+        out[name] = _column(source.given, label(name, columns), name, table.column(name))
+    return _with_schema(pa.table(out))
+
+
 def read_parquet_manifest(
     path: str, columns: tuple[str, ...] | None = None, *, text_if_null_id: bool = False
 ) -> pa.Table:
-    """Rows of a Parquet manifest; a missing optional column or a null takes the CLI default,
-    and so does an empty or blank optional string. Unknown columns are not read, nor those left
-    out of `columns` (text_if_null_id: text too, when some id is null)."""
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(path).names
-        wanted = REQUIRED_COLUMNS + OPTIONAL_COLUMNS if columns is None else columns
-        present = [c for c in wanted if c in names]
-        table = pq.read_table(path, columns=present)
-        if text_if_null_id and "id" in present and table["id"].null_count and "text" in names:
-            table = table.append_column("text", pq.read_table(path, columns=["text"])["text"])
-            present.append("text")
-    except FileNotFoundError:
-        raise ManifestError(f"cannot read manifest {path}: no such file") from None
-    except (OSError, pa.ArrowException) as e:
-        raise ManifestError(f"cannot read manifest {path}: {_first_line(e)}") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in names]
-    if missing:
-        raise ManifestError(
-            f"manifest {path}: missing required column(s) {', '.join(missing)} "
-            f"(has: {', '.join(names) or 'none'})"
-        )
-    columns = {"row": pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))}
-    for name in present:
-        columns[name] = _column(path, name, table.column(name))
-    return _with_schema(pa.table(columns))
+    """read_manifest under its old name and arguments (`columns`: the fields to read), for
+    callers not yet moved to it."""
+    return read_manifest(path, fields=columns, text_if_null_id=text_if_null_id)
 
 
-def _column(path: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Field `name`'s column as ROW_SCHEMA has it (named: how errors name the column)."""
     t = column.type
     if name == "seed":
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)):
-            raise ManifestError(f"manifest {path}: column 'seed' must be integers, got {t}")
+            raise ManifestError(f"manifest {where}: column {named} must be integers, got {t}")
         return column  # validation checks range and integrality, per row
     if name == "id" and pa.types.is_integer(t):
         return pc.cast(column, pa.string())
-    is_text = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-    if not is_text and hasattr(pa.types, "is_string_view"):
-        is_text = pa.types.is_string_view(t)
     if pa.types.is_dictionary(t):  # a categorical column (pandas, Polars): its values
         column, t = pc.cast(column, t.value_type), t.value_type
-        is_text = pa.types.is_string(t) or pa.types.is_large_string(t)
-    if not is_text:
-        raise ManifestError(f"manifest {path}: column {name!r} must be strings, got {t}")
+    if type_kind(t) not in ("text", "null"):
+        raise ManifestError(f"manifest {where}: column {named} must be strings, got {t}")
     column = pc.cast(column, ROW_SCHEMA.field(name).type)
     if name in ("id", "text"):
         return column
@@ -192,8 +195,3 @@ def check_unique_ids(rows: pa.Table, *, max_listed: int = 5) -> None:
     raise ManifestError(
         "refusing the manifest, nothing was done: " + "; ".join(messages[:max_listed]) + more
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

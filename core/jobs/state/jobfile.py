@@ -43,6 +43,9 @@ class JobFile:
     # What --dtype auto means on a CPU here, as the first run that resolved it found it; None: no
     # run has resolved it yet. Old qtts ignore the key (read_job_file keeps known keys only).
     cpu_auto_dtype: str | None = None
+    # qtts batch: the manifest's column for each field named otherwise (--id-column, --column),
+    # so `qtts results` re-reads the input as the job did; None: the fields' own names.
+    columns: dict[str, str] | None = None
 
 
 def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
@@ -109,9 +112,15 @@ def check_input(
 
 
 def resolve_shard(
-    out_dir: Path, req: ShardRequest, recorded: JobFile | None, *, overwrite: bool
+    out_dir: Path,
+    req: ShardRequest,
+    recorded: JobFile | None,
+    *,
+    overwrite: bool,
+    announce: bool = True,
 ) -> Shard:
-    """This run's shard: what it was told, reconciled with the N the out dir records."""
+    """This run's shard: what it was told, reconciled with the N the out dir records.
+    announce: log a remapped task (once a run: not when the job lock re-checks it)."""
     if recorded is None or recorded.num_shards == (req.count or 1) or overwrite:
         return UNSHARDED if req.count is None else Shard(req.count, req.index, req.source)
     n = recorded.num_shards
@@ -133,8 +142,9 @@ def resolve_shard(
             f"{req.task_id} is not one of them; pass --num-shards {n} --shard-index I"
         )
     shard = Shard(n, index, f"{req.source} task {req.task_id}, N as the out dir records it")
-    told = f"{req.source} gives {req.count} shard(s)"
-    log.info("%s but %s: running task %s as %s", told, where, req.task_id, shard.describe())
+    if announce:
+        told = f"{req.source} gives {req.count} shard(s)"
+        log.info("%s but %s: running task %s as %s", told, where, req.task_id, shard.describe())
     return shard
 
 
@@ -146,7 +156,9 @@ def _recorded_index(req: ShardRequest, recorded: JobFile) -> int | None:
     return req.task_id
 
 
-def job_for(kind: str, source: str, shard: Shard, req: ShardRequest) -> JobFile:
+def job_for(
+    kind: str, source: str, shard: Shard, req: ShardRequest, columns: dict[str, str] | None = None
+) -> JobFile:
     """What this run records: the array's numbering when N came from that array."""
     array = req.source == "the Slurm array" and req.count == shard.count
     return JobFile(
@@ -155,4 +167,5 @@ def job_for(kind: str, source: str, shard: Shard, req: ShardRequest) -> JobFile:
         shard.count,
         req.array_min if array else None,
         req.array_step if array else None,
+        columns=dict(columns) if columns else None,
     )

@@ -62,6 +62,9 @@ class Journal:
                     while view:  # os.write may write less than asked (large parts)
                         view = view[os.write(fd, view) :]
                 os.fsync(fd)
+            except OSError as e:  # a full disk fails os.write, which names no file: say which
+                e.filename = e.filename or str(self.path)
+                raise
             finally:
                 os.close(fd)
 

@@ -48,7 +48,9 @@ def record_job(job, req: ShardRequest, source: str) -> None:
             input_moved=spec.output.input_moved,
             overwrite=spec.output.overwrite,
         )
-        shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
+        shard = resolve_shard(
+            out, req, recorded, overwrite=spec.output.overwrite, announce=False
+        )  # prepare_job said it already
         if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
             now = recorded.num_shards if recorded is not None else "another number of"
             raise UsageError(
@@ -57,7 +59,7 @@ def record_job(job, req: ShardRequest, source: str) -> None:
         if recorded is not None and recorded.num_shards != shard.count:
             _no_old_run(layout, recorded.num_shards)
             state.remove_every_shard(out)
-        new = job_for(spec.kind.value, source, shard, req)
+        new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
         cpu_auto = job.precision.cpu_auto if job.precision is not None else None

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from qtts.core.errors import FatalError
 from qtts.core.jobs.output.writer import atomic_write
 from qtts.core.jobs.state.journal import read_journals
 from qtts.core.jobs.state.layout import Layout
@@ -29,7 +30,15 @@ from qtts.core.jobs.work.shards import Shard
 log = logging.getLogger("qtts")
 
 
-def read_state_file(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
+class UnreadableState(FatalError):
+    """A state file that cannot be read where its records must be shown as they are."""
+
+
+def read_state_file(
+    path: Path, columns: tuple[str, ...] | None = None, *, strict: bool = False
+) -> pa.Table:
+    """The file's records (columns: only these). Unreadable: none, so a run redoes its rows;
+    strict (the views, qtts score): UnreadableState, so nothing is rebuilt without them."""
     try:
         present = pq.read_schema(path).names
         wanted = None if columns is None else [c for c in columns if c in present]
@@ -39,7 +48,13 @@ def read_state_file(path: Path, columns: tuple[str, ...] | None = None) -> pa.Ta
     except FileNotFoundError:
         return conform(empty(), columns)
     except (OSError, pa.ArrowException) as e:
-        log.warning("state %s is unreadable (%s): its rows will be redone", path, e)
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if strict:
+            raise UnreadableState(
+                f"the job state {path} is unreadable ({why}); restore it, or rerun its shard "
+                "to redo its rows"
+            ) from None
+        log.warning("state %s is unreadable (%s): its rows will be redone", path, why)
         return conform(empty(), columns)
 
 
@@ -59,9 +74,10 @@ def read_own(
 def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     """Latest record per id across every shard's state and every journal in the out dir
     (columns: only these; keep "id", "status", "run" and "t", which merging needs). Left in
-    chunks: the caller takes from it once."""
+    chunks: the caller takes from it once. An unreadable state raises UnreadableState: what
+    reads every shard shows records, and must not show a shard's rows as never done."""
     layout = Layout(out_dir)
-    states = [read_state_file(p, columns) for p in layout.states()]
+    states = [read_state_file(p, columns, strict=True) for p in layout.states()]
     base = pa.concat_tables(states) if states else conform(empty(), columns)
     if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir

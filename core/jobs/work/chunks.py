@@ -133,6 +133,14 @@ def chunk_requests(
     return chunk
 
 
+def planned_frames(todo: Todo, first: Chunk | None) -> int:
+    """The frames the rows to synthesize should make: the first chunk's requests as cut, each
+    within its own budget (a split row's segments too), then the estimate of the rows after it."""
+    if first is None:
+        return int(todo.est_frames.sum())
+    return sum(first.est_frames) + int(todo.est_frames[CHUNK_ROWS:].sum())
+
+
 def chunks(
     todo: Todo,
     model: TextModel,

@@ -78,10 +78,22 @@ def check_lengths(
         pa.nulls(n, pa.string()), too_long, [budget.too_long(int(t)) for t in tokens[too_long]]
     )
     est = budget.estimate_frames_of(tokens)
-    if not refuses:  # a row cut into segments has no single frame budget to cap its estimate
-        cut = tokens > split.max_segment_tokens
-        est[cut] = EST_FRAMES_PER_TOKEN * tokens[cut]
+    if not refuses:  # a row cut into segments: each segment has its own budget
+        est = _split_estimate(tokens, est, budget, split.limit)
     return Lengths(errors, tokens, est)
+
+
+def _split_estimate(
+    tokens: np.ndarray, est: np.ndarray, budget: FrameBudget, limit: int
+) -> np.ndarray:
+    """est with each row over `limit` estimated as its segments: at least ceil(tokens / limit)
+    of them (the cut is not known before its chunk), each within the budget of a full segment."""
+    cut = tokens > limit
+    segments = -(-tokens[cut] // limit)
+    most = segments * budget.max_new_tokens(limit)
+    out = est.copy()
+    out[cut] = np.minimum(EST_FRAMES_PER_TOKEN * tokens[cut], most)
+    return out
 
 
 def _count(model: TextModel, texts, mask: np.ndarray) -> np.ndarray:

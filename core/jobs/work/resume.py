@@ -23,6 +23,7 @@ from qtts.core.jobs.work.fingerprint import setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
 FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as users know them
+CODES_SUFFIX = "codes.npy"  # --save-codes: {id}.codes.npy beside the audio
 
 
 @dataclass
@@ -81,11 +82,12 @@ def scan(
         fingerprint_same &= mask
     expected = pc.binary_join_element_wise(valid["id"], pa.scalar(audio_format), ".")
     old_file = old("file")
-    file_ok = _true(pc.equal(old_file, expected)) & present(old_file, old("bytes"), listing)
+    audio_ok = _true(pc.equal(old_file, expected)) & present(old_file, old("bytes"), listing)
+    codes_ok = np.ones(len(audio_ok), dtype=bool)
     if save_codes:
-        codes = pc.binary_join_element_wise(valid["id"], pa.scalar("codes.npy"), ".")
-        file_ok &= _true(pc.is_in(codes, value_set=listing.names()))
-    done = was_ok & fingerprint_same & file_ok
+        codes = pc.binary_join_element_wise(valid["id"], pa.scalar(CODES_SUFFIX), ".")
+        codes_ok = _true(pc.is_in(codes, value_set=listing.names()))
+    done = was_ok & fingerprint_same & audio_ok & codes_ok
     stale = was_ok & ~done
     reasons: dict[str, int] = {}
     if stale.any():
@@ -95,8 +97,10 @@ def scan(
         changed = pc.filter(old_settings, pa.array(stale & ~same_settings))
         for item in pc.value_counts(changed).to_pylist():
             reasons[setting_changes(registry.get(item["values"]), current)] = item["counts"]
-        if n := int((stale & fingerprint_same).sum()):
+        if n := int((stale & fingerprint_same & ~audio_ok).sum()):
             reasons["file missing or not as recorded"] = n
+        if n := int((stale & fingerprint_same & audio_ok & ~codes_ok).sum()):
+            reasons[f"codes file missing (--save-codes writes {{id}}.{CODES_SUFFIX})"] = n
     return ResumeScan(done, pc.filter(valid["id"], pa.array(stale)), reasons, index)
 
 

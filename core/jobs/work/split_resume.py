@@ -83,16 +83,16 @@ def _whole_by_settings(old: SplitSettings, new: SplitSettings) -> bool:
     """A row `old` left whole, `new` leaves whole too, whatever its text."""
     if not new.enabled:
         return True
-    same_cut = (old.mode, old.max_segment_tokens) == (new.mode, new.max_segment_tokens)
+    same_cut = (old.mode, old.limit) == (new.mode, new.limit)
     if old.enabled and same_cut:
         return True
-    return old.mode == new.mode == "auto" and new.max_segment_tokens >= old.max_segment_tokens
+    return old.mode == new.mode == "auto" and new.limit >= old.limit
 
 
 def _stays_whole(texts, tokens, split: SplitSettings, model: TextModel) -> np.ndarray:
     """Whether `split` leaves each text whole, from its recorded token count (a row recorded
     without one, or over the limit, is taken as cut: redone once, it records the new key)."""
-    whole = _true(pc.less_equal(tokens, split.max_segment_tokens))
+    whole = _true(pc.less_equal(tokens, split.limit))
     if split.mode != "sentence" or not whole.any():
         return whole
     flagged = np.flatnonzero(whole & _true(pc.match_substring_regex(texts, _SENTENCE_INSIDE)))

@@ -8,6 +8,7 @@ import torch
 from qtts.core.capacity.job_fit import plan_model, synthetic_shapes
 from qtts.core.engine.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
 from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.views import KV_ALIGN, aligned_kv_len
 from qtts.core.engine.vocoder_windows import bucket_shapes, frame_buckets
 from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
 
@@ -39,8 +40,10 @@ def test_auto_plans_fit_their_card(model, gib, kind):
     for g in plan.groups:
         assert 1 <= g.slots <= len(g.rows)
         rows = _rows(model, ROWS[kind])
-        assert g.kv_len == max(rows[i].kv_need for i in g.rows)  # sized to its own longest row
+        # Sized to its own longest row, rounded up so every view is aligned (views.KV_ALIGN).
+        assert g.kv_len == aligned_kv_len(max(rows[i].kv_need for i in g.rows))
         assert g.views[-1] == g.kv_len and all(v % 256 == 0 for v in g.views[:-1])
+        assert all(v % KV_ALIGN == 0 for v in g.views)
     if kind == "short" and gib == 80:
         assert plan.slots == MAX_AUTO_SLOTS["cuda"]
 
@@ -51,7 +54,7 @@ def test_length_groups_size_each_cache_to_its_own_rows(model):
     plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, GPU)
     long, short = plan.groups
     assert len(long.rows) == 1 and long.slots == 1 and long.kv_len > 7000
-    assert short.slots == 256 and short.kv_len == rows[1].kv_need < 300
+    assert short.slots == 256 and short.kv_len == aligned_kv_len(rows[1].kv_need) <= 304
     job_wide = 256 * long.kv_len * model.dims.kv_bytes_per_position()
     assert job_wide > 80 * GIB > plan.total_bytes  # what the old job-wide cache would need
     assert plan.fits

@@ -168,3 +168,17 @@ def test_top_k_candidate_draw_defers_on_ties_beyond_the_candidates():
     warped[:, 10:13] = 5.0  # a three-way tie at the top, top_k = 2 keeps all three
     got = draw_among_top_k(warped, torch.tensor([2, 2]), 8, keys)
     assert torch.equal(got, _full_vocab_draw(warped, torch.tensor([2, 2]), keys))
+
+
+def test_the_row_dtypes_list_every_per_row_tensor_of_row_params():
+    """ROW_DTYPES is the one list fill, rows and the slot-state bytes read: a tensor added to
+    RowParams without it would be neither filled nor counted."""
+    import dataclasses
+
+    from qtts.core.engine.sampling import ROW_DTYPES, RowParams
+
+    hints = {"all_greedy", "max_top_k", "top_p_off"}
+    tensors = [f.name for f in dataclasses.fields(RowParams) if f.name not in hints]
+    assert tensors == list(ROW_DTYPES)
+    params = RowParams.fill(3, "cpu", greedy=False, temperature=0.7, top_k=5, top_p=0.9)
+    assert {n: getattr(params, n).dtype for n in ROW_DTYPES} == ROW_DTYPES

@@ -53,7 +53,7 @@ for name, c in torch.load(sys.argv[1]).items():
     kw = {k: c[k] for k in ("seen", "block_eos", "eos_id", "suppress")}
     try:
         if c.get("dispatch"):
-            params = RowParams(*(c[k] for k in PARAMS))
+            params = RowParams(**{k: c[k] for k in PARAMS})
             results[name] = choose_tokens(
                 c["logits"], params, c["seeds"], c["frames"], c["codebook"], sampler="triton", **kw
             )
@@ -230,7 +230,7 @@ def _twin(c: dict) -> torch.Tensor:
     scores = apply_penalties(
         c["logits"], c["penalty"], c["seen"], c["block_eos"], c["eos_id"], c["suppress"]
     )
-    params = RowParams(*(c[k] for k in _PARAMS))
+    params = RowParams(**{k: c[k] for k in _PARAMS})
     return select_tokens(scores, params, c["seeds"], c["frames"], c["codebook"])
 
 
@@ -299,7 +299,7 @@ def test_penalty_moves_seen_ids(kernel):
     cases, _ = kernel
     c = cases["penalty"]
     free = select_tokens(
-        c["logits"], RowParams(*(c[k] for k in _PARAMS)), c["seeds"], c["frames"], 0
+        c["logits"], RowParams(**{k: c[k] for k in _PARAMS}), c["seeds"], c["frames"], 0
     )
     assert _check(kernel, "penalty").tolist() != free.tolist()
 
@@ -351,7 +351,7 @@ def test_backend_choice():
 
 def test_choose_tokens_on_cpu_is_the_twin():
     c = _mixed(100, 3)
-    params = RowParams(*(c[k] for k in _PARAMS))
+    params = RowParams(**{k: c[k] for k in _PARAMS})
     kw = {k: c[k] for k in ("seen", "block_eos", "eos_id", "suppress")}
     out = torch.full((8,), -1, dtype=torch.int64)
     got = choose_tokens(c["logits"], params, c["seeds"], c["frames"], c["codebook"], out=out, **kw)

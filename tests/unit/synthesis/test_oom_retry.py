@@ -8,6 +8,7 @@ prefilled again. The vocoder's OOM halves its micro-batch and decodes only the r
 """
 
 import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -214,3 +215,104 @@ def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeyp
         assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
     assert "decoding this pass without CUDA graphs" in caplog.text
     assert "operation not permitted" in caplog.text
+
+
+def _graphed_on_cpu(s, monkeypatch):
+    """The GPU's arrangement on CPU tensors: graphs captured (through `backend`), the vocoder on
+    its own thread holding the device gate."""
+    from dataclasses import replace
+
+    from qtts.core.engine.settings import EngineSettings
+
+    cpu = EngineSettings.for_device("cpu", env={})
+    graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
+    monkeypatch.setattr(s, "settings", graphed)
+
+
+def test_a_capture_that_breaks_turns_graphs_off_for_the_process(synth, monkeypatch):
+    """A capture failure that is not out of memory may leave the allocator mid-capture: the pass
+    decodes eagerly, later passes capture nothing, and nothing empties the cache again (a fake
+    capture_end that raises; same codes, each row once)."""
+    from qtts.core.engine import graphs
+    from qtts.core.synthesis import oom_backoff
+
+    text_model, s = synth
+    expected, _ = _run(text_model, s)
+    _graphed_on_cpu(s, monkeypatch)
+    captures, emptied = [], []
+
+    class BrokenCaptureEnd(graphs.EagerGraphs):
+        def capture(self, step, view_len):
+            captures.append(view_len)
+            raise RuntimeError("capture_end: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "default_backend", lambda engine: BrokenCaptureEnd())
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    got, order = _run(text_model, s)
+    assert graphs.capture_broken() is not None and len(captures) == 1
+    assert sorted(order) == sorted(expected) and len(order) == len(set(order))
+    for k in expected:
+        assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
+    _run(text_model, s)  # a later call: no capture tried, and no cache emptied on OOM either
+    assert len(captures) == 1
+    oom_backoff.OomBackoff(2, what="slots", device=torch.device("cuda")).free()
+    assert emptied == []
+
+
+def test_the_kv_cache_is_allocated_under_the_device_gate_when_graphs_run(synth, monkeypatch):
+    """While the vocoder thread captures, the allocator skips the retry that frees a finished
+    graph's pool: the slot state is built holding the gate the vocoder's work holds."""
+    from qtts.core.engine import build, graphs
+
+    text_model, s = synth
+    _graphed_on_cpu(s, monkeypatch)
+    held, real_state = [], build.SlotState
+
+    def recorded(*args, **kwargs):
+        held.append(s.device_gate.locked())
+        return real_state(*args, **kwargs)
+
+    monkeypatch.setattr(graphs, "default_backend", lambda engine: graphs.EagerGraphs())
+    monkeypatch.setattr(build, "SlotState", recorded)
+    _run(text_model, s)
+    assert held and all(held)
+
+
+def test_vocoder_graphs_are_captured_under_the_gate_before_the_first_prefill(synth, monkeypatch):
+    """A capture synchronizes the device and empties the allocator's cache: the plan's window
+    shapes are all captured up front, holding the gate, and decoding then only replays them."""
+    from qtts.core.engine.vocoder_graphs import GraphedVocoder
+    from qtts.core.engine.vocoder_windows import bucket_shapes
+
+    text_model, s = synth
+    expected, _ = _run(text_model, s)
+    events = []
+
+    class Recorded:
+        def warmup(self, window, key, steps):
+            for _ in range(steps):
+                window(key)
+
+        def capture(self, window, key):
+            events.append(("capture", key, s.device_gate.locked()))
+            return SimpleNamespace(replay=lambda: window(key))
+
+    def prefill(engine, fills):
+        events.append(("prefill",))
+        return real_prefill(engine, fills)
+
+    real_prefill = Engine.prefill
+    monkeypatch.setattr(Engine, "prefill", prefill)
+    # Windows of up to 40 frames: the rows here are short, and capturing every 300-frame window
+    # on a CPU would only cost time.
+    vocoder = GraphedVocoder(s.decoder, 2, backend=Recorded(), max_frames=40)
+    monkeypatch.setattr(s, "vocoder", vocoder)
+    got, _ = _run(text_model, s)
+    first_prefill = events.index(("prefill",))
+    captures = [e for e in events if e[0] == "capture"]
+    assert events[:first_prefill] == captures and all(held for *_, held in captures)
+    planned = {(r, f) for r, f in bucket_shapes(s.vocoder_rows.size) if f <= 40}
+    largest = (2, 40)  # the reservation's whole window, captured first: it sizes the pool
+    assert {key for _, key, _ in captures} == planned | {largest}
+    for k in expected:
+        assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k

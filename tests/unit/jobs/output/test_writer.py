@@ -40,9 +40,10 @@ def test_failed_write_leaves_neither_file_nor_temp(tmp_path):
         fh.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as failed:
         atomic_write(tmp_path / "a.bin", boom)
     assert list(tmp_path.iterdir()) == []
+    assert failed.value.filename == str(tmp_path / "a.bin")  # write() named none: the message does
 
 
 def test_mode_respects_umask(tmp_path):

@@ -122,3 +122,16 @@ def test_metadata_lines_parse_as_json():
     assert [json.loads(x) for x in lines] == [
         {"file_name": f"{i}.wav", "id": str(i), "text": t, "speaker": "ryan", "language": None,
          "duration": 0.08 * i} for i, t in enumerate(TRICKY)]  # fmt: skip
+
+
+def test_a_journal_on_a_full_disk_names_itself(tmp_path, monkeypatch):
+    from qtts.core.jobs.state import journal
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal.os, "fsync", full)
+    path = tmp_path / "journal.jsonl"
+    with pytest.raises(OSError) as failed:
+        Journal(path).append([rec("a")])
+    assert failed.value.filename == str(path)

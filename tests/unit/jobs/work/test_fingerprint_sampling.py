@@ -45,7 +45,7 @@ def test_each_command_line_option_names_a_sampling_field():
 @pytest.mark.parametrize("name", OPTIONS)
 def test_each_sampling_option_changes_the_fingerprint(name):
     base = _digest(generation_options(DEFAULTS, SamplingOverrides()))
-    overrides = SamplingOverrides.from_flags(**{name: _changed(name)})
+    overrides = sampling_options(**{name: _changed(name)})  # as the command line builds them
     assert _digest(generation_options(DEFAULTS, overrides)) != base
 
 

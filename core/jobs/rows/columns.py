@@ -1,0 +1,72 @@
+"""Which column of a manifest holds each field qtts reads, and which Arrow types a field accepts.
+
+The fields' own names are the default; --id-column, --text-column and --column FIELD=NAME
+(qtts.core.jobs.spec.ManifestColumns) name others. A missing required or mapped column refuses
+the manifest with one line naming the flag, the file and the columns it has. Knows names and
+Arrow types; reads no file.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from qtts.core.errors import ManifestError
+from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
+
+# The kinds of Arrow type each field accepts ("null": a column with no value in it).
+ACCEPTS = {"id": ("text", "integer", "null"), "seed": ("integer", "floating", "null")}
+TEXT_ONLY = ("text", "null")
+
+
+def type_kind(t: pa.DataType) -> str:
+    """text, integer, floating, null, or the type's own name: what a field's checks look at
+    (int32 and int64, string and large_string, a categorical's values are each one kind)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t):
+        return "text"
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "floating"
+    if pa.types.is_null(t):
+        return "null"
+    return str(t)
+
+
+def accepts(name: str, t: pa.DataType) -> bool:
+    return type_kind(t) in ACCEPTS.get(name, TEXT_ONLY)
+
+
+def label(name: str, columns: ManifestColumns) -> str:
+    """A field as errors name it: 'text', or 'sentence' (--text-column sentence)."""
+    flag = columns.flag(name)
+    return repr(name) if flag is None else f"{columns.column(name)!r} ({flag})"
+
+
+def pick_columns(
+    names: list[str],
+    columns: ManifestColumns,
+    where: str,
+    wanted: tuple[str, ...] | None = None,
+) -> dict[str, str]:
+    """field -> the column that holds it, for each wanted field the manifest has (`names`: its
+    columns). Refuses a missing required field (wanted or not) or a missing mapped one."""
+    wanted = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS) if wanted is None else wanted
+    mapped = [f for f in columns.renamed if f in wanted and f not in REQUIRED_FIELDS]
+    missing = [f for f in (*REQUIRED_FIELDS, *mapped) if columns.column(f) not in names]
+    has = ", ".join(names) or "none"
+    flagged = [f for f in missing if columns.flag(f) is not None]
+    if flagged:
+        first = flagged[0]
+        raise ManifestError(
+            f"manifest {where}: no column {columns.column(first)!r} ({columns.flag(first)}); "
+            f"its columns: {has}"
+        )
+    if missing:
+        raise ManifestError(
+            f"manifest {where}: missing required column(s) {', '.join(missing)} (has: {has})"
+        )
+    return {f: columns.column(f) for f in wanted if columns.column(f) in names}

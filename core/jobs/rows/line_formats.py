@@ -1,0 +1,166 @@
+"""JSON Lines and CSV/TSV manifests, read by pyarrow's multithreaded readers into the columns qtts
+reads, under the fields' names: only those columns are converted and kept. An empty file has no
+rows.
+
+A row's number is its record's place in the file (JSON Lines: blank lines not counted; CSV/TSV:
+the header not counted). Strings stay strings (a CSV id "007" is not the number 7). JSON Lines
+types id and seed as the first record gives them (strings elsewhere); a line that is not a JSON
+object, is not UTF-8, or gives a field another type refuses the manifest naming the file and the
+line, found by a scan that runs only when pyarrow refuses. TSV has no quoting (a '"' is text);
+CSV quotes as RFC 4180 does, newlines inside quotes included. Knows the formats; no row
+semantics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from qtts.core.errors import ManifestError
+from qtts.core.jobs.rows.columns import pick_columns
+from qtts.core.jobs.rows.sources import ManifestSource, unreadable
+from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
+
+UTF8_BOM = b"\xef\xbb\xbf"
+JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
+              list: "a list", dict: "an object"}  # fmt: skip
+
+
+def read_delimited_rows(
+    source: ManifestSource, columns: ManifestColumns, wanted: tuple[str, ...] | None = None
+) -> pa.Table:
+    """A CSV or TSV manifest's wanted fields (the header names the columns)."""
+    import pyarrow.csv as csv
+
+    path, where = source.files[0], source.given
+    tsv = source.kind == "tsv"
+    parse = csv.ParseOptions(
+        delimiter="\t" if tsv else ",", quote_char=False if tsv else '"', newlines_in_values=not tsv
+    )
+    try:
+        with csv.open_csv(path, parse_options=parse) as reader:  # the header: one block read
+            names = reader.schema.names
+    except FileNotFoundError:
+        raise ManifestError(f"cannot read manifest {where}: no such file") from None
+    except (OSError, pa.ArrowException) as e:
+        if "Empty CSV file" not in str(e):
+            raise unreadable(where, e) from None
+        return no_rows(wanted)  # not even a header: no rows, whatever the columns
+    fields = pick_columns(names, columns, where, wanted)
+    kept = list(dict.fromkeys(fields.values()))
+    types = {c: _arrow_type(f) for f, c in fields.items() if f != "seed"}
+    convert = csv.ConvertOptions(include_columns=kept, column_types=types)
+    try:
+        table = csv.read_csv(path, parse_options=parse, convert_options=convert)
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable(where, e) from None
+    return pa.table({name: table[column] for name, column in fields.items()})
+
+
+def read_jsonl_rows(
+    source: ManifestSource, columns: ManifestColumns, wanted: tuple[str, ...] | None = None
+) -> pa.Table:
+    """A JSON Lines manifest's wanted fields; a field no record has counts as missing."""
+    import pyarrow.json as pj
+
+    path, where = source.files[0], source.given
+    try:
+        first = _first_record(path, where)
+    except FileNotFoundError:
+        raise ManifestError(f"cannot read manifest {where}: no such file") from None
+    except OSError as e:
+        raise unreadable(where, e) from None
+    if first is None:  # no record: no rows, whatever the columns
+        return no_rows(wanted)
+    every = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
+    # Read every wanted field's column; which exist: the first record's keys, and any column a
+    # later record fills (pyarrow leaves out the rest, so they cannot be listed).
+    fields = {f: columns.column(f) for f in wanted or every}
+    types = {c: _json_type(f, first.get(c)) for f, c in fields.items()}
+    schema = pa.schema(list(types.items()))
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        table = pj.read_json(path, parse_options=options)
+        table.validate(full=True)  # pyarrow's JSON reader leaves invalid UTF-8 in strings
+    except (OSError, pa.ArrowException) as e:
+        raise _bad_line(path, where, types) or unreadable(where, e) from None
+    present = [*first, *(c for c in types if c not in first and table[c].null_count < len(table))]
+    picked = pick_columns(present, columns, where, wanted)
+    return pa.table({name: table[column] for name, column in picked.items()})
+
+
+def no_rows(wanted: tuple[str, ...] | None) -> pa.Table:
+    return pa.table({f: pa.nulls(0, _arrow_type(f)) for f in wanted or REQUIRED_FIELDS})
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    return pa.large_string() if name == "text" else pa.string()
+
+
+def _json_type(name: str, value) -> pa.DataType:
+    """A field's type, from its value in the first record (strings when it has none there)."""
+    if name == "seed":
+        return pa.float64() if isinstance(value, float) else pa.int64()
+    if name == "id" and isinstance(value, int) and not isinstance(value, bool):
+        return pa.int64()
+    return _arrow_type(name)
+
+
+def _first_record(path: Path, where: str) -> dict | None:
+    with path.open("rb") as f:  # a minified JSON array is one huge line: refused before reading it
+        head = f.read(1 << 16).removeprefix(UTF8_BOM).lstrip()
+        if head and not head.startswith(b"{"):
+            raise ManifestError(f"{where} line 1: not a JSON object (one object per line)")
+        f.seek(0)
+        for number, line in enumerate(f, start=1):
+            line = line.removeprefix(UTF8_BOM) if number == 1 else line
+            if line.strip():
+                record = _record(line, number, where)
+                if isinstance(record, str):
+                    raise ManifestError(record)
+                return record
+    return None
+
+
+def _record(line: bytes, number: int, where: str) -> dict | str:
+    """The line's object, or why it is none (one line naming the file and the line)."""
+    try:
+        record = json.loads(line)
+    except UnicodeDecodeError:
+        return f"manifest {where} line {number}: invalid UTF-8"
+    except ValueError as e:
+        return f"manifest {where} line {number}: not JSON ({e.args[0].split(':')[0]})"
+    if not isinstance(record, dict):
+        return f"manifest {where} line {number}: not a JSON object"
+    return record
+
+
+def _bad_line(path: Path, where: str, types: dict[str, pa.DataType]) -> ManifestError | None:
+    """The first line pyarrow refused, and why; None when every line reads."""
+    want = {c: _python_types(t) for c, t in types.items()}
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.removeprefix(UTF8_BOM) if number == 1 else line
+            if not line.strip():
+                continue
+            record = _record(line, number, where)
+            if isinstance(record, str):
+                return ManifestError(record)
+            for column, value in record.items():
+                if column in want and value is not None and type(value) not in want[column]:
+                    got = JSON_TYPES.get(type(value), type(value).__name__)
+                    return ManifestError(
+                        f"manifest {where} line {number}: {column!r} is {got}, expected "
+                        f"{JSON_TYPES[want[column][0]]}"
+                    )
+    return None
+
+
+def _python_types(t: pa.DataType) -> tuple[type, ...]:
+    if pa.types.is_integer(t):
+        return (int,)
+    if pa.types.is_floating(t):
+        return (float, int)
+    return (str,)

@@ -1,0 +1,139 @@
+"""What a manifest argument names: one Parquet, JSON Lines, CSV or TSV file, or a folder or glob of
+Parquet parts read as one dataset. Parts come in sorted path order, so a row's number is its
+place in the whole dataset and every run and shard sees the same order.
+
+Owns the accepted extensions and the refusals of a manifest that names no readable file (unknown
+extension, empty folder, a glob matching nothing or other kinds) as ManifestError (exit 2).
+Knows paths only: reads no file.
+"""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+
+from qtts.core.errors import ManifestError
+
+KINDS = {
+    ".parquet": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",  # NeMo's manifest.json: one object per line
+    ".csv": "csv",
+    ".tsv": "tsv",
+}
+ACCEPTED = "a .parquet, .jsonl (.ndjson, .json), .csv or .tsv file, or a folder or glob of .parquet"
+GLOB_CHARS = "*?["
+# Written beside the parts by Spark and Hadoop (_SUCCESS, _metadata) or editors (.~lock): pyarrow's
+# own dataset discovery skips them too.
+SKIPPED_PREFIXES = (".", "_")
+
+
+@dataclass(frozen=True)
+class ManifestSource:
+    given: str  # as on the command line: errors name it
+    kind: str  # parquet | jsonl | csv | tsv
+    files: tuple[Path, ...]  # one file, or the parts in sorted order
+    base_dir: Path  # where relative ref_audio paths point: the file's folder, or the parts' root
+    folder: Path | None = None  # the folder of parts, when one was given
+
+    @property
+    def is_dataset(self) -> bool:
+        """Several parts (a folder or a glob), not one file."""
+        return self.folder is not None or is_glob(self.given)
+
+    def inputs(self) -> list[Path]:
+        """What the job's views are rebuilt from: the parts, and the folder a new part changes."""
+        return [*self.files, *([self.folder] if self.folder is not None else [])]
+
+    def name(self, part: Path) -> str:
+        """A part as errors name it: its path under the dataset's root."""
+        if not self.is_dataset:
+            return self.given
+        try:
+            return str(part.relative_to(self.base_dir))
+        except ValueError:
+            return str(part)
+
+
+def is_glob(source: str) -> bool:
+    """A pattern to expand: wildcard characters, and no file or folder of that very name (a
+    literal `m[1].parquet` stays itself)."""
+    return any(c in source for c in GLOB_CHARS) and not Path(source).expanduser().exists()
+
+
+def looks_like_manifest(source: str) -> bool:
+    """A folder, a glob or a manifest extension (anything else is read as text lines)."""
+    return is_glob(source) or Path(source).is_dir() or Path(source).suffix.lower() in KINDS
+
+
+def find_manifest(source: str) -> ManifestSource:
+    path = Path(source).expanduser()
+    if is_glob(source):
+        matches = sorted(Path(p).absolute() for p in glob.glob(str(path), recursive=True))
+        return _parts(source, matches)
+    if path.is_dir():
+        root = path.absolute()
+        found = sorted(p for p in root.rglob("*.parquet") if not _skipped(p.relative_to(root)))
+        if not found:
+            raise ManifestError(
+                f"manifest folder {source} holds no .parquet files (a folder is read as Parquet "
+                "parts; pass a JSON Lines or CSV manifest as its file)"
+            )
+        return ManifestSource(source, "parquet", tuple(found), root, root)
+    kind = KINDS.get(path.suffix.lower())
+    if kind is None and _is_parquet(path):  # .parq, .pq, no extension: the magic bytes say so
+        kind = "parquet"
+    if kind is None:
+        raise ManifestError(
+            f"manifest {source}: unknown extension {path.suffix or '(none)'!r}; qtts batch reads "
+            f"{ACCEPTED}"
+        )
+    return ManifestSource(source, kind, (path,), path.resolve().parent)
+
+
+def _parts(source: str, matches: list[Path]) -> ManifestSource:
+    files = [p for p in matches if p.is_file() and not p.name.startswith(SKIPPED_PREFIXES)]
+    if not files:
+        raise ManifestError(f"manifest {source}: no file matches")
+    other = [p for p in files if p.suffix.lower() != ".parquet"]
+    if other:
+        raise ManifestError(
+            f"manifest {source}: {other[0]} is not a .parquet file (a glob is read as Parquet "
+            "parts only)"
+        )
+    return ManifestSource(source, "parquet", tuple(files), _root(source))
+
+
+def _root(pattern: str) -> Path:
+    """The folder above a glob's first wildcard: the dataset's root."""
+    parts = Path(pattern).expanduser().parts
+    fixed = next(i for i, p in enumerate(parts) if any(c in p for c in GLOB_CHARS))
+    return Path(*parts[:fixed]).absolute() if fixed else Path.cwd()
+
+
+def _is_parquet(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _skipped(relative: Path) -> bool:
+    return any(p.startswith(SKIPPED_PREFIXES) for p in relative.parts)
+
+
+def unreadable(where: str, exc: BaseException) -> ManifestError:
+    """The reader's own words, first line only: pyarrow's messages run on over many lines."""
+    if isinstance(exc, OSError):
+        text = exc.strerror or str(exc)  # args[0] of an OSError is its errno
+    elif isinstance(exc, KeyError) and exc.args:
+        text = str(exc.args[0])  # str() of a KeyError adds quotes
+    else:
+        text = str(exc)
+    text = text.strip()
+    return ManifestError(
+        f"cannot read manifest {where}: {text.splitlines()[0] if text else repr(exc)}"
+    )

@@ -1,0 +1,78 @@
+"""Help reads cleanly at 80 and 120 columns: paragraphs flow (no line broken early mid-sentence),
+the default model is shown whole, and values are spelled as in Click (INPUT, TEXT, no <bool>)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from qtts.cli.app import EXAMPLES, app
+from qtts.cli.errors import EXIT_CODES
+from qtts.core.jobs.choices import DEFAULT_MODEL
+
+COMMANDS = ["", "synth", "batch", "info", "bench", "plan", "results", "score", "doctor"]
+SENTENCE_ENDS = (".", ":", ";", "!", "?")
+KEPT_LINES = {line.strip() for block in (EXAMPLES, EXIT_CODES) for line in block.splitlines()}
+
+
+def render(command: str, width: int) -> str:
+    args = [command, "--help"] if command else ["--help"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": str(width), "TERMINAL_WIDTH": None})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def early_breaks(text: str, width: int) -> list[str]:
+    """Lines of one paragraph or table cell that end before they had to: the next line's first
+    word would have fitted, and the line does not end a sentence or clause. Rich wraps only
+    when a word does not fit, so each is a line break written into the help text."""
+    found = []
+    lines = text.splitlines()
+    for above, below in zip(lines, lines[1:], strict=False):
+        start = len(below) - len(below.lstrip(" │"))
+        right = below.rfind("│")
+        limit = right - 1 if right > start else width - 1  # a panel's cell, else the page
+        said, more = above[start:limit].rstrip(), below[start:limit].strip()
+        if not more or not said or start == 0 or above[start - 1] not in " │":
+            continue  # not text that goes on in the same column
+        if "  " in said or "  " in more or above.strip() in KEPT_LINES:
+            continue  # cells of several columns, or a block kept line by line
+        word = more.split()[0]
+        if said.endswith(SENTENCE_ENDS) or word.startswith("["):  # [default: ...] goes below
+            continue
+        if start + len(said) + 1 + len(word) <= limit:
+            found.append(f"{above.strip()!r} / {below.strip()!r}")
+    return found
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_flows_at_the_terminal_width(command, width):
+    text = render(command, width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert early_breaks(text, width) == []
+    for typer_spelling in ("<str>", "<bool>", "<int", "<float", "{input}", "{manifest}"):
+        assert typer_spelling not in text
+
+
+def test_at_80_columns_the_default_model_is_shown_whole():
+    for command, argument in (("synth", "INPUT"), ("batch", "MANIFEST")):
+        text = render(command, 80)
+        assert f"Usage: qtts {command} [OPTIONS] {argument}" in text
+        assert DEFAULT_MODEL in text and "…" not in text
+        lines = {line.strip() for line in text.splitlines()}
+        assert all(line.strip() in lines for line in EXIT_CODES.splitlines())  # kept whole
+
+
+def test_the_checker_finds_a_hard_break_inside_a_sentence():
+    text = "\n".join(
+        [
+            "╭─ Options ──────────────────────────────────╮",
+            "│ --model  MODEL  Local checkpoint dir or    │",
+            "│                 a repo id; the default is  │",
+            "│                 the 0.6B model.            │",
+            "╰────────────────────────────────────────────╯",
+        ]
+    )
+    (found,) = early_breaks(text, 46)
+    assert "Local checkpoint dir or" in found and "a repo id;" in found
