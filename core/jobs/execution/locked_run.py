@@ -40,7 +40,7 @@ from qtts.core.jobs.state.shard_state import UnreadableState
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.decide import Work, decide_work
-from qtts.core.jobs.work.fingerprint import JobSettings, read_registry
+from qtts.core.jobs.work.fingerprint import JobFingerprint, read_registry
 from qtts.core.jobs.work.precision import Precision
 from qtts.core.jobs.work.resume import aligned
 from qtts.core.jobs.work.shards import Shard
@@ -70,7 +70,7 @@ class Job:
     rows: pa.Table  # every input row (row, id, text): results cover them all
     prepared: Prepared  # this shard's rows, resolved and validated
     budget: Any  # FrameBudget
-    settings: JobSettings
+    settings: JobFingerprint
     inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
     precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
 

@@ -36,7 +36,7 @@ from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.record_job import record_job
 from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.fingerprint import RefDigests, job_settings
+from qtts.core.jobs.work.fingerprint import RefDigests, job_fingerprint
 from qtts.core.jobs.work.precision import for_ray_actors, log_precision, settle_precision
 from qtts.core.jobs.work.shards import local_rank_device, shard_request
 
@@ -155,7 +155,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
         precision = for_ray_actors(precision)  # each actor resolves auto on its own device
     elif precision.cpu_auto is not None:  # every later step (backends, plan) runs exactly this
         spec = replace(spec, model=replace(spec.model, dtype=Dtype(precision.dtype)))
-    settings = job_settings(
+    settings = job_fingerprint(
         model=model.identity,
         precision=str(precision),
         options=options,

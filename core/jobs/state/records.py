@@ -54,7 +54,7 @@ RECORD_SCHEMA = pa.schema(
         ("ref_audio", pa.string()),
         ("ref_text", pa.string()),
         ("ref_digest", pa.string()),  # content of the reference audio (Base models)
-        ("settings", pa.string()),  # digest of the job settings (fingerprint.JobSettings)
+        ("settings", pa.string()),  # digest of the job settings (fingerprint.JobFingerprint)
         ("split", pa.string()),  # the split settings it ran under (spec.SplitSettings.key)
         ("on_budget", pa.string()),  # the budget policy it ran under (spec.FailurePolicy.key)
         ("model", pa.string()),  # the --model string, for people reading results

@@ -49,7 +49,7 @@ def decide_work(
     split: SplitSettings | None = None,
     on_budget: str | None = None,
 ) -> Work:
-    """records: the shard's latest records (empty with --overwrite); settings: JobSettings;
+    """records: the shard's latest records (empty with --overwrite); settings: JobFingerprint;
     split: how long rows are cut (None: every row whole, and no record's split is checked);
     on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
     valid = prepared.valid()

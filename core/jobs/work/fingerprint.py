@@ -24,7 +24,9 @@ from qtts.core.jobs.state.layout import Layout
 
 
 @dataclass(frozen=True)
-class JobSettings:
+class JobFingerprint:
+    """What shapes a job's audio (not a settings group: the values the resume rule compares)."""
+
     values: dict[str, Any]  # JSON-able: model, precision, talker, subtalker, frames, format
 
     @property
@@ -37,13 +39,13 @@ def digest_of(values: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def job_settings(
+def job_fingerprint(
     *, model: str, precision: str, options, max_new_tokens: int | None, audio_format: str
-) -> JobSettings:
+) -> JobFingerprint:
     """options: GenerationOptions (the merged sampling of both sites). Each site is every field
     of its SamplingParams, read from the dataclass: a sampling field added there is in the
     fingerprint without a change here."""
-    return JobSettings(
+    return JobFingerprint(
         {
             "model": model,
             "precision": precision,
@@ -63,7 +65,7 @@ def read_registry(out_dir: Path) -> dict[str, dict[str, Any]]:
     return data if isinstance(data, dict) else {}
 
 
-def remember(out_dir: Path, settings: JobSettings) -> None:
+def remember(out_dir: Path, settings: JobFingerprint) -> None:
     """Add `settings` to the registry (under the job lock: shards share the file)."""
     registry = read_registry(out_dir)
     if registry.get(settings.digest) == settings.values:

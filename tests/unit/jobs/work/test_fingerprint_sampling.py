@@ -13,7 +13,7 @@ import pytest
 from qtts.cli.job_options import sampling_options
 from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.spec import SUBTALKER, SamplingOverrides
-from qtts.core.jobs.work.fingerprint import job_settings
+from qtts.core.jobs.work.fingerprint import job_fingerprint
 from qtts.core.model.config import GenerationDefaults, SamplingParams
 from qtts.core.synthesis.requests import GenerationOptions
 
@@ -21,7 +21,7 @@ DEFAULTS = GenerationDefaults()  # the official hard defaults: both sites sample
 
 
 def _digest(options: GenerationOptions) -> str:
-    return job_settings(model="m", precision="float32", options=options, max_new_tokens=None,
+    return job_fingerprint(model="m", precision="float32", options=options, max_new_tokens=None,
                         audio_format="wav").digest  # fmt: skip
 
 
