@@ -10,12 +10,16 @@ from typer.testing import CliRunner
 from qtts.cli.app import app
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+# The docs hold the figures and notes moved out of the README; their commands are checked too.
+DOCS = sorted((README.parent / "docs").glob("*.md"))
 
 
-def _commands() -> list[tuple[str, list[str]]]:
-    """(subcommand, flags) of every `qtts <sub> ...` line in the README's code blocks."""
+def _commands(*docs: Path) -> list[tuple[str, list[str]]]:
+    """(subcommand, flags) of every `qtts <sub> ...` line in the code blocks of the README (and of
+    the given docs)."""
     out, inside = [], False
-    for line in README.read_text("utf-8").splitlines():
+    lines = [x for p in (README, *docs) for x in p.read_text("utf-8").splitlines()]
+    for line in lines:
         if line.startswith("```"):
             inside = not inside
             continue
@@ -30,7 +34,7 @@ def test_the_readme_has_the_scale_out_recipes():
     assert {"synth", "batch", "results", "plan", "bench"} <= set(subs)
 
 
-@pytest.mark.parametrize(("sub", "flags"), _commands(), ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize(("sub", "flags"), _commands(*DOCS), ids=lambda v: str(v)[:40])
 def test_every_readme_flag_exists(sub, flags):
     help_text = CliRunner().invoke(app, [sub, "--help"], terminal_width=200).output
     for flag in flags:
