@@ -93,8 +93,8 @@ def _request_rows(rows: pa.Table, config: ModelConfig, speaker: str | None) -> p
             "id": rows["id"],
             "text": rows["text"],
             "row": rows["row"],
-            "speaker": pa.array([voice] * n, pa.string()),
-            "language": pa.array(["auto"] * n, pa.string()),
+            "speaker": pa.repeat(pa.scalar(voice, pa.string()), n),  # no Python object per row
+            "language": pa.repeat(pa.scalar("auto", pa.string()), n),
             "instruct": nothing,
             "seed": pa.array(np.zeros(n, dtype=np.int64)),
             "ref_audio": nothing,

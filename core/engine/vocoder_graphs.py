@@ -62,8 +62,14 @@ class GraphedVocoder:
         self.graphs: dict[tuple[int, int], object] = {}  # (rows, frames) -> graph
         self.static_codes: torch.Tensor | None = None  # [rows, Q, max_frames] int64
         self.static_audio: torch.Tensor | None = None  # [rows, max_frames * up], decoder dtype
-        self.eager = False  # a capture failed: no graphs from then on
-        self.eager_why = ""  # "memory": even one row's graphs did not fit (a new size re-arms)
+        # Why this vocoder runs without graphs, or None: "memory" (even one row's graphs did not
+        # fit; a new size re-arms them) or "broken" (a capture failed: for good).
+        self.off: str | None = None
+
+    @property
+    def eager(self) -> bool:
+        """No graphs: the decoder runs as it is."""
+        return self.off is not None
 
     def reserve(self, rows: int) -> None:
         """Windows of up to `rows` rows from now on. Called with no vocoder work in flight (the
@@ -72,12 +78,13 @@ class GraphedVocoder:
         if max(1, rows) != self.rows:
             self.drop()
             self.rows = max(1, rows)
-            self.eager = self.eager and self.eager_why != "memory"  # a new size may fit
+            if self.off == "memory":  # a new size may fit
+                self.off = None
 
     def __call__(self, codes: torch.Tensor) -> torch.Tensor:
-        if not self.eager and capture_broken() is not None:  # another capture of the process
+        if self.off is None and capture_broken() is not None:  # another capture of the process
             self.drop()
-            self.eager = True
+            self.off = "broken"
         if self.eager:
             return self.decoder(codes)
         rows, _, frames = codes.shape
@@ -180,7 +187,7 @@ class GraphedVocoder:
             ) from error
         if not memory:
             mark_capture_broken(error)
-        self.eager, self.eager_why = True, "memory" if memory else "broken"
+        self.off = "memory" if memory else "broken"
         log.warning(
             "vocoder CUDA graph capture failed at %d rows x %d frames (%s); the speech "
             "decoder runs without graphs from here on",

@@ -8,6 +8,7 @@ memory is a real failure.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -27,6 +28,7 @@ class OomBackoff:
         what: str,
         device: torch.device,
         gate: AbstractContextManager | None = None,
+        on_shrink: Callable[[int], None] | None = None,
     ) -> None:
         self.size = size
         self.what = what  # for the log: "slots", "vocoder rows"
@@ -34,6 +36,7 @@ class OomBackoff:
         # Freeing cached blocks while another thread captures a CUDA graph is an error: the
         # decode side frees under the device gate; the vocoder already holds it while it works.
         self.gate = gate if gate is not None else nullcontext()
+        self.on_shrink = on_shrink  # told the new size (the vocoder's graphs re-armed for it)
 
     def shrink(self, tried: int) -> bool:
         """After out of memory with `tried` rows at once: half as many from now on. False when
@@ -41,6 +44,8 @@ class OomBackoff:
         if tried <= 1:
             return False
         self.size = tried // 2
+        if self.on_shrink is not None:
+            self.on_shrink(self.size)
         log.warning("out of memory: retrying the unfinished work with %d %s", self.size, self.what)
         return True
 

@@ -80,13 +80,13 @@ class Synthesizer:
         self.settings = settings or EngineSettings.for_device(device, dtype=self.dtype)
         if generator == "engine":
             prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
-        # Rows per speech-decoder call: the engine path sets it from its memory plan.
-        self.vocoder_rows = OomBackoff(NAIVE_BATCH, what="vocoder rows", device=device)
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
-        # shape, captured on the vocoder thread); elsewhere the decoder runs eagerly.
+        # shape, captured before decoding); elsewhere the decoder runs eagerly.
         self.vocoder = (
             GraphedVocoder(decoder, NAIVE_BATCH) if self.settings.cuda_graphs else decoder
         )
+        # Rows per speech-decoder call: the engine path sets it from its memory plan.
+        self.vocoder_rows = self._vocoder_backoff(NAIVE_BATCH)
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
         # buffers outlive one synthesize call, so they must not belong to a recycled stream.
         self.vocoder_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -255,7 +255,7 @@ class Synthesizer:
         the halved count holds for the groups after it."""
         plan = self.plan(requests, tokens)
         log.info(plan.summary())
-        self.vocoder_rows = OomBackoff(plan.vocoder_batch, what="vocoder rows", device=self.device)
+        self.vocoder_rows = self._vocoder_backoff(plan.vocoder_batch)
         if self.vocoder is not self.decoder:  # no vocoder work in flight before the first group
             self.vocoder.reserve(plan.vocoder_batch)
             self._capture_vocoder()
@@ -281,6 +281,13 @@ class Synthesizer:
                 slots_at_once.free()
             trim_heap()  # the group's KV cache is free: the next group sizes its own
 
+    def _vocoder_backoff(self, size: int) -> OomBackoff:
+        """Rows per speech-decoder call; a halving re-arms the vocoder's graphs at the new size.
+        No gate of its own: the vocoder's work holds the device gate already."""
+        graphed = self.vocoder is not self.decoder
+        reserve = self.vocoder.reserve if graphed else None
+        return OomBackoff(size, what="vocoder rows", device=self.device, on_shrink=reserve)
+
     def _capture_vocoder(self) -> None:
         """Every window shape of the plan's vocoder batch captured now, before decoding starts,
         holding the device gate (captured lazily, each would stall the decode stream). Out of
@@ -294,7 +301,6 @@ class Synthesizer:
             except torch.OutOfMemoryError:
                 if not rows.shrink(rows.size):
                     raise
-            self.vocoder.reserve(rows.size)
             with self.device_gate:
                 rows.free()
 
@@ -360,8 +366,6 @@ class Synthesizer:
                 done += len(batch)
                 yield from out
                 continue
-            if self.vocoder is not self.decoder:  # graphs re-armed at the halved size
-                self.vocoder.reserve(rows_at_once.size)
             rows_at_once.free()
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
