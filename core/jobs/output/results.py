@@ -232,19 +232,23 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
                 cleanup_temp_files(
                     out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
                 )  # a rebuild that was killed
-                try:
-                    records = read_all(out_dir, READ_COLUMNS)
-                except UnreadableState as e:  # the views as they were beat views without a shard
-                    raise UnreadableState(
-                        f"{e}; {RESULTS_NAME} and {METADATA_NAME} are kept as they were"
-                    ) from None
-                picks = pick(rows, records, listing)
+                # The records go once picked: held through write_views they cost ~250 MB at 1M.
+                picks = pick(rows, _all_records(out_dir), listing)
                 write_views(out_dir, picks)
                 if _state_stamp(out_dir) == before or rounds > len(before) + 1:
                     break
             return picks.counts()
     except Timeout:
         return None
+
+
+def _all_records(out_dir: Path) -> pa.Table:
+    try:
+        return read_all(out_dir, READ_COLUMNS)
+    except UnreadableState as e:  # the views as they were beat views without a shard
+        raise UnreadableState(
+            f"{e}; {RESULTS_NAME} and {METADATA_NAME} are kept as they were"
+        ) from None
 
 
 def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
