@@ -16,7 +16,15 @@ from pathlib import Path
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
-from qtts.core.jobs.choices import DEFAULT_MODEL, AudioFormat, Backend, Dtype, Split
+from qtts.core.jobs.choices import (
+    DEFAULT_MODEL,
+    DEFAULT_SHARD_ROWS,
+    AudioFormat,
+    Backend,
+    Dtype,
+    OutputLayout,
+    Split,
+)
 from qtts.core.jobs.spec import (
     DEFAULT_SEGMENT_PAUSE_S,
     FailurePolicy,
@@ -94,6 +102,8 @@ def output_options(
     out_dir: o.OutDir = Path("out"),
     format: o.Format = AudioFormat.wav,
     save_codes: o.SaveCodes = False,
+    output: o.OutputOpt = OutputLayout.files,
+    shard_rows: o.ShardRows = DEFAULT_SHARD_ROWS,
     overwrite: o.Overwrite = False,
     input_moved: o.InputMoved = False,
     dry_run: o.DryRun = False,
@@ -102,6 +112,8 @@ def output_options(
         out_dir=out_dir,
         audio_format=format,
         save_codes=save_codes,
+        layout=output,
+        shard_rows=shard_rows,
         overwrite=overwrite,
         input_moved=input_moved,
         dry_run=dry_run,

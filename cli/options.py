@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from qtts.core.jobs.choices import AudioFormat, Backend, Dtype, OnBudget, Split
+from qtts.core.jobs.choices import AudioFormat, Backend, Dtype, OnBudget, OutputLayout, Split
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
@@ -233,7 +233,32 @@ SaveCodes = Annotated[
     _opt(
         "--save-codes",
         panel=OUTPUT_PANEL,
-        help=("Also write OUT/{id}.codes.npy: int64 \\[frames, 16] codec codes."),
+        help=(
+            "Also keep each row's int64 \\[frames, 16] codec codes: OUT/{id}.codes.npy, or a "
+            "member or column of its archive shard."
+        ),
+    ),
+]
+OutputOpt = Annotated[
+    OutputLayout,
+    _opt(
+        "--output",
+        panel=OUTPUT_PANEL,
+        help=(
+            "How the audio lands. files: OUT/{id}.wav per row, with metadata.jsonl; "
+            "webdataset: tar shards in OUT/data/ ({id}.wav, {id}.json); parquet: Parquet "
+            "shards in OUT/data/ with a Hugging Face Audio column."
+        ),
+    ),
+]
+ShardRows = Annotated[
+    int,
+    _opt(
+        "--shard-rows",
+        min=1,
+        metavar="N",
+        panel=OUTPUT_PANEL,
+        help="Rows per archive shard (--output webdataset or parquet).",
     ),
 ]
 

@@ -15,7 +15,7 @@ import typer
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
-from qtts.cli.job_options import split_options
+from qtts.cli.job_options import column_options, split_options
 from qtts.cli.logs import setup_logging
 from qtts.core.jobs.choices import Split
 from qtts.core.jobs.spec import DEFAULT_SEGMENT_PAUSE_S
@@ -55,6 +55,9 @@ def plan(
     speaker: Annotated[
         str | None, typer.Option(help="CustomVoice speaker for INPUT rows (any: same length).")
     ] = None,
+    id_column: o.IdColumn = None,
+    text_column: o.TextColumn = None,
+    column: o.ColumnMap = None,
     bandwidth: Annotated[
         float | None, typer.Option(min=0.001, help="--gpu custom: memory bandwidth in TB/s.")
     ] = None,
@@ -67,10 +70,14 @@ def plan(
 ) -> None:
     """Plan a job's GPU memory (slots, KV per length group, graphs, vocoder batch), its decode
     step's roofline and the job's duration at that ceiling, without a GPU. INPUT's long rows are
-    cut into segments as the job cuts them (--split). The last stdout line is JSON; exit 2 when
-    the job does not fit the card."""
+    cut into segments as the job cuts them (--split), its columns found as qtts batch finds them
+    (--text-column, --id-column, --column). The last stdout line is JSON; exit 2 when the job
+    does not fit the card."""
     setup_logging(quiet=False, verbose=False)
     with cli_errors():
+        columns = column_options(id_column, text_column, column)
+        if input is None and columns.renamed:
+            raise typer.BadParameter(f"{columns.flag(next(iter(columns.renamed)))} needs INPUT")
         lines, out, refusal = _run(
             source=input,
             model=model,
@@ -83,6 +90,7 @@ def plan(
             rows=rows,
             max_new_tokens=max_new_tokens,
             speaker=speaker,
+            columns=columns,
             bandwidth=bandwidth,
             tflops=tflops,
             split=split_options(split, max_segment_tokens, segment_pause),
@@ -123,6 +131,7 @@ def _run(
     rows,
     max_new_tokens,
     speaker,
+    columns,
     bandwidth,
     tflops,
     split,
@@ -151,7 +160,7 @@ def _run(
         shapes, frames = synthetic_shapes(m, text_tokens, rows, max_new_tokens)
         what, total = f"{rows} rows of {text_tokens} text tokens", sum(frames)
     else:
-        shapes, got, note = input_shapes(m, str(source), max_new_tokens, split, speaker)
+        shapes, got, note = input_shapes(m, str(source), max_new_tokens, split, speaker, columns)
         rows, total = got.rows, got.frames
         cut = f", {got.split_rows} split into segments" if got.split_rows else ""
         what = f"{rows} rows of {source} ({len(shapes)} requests{cut}; {note})"

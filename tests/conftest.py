@@ -14,6 +14,9 @@ from fakes import fake_env, qtts_cmd
 # so that what it asserts does not depend on the CI machine's CPU (the tests of the choice itself
 # set this knob or pass the flags). Subprocess runs inherit it.
 os.environ["QTTS_CPU_BF16"] = "0"
+# Hugging Face datasets reads archives qtts wrote; it must never reach for the Hub (CI has only the
+# package registries). Set before anything imports it: it reads this once, at import.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 @pytest.fixture(autouse=True)

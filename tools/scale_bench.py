@@ -2,6 +2,9 @@
 
     python tools/scale_bench.py --rows 100000,1000000 --model tiny-model --work-dir /tmp/qtts-scale
 
+--output webdataset|parquet measures the archive layouts; --parts N reads the manifest as a folder
+of N Parquet parts.
+
 For each size it builds a Parquet manifest of sentences, then runs, each as its own `qtts` process
 under /usr/bin/time -v (wall time and peak RSS):
 
@@ -14,7 +17,9 @@ under /usr/bin/time -v (wall time and peak RSS):
 The finished out dirs are built directly, not synthesized (a million files of real audio would
 take days on a CPU): each row gets a record made by the job layer's own functions from its
 validated row and job settings, and its audio file is a hard link to one small WAV, so the resume
-scan sees a real file of the recorded size. tests/unit/jobs/test_scale_bench.py checks that a
+scan sees a real file of the recorded size (with --output webdataset|parquet, each shard of
+--shard-rows rows is a copy of one small valid shard: resume and the views check shard names
+and never open them). tests/unit/jobs/test_scale_bench.py checks that a
 rerun skips every row of such an out dir, exactly as it does after a real run.
 Prints a table on stderr and one JSON line on stdout.
 """
@@ -41,13 +46,26 @@ WORDS = ("the quiet river carried small boats past old stone houses while childr
 LINKS_PER_FILE = 60_000  # ext4 allows 65,000 hard links to one inode
 
 
-def make_manifest(path: Path, rows: int, seed: int = 0, batch: int = 1_000_000) -> None:
-    """rows of id (utt-NNNNNNNNN) and text (6-24 words, a sentence each)."""
+def make_manifest(path: Path, rows: int, seed: int = 0, batch: int = 1_000_000,
+                  parts: int = 1) -> None:  # fmt: skip
+    """rows of id (utt-NNNNNNNNN) and text (6-24 words, a sentence each); parts > 1: `path` is
+    a folder of that many Parquet files."""
     rng = np.random.default_rng(seed)
     schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+    if parts > 1:
+        path.mkdir(parents=True, exist_ok=True)
+        per_part = -(-rows // parts)
+        for k in range(parts):
+            n = max(0, min(per_part, rows - k * per_part))
+            _write_rows(path / f"part-{k:05d}.parquet", rng, schema, k * per_part, n, batch)
+        return
+    _write_rows(path, rng, schema, 0, rows, batch)
+
+
+def _write_rows(path: Path, rng, schema: pa.Schema, first: int, rows: int, batch: int) -> None:
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
-        for start in range(0, rows, batch):
-            n = min(batch, rows - start)
+        for start in range(first, first + rows, batch):
+            n = min(batch, first + rows - start)
             lengths = rng.integers(6, 25, size=n)
             picks = rng.integers(0, len(WORDS), size=int(lengths.sum()))
             words = np.array(WORDS, dtype=object)[picks]
@@ -64,7 +82,7 @@ MEASURE_RANGES = {"peak": (0.3, 1.0), "rms_dbfs": (-40.0, -10.0), "silence_ratio
 
 
 def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
-               open_text_model=None) -> int:  # fmt: skip
+               open_text_model=None, layout: str = "files") -> int:  # fmt: skip
     """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian --device
     cpu` of num_shards shards: job file, settings, one state per shard, a file per row, the
     views. Returns the rows."""
@@ -87,7 +105,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     Layout(out).dir.mkdir(parents=True, exist_ok=True)
     if open_text_model is None:
         from qtts.core.synthesis.session import open_text_model
-    spec = JobSpec(kind="batch", source=str(manifest), output=OutputSettings(out),
+    spec = JobSpec(kind="batch", source=str(manifest), output=OutputSettings(out, layout=layout),
                    model=ModelSettings(model, device="cpu"),
                    voice=VoiceSettings(RowDefaults(speaker="vivian")))  # fmt: skip
     job, req, _, _ = prepare_job(spec, open_text_model, env={})
@@ -95,6 +113,8 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     n = valid.num_rows
     wav = encode_audio(np.zeros(1920, np.float32), job.text_model.sample_rate, "wav")
     names = pc.binary_join_element_wise(valid["id"], pa.scalar("wav"), ".")
+    if layout != "files":
+        names, shard_names = _archive_locations(valid["id"], layout, spec.output.shard_rows)
     columns = {name: valid[name] for name in valid.column_names if name != "error"}
     columns.update(
         status=pa.array(np.full(n, OK, dtype=object), pa.string()), file=names,
@@ -132,7 +152,10 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     scale_out = replace(job.spec.scale_out, num_shards=num_shards)
     job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, scale_out=scale_out))
     record_job(job, req, source_path(spec))
-    _link_files(out, names, wav)
+    if layout == "files":
+        _link_files(out, names, wav)
+    else:
+        _place_shards(out, shard_names, layout, wav)
     rebuild(out, input_rows("batch", str(manifest)), wait_s=60)  # a finished job has its views
     return n
 
@@ -150,6 +173,37 @@ def _link_files(out: Path, names: pa.Array, wav: bytes) -> None:
         t.unlink()
 
 
+def _archive_locations(ids: pa.Array, layout: str, shard_rows: int) -> tuple[pa.Array, list]:
+    """Each row's member location in shards of shard_rows rows, as a run would record them."""
+    from qtts.core.jobs.output.stores.locations import member_location
+    from qtts.core.jobs.output.stores.shard_formats import FORMATS
+
+    fmt = FORMATS[layout]
+    shard_names = [f"scalebench-{k:06d}{fmt.suffix}" for k in range(-(-len(ids) // shard_rows))]
+    at = np.arange(len(ids)) // shard_rows
+    members = [fmt.audio_member(i, "wav") for i in ids.to_pylist()]
+    shard_of = np.array(shard_names, dtype=object)[at]
+    locations = [member_location(s, m) for s, m in zip(shard_of, members, strict=True)]
+    return pa.array(locations, pa.string()), shard_names
+
+
+def _place_shards(out: Path, shard_names: list[str], layout: str, wav: bytes) -> None:
+    """One small valid shard, copied under every name (a hard link each, as files are)."""
+    from qtts.core.jobs.output.stores.shard_formats import FORMATS
+
+    data = out / "data"
+    data.mkdir(exist_ok=True)
+    template = data / ".template"
+    with open(template, "wb") as f:
+        writer = FORMATS[layout].open(f, 24000)
+        writer.add("template", wav, "wav", None, {"id": "template", "duration_s": 0.08})
+        writer.close()
+    for name in shard_names:
+        if not (data / name).exists():
+            os.link(template, data / name)
+    template.unlink()
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> dict:
     """Run under /usr/bin/time -v: wall seconds, peak RSS (MB), exit code, last stdout line."""
     proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
@@ -163,14 +217,14 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
             "stderr_tail": proc.stderr.splitlines()[-30:] if proc.returncode else []}  # fmt: skip
 
 
-def bench(rows: int, work: Path, model: str) -> dict:
-    base = work / f"{rows}"
+def bench(rows: int, work: Path, model: str, layout: str = "files", parts: int = 1) -> dict:
+    base = work / f"{rows}-{layout}-{parts}"
     base.mkdir(parents=True, exist_ok=True)
-    manifest = base / "manifest.parquet"
+    manifest = base / ("manifest" if parts > 1 else "manifest.parquet")
     if not manifest.exists():
-        make_manifest(manifest, rows)
+        make_manifest(manifest, rows, parts=parts)
     qtts = [sys.executable, "-m", "qtts"]
-    common = ["--model", model, "--speaker", "vivian", "--device", "cpu", "-q"]
+    common = ["--model", model, "--speaker", "vivian", "--device", "cpu", "-q", "--output", layout]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
     out = {}
     fresh = base / "fresh"
@@ -178,11 +232,11 @@ def bench(rows: int, work: Path, model: str) -> dict:
                             *common], env)  # fmt: skip
     done = base / "done"
     if not (done / ".qtts" / "state.parquet").exists():
-        _finish_in_a_process(manifest, done, model, 1)
+        _finish_in_a_process(manifest, done, model, 1, layout)
     out["rerun"] = timed([*qtts, "batch", str(manifest), "-o", str(done), *common], env)
     shards = base / "done-4-shards"
     if not (shards / ".qtts" / "job.json").exists():
-        _finish_in_a_process(manifest, shards, model, 4)
+        _finish_in_a_process(manifest, shards, model, 4, layout)
     out["results"] = timed([*qtts, "results", str(shards)], env)
     one = base / "one-shard"
     out["shard"] = timed([*qtts, "batch", str(manifest), "-o", str(one), "--num-shards", "100000",
@@ -191,10 +245,10 @@ def bench(rows: int, work: Path, model: str) -> dict:
     return out
 
 
-def _finish_in_a_process(manifest: Path, out: Path, model: str, shards: int) -> None:
+def _finish_in_a_process(manifest: Path, out: Path, model: str, shards: int, layout: str) -> None:
     """finish_job in a child, so its memory is gone before the measured commands run."""
     cmd = [sys.executable, __file__, "--finish", str(manifest), str(out), "--model", model,
-           "--shards", str(shards)]  # fmt: skip
+           "--shards", str(shards), "--output", layout]  # fmt: skip
     subprocess.run(cmd, check=True)
 
 
@@ -210,13 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="100000,1000000", help="comma-separated manifest sizes")
     p.add_argument("--model", required=True, help="checkpoint dir (e.g. a tiny checkpoint)")
     p.add_argument("--work-dir", default="/tmp/qtts-scale", type=Path)
+    p.add_argument("--output", default="files", choices=("files", "webdataset", "parquet"))
+    p.add_argument("--parts", type=int, default=1, help="read the manifest as a folder of N parts")
     a = p.parse_args(argv)
     if a.finish:
-        finish_job(Path(a.finish[0]), Path(a.finish[1]), a.model, a.shards)
+        finish_job(Path(a.finish[0]), Path(a.finish[1]), a.model, a.shards, layout=a.output)
         return 0
     report = {}
     for rows in (int(r) for r in a.rows.split(",")):
-        report[rows] = bench(rows, a.work_dir, a.model)
+        report[rows] = bench(rows, a.work_dir, a.model, a.output, a.parts)
         for name, r in report[rows].items():
             s = r["summary"]
             what = {k: s.get(k) for k in ("total", "to_synthesize", "skipped", "ok", "failed",

@@ -1,7 +1,8 @@
 """An input file's rows as the requests the job would run, for `qtts plan`.
 
 The rows are read and checked for length as the job reads them (qtts.core.jobs.rows.manifest: a
-manifest as `qtts batch` reads it, anything else as `qtts synth`'s text lines;
+manifest as `qtts batch` reads it, its columns named as the job names them (--id-column,
+--text-column, --column), anything else as `qtts synth`'s text lines;
 qtts.core.jobs.work.lengths), ordered longest first, and the first chunk is cut into requests by
 the job's own code (qtts.core.jobs.work.chunks.chunk_requests): a long row becomes its segment
 requests under the same split settings, so the plan's length groups are the dry run's. Every row
@@ -20,10 +21,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.errors import UsageError
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import looks_like_manifest
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import ManifestColumns, SplitSettings
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Todo, chunk_requests, planned_frames
 from qtts.core.jobs.work.lengths import check_lengths
@@ -61,8 +63,9 @@ def input_requests(
     budget: FrameBudget,
     split: SplitSettings,
     speaker: str | None,
+    columns: ManifestColumns | None = None,
 ) -> InputRequests:
-    rows = read_manifest(source) if looks_like_manifest(source) else read_text_lines(source)
+    rows = _read_rows(source, columns or ManifestColumns())
     table = _request_rows(rows, text_model.config, speaker)
     lengths = check_lengths(table["text"], text_model, budget, split)
     fits = lengths.error.is_null().to_numpy(zero_copy_only=False)
@@ -79,6 +82,18 @@ def input_requests(
         frames=planned_frames(todo, first),
         more_chunks=todo.num_rows > CHUNK_ROWS,
     )
+
+
+def _read_rows(source: str, columns: ManifestColumns) -> pa.Table:
+    if looks_like_manifest(source):
+        return read_manifest(source, columns)
+    if columns.renamed:  # a column name that would silently plan nothing of what was meant
+        flag = columns.flag(next(iter(columns.renamed)))
+        raise UsageError(
+            f"{flag} names a manifest column, but {source} is read as text lines (not a "
+            "manifest's extension)"
+        )
+    return read_text_lines(source)
 
 
 def _request_rows(rows: pa.Table, config: ModelConfig, speaker: str | None) -> pa.Table:

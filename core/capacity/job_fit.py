@@ -27,7 +27,7 @@ from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import ManifestColumns, SplitSettings
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
@@ -117,6 +117,7 @@ def input_shapes(
     max_new_tokens: int | None,
     split: SplitSettings,
     speaker: str | None,
+    columns: ManifestColumns | None = None,
 ) -> tuple[list[RowShape], InputRequests, str]:
     """Shapes of the requests the job would run for an input file's rows (a long row's segments
     in its place), those requests' summary, and a note on how their tokens were counted."""
@@ -130,7 +131,7 @@ def input_shapes(
 
         text = CheckpointText(m.name, m.model_dir)
         note = "token counts from the checkpoint's tokenizer"
-    got = input_requests(text, source, budget, split, speaker)
+    got = input_requests(text, source, budget, split, speaker, columns)
     if m.model_dir is None:
         counts = text.count_text_tokens([r.text for r in got.requests])
         tokens = [synthetic_tokens(m.config, n) for n in counts]

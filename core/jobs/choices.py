@@ -40,6 +40,16 @@ class AudioFormat(Choice):
     flac = "flac"
 
 
+class OutputLayout(Choice):
+    files = "files"  # OUT/{id}.wav, one file per row
+    webdataset = "webdataset"  # tar shards in OUT/data/
+    parquet = "parquet"  # Parquet shards in OUT/data/, Hugging Face Audio
+
+
+# Rows per archive shard: ~480 MB of 10 s WAV clips, the size WebDataset readers stream well.
+DEFAULT_SHARD_ROWS = 1000
+
+
 class OnBudget(Choice):
     ok = "ok"  # kept, flagged hit_frame_budget
     fail = "fail"

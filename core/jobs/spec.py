@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 from qtts.core.errors import UsageError
 from qtts.core.jobs.choices import (
     DEFAULT_MODEL,
+    DEFAULT_SHARD_ROWS,
     AudioFormat,
     Backend,
     Choice,
     Dtype,
     OnBudget,
+    OutputLayout,
     Split,
 )
 
@@ -168,6 +170,8 @@ class OutputSettings:
     out_dir: Path
     audio_format: AudioFormat = AudioFormat.wav
     save_codes: bool = False
+    layout: OutputLayout = OutputLayout.files  # --output: files, or archive shards in OUT/data/
+    shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
     dry_run: bool = False  # plan and report; load no weights, write nothing
@@ -175,6 +179,9 @@ class OutputSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
         object.__setattr__(self, "audio_format", AudioFormat.parse(self.audio_format, "--format"))
+        object.__setattr__(self, "layout", OutputLayout.parse(self.layout, "--output"))
+        if self.shard_rows < 1:
+            raise UsageError(f"--shard-rows must be >= 1, got {self.shard_rows}")
 
 
 # A segment of 50 text tokens takes about 200 frames (16 s) at the typical 4 frames per token

@@ -36,13 +36,15 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def read_clip(path: Path) -> Clip:
-    """One file as a Clip; any failure to read it is the Clip's error."""
+def read_clip(path) -> Clip:
+    """One file as a Clip; any failure to read it is the Clip's error. path: a file's path, or a
+    callable giving a file object (an archive member's bytes)."""
     import soundfile as sf
     import soxr
 
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        source = path() if callable(path) else str(path)
+        data, rate = sf.read(source, dtype="float32", always_2d=True)
     except Exception as exc:  # noqa: BLE001 -- libsndfile's errors, a missing file, a bad header
         return Clip(None, f"unreadable audio: {one_line(exc)}")
     if data.shape[0] == 0:

@@ -81,10 +81,10 @@ def open_dataset(path: Path) -> Dataset:
 
 
 def _out_dir_rows(out_dir: Path) -> pa.Table:
+    from qtts.core.jobs.output.stores.presence import present
     from qtts.core.jobs.state.listing import list_out_dir
     from qtts.core.jobs.state.records import OK
     from qtts.core.jobs.state.shard_state import read_all
-    from qtts.core.jobs.work.resume import present
 
     records = read_all(out_dir, RECORD_COLUMNS).combine_chunks()
     ok = pc.fill_null(pc.equal(records["status"], OK), False).to_numpy(zero_copy_only=False)

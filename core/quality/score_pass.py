@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from qtts.core.errors import QttsError, UsageError
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink
+from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.model.hub import one_line
 from qtts.core.quality import extra
 from qtts.core.quality.audio import Clip, cores, read_ahead
@@ -139,6 +140,9 @@ def _score(
     table = current(dataset.rows, old, dataset.key)
     run = _Pass(dataset, table, {s.name: needs(table, s.name, s.identity, s.done) for s in scorers})
     todo = np.flatnonzero(np.logical_or.reduce(list(run.need.values())))
+    reader = MemberReader(dataset.root)
+    if dataset.kind == OUT_DIR and len(todo):  # archive members in the order their shards hold
+        todo = todo[_reading_order(dataset, todo, reader)]
     written = len(todo) > 0 or old is None or old.num_rows != table.num_rows
     loaded = {s.name: s.load() for s in scorers if run.need[s.name][todo].any()}
     planned = pc.sum(dataset.rows["duration_s"].take(pa.array(todo))).as_py() or 0.0
@@ -147,7 +151,7 @@ def _score(
     progress.start(len(todo), planned)
     try:
         last = time.monotonic()
-        paths = _ChunkPaths(dataset.root, names, chunks)
+        paths = _ChunkPaths(reader, names, chunks, locations=dataset.kind == OUT_DIR)
         for chunk, clips in zip(chunks, read_ahead(paths, cores()), strict=True):
             with stop.interruptible():  # Ctrl-C or SIGTERM: this chunk is dropped, the rest kept
                 outcomes = _score_chunk(run, scorers, loaded, chunk, clips)
@@ -228,18 +232,36 @@ def _isolated(score, clips: list[Clip], texts: list[str], languages: list) -> li
     ]
 
 
-class _ChunkPaths:
-    """Each chunk's file paths, made when read_ahead asks for the chunk: 10M rows never hold
-    10M Path objects at once."""
+def _reading_order(dataset: Dataset, rows: np.ndarray, reader) -> np.ndarray:
+    from qtts.core.jobs.output.stores.locations import is_archived
 
-    def __init__(self, root: Path, names: pa.ChunkedArray, chunks: list[np.ndarray]) -> None:
-        self.root, self.names, self.chunks = root, names, chunks
+    locations = dataset.rows["file_name"].take(pa.array(rows))
+    if not pc.any(pc.fill_null(is_archived(locations), False)).as_py():
+        return np.arange(len(rows))  # files only: input order
+    return reader.order(locations.to_pylist())
+
+
+class _ChunkPaths:
+    """Each chunk's audio sources (a file's path, or an archive member's reader), made when
+    read_ahead asks for the chunk: 10M rows never hold 10M Path objects at once."""
+
+    def __init__(
+        self, reader, names: pa.ChunkedArray, chunks: list[np.ndarray], *, locations: bool
+    ) -> None:
+        """reader: a MemberReader of the dataset's root; locations: the names are a qtts out
+        dir's record locations (files or archive members), else an AudioFolder's file names,
+        paths under the root whatever they hold."""
+        self.reader, self.names, self.chunks = reader, names, chunks
+        self.locations = locations
 
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def __getitem__(self, k: int) -> list[Path]:
-        return [self.root / n for n in self.names.take(pa.array(self.chunks[k])).to_pylist()]
+    def __getitem__(self, k: int) -> list:
+        names = self.names.take(pa.array(self.chunks[k])).to_pylist()
+        if not self.locations:
+            return [self.reader.root / n for n in names]
+        return [self.reader.source(n) for n in names]
 
 
 def _log_failures(run: _Pass, names: pa.ChunkedArray) -> None:

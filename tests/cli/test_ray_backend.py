@@ -244,3 +244,28 @@ main()
                           timeout=120)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'qtts[ray]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+def test_two_workers_write_archive_shards_every_id_once(cluster, markers, checkpoint, tmp_path,
+                                                        hooks, layout):  # fmt: skip
+    at = 6 if layout == "webdataset" else 7  # a row id of its own: its kill marker is per id
+    texts = [*TEXTS[:at], f"KILL this actor ({layout})", *TEXTS[at:]]  # its unit is retried
+    manifest = _manifest(tmp_path / "m.parquet", texts)
+    code, summary, out = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray",
+                              "--workers", 2, "--output", layout, "--shard-rows", 3)  # fmt: skip
+    assert code == 0 and summary["ok"] == len(texts), out
+    assert (markers / f"killed-u{at:02d}").exists()  # the actor did die on its first try
+    data = tmp_path / "out" / "data"
+    if layout == "webdataset":
+        import webdataset as wds
+
+        urls = sorted(str(p) for p in data.glob("*.tar"))
+        ids = [json.loads(s["json"])["id"] for s in wds.WebDataset(urls, shardshuffle=False)]
+    else:
+        ids = [i for p in sorted(data.glob("*.parquet"))
+               for i in pq.read_table(p, columns=["id"])["id"].to_pylist()]  # fmt: skip
+    assert sorted(ids) == [f"u{i:02d}" for i in range(len(texts))]  # every id exactly once
+    assert len(list(data.iterdir())) >= 4  # units of at most 3 rows: a shard each
+    results = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
+    assert all(r["member"] is not None and r["path"].startswith(str(data)) for r in results)

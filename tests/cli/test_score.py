@@ -124,6 +124,28 @@ def test_an_out_dirs_views_carry_the_scores_through_every_rebuild(tmp_path, writ
     assert shown()[:2] == scored[:2] and shown()[2] is not None
 
 
+SAME_AUDIO_SCORE = 1e-6  # one clip's bytes, read from a file or from its shard: one score
+
+
+def test_archive_shards_score_as_their_files_do(tmp_path, write_manifest):
+    rows = [{"id": k, "text": f"line {k}", "seed": n} for n, k in enumerate(["a", "b.1", "c"])]
+    manifest = write_manifest(rows)
+    scores = {}
+    for layout in ("files", "webdataset", "parquet"):
+        out = tmp_path / layout
+        made = run("batch", manifest, "-o", out, "--speaker", "ryan", "--output", layout,
+                   "--shard-rows", 2)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        p = run("score", out)
+        assert p.returncode == 0 and summary(p)["scored"] == 3, p.stderr
+        table = pq.read_table(out / "results.parquet", columns=["id", "dnsmos_ovrl"])
+        scores[layout] = dict(zip(*table.to_pydict().values(), strict=True))
+    for layout in ("webdataset", "parquet"):
+        assert scores[layout].keys() == scores["files"].keys()
+        for k, want in scores["files"].items():
+            assert abs(scores[layout][k] - want) <= SAME_AUDIO_SCORE, (layout, k)
+
+
 BLOCK_SPEECHMOS = """
 import sys
 class NoQuality:

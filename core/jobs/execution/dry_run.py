@@ -5,7 +5,8 @@ done or to redo, checks lengths, and plans the memory of the first (longest) chu
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
 to redo and why, failing validation (the first reasons), frames and hours of audio estimated,
 the rows of the first chunk that will be split into segments (and how many segments), and the
-precision the run would compute in.
+precision the run would compute in. A run it would refuse at its locks (its shard's lock held:
+exit 75; --overwrite changing the shard count under a running shard: exit 2) it refuses alike.
 Knows the job's work and the TextModel; no tensors.
 """
 
@@ -19,7 +20,11 @@ from typing import Any
 import pyarrow.compute as pc
 
 from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.jobfile import read_job_file
+from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import list_out_dir
+from qtts.core.jobs.state.lock import LockHeldError, holder_pid
+from qtts.core.jobs.state.lock_probe import check_no_old_run, lock_is_held
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
@@ -67,6 +72,19 @@ class DryRunSummary:
         )
 
 
+def refuse_as_the_run_would(job) -> None:
+    """job: locked_run.Job. The run's lock checks, in its order, asked without taking a lock:
+    raises LockHeldError (75) or UsageError (2) with the run's own line."""
+    out = job.spec.output.out_dir
+    layout = Layout(out)
+    own = layout.lock(job.shard.suffix)
+    if lock_is_held(own):
+        raise LockHeldError(own, holder_pid(own))
+    recorded = read_job_file(out, legacy_ok=job.spec.output.overwrite)
+    if recorded is not None and recorded.num_shards != job.shard.count:  # only --overwrite
+        check_no_old_run(layout, recorded.num_shards)
+
+
 def dry_run(job) -> DryRunSummary:
     """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
     t0 = time.monotonic()
@@ -81,6 +99,7 @@ def dry_run(job) -> DryRunSummary:
         budget=job.budget,
         settings=job.settings,
         registry=read_registry(out),
+        layout=spec.output.layout.value,
         audio_format=spec.output.audio_format.value,
         save_codes=spec.output.save_codes,
         split=spec.split,

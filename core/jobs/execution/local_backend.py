@@ -2,8 +2,9 @@
 
 Yields one Outcome per row in completion order (the chunk loop it shares with the Ray
 backend: qtts.core.jobs.execution.chunk_loop). Each finished utterance goes to the writer pool at
-once; at most MAX_WRITES_IN_FLIGHT wait for the disk (bounding the audio held in memory) and a
-write error (disk full) surfaces at the next row, not at the end. Closing the stream early (an
+once (the output store: qtts.core.jobs.output.stores); at most MAX_WRITES_IN_FLIGHT wait for
+the disk (bounding the audio held in memory) and a write error (disk full) surfaces at the next
+row, not at the end. Closing the stream early (an
 abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
 is lost. Knows chunks, the synthesizer protocol and the recorder; no tensors.
 """
@@ -21,7 +22,7 @@ from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
-from qtts.core.jobs.output.writer import OutputWriter, fsync_dir
+from qtts.core.jobs.output.writer import fsync_dir
 from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.work.budget import FrameBudget
@@ -60,14 +61,15 @@ class LocalBackend:
     ) -> Iterator[Outcome]:
         synth = self.synth
         writes = WriteQueue(self.out_dir)
-        recorder = RowRecorder(OutputWriter(self.out_dir, ctx.audio_format), journal, ctx)
+        store = ctx.store.open(self.out_dir, journal)
+        recorder = RowRecorder(store, journal, ctx)
         try:
             for chunk in chunks(todo, self.text_model, self.budget, split=self.split):
                 yield from self._chunk(synth, chunk, recorder, writes, stop)
             yield from writes.settled(block=True, every=True)
         finally:
             writes.close()
-            recorder.writer.close()
+            store.close()  # an archive seals its open shard: its rows become durable
 
     def _chunk(
         self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue, stop: StopSignals

@@ -28,7 +28,11 @@ from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
-from qtts.core.jobs.output.writer import cleanup_temp_files, remove_live_temps, row_id_of
+from qtts.core.jobs.output.stores import retract
+from qtts.core.jobs.output.stores.files import row_id_of
+from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES
+from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
+from qtts.core.jobs.output.writer import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.rows.validation import Prepared
 from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.state import shard_state as state
@@ -93,6 +97,14 @@ class JobRun:
             save_codes=job.spec.output.save_codes,
             on_budget=job.spec.failures.key,
             split=job.spec.split.key,
+            store=StoreSpec(
+                layout=job.spec.output.layout.value,
+                audio_format=job.spec.output.audio_format.value,
+                save_codes=job.spec.output.save_codes,
+                shard_rows=job.spec.output.shard_rows,
+                prefix=writer_prefix(self.shard.suffix),
+                run_tag=self.run_id.rsplit("-", 1)[-1],
+            ),
         )
         self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
@@ -101,7 +113,9 @@ class JobRun:
 
     def execute(self) -> JobSummary:
         with StopSignals(on_exit_now=remove_live_temps) as stop:
+            retract.finish(self.out, self.shard.suffix, self.journal, self.run_id)  # a killed run's
             if self.spec.output.overwrite:
+                self._retract_everything()
                 state.reset(self.out, self.shard)
             work = self._plan()
             self._record_work(work)
@@ -123,10 +137,15 @@ class JobRun:
     def _plan(self) -> Work:
         self.records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         listing = list_out_dir(self.out)
-        if cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps):
+        removed = cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps)
+        removed += cleanup_temp_files(
+            self.out / ARCHIVE_DIR, owns=self.ctx.store.owns_shard, names=listing.archive_temps
+        )
+        if removed:
             log.info("removed temp files left by an interrupted run")
-        own_state = Layout(self.out).state(self.shard.suffix)
-        cleanup_temp_files(own_state.parent, owns=lambda final: final == own_state.name)
+        layout = Layout(self.out)
+        own = {layout.state(self.shard.suffix).name, layout.retract_intent(self.shard.suffix).name}
+        cleanup_temp_files(layout.dir, owns=lambda final: final in own)
         j = self.job
         return decide_work(
             j.prepared,
@@ -136,6 +155,7 @@ class JobRun:
             budget=j.budget,
             settings=j.settings,
             registry=read_registry(self.out),
+            layout=self.ctx.store.layout,
             audio_format=self.spec.output.audio_format.value,
             save_codes=self.spec.output.save_codes,
             split=self.spec.split,
@@ -147,6 +167,9 @@ class JobRun:
         failing validation are recorded (unless recorded so already: a rerun of a finished job
         writes nothing)."""
         if len(work.resume.stale):
+            # Before the pending records (stores/retract.py): a kill between must not lose the
+            # locations of rows that still sit in archive shards.
+            self._retract(work.resume.stale, self.records)
             log.warning(
                 "redoing %d row(s) done before whose output would change: %s",
                 len(work.resume.stale),
@@ -157,11 +180,35 @@ class JobRun:
             log.info("resuming: %d row(s) already done, %d to do", work.skipped, work.todo.num_rows)
         rejected = work.rejected
         old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
+        was_ok = pc.fill_null(pc.equal(old["status"], OK), False)
+        if pc.any(was_ok).as_py():  # done before, failing now (an emptied text, say): out first
+            self._retract(pc.filter(rejected["id"], was_ok), self.records)
         same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
         fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
         fresh = fresh.filter(pc.is_valid(fresh["id"]))  # a null id has no record to key
         self.journal.append_table(stamped(fresh, status=FAILED, **self.ctx.stamp()))
         self.failures.add_table(rejected)
+
+    def _retract(self, ids: pa.Array, records: pa.Table) -> None:
+        old = aligned(pa.table({"id": ids}), records.select(["id", "file"]))
+        retract.retract(
+            self.out,
+            self.shard.suffix,
+            self.journal,
+            self.run_id,
+            ids,
+            old["file"],
+            layout=self.ctx.store.layout,
+        )
+
+    def _retract_everything(self) -> None:
+        """--overwrite: this shard's rows in archive shards (in files too, when this run writes
+        another layout) come out before its state goes; files are replaced by name."""
+        if self.ctx.store.layout == FILES and not (self.out / ARCHIVE_DIR).exists():
+            return  # files are replaced by name: nothing to take out
+        records, _ = state.read_own(self.out, self.shard, ("id", "status", "file", "run", "t"))
+        ok = records.filter(pc.fill_null(pc.equal(records["status"], OK), False))
+        self._retract(ok["id"], ok)
 
     def _loop(self, work: Work, stop: StopSignals) -> None:
         if self._too_many_failures():
@@ -176,7 +223,7 @@ class JobRun:
             for outcome in outcomes:
                 if outcome.status != OK:
                     self.failures.add(outcome.id, None, outcome.error or "failed")
-                self.progress.advance(1, outcome.duration_s)
+                self.progress.advance(1, outcome.duration_s, outcome.id)
                 if self._too_many_failures():
                     self.aborted = True
                     return  # the rest stays pending

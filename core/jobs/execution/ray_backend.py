@@ -5,10 +5,11 @@ results); only where rows are synthesized differs. It reaches the cluster first,
 --ray-timeout, before anything is written. The rows to do go to Ray Data as work units sized from
 an actor's slots and spread over every worker: from_arrow -> repartition -> map_batches(
 SynthesisActor, ActorPoolStrategy(size=workers, one unit in flight each), num_gpus=G). Each
-actor loads the model once, builds its unit's requests, runs the local engine, writes files
-atomically and journals each finished row in its own journal in the shared out dir (as a shard
-would), returning only small outcome rows. So a killed driver or actor loses only the rows in
-flight; a unit Ray retries after an actor died skips the rows its first attempt published.
+actor loads the model once, builds its unit's requests, runs the local engine, publishes the rows
+through the run's output store (files, or archive shards of the unit's own) and journals each in its
+own journal in the shared out dir (as a shard would), returning only small outcome rows. So a
+killed driver or actor loses only the rows in flight; a unit Ray retries after an actor died
+skips the rows its first attempt published.
 
 Imports ray when a job uses it, and no torch in the driver (actors load the model themselves).
 """
@@ -33,10 +34,11 @@ import pyarrow.compute as pc
 from qtts.core.errors import FatalError, UsageError
 from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.execution.ray_local import start_local_ray
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
-from qtts.core.jobs.output.writer import OutputWriter
-from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.output.stores.locations import FILES
+from qtts.core.jobs.state.journal import Journal, read_journals
+from qtts.core.jobs.state.layout import RAY_PREFIX, Layout
 from qtts.core.jobs.state.records import OK, ROW_FIELDS
 from qtts.core.jobs.work.chunks import Todo, chunk_requests
 
@@ -125,6 +127,8 @@ class RayBackend:
         todo = todo.ordered(list(ROW_FIELDS))  # units of similar lengths
         try:
             unit = rows_per_unit(todo.num_rows, self.workers, self.slots)
+            if ctx.store.layout != FILES:  # a unit fills one archive shard at most
+                unit = min(unit, ctx.store.shard_rows)
             log.info(
                 "ray: %d worker(s), %g GPU(s) each, %d rows in units of %d",
                 self.workers,
@@ -164,16 +168,24 @@ class RayBackend:
                 ray.shutdown()
 
     def _missing(self, todo, seen, journal, ctx) -> Iterator[Outcome]:
-        """Rows no unit returned (a bug or a lost unit): failed, by the driver."""
+        """Rows no unit returned (a bug or a lost unit): those an actor did publish and journal
+        (a unit lost after its shard was sealed) are ok; the rest failed, by the driver, which
+        would otherwise hide a published row behind a newer failed record."""
         returned = pa.chunked_array(seen, pa.string()).combine_chunks() if seen else None
         lost = (
             todo
             if returned is None
             else todo.filter(pc.invert(pc.is_in(todo["id"], value_set=returned)))
         )
+        if lost.num_rows == 0:
+            return
+        made = _published_by_actors(Path(self.actor_kwargs["out_dir"]), lost["id"], ctx.run)
         recorder = RowRecorder(None, journal, ctx)
         for row in lost.select(list(ROW_FIELDS)).to_pylist():
-            yield recorder.failed(row, "no result came back from the ray workers")
+            if row["id"] in made:
+                yield Outcome(row["id"], OK, made[row["id"]])
+            else:
+                yield recorder.failed(row, "no result came back from the ray workers")
 
 
 class SynthesisActor:
@@ -199,39 +211,39 @@ class SynthesisActor:
         self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
         self.split = split
         self.started = started  # when the driver handed the rows out (wall clock)
-        journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
-        self.recorder = RowRecorder(
-            OutputWriter(self.out_dir, ctx.audio_format, workers=1), journal, ctx
-        )
+        self.journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        done = self._published_by_this_run(batch)
-        done_ids = pa.array(list(done), pa.string())
-        rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
-        out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
-        chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
-        pending = list(run_chunk(self.synth, chunk, self.options, self.recorder))
-        for result in pending:
-            o = result if isinstance(result, Outcome) else result.result()
+        ids = batch["id"].to_pylist()
+        store = self.ctx.store.open_unit(self.out_dir, self.journal, ids)
+        try:
+            # Rows of a retried unit that an earlier attempt of this run already published
+            done = store.published(ids, self.started)
+            done_ids = pa.array(list(done), pa.string())
+            rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
+            out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
+            chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
+            recorder = RowRecorder(store, self.journal, self.ctx)
+            pending = list(run_chunk(self.synth, chunk, self.options, recorder))
+            outcomes = [r if isinstance(r, Outcome) else r.result() for r in pending]
+        finally:
+            store.close()  # an archive unit's shard is sealed: its rows durable, then returned
+        for o in outcomes:
             out.append(
                 {"id": o.id, "status": o.status, "error": o.error, "duration_s": o.duration_s}
             )
         return pa.Table.from_pylist(out, schema=OUTCOME_SCHEMA)
 
-    def _published_by_this_run(self, batch: pa.Table) -> dict[str, float]:
-        """Rows of a retried unit whose file an earlier attempt of this run already published
-        (and journalled): {id: seconds of audio}."""
-        import soundfile as sf
 
-        done = {}
-        for row_id in batch["id"].to_pylist():
-            path = self.out_dir / f"{row_id}.{self.ctx.audio_format}"
-            try:
-                if path.stat().st_mtime >= self.started:
-                    done[row_id] = float(sf.info(str(path)).duration)
-            except (OSError, RuntimeError):
-                continue
-        return done
+def _published_by_actors(out_dir: Path, ids: pa.ChunkedArray, run: str) -> dict[str, float]:
+    """{id: seconds} of `ids` that actors of this run journalled ok (a rare path: lost units)."""
+    layout = Layout(out_dir)
+    actors = [p for p in layout.journals() if p.name.startswith(RAY_PREFIX)]
+    records, _ = read_journals(actors)
+    ok = pc.and_(pc.equal(records["status"], OK), pc.equal(records["run"], run))
+    ok = pc.and_(pc.fill_null(ok, False), pc.is_in(records["id"], value_set=ids.combine_chunks()))
+    made = records.filter(ok)
+    return dict(zip(made["id"].to_pylist(), made["duration_s"].to_pylist(), strict=True))
 
 
 def _connect(ray, address: str | None, timeout: float) -> bool:
@@ -243,11 +255,7 @@ def _connect(ray, address: str | None, timeout: float) -> bool:
     if not address:
         # Each actor holds a CPU slot; Ray Data's own tasks (repartition, reads) need slots too,
         # and on a small box the actors could take them all and stall the pipeline for good.
-        ray.init(
-            num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        start_local_ray(ray, num_cpus=(os.cpu_count() or 1) + SPARE_CPU_SLOTS)
         return True
     deadline = time.monotonic() + timeout
     _probe(address, timeout)

@@ -24,6 +24,7 @@ from qtts.core.jobs.choices import Dtype
 from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.execution.local_backend import LocalBackend
 from qtts.core.jobs.execution.locked_run import Job, JobRun
+from qtts.core.jobs.execution.segment_progress import with_segment_progress
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
 from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
@@ -211,8 +212,9 @@ def run_job(
     job, req, options, refs = prepare_job(spec, open_text_model, env)
     spec = job.spec
     if spec.output.dry_run:
-        from qtts.core.jobs.execution.dry_run import dry_run
+        from qtts.core.jobs.execution.dry_run import dry_run, refuse_as_the_run_would
 
+        refuse_as_the_run_would(job)  # before any line: a refused run says one
         log_precision(job.precision)
         return dry_run(job)
     if spec.scale_out.backend == "ray":
@@ -223,7 +225,7 @@ def run_job(
         backend = LocalBackend(
             out_dir=spec.output.out_dir,
             text_model=job.text_model,
-            load_synthesizer=load_synthesizer,
+            load_synthesizer=with_segment_progress(load_synthesizer, progress),
             placement=spec.model.placement,
             options=options,
             budget=job.budget,

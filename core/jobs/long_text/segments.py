@@ -47,6 +47,12 @@ def segment_id(row_id: str, index: int) -> str:
     return f"{row_id}{_SEPARATOR}{index}"
 
 
+def row_of_segment(request_id: str) -> str | None:
+    """The row a segment's request id belongs to (None: a whole row's id)."""
+    row_id, sep, _ = request_id.rpartition(_SEPARATOR)
+    return row_id if sep else None
+
+
 def segment_seed(seed: int, index: int) -> int:
     """The seed of segment `index` of a row seeded `seed`: a hash of both, in [0, 2**63)."""
     return derive_seed(seed, str(index))

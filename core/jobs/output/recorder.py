@@ -1,18 +1,15 @@
-"""From a synthesizer's result to a finished row: its files written atomically, its record
-journalled, and a small Outcome for the loop that counts and reports.
+"""From a synthesizer's result to a finished row: its ok record built and handed with its audio
+to the output store (which publishes it and journals the record once the audio is durable:
+qtts.core.jobs.output.stores), a failed row journalled at once, and a small Outcome for the loop
+that counts and reports.
 
 The same recorder runs in a local job and inside each Ray actor (each with its own journal), so a
-row is recorded the same way wherever it was synthesized. An ok row is journalled just before its
-audio file is renamed into place (never a published file without its record); a failed row at
-once. A redone row's old audio is removed just before its new record is written (a kill between
-the record and the rename then leaves no file, never an old one passing for the new), and once
-the new audio is published, the files of its earlier version that this run no longer makes
-(another format's audio, codes without --save-codes) are removed too. An ok row's model-free
-measures (qtts.core.jobs.output.measures) are computed on the writer thread, beside its encoding, so
-they never hold up the synthesis loop. A row that hit its frame budget is kept flagged, or
+row is recorded the same way wherever it was synthesized. An ok row's model-free measures
+(qtts.core.jobs.output.measures) are computed on the store's writer thread, beside its encoding,
+so they never hold up the synthesis loop. A row that hit its frame budget is kept flagged, or
 failed, by the run's policy (--on-budget ok | fail | retry: the synthesizer made the retries;
 a row that still hit it failed them all).
-Knows utterances, records and files; no tensors.
+Knows utterances and records; no file names, no tensors.
 """
 
 from __future__ import annotations
@@ -25,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from qtts.core.jobs.output.measures import measure
-from qtts.core.jobs.output.writer import AUDIO_FORMATS, OutputWriter, WriteJob
+from qtts.core.jobs.output.stores.base import OutputStore, RowOutput
+from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.records import FAILED, OK, failed_record, ok_record
 from qtts.core.synthesis.requests import RowFailure, Utterance
@@ -54,6 +52,7 @@ class RecordContext:
     save_codes: bool
     on_budget: str  # the budget policy's key (spec.FailurePolicy.key): ok | fail | retry/N
     split: str = "none"  # the split settings' key (spec.SplitSettings.key)
+    store: StoreSpec = StoreSpec()  # where the rows go (the files layout unless asked)
 
     def stamp(self) -> dict[str, str]:
         return {
@@ -63,10 +62,6 @@ class RecordContext:
             "split": self.split,
             "on_budget": self.on_budget,
         }
-
-    def stale_files(self, row_id: str) -> tuple[str, ...]:
-        others = [f"{row_id}.{fmt}" for fmt in AUDIO_FORMATS if fmt != self.audio_format]
-        return (*others, *(() if self.save_codes else (f"{row_id}.codes.npy",)))
 
 
 def utterance_error(utt: Utterance, max_new_tokens: int, on_budget: str) -> str | None:
@@ -89,8 +84,8 @@ def utterance_error(utt: Utterance, max_new_tokens: int, on_budget: str) -> str 
 
 
 class RowRecorder:
-    def __init__(self, writer: OutputWriter, journal: Journal, ctx: RecordContext) -> None:
-        self.writer, self.journal, self.ctx = writer, journal, ctx
+    def __init__(self, store: OutputStore | None, journal: Journal, ctx: RecordContext) -> None:
+        self.store, self.journal, self.ctx = store, journal, ctx
 
     def failed(self, row: dict[str, Any], error: str, attempts: int | None = None) -> Outcome:
         self.journal.append([failed_record(row, error, attempts, **self.ctx.stamp())])
@@ -106,7 +101,6 @@ class RowRecorder:
         if error is not None:
             return self.failed(row, error, item.attempts)
         audio = {
-            "file": f"{item.id}.{self.ctx.audio_format}",
             "num_frames": int(len(item.codes)),
             "num_samples": int(len(item.audio)),
             "sample_rate": int(item.sample_rate),
@@ -117,35 +111,25 @@ class RowRecorder:
             **_attempts(item, row),
         }
 
-        final = self.writer.out_dir / audio["file"]
-
-        def journal(nbytes: int) -> None:  # on the writer thread, the audio file durable
+        def record(location: str, nbytes: int, codes_saved: bool) -> dict[str, Any]:
             measured = measure(item.audio, item.codes, row.get("text"), item.sample_rate)
-            # A redone row's old audio goes first: were we killed between this line and the
-            # rename, an old file of the same size must not pass for the new one.
-            final.unlink(missing_ok=True)
-            record = ok_record(row, {**audio, **measured, "bytes": nbytes}, **self.ctx.stamp())
-            self.journal.append([record])
+            where = {"file": location, "bytes": nbytes, "codes_saved": codes_saved}
+            return ok_record(row, {**audio, **measured, **where}, **self.ctx.stamp())
 
         codes = item.codes if self.ctx.save_codes else None
-        job = WriteJob(
-            item.id,
-            item.audio,
-            item.sample_rate,
-            codes,
-            before_replace=journal,
-            stale=self.ctx.stale_files(item.id),
-        )
+        output = RowOutput(item.id, item.audio, item.sample_rate, codes, record)
         duration = audio["num_samples"] / audio["sample_rate"]
         future: Future[Outcome] = Future()
 
-        def done(write: Future[str]) -> None:
-            if write.exception() is not None:
+        def done(write: Future[None]) -> None:
+            if write.cancelled():  # the store dropped it unwritten (an immediate exit)
+                future.cancel()
+            elif write.exception() is not None:
                 future.set_exception(write.exception())
             else:
                 future.set_result(Outcome(item.id, OK, duration))
 
-        self.writer.submit(job).add_done_callback(done)
+        self.store.submit(output).add_done_callback(done)
         return future
 
 

@@ -25,13 +25,14 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
 from qtts.core.jobs.output.measures import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
-from qtts.core.jobs.output.writer import atomic_write, cleanup_temp_files
+from qtts.core.jobs.output.stores.locations import containers, is_archived, members
+from qtts.core.jobs.output.stores.presence import present
+from qtts.core.jobs.output.writer import atomic_write, cleanup_temp_files, unlink_quietly
 from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import Listing, list_out_dir
 from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
 from qtts.core.jobs.state.shard_state import UnreadableState, read_all
-from qtts.core.jobs.work.resume import present
 
 log = logging.getLogger("qtts")
 
@@ -44,6 +45,7 @@ RESULT_COLUMNS = (
     "row",
     "status",
     "path",
+    "member",
     "num_frames",
     "num_samples",
     "duration_s",
@@ -65,7 +67,7 @@ RESULT_COLUMNS = (
 # The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
 RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES)
 # What a rebuild reads of each record: the results' columns, and what merging and checks need.
-READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path")) + (
+READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path", "member")) + (
     "file",
     "bytes",
     "run",
@@ -130,7 +132,7 @@ def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[p
     """results.parquet's rows in input order, `size` input rows at a time."""
     root = pa.scalar(str(out_dir.resolve()) + os.sep)
     scored = _scored(picks)  # after the results' own columns, when qtts score made any
-    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path")] + ["file", *scored]
+    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path", "member")] + ["file", *scored]
     records = picks.records.select(wanted)
     for start in range(0, picks.rows.num_rows, size):
         rows = picks.rows.slice(start, size)
@@ -138,7 +140,9 @@ def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[p
         has = source >= 0
         taken = records.take(pa.array(source[has]))
         taken = taken.append_column("row", rows["row"].filter(pa.array(has)))
-        taken = taken.append_column("path", pc.binary_join_element_wise(root, taken["file"], ""))
+        # path: the audio file, or the archive shard holding the row's `member`
+        path = pc.binary_join_element_wise(root, containers(taken["file"]), "")
+        taken = taken.append_column("path", path).append_column("member", members(taken["file"]))
         # An ok row recorded before qtts split long text was made whole: one segment.
         whole = pc.and_(pc.equal(taken["status"], OK), pc.is_null(taken["segments"]))
         taken = taken.set_column(
@@ -166,13 +170,15 @@ def write_views(out_dir: Path, picks: Picks) -> None:
     """results.parquet and metadata.jsonl in one pass over the batches (each file atomic), with
     the scores of OUT/scores.parquet when there are some (qtts.core.jobs.output.score_columns), and,
     under keep rules (qtts.core.jobs.output.keep_rules), a `kept` column and only the kept rows in
-    metadata.jsonl."""
+    metadata.jsonl. metadata.jsonl is the files layout's (AudioFolder) view: it lists rows in
+    files, and an out dir whose rows all sit in archive shards (which carry their own metadata)
+    has none."""
     picks = Picks(picks.rows, with_scores(picks.records, out_dir), picks.source)
     scored = _scored(picks)
     keys = {**METADATA_KEYS, **{c: c for c in scored}}
     rules = read_keep_rules(out_dir)
 
-    def write_both(results_file, metadata_file) -> None:
+    def write_both(results_file, metadata_file=None) -> None:
         schema = _empty_results().schema
         for name in scored:
             schema = schema.append(SCORE_FIELDS.field(name))
@@ -181,6 +187,7 @@ def write_views(out_dir: Path, picks: Picks) -> None:
         writer = pq.ParquetWriter(results_file, schema, compression="zstd")
         for batch in result_batches(out_dir, picks):
             is_ok = pc.fill_null(pc.equal(batch["status"], OK), False)
+            in_file = pc.invert(pc.fill_null(pc.is_valid(batch["member"]), False))
             if not rules.empty:  # null for a row that is not ok: there is nothing to keep
                 kept = pa.array(rules.passes(batch))
                 batch = batch.append_column(
@@ -188,18 +195,29 @@ def write_views(out_dir: Path, picks: Picks) -> None:
                 )
                 is_ok = pc.and_(is_ok, kept)
             writer.write_table(batch.cast(schema))
-            ok = batch.filter(is_ok)
+            ok = batch.filter(pc.and_(is_ok, in_file))  # archives carry their own metadata
             ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
-            for data in table_lines(ok, keys):
+            for data in table_lines(ok, keys) if metadata_file is not None else ():
                 metadata_file.write(data)
         writer.close()
 
+    if _archives_only(picks.records["file"]):
+        atomic_write(out_dir / RESULTS_NAME, write_both)
+        unlink_quietly(out_dir / METADATA_NAME)
+        return
     atomic_write(
         out_dir / RESULTS_NAME,
         lambda results_file: atomic_write(
             out_dir / METADATA_NAME, lambda metadata_file: write_both(results_file, metadata_file)
         ),
     )
+
+
+def _archives_only(locations: pa.Array) -> bool:
+    """Some row sits in an archive shard and none in a plain file."""
+    located = pc.drop_null(locations)
+    archived = pc.fill_null(is_archived(located), False)
+    return bool(len(located)) and bool(pc.all(archived).as_py())
 
 
 def _scored(picks: Picks) -> list[str]:

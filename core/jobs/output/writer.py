@@ -1,10 +1,10 @@
-"""Output files: atomic writes (temp file in the same folder, fsync, os.replace), WAV/FLAC audio,
-codes .npy, and a small thread pool so synthesis never waits on the disk.
+"""Writing files safely: atomic writes (temp file in the same folder, fsync, os.replace), the
+temp files a kill leaves, and the WAV/FLAC and codes .npy encodings every output store uses.
 
 A reader of the out dir sees either no file or a whole file, never a partial one; a temp file left
 by a kill -9 is removed by the next run (cleanup_temp_files) and by a second Ctrl-C
 (remove_live_temps). New files get 0666 & ~umask, like any other program's output.
-Knows file formats and the out-dir naming rule; knows no tensors, models or row semantics.
+Knows file formats; no naming rule (the stores own that), no tensors, models or rows.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,23 +53,36 @@ def atomic_write(
 
     before_replace runs once the temp file is durable, just before it takes the final name (the
     job journals the row there, so no finished file ever lacks its journal line)."""
-    tmp = final.parent / f".{final.name}{TEMP_MARK}{os.getpid()}-{next(_counter)}"
+    tmp = temp_path(final)
+    with tracked(tmp):
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            if before_replace is not None:
+                before_replace()
+            os.replace(tmp, final)
+        except BaseException as e:
+            unlink_quietly(tmp)
+            if isinstance(e, OSError) and e.filename is None and e.strerror:
+                e.filename = str(final)  # a failed write or fsync names no file (a full disk)
+            raise
+
+
+def temp_path(final: Path) -> Path:
+    """Where `final` is written before it takes its name: unique, hidden, in the same folder."""
+    return final.parent / f".{final.name}{TEMP_MARK}{os.getpid()}-{next(_counter)}"
+
+
+@contextmanager
+def tracked(tmp: Path):
+    """While inside, `tmp` is a live temp file: an immediate exit removes it."""
     with _live_lock:
         _live_temps.add(str(tmp))
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if before_replace is not None:
-            before_replace()
-        os.replace(tmp, final)
-    except BaseException as e:
-        _unlink_quietly(tmp)
-        if isinstance(e, OSError) and e.filename is None and e.strerror:
-            e.filename = str(final)  # a failed write or fsync names no file (a full disk): say it
-        raise
+        yield tmp
     finally:
         with _live_lock:
             _live_temps.discard(str(tmp))
@@ -110,18 +122,9 @@ def cleanup_temp_files(
     for name in names:
         final = name[1 : name.index(TEMP_MARK)]
         if owns(final) and (out_dir / name).is_file():
-            _unlink_quietly(out_dir / name)
+            unlink_quietly(out_dir / name)
             removed += 1
     return removed
-
-
-def row_id_of(final: str) -> str | None:
-    """The row id of an output file name (`{id}.wav`, `{id}.flac`, `{id}.codes.npy`), else
-    None (results.parquet, metadata.jsonl, journals, the job file)."""
-    for suffix in (".codes.npy", *(f".{fmt}" for fmt in AUDIO_FORMATS)):
-        if final.endswith(suffix) and len(final) > len(suffix):
-            return final[: -len(suffix)]
-    return None
 
 
 def remove_live_temps() -> None:
@@ -129,7 +132,7 @@ def remove_live_temps() -> None:
     with _live_lock:
         paths = list(_live_temps)
     for p in paths:
-        _unlink_quietly(Path(p))
+        unlink_quietly(Path(p))
 
 
 def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
@@ -150,58 +153,14 @@ def encode_codes(codes: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-@dataclass(frozen=True)
-class WriteJob:
-    id: str
-    audio: np.ndarray  # float32 [samples]
-    sample_rate: int
-    codes: np.ndarray | None  # int [frames, 16]; None unless --save-codes
-    before_replace: Callable[[int], None] | None = None  # (audio bytes) before the file appears
-    stale: tuple[str, ...] = ()  # files of this row to remove once its audio is published
+def write_error(e: OSError, path: Path) -> OSError:
+    """A failed write as the job reports it: disk full, or the out dir cannot be written."""
+    if is_disk_full(e):
+        return DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}")
+    return OutputError(e.errno, f"cannot write {path}: {e.strerror or e}")
 
 
-class OutputWriter:
-    """Writes one row's files on a small thread pool; the future returns the audio file's name."""
-
-    def __init__(self, out_dir: Path, fmt: str, *, workers: int = 2) -> None:
-        if fmt not in AUDIO_FORMATS:
-            raise ValueError(f"unknown audio format {fmt!r}; choose wav or flac")
-        self.out_dir = out_dir
-        self.fmt = fmt
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qtts-writer")
-
-    def audio_path(self, row_id: str) -> Path:
-        return self.out_dir / f"{row_id}.{self.fmt}"
-
-    def codes_path(self, row_id: str) -> Path:
-        return self.out_dir / f"{row_id}.codes.npy"
-
-    def submit(self, job: WriteJob) -> Future[str]:
-        return self._pool.submit(self.write, job)
-
-    def write(self, job: WriteJob) -> str:
-        """One row's files, now (codes first, audio last: resume checks the audio)."""
-        path = self.audio_path(job.id)
-        try:
-            if job.codes is not None:
-                atomic_write_bytes(self.codes_path(job.id), encode_codes(job.codes))
-            # The audio file goes last: it is what resume checks for.
-            data = encode_audio(job.audio, job.sample_rate, self.fmt)
-            hook = job.before_replace
-            atomic_write_bytes(path, data, hook and (lambda: hook(len(data))))
-            for name in job.stale:  # another format's audio, codes no longer asked for
-                _unlink_quietly(self.out_dir / name)
-        except OSError as e:
-            if is_disk_full(e):
-                raise DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}") from e
-            raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from e
-        return path.name
-
-    def close(self, *, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
-
-
-def _unlink_quietly(path: Path) -> None:
+def unlink_quietly(path: Path) -> None:
     try:
         os.unlink(path)
     except OSError:

@@ -59,6 +59,9 @@ class Layout:
     def state(self, suffix: str) -> Path:
         return self.dir / f"state{suffix}.parquet"
 
+    def retract_intent(self, suffix: str) -> Path:  # rows being taken out of archive shards
+        return self.dir / f"retract{suffix}.parquet"
+
     def ray_journal(self, actor: str) -> Path:
         return self.dir / f"{RAY_PREFIX}{actor}.jsonl"
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from qtts.core.errors import UsageError
+from qtts.core.jobs.output.stores.retract import remove_every_archive
 from qtts.core.jobs.output.writer import cleanup_temp_files
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import (
@@ -21,9 +22,10 @@ from qtts.core.jobs.state.jobfile import (
     write_job_file,
 )
 from qtts.core.jobs.state.layout import LEGACY_JOB_FILE, Layout
+from qtts.core.jobs.state.lock_probe import old_run_error, old_split_locks
 from qtts.core.jobs.work.fingerprint import remember
 from qtts.core.jobs.work.precision import cpu_auto_to_record
-from qtts.core.jobs.work.shards import Shard, ShardRequest
+from qtts.core.jobs.work.shards import ShardRequest
 
 SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
 LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
@@ -58,6 +60,7 @@ def record_job(job, req: ShardRequest, source: str) -> None:
             )
         if recorded is not None and recorded.num_shards != shard.count:
             _no_old_run(layout, recorded.num_shards)
+            remove_every_archive(out)  # first: shards without records would be made again
             state.remove_every_shard(out)
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:
@@ -78,20 +81,12 @@ def _no_old_run(layout: Layout, old_count: int) -> None:
     are welcome)."""
     from filelock import FileLock, Timeout
 
-    old = (
-        [layout.lock("")]
-        if old_count == 1
-        else [layout.lock(Shard(old_count, i).suffix) for i in range(old_count)]
-    )
-    for path in (p for p in old if p.exists()):
+    for path in (p for p in old_split_locks(layout, old_count) if p.exists()):
         lock = FileLock(str(path), timeout=0)
         try:
             lock.acquire()
         except Timeout:
-            raise UsageError(
-                f"--overwrite cannot change the shard count while another run "
-                f"holds {path.name} in {layout.dir}"
-            ) from None
+            raise old_run_error(layout, path) from None
         lock.release()
 
 

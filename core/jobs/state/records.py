@@ -26,8 +26,9 @@ RECORD_SCHEMA = pa.schema(
         ("row", pa.int64()),  # the input row it came from, when it was recorded
         ("status", pa.string()),  # ok | failed | pending (not done after all)
         ("error", pa.string()),
-        ("file", pa.string()),  # audio file name in the out dir
-        ("bytes", pa.int64()),  # its size: resume checks it without opening the file
+        ("file", pa.string()),  # where its audio is: a store's opaque location (stores/locations)
+        ("bytes", pa.int64()),  # the audio's size: resume checks a file's without opening it
+        ("codes_saved", pa.bool_()),  # its codes were saved beside it (--save-codes)
         ("num_frames", pa.int64()),
         ("num_samples", pa.int64()),
         ("sample_rate", pa.int64()),
@@ -84,8 +85,8 @@ def failed_record(
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
-    """audio: file, bytes, num_frames, num_samples, sample_rate, hit_frame_budget, segments,
-    segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures."""
+    """audio: file, bytes, codes_saved, num_frames, num_samples, sample_rate, hit_frame_budget,
+    segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures."""
     duration = audio["num_samples"] / audio["sample_rate"]
     return {
         **_fields(row),
@@ -141,6 +142,7 @@ SCAN_COLUMNS = (
     "error",
     "file",
     "bytes",
+    "codes_saved",
     "hit_frame_budget",
     *INPUT_FIELDS,
     "settings",

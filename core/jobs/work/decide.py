@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.rows.validation import Prepared
 from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.state.listing import Listing
@@ -46,6 +47,7 @@ def decide_work(
     registry: dict,
     audio_format: str,
     save_codes: bool,
+    layout: str = FILES,
     split: SplitSettings | None = None,
     on_budget: str | None = None,
 ) -> Work:
@@ -58,6 +60,7 @@ def decide_work(
         records,
         listing,
         settings=settings.digest,
+        layout=layout,
         audio_format=audio_format,
         save_codes=save_codes,
         registry=registry,

@@ -1,12 +1,12 @@
 """Which rows are already done: the resume rule, over whole columns.
 
 A row is done when its latest record is ok, its fingerprint (settings digest and every input
-field) equals what this run would use, and its audio file is in the out dir with the recorded
-size (and its codes file, with --save-codes). Files are checked from one listing of the out dir,
-not opened one by one: writes are atomic, so a file with the recorded size is the file recorded.
+field) equals what this run would use, and its output store holds it in this run's layout (its
+codes too, with --save-codes): the stores' read side decides that from one listing of the out
+dir, opening nothing (qtts.core.jobs.output.stores.presence).
 Rows that were ok but are not done any more (changed fingerprint, missing or resized file) are
 reported field by field, so the user reads why a rerun redoes them.
-Knows record columns and file names; no models, no tensors.
+Knows record columns; no file names, no models, no tensors.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.output.stores.locations import FILES, layouts
+from qtts.core.jobs.output.stores.presence import held
 from qtts.core.jobs.state.listing import Listing
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK
 from qtts.core.jobs.work.fingerprint import setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
 FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as users know them
-CODES_SUFFIX = "codes.npy"  # --save-codes: {id}.codes.npy beside the audio
 
 
 @dataclass
@@ -51,6 +52,7 @@ def scan(
     listing: Listing,
     *,
     settings: str,
+    layout: str,
     audio_format: str,
     save_codes: bool,
     registry: dict,
@@ -80,13 +82,17 @@ def scan(
     fingerprint_same = same_settings.copy()
     for mask in same.values():
         fingerprint_same &= mask
-    expected = pc.binary_join_element_wise(valid["id"], pa.scalar(audio_format), ".")
-    old_file = old("file")
-    audio_ok = _true(pc.equal(old_file, expected)) & present(old_file, old("bytes"), listing)
-    codes_ok = np.ones(len(audio_ok), dtype=bool)
-    if save_codes:
-        codes = pc.binary_join_element_wise(valid["id"], pa.scalar(CODES_SUFFIX), ".")
-        codes_ok = _true(pc.is_in(codes, value_set=listing.names()))
+    has = held(
+        valid["id"],
+        old("file"),
+        old("bytes"),
+        old("codes_saved"),
+        listing,
+        layout=layout,
+        audio_format=audio_format,
+        save_codes=save_codes,
+    )
+    audio_ok, codes_ok = has.audio, has.codes
     done = was_ok & fingerprint_same & audio_ok & codes_ok
     stale = was_ok & ~done
     reasons: dict[str, int] = {}
@@ -97,11 +103,19 @@ def scan(
         changed = pc.filter(old_settings, pa.array(stale & ~same_settings))
         for item in pc.value_counts(changed).to_pylist():
             reasons[setting_changes(registry.get(item["values"]), current)] = item["counts"]
-        if n := int((stale & fingerprint_same & ~audio_ok).sum()):
+        moved = stale & fingerprint_same & ~audio_ok & has.other_layout
+        for made_in, n in _counts(layouts(pc.filter(old("file"), pa.array(moved)))):
+            reasons[f"output {made_in} -> {layout}"] = n
+        if n := int((stale & fingerprint_same & ~audio_ok & ~has.other_layout).sum()):
             reasons["file missing or not as recorded"] = n
         if n := int((stale & fingerprint_same & audio_ok & ~codes_ok).sum()):
-            reasons[f"codes file missing (--save-codes writes {{id}}.{CODES_SUFFIX})"] = n
+            where = "writes {id}.codes.npy" if layout == FILES else "saves them in the shard"
+            reasons[f"codes file missing (--save-codes {where})"] = n
     return ResumeScan(done, pc.filter(valid["id"], pa.array(stale)), reasons, index)
+
+
+def _counts(values: pa.Array) -> list[tuple[str, int]]:
+    return [(v["values"], v["counts"]) for v in pc.value_counts(values).to_pylist()]
 
 
 def _plain(column):
@@ -117,12 +131,3 @@ def _same(new, old) -> np.ndarray:
     """Equal, or both null."""
     both_null = pc.and_(pc.is_null(new), pc.is_null(old))
     return _true(pc.or_(pc.fill_null(pc.equal(new, old), False), both_null))
-
-
-def present(files, sizes, listing: Listing) -> np.ndarray:
-    """The recorded file is listed (with the recorded size, when the listing has sizes)."""
-    at = pc.index_in(files, value_set=listing.names())
-    listed = listing.files["size"].combine_chunks()
-    if listed.null_count == len(listed):  # a names-only listing
-        return _true(pc.is_valid(at))
-    return _true(pc.equal(listed.take(at), sizes))

@@ -67,3 +67,22 @@ def test_a_built_finished_job_is_a_finished_job(tmp_path, shards):
     assert after == before  # nothing rewritten, not even results.parquet
     if shards == 1:
         assert _records(built) == _records(tmp_path / "real")
+
+
+@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+def test_a_built_archive_job_from_a_folder_of_parts_is_finished(tmp_path, layout):
+    bench = _bench()
+    manifest = tmp_path / "parts"
+    bench.make_manifest(manifest, 45, parts=4)
+    assert len(list(manifest.glob("*.parquet"))) == 4
+    built = tmp_path / "built"
+    n = bench.finish_job(
+        manifest, built, "fake", 1, open_text_model=fakes.open_text_model, layout=layout
+    )
+    assert n == 45 and len(list((built / "data").iterdir())) == 1  # 45 rows, 1000 per shard
+    code, rerun = _run(manifest, built, "--output", layout)
+    assert code == 0 and rerun["ok"] == 0 and rerun["skipped"] == 45
+    code, same = _run(manifest, built, "--output", layout, "--dry-run")
+    assert code == 0 and same["skipped"] == 45 and same["redo"] == 0
+    code, other = _run(manifest, built, "--output", "files", "--dry-run")
+    assert code == 0 and other["redo"] == 45  # another layout: every row is redone

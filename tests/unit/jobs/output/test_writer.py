@@ -7,16 +7,10 @@ import stat
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import soundfile as sf
 
-from qtts.core.jobs.output import writer
 from qtts.core.jobs.output.writer import (
     TEMP_MARK,
-    DiskFullError,
-    OutputWriter,
-    WriteJob,
     atomic_write,
     atomic_write_bytes,
     cleanup_temp_files,
@@ -61,34 +55,6 @@ def test_cleanup_removes_only_our_temp_files(tmp_path):
     (tmp_path / ".qtts.lock").write_bytes(b"")
     assert cleanup_temp_files(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [".qtts.lock", "keep.wav"]
-
-
-@pytest.mark.parametrize("fmt", ["wav", "flac"])
-def test_audio_roundtrip_16bit(tmp_path, fmt):
-    audio = (0.5 * np.sin(np.linspace(0, 100, 4800))).astype(np.float32)
-    audio[0] = 3.0  # out of range: clipped, not wrapped
-    w = OutputWriter(tmp_path, fmt)
-    codes = np.arange(32, dtype=np.int64).reshape(2, 16)
-    name = w.submit(WriteJob("u1", audio, 24000, codes)).result()
-    w.close()
-    assert name == f"u1.{fmt}"
-    data, sr = sf.read(tmp_path / name, dtype="float32")
-    assert sr == 24000 and sf.info(str(tmp_path / name)).subtype == "PCM_16"
-    assert np.max(np.abs(data[1:] - audio[1:])) < 1e-4 and data[0] > 0.99
-    np.testing.assert_array_equal(np.load(tmp_path / "u1.codes.npy"), codes)
-    assert sf.info(str(tmp_path / name)).frames == 4800
-
-
-def test_disk_full_is_its_own_error(tmp_path, monkeypatch):
-    def full(path, data, *rest):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(writer, "atomic_write_bytes", full)
-    w = OutputWriter(tmp_path, "wav")
-    fut = w.submit(WriteJob("u1", np.zeros(10, np.float32), 24000, None))
-    with pytest.raises(DiskFullError, match="disk full writing"):
-        fut.result()
-    w.close()
 
 
 HOLD = """

@@ -1,0 +1,47 @@
+"""The output seam: what the job hands a store for each finished row, and what a store promises.
+
+A store publishes a row's audio (and codes) and journals the row's ok record once the audio is
+durable, never before and never without it. Where the row lands is the store's business: the
+record keeps the opaque location the store gives it (locations.py) and the audio's size. The
+job layer never builds a file name; resume, the views and retraction ask the stores' read side
+(presence.py, retract.py). Knows the protocol; no formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RowOutput:
+    id: str
+    audio: np.ndarray  # float32 [samples]
+    sample_rate: int
+    codes: np.ndarray | None  # int [frames, 16]; None unless --save-codes
+    # (location, audio bytes, codes saved) -> the row's ok record; called on the writer thread
+    # once the store knows where the row lands, so measures never hold up synthesis
+    record: Callable[[str, int, bool], dict]
+
+
+class OutputStore(Protocol):
+    layout: str  # locations.FILES | WEBDATASET | PARQUET
+
+    def submit(self, row: RowOutput) -> Future[None]:
+        """Publish the row; the future settles when the store has taken it (the files layout:
+        published and journalled; an archive: in its open shard, journalled when it is sealed)."""
+        ...
+
+    def published(self, ids: list[str], since: float) -> dict[str, float]:
+        """Of `ids`, those this store already published at or after `since` (wall clock):
+        {id: seconds of audio}. A retried Ray unit skips them."""
+        ...
+
+    def close(self, *, wait: bool = True) -> None:
+        """wait: finish what was submitted and make it durable (an archive seals its open
+        shard); else drop what is not durable yet."""
+        ...

@@ -1,0 +1,101 @@
+"""The files layout: one `{id}.wav|flac` per row at the top of the out dir (and `{id}.codes.npy`
+with --save-codes), each written atomically (core/jobs/output/writer.py) on a small thread pool.
+
+The row's record is journalled once its audio is durable in the temp file, just before the
+rename, so a published file always has its record. A redone row's old audio goes just before its
+new record (a kill between the record and the rename leaves no file, never an old one passing
+for the new), and once the new audio is published, the files of the row's earlier version that
+this run does not make (another format's audio, codes without --save-codes) go too.
+Knows file names; no records beyond building them.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from qtts.core.jobs.output.stores.base import RowOutput
+from qtts.core.jobs.output.stores.locations import FILES
+from qtts.core.jobs.output.writer import (
+    AUDIO_FORMATS,
+    atomic_write_bytes,
+    encode_audio,
+    encode_codes,
+    unlink_quietly,
+    write_error,
+)
+from qtts.core.jobs.state.journal import Journal
+
+CODES_SUFFIX = ".codes.npy"
+
+
+def audio_name(row_id: str, audio_format: str) -> str:
+    return f"{row_id}.{audio_format}"
+
+
+def codes_name(row_id: str) -> str:
+    return f"{row_id}{CODES_SUFFIX}"
+
+
+def row_id_of(final: str) -> str | None:
+    """The row id of an output file name (`{id}.wav`, `{id}.flac`, `{id}.codes.npy`), else
+    None (results.parquet, metadata.jsonl, journals, the job file)."""
+    for suffix in (CODES_SUFFIX, *(f".{fmt}" for fmt in AUDIO_FORMATS)):
+        if final.endswith(suffix) and len(final) > len(suffix):
+            return final[: -len(suffix)]
+    return None
+
+
+class FilesStore:
+    layout = FILES
+
+    def __init__(
+        self, out_dir: Path, journal: Journal, audio_format: str, save_codes: bool, workers: int = 2
+    ) -> None:
+        if audio_format not in AUDIO_FORMATS:
+            raise ValueError(f"unknown audio format {audio_format!r}; choose wav or flac")
+        self.out_dir, self.journal = out_dir, journal
+        self.audio_format, self.save_codes = audio_format, save_codes
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qtts-writer")
+
+    def submit(self, row: RowOutput) -> Future[None]:
+        return self._pool.submit(self.write, row)
+
+    def write(self, row: RowOutput) -> None:
+        """One row's files, now (codes first, audio last: resume checks the audio)."""
+        path = self.out_dir / audio_name(row.id, self.audio_format)
+        try:
+            if self.save_codes and row.codes is not None:
+                atomic_write_bytes(self.out_dir / codes_name(row.id), encode_codes(row.codes))
+            data = encode_audio(row.audio, row.sample_rate, self.audio_format)
+
+            def journal() -> None:  # the audio is durable in its temp file
+                record = row.record(path.name, len(data), self.save_codes)
+                path.unlink(missing_ok=True)  # a redone row's old audio, before its new line
+                self.journal.append([record])
+
+            atomic_write_bytes(path, data, journal)
+            for name in self._stale(row.id):
+                unlink_quietly(self.out_dir / name)
+        except OSError as e:
+            raise write_error(e, path) from e
+
+    def _stale(self, row_id: str) -> list[str]:
+        others = [audio_name(row_id, f) for f in AUDIO_FORMATS if f != self.audio_format]
+        return [*others, *([] if self.save_codes else [codes_name(row_id)])]
+
+    def published(self, ids: list[str], since: float) -> dict[str, float]:
+        import soundfile as sf
+
+        done = {}
+        for row_id in ids:
+            path = self.out_dir / audio_name(row_id, self.audio_format)
+            try:
+                if path.stat().st_mtime >= since:
+                    done[row_id] = float(sf.info(str(path)).duration)
+            except (OSError, RuntimeError):
+                continue
+        return done
+
+    def close(self, *, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)

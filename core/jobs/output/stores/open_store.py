@@ -1,0 +1,63 @@
+"""Which store a run writes through, and how its archive writers are named.
+
+A writer's shard names start with its prefix: the job shard (`shard-I-of-N-`, none when
+unsharded) and a tag fresh for each run, so tasks of one job, reruns and Ray actors writing into
+the same OUT/data/ never collide. A Ray work unit gets a prefix of its own from its rows, so a
+unit Ray retries finds the shard its first attempt sealed.
+Knows layouts and names; the stores do the writing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from qtts.core.jobs.output.stores.archive import DEFAULT_SHARD_ROWS, ArchiveStore
+from qtts.core.jobs.output.stores.base import OutputStore
+from qtts.core.jobs.output.stores.files import FilesStore
+from qtts.core.jobs.output.stores.locations import FILES
+from qtts.core.jobs.state.journal import Journal
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    layout: str = FILES  # files | webdataset | parquet
+    audio_format: str = "wav"
+    save_codes: bool = False
+    shard_rows: int = DEFAULT_SHARD_ROWS
+    prefix: str = ""  # the job shard's part of archive shard names ("" when unsharded)
+    run_tag: str = "run"  # this run's part
+
+    def open(self, out_dir: Path, journal: Journal, *, workers: int = 2) -> OutputStore:
+        if self.layout == FILES:
+            return FilesStore(out_dir, journal, self.audio_format, self.save_codes, workers)
+        return self._archive(out_dir, journal, f"{self.prefix}{self.run_tag}")
+
+    def open_unit(self, out_dir: Path, journal: Journal, ids: list[str]) -> OutputStore:
+        """A Ray unit's store: a unit is one shard at most (units are capped at shard_rows),
+        named from its rows."""
+        if self.layout == FILES:
+            return FilesStore(out_dir, journal, self.audio_format, self.save_codes, workers=1)
+        digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=6).hexdigest()
+        return self._archive(out_dir, journal, f"{self.prefix}{self.run_tag}-u{digest}")
+
+    def _archive(self, out_dir: Path, journal: Journal, prefix: str) -> ArchiveStore:
+        return ArchiveStore(
+            out_dir,
+            self.layout,
+            journal,
+            audio_format=self.audio_format,
+            save_codes=self.save_codes,
+            prefix=prefix,
+            shard_rows=self.shard_rows,
+        )
+
+    def owns_shard(self, name: str) -> bool:
+        """Whether a shard (or its temp file's final name) was written for this job shard."""
+        return name.startswith(self.prefix)
+
+
+def writer_prefix(shard_suffix: str) -> str:
+    """`-shard-1-of-4` -> `shard-1-of-4-`; unsharded -> ``."""
+    return f"{shard_suffix.lstrip('-')}-" if shard_suffix else ""

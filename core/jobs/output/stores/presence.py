@@ -1,0 +1,73 @@
+"""The stores' read side: which recorded rows are durably present, over whole columns.
+
+A plain file is present when the listing has it with the recorded size (writes are atomic, so
+that is the file recorded); an archive member when its shard is listed in OUT/data/ (a shard
+gets its name only once it is whole and every row in it journalled, and a shard rewritten
+without some rows is replaced atomically after those rows' records were made pending:
+retract.py). A row is held for this run when it is present in this run's layout, as this run
+would write it (its codes too, with --save-codes).
+Knows locations and listings; no formats, no records beyond their columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.output.stores.files import CODES_SUFFIX
+from qtts.core.jobs.output.stores.locations import FILES, containers, is_archived, layouts
+from qtts.core.jobs.state.listing import Listing
+
+
+def present(locations, sizes, listing: Listing) -> np.ndarray:
+    """Per record: its audio is in the out dir as recorded."""
+    at = pc.index_in(containers(locations), value_set=listing.names())
+    listed = listing.files["size"].combine_chunks()
+    found = _true(pc.is_valid(at))
+    if listed.null_count == len(listed):  # a names-only listing
+        return found
+    same_size = _true(pc.equal(listed.take(at), sizes))
+    return np.where(_true(is_archived(locations)), found, same_size)
+
+
+@dataclass
+class Held:
+    audio: np.ndarray  # present, in this run's layout and format
+    codes: np.ndarray  # codes present too where --save-codes asks for them
+    other_layout: np.ndarray  # made in another layout than this run's
+
+
+def held(
+    ids,
+    locations,
+    sizes,
+    codes_saved,
+    listing: Listing,
+    *,
+    layout: str,
+    audio_format: str,
+    save_codes: bool,
+) -> Held:
+    made_in = layouts(locations)
+    same_layout = _true(pc.equal(made_in, layout))
+    if layout == FILES:
+        expected = pc.binary_join_element_wise(ids, pa.scalar(audio_format), ".")
+        as_written = _true(pc.equal(locations, expected))
+    else:
+        as_written = same_layout
+    audio = as_written & present(locations, sizes, listing)
+    codes = np.ones(len(audio), dtype=bool)
+    if save_codes and layout == FILES:
+        names = pc.binary_join_element_wise(ids, pa.scalar(CODES_SUFFIX), "")
+        codes = _true(pc.is_in(names, value_set=listing.names()))
+    elif save_codes:
+        codes = _true(codes_saved)
+    other = _true(pc.is_valid(made_in)) & ~same_layout
+    return Held(audio, codes, other)
+
+
+def _true(mask) -> np.ndarray:
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)

@@ -1,0 +1,122 @@
+"""Taking rows back out of the outputs before they are redone, so every id is in the out dir
+exactly once.
+
+The files layout needs this only when a run switches away from it: a redone file is replaced by
+name. An archive member is never replaced by name (a redone row lands in a new shard), so before
+a run redoes rows that sit in sealed shards (a changed fingerprint, --overwrite, another layout),
+those shards are rewritten without them: copied less those rows into a temp file, fsynced, and
+renamed over the old shard (deleted when nothing is left). Readers see the old shard or the new
+one, never a row twice.
+
+The steps are kept by an intent file (OUT/.qtts/retract[-shard-I-of-N].parquet: id, location),
+written atomically first: then the rows' records go pending, then the shards are rewritten, then
+the intent goes. A kill anywhere leaves the intent, and the next run of the shard finishes it
+before it reads its records, so no row is ever recorded done while its member is gone, and no
+old member survives its row's new version.
+Knows locations and shard formats; no rows beyond their ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from qtts.core.jobs.output.stores.files import codes_name
+from qtts.core.jobs.output.stores.locations import (
+    ARCHIVE_DIR,
+    FILES,
+    containers,
+    is_archived,
+)
+from qtts.core.jobs.output.stores.shard_formats import format_of
+from qtts.core.jobs.output.writer import atomic_write, fsync_dir, unlink_quietly
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.records import pending_records
+
+log = logging.getLogger("qtts")
+
+
+def retract(
+    out_dir: Path, suffix: str, journal: Journal, run: str, ids, locations, *, layout: str
+) -> int:
+    """Take the rows `ids` (recorded at `locations`) out of the outputs this run would not
+    replace by name; the rows taken out."""
+    archived = pc.fill_null(is_archived(locations), False)
+    if layout == FILES:
+        wanted = archived
+    else:
+        wanted = pc.is_valid(locations)
+    intent = pa.table({"id": ids, "file": locations}).filter(wanted)
+    if intent.num_rows == 0:
+        return 0
+    path = Layout(out_dir).retract_intent(suffix)
+    atomic_write(path, lambda f: pq.write_table(intent, f))
+    finish(out_dir, suffix, journal, run)
+    return intent.num_rows
+
+
+def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
+    """Carry out a retraction an earlier step (or a killed run) left in its intent file."""
+    path = Layout(out_dir).retract_intent(suffix)
+    if not path.exists():
+        return
+    intent = pq.read_table(path)
+    if intent.num_rows == 0:
+        unlink_quietly(path)
+        return
+    journal.append_table(pending_records(intent["id"], run=run))
+    # A container's rows at a time (sorted by container), never a Python object per row at once
+    intent = pa.table({"id": intent["id"], "container": containers(intent["file"])})
+    intent = intent.take(pc.sort_indices(intent["container"]))
+    names = intent["container"].combine_chunks()
+    starts = np.flatnonzero(np.r_[True, ~_true(pc.equal(names[1:], names[:-1]))])
+    for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
+        ids = intent["id"].slice(start, end - start).to_pylist()
+        _take_out(out_dir, names[start].as_py(), ids)
+    fsync_dir(out_dir / ARCHIVE_DIR)
+    fsync_dir(out_dir)
+    unlink_quietly(path)
+    log.info("took %d row(s) out of %d output file(s) to redo them", len(names), len(starts))
+
+
+def _take_out(out_dir: Path, container: str, ids: list[str]) -> None:
+    path = out_dir / container
+    fmt = format_of(container) if container.startswith(f"{ARCHIVE_DIR}/") else None
+    if fmt is None:  # a plain file of the files layout
+        unlink_quietly(path)
+        for row_id in ids:
+            unlink_quietly(out_dir / codes_name(row_id))
+        return
+    if not path.exists():
+        return
+    gone = set(ids)
+    held = fmt.keys_in(path)
+    left = sum(1 for k in held if k not in gone)
+    if left == len(held):  # none of them in it (a rerun finishing a retraction)
+        return
+    if left == 0:
+        unlink_quietly(path)
+        return
+    atomic_write(path, lambda file: fmt.copy_without(path, file, gone))
+
+
+def remove_every_archive(out_dir: Path) -> None:
+    """--overwrite with another shard count: every row is redone under the new split, so the
+    old split's shards (and any retraction it left half done) go."""
+    from qtts.core.jobs.output.stores.shard_formats import FORMATS
+
+    for fmt in FORMATS.values():
+        for path in (out_dir / ARCHIVE_DIR).glob(f"*{fmt.suffix}"):
+            unlink_quietly(path)
+    for path in Layout(out_dir).dir.glob("retract*.parquet"):
+        unlink_quietly(path)
+
+
+def _true(mask) -> np.ndarray:
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)

@@ -1,0 +1,111 @@
+"""Archive shards: sealed every --shard-rows rows, journalled only once durable, never visible
+half-written; a kill loses only the open shard."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from store_rows import journalled, row
+
+from qtts.core.jobs.output.stores.archive import ArchiveStore
+from qtts.core.jobs.output.stores.shard_formats import FORMATS
+from qtts.core.jobs.output.writer import TEMP_MARK, cleanup_temp_files
+from qtts.core.jobs.state.journal import Journal
+
+
+def _store(tmp_path, layout="webdataset", **kw):
+    journal = Journal(tmp_path / "j.jsonl")
+    kw.setdefault("shard_rows", 2)
+    store = ArchiveStore(
+        tmp_path, layout, journal, audio_format="wav", save_codes=False, prefix="w", **kw
+    )
+    return store, journal
+
+
+def _visible(tmp_path):
+    return sorted(p.name for p in (tmp_path / "data").iterdir() if not p.name.startswith("."))
+
+
+@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+def test_rows_are_journalled_when_their_shard_is_sealed(tmp_path, layout):
+    store, journal = _store(tmp_path, layout)
+    suffix = FORMATS[layout].suffix
+    for i in range(3):
+        store.submit(row(f"r{i}", seed=i)).result()
+    assert _visible(tmp_path) == [f"w-000000{suffix}"]  # r2 sits in the open shard
+    assert [r["id"] for r in journalled(journal)] == ["r0", "r1"]
+    store.close()
+    assert _visible(tmp_path) == [f"w-000000{suffix}", f"w-000001{suffix}"]
+    records = journalled(journal)
+    assert [r["id"] for r in records] == ["r0", "r1", "r2"]
+    assert records[2]["file"].startswith(f"data/w-000001{suffix}#")
+    assert FORMATS[layout].keys_in(tmp_path / "data" / f"w-000001{suffix}") == ["r2"]
+    assert not [p for p in (tmp_path / "data").iterdir() if TEMP_MARK in p.name]
+
+
+def test_dropping_the_open_shard_leaves_nothing(tmp_path):
+    store, journal = _store(tmp_path, shard_rows=10)
+    store.submit(row("r0")).result()
+    store.close(wait=False)
+    assert list((tmp_path / "data").iterdir()) == [] and journalled(journal) == []
+
+
+def test_an_old_open_shard_is_sealed_at_its_next_row(tmp_path):
+    store, journal = _store(tmp_path, shard_rows=100, max_age_s=0.0)
+    store.submit(row("r0")).result()
+    assert len(_visible(tmp_path)) == 1 and len(journalled(journal)) == 1
+    store.close()
+
+
+def test_published_finds_this_writers_rows(tmp_path):
+    store, _ = _store(tmp_path)
+    for i in range(3):
+        store.submit(row(f"r{i}", n=4800)).result()
+    store.close()
+    assert store.published(["r1", "r2", "x"], since=0.0) == {"r1": 0.2, "r2": 0.2}
+
+
+KILLED = """
+import os, sys
+sys.path.insert(0, {here!r})
+from pathlib import Path
+from store_rows import row
+from qtts.core.jobs.output.stores.archive import ArchiveStore
+from qtts.core.jobs.state.journal import Journal
+out = Path(sys.argv[1])
+store = ArchiveStore(out, "webdataset", Journal(out / "j.jsonl"), audio_format="wav",
+                     save_codes=False, prefix="w", shard_rows=2)
+for i in range(3):
+    store.submit(row(f"r{{i}}")).result()
+os._exit(9)  # a kill -9 with r2 in the open shard
+"""
+
+
+def test_kill_loses_only_the_open_shard(tmp_path):
+    here = str(__import__("pathlib").Path(__file__).parent)
+    script = textwrap.dedent(KILLED.format(here=here))
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=False)
+    assert _visible(tmp_path) == ["w-000000.tar"]
+    assert [r["id"] for r in journalled(Journal(tmp_path / "j.jsonl"))] == ["r0", "r1"]
+    temps = [p.name for p in (tmp_path / "data").iterdir() if TEMP_MARK in p.name]
+    assert len(temps) == 1  # the open shard's, removed by the next run
+    assert cleanup_temp_files(tmp_path / "data", owns=lambda name: name.startswith("w")) == 1
+
+
+def test_a_retried_writer_never_replaces_a_sealed_shard(tmp_path):
+    first, journal = _store(tmp_path)  # a Ray unit's first attempt: seals a, b; dies with c open
+    for i in "abc":
+        first.submit(row(i)).result()
+    first.close(wait=False)
+    again, _ = _store(tmp_path)  # the retry: same unit, same names
+    assert set(again.published(list("abcd"), since=0.0)) == {"a", "b"}
+    for i in "cd":
+        again.submit(row(i)).result()
+    again.close()
+    fmt = FORMATS["webdataset"]
+    assert _visible(tmp_path) == ["w-000000.tar", "w-000001.tar"]
+    assert fmt.keys_in(tmp_path / "data" / "w-000000.tar") == ["a", "b"]
+    assert fmt.keys_in(tmp_path / "data" / "w-000001.tar") == ["c", "d"]
