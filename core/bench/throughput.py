@@ -10,7 +10,6 @@ encoding. Knows no manifests and no checkpoints.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -27,6 +26,7 @@ from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
 from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
 
 SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
@@ -193,14 +193,15 @@ def run_one(
     start = time.perf_counter()
     total_frames = 0
     cuda = dev.type == "cuda"
-    gate = threading.Lock()
+    gate = DeviceGate()
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
         t = time.perf_counter()
         wavs = []
         for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
             batch = [d.codes for d in done[i : i + plan.vocoder_batch]]
-            audio = decode_bucketed(decoder, batch, vocoder)
+            with gate.yielding():  # as the synthesizer: the gate per micro-batch
+                audio = decode_bucketed(decoder, batch, vocoder)
             wavs += [a.float().cpu().numpy() for a in audio]
         timers["vocoder"] += time.perf_counter() - t
         lengths.extend(int(d.codes.shape[0]) for d in done)

@@ -3,9 +3,11 @@
 The decode loop hands over each group of finished utterances and goes straight back to stepping the
 engine; a single worker thread runs the speech decoder (on its own CUDA stream on GPU, after waiting
 for the step that produced the codes) and results come back in hand-over order. A bounded queue
-keeps audio from piling up when the decoder is the slower side. The worker holds `gate` while it
-works, so the producer can take the gate to keep the device free of other threads' work (CUDA
-graph capture needs that). Knows nothing of text or files.
+keeps audio from piling up when the decoder is the slower side. `work` takes the device gate
+itself around its device work, a micro-batch at a time (core/synthesis/device_gate.py), so the
+producer can take the gate between two of them to keep the device free of other threads' work
+(CUDA graph capture needs that); the worker holds it only to drop a finished group's device
+references. Knows nothing of text or files.
 """
 
 from __future__ import annotations
@@ -33,16 +35,17 @@ def overlapped(
     inline: bool = False,
 ) -> Iterator[R]:
     """work(group) per group on one worker thread, overlapping the producer; results in order.
-    gate: held by the worker around each work(group) (a threading.Lock the producer shares).
+    gate: the device gate (DeviceGate) the producer shares; the worker takes its yielding side to
+    drop a group's device references (work(group) takes it around its own device work).
     stream: the worker's CUDA stream (default: a new one on a CUDA device).
     inline: no worker; each group's work runs on the producer's thread as it arrives (a CPU
     whose cores are better spent on one phase at a time: core/engine/cpu_runtime.py)."""
-    gate = gate if gate is not None else nullcontext()
+    release = gate.yielding if gate is not None else nullcontext
     if inline:
         for group in groups:
-            with gate:
-                result = work(group)
-            del group
+            result = work(group)
+            with release():
+                del group
             yield result
         return
     if stream is None and device.type == "cuda":
@@ -57,13 +60,13 @@ def overlapped(
 
     def run(job: list) -> R:
         # The worker's references to the group's device tensors and the event are dropped while
-        # it holds the gate: a free after the gate is released could land inside a graph capture
-        # on the producer's thread. References the producer keeps are freed on its own thread,
-        # which is safe; a failed work's traceback keeps its locals until the producer reads it.
-        with gate:
-            try:
-                return work_on(*job)
-            finally:
+        # it holds the gate: a free outside it could land inside a graph capture on the
+        # producer's thread. References the producer keeps are freed on its own thread, which is
+        # safe; a failed work's traceback keeps its locals until the producer reads it.
+        try:
+            return work_on(*job)
+        finally:
+            with release():
                 job.clear()
 
     pending: deque[Future[R]] = deque()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
@@ -34,6 +33,7 @@ from qtts.core.model.loader import (
 )
 from qtts.core.model.weights import load_weights
 from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.prompt import (
     embed_clone_prompt,
@@ -92,9 +92,10 @@ class Synthesizer:
         self.vocoder_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
-        # Held by the vocoder thread while it works and by graph capture: no device work from
-        # another thread may run while a CUDA graph is being captured.
-        self.device_gate = threading.Lock()
+        # Held by graph capture, a pass's build and empty_cache (decode side, first) and by the
+        # vocoder thread per micro-batch: no device work from another thread may run while a
+        # CUDA graph is being captured.
+        self.device_gate = DeviceGate()
         if self.config.tts_model_type == "base":
             from qtts.core.synthesis.voice_clone import ReferenceCache, SpeechEncoder
 
@@ -283,7 +284,7 @@ class Synthesizer:
 
     def _vocoder_backoff(self, size: int) -> OomBackoff:
         """Rows per speech-decoder call; a halving re-arms the vocoder's graphs at the new size.
-        No gate of its own: the vocoder's work holds the device gate already."""
+        No gate of its own: the vocoder holds the device gate around its halving and freeing."""
         graphed = self.vocoder is not self.decoder
         reserve = self.vocoder.reserve if graphed else None
         return OomBackoff(size, what="vocoder rows", device=self.device, on_shrink=reserve)
@@ -353,20 +354,22 @@ class Synthesizer:
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         """The speech decoder on at most `vocoder_rows.size` rows at once; out of memory halves the
         micro-batch and redoes only the rows not decoded yet (the decode is deterministic)."""
-        rows_at_once = self.vocoder_rows  # the vocoder thread holds the device gate already
+        rows_at_once = self.vocoder_rows
         done = 0
         while done < len(group):
             batch = group[done : done + rows_at_once.size]
-            try:
-                out = list(self._vocode_batch(batch))
-            except torch.OutOfMemoryError:
-                if not rows_at_once.shrink(len(batch)):
-                    raise
-            else:
-                done += len(batch)
-                yield from out
-                continue
-            rows_at_once.free()
+            # The gate per micro-batch: a capture or a build on the decode side waits for this
+            # one call at most (device_gate.py); the halving's re-arm and free run under it too.
+            with self.device_gate.yielding():
+                try:
+                    out = list(self._vocode_batch(batch))
+                except torch.OutOfMemoryError:
+                    if not rows_at_once.shrink(len(batch)):
+                        raise
+                    rows_at_once.free()
+                    continue
+            done += len(batch)
+            yield from out
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.

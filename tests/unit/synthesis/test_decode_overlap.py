@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.device_gate import DeviceGate
 
 CPU = torch.device("cpu")
 
@@ -62,26 +63,14 @@ def test_the_worker_drops_a_group_while_it_holds_the_gate():
     outside could land in a CUDA graph capture that the producer runs holding the gate."""
     freed = []
 
-    class Gate:
-        def __init__(self):
-            self.lock, self.held = threading.Lock(), False
-
-        def __enter__(self):
-            self.lock.acquire()
-            self.held = True
-
-        def __exit__(self, *exc):
-            self.held = False
-            self.lock.release()
-
-    gate = Gate()
+    gate = DeviceGate()
 
     class Group:  # stands in for a group of finished rows holding device tensors
         def __init__(self, i):
             self.i = i
 
         def __del__(self):
-            freed.append((self.i, gate.held, threading.current_thread().name[:12]))
+            freed.append((self.i, gate.locked(), threading.current_thread().name[:12]))
 
     out = list(overlapped((Group(i) for i in range(4)), lambda g: g.i, CPU, gate=gate))
     assert out == [0, 1, 2, 3]

@@ -129,8 +129,9 @@ def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(syn
 def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth, monkeypatch):
     """The GPU's graph path, run on CPU through eager "graphs": every pass captures its graphs
     before its first prefill while holding the device gate, never while the vocoder thread is
-    decoding (its first job takes 0.5 s, so the retry's capture would overlap it without the
-    gate), and an out-of-memory capture is retried with half the slots like any other OOM:
+    decoding a micro-batch (its first takes 0.5 s, so the retry's capture would overlap it
+    without the gate; the gate is held per micro-batch, so a capture may come between two of a
+    group's), and an out-of-memory capture is retried with half the slots like any other OOM:
     same codes, each row once."""
     import threading
     import time
@@ -146,14 +147,14 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
     monkeypatch.setattr(s, "settings", graphed)
     vocoding, captures, jobs = threading.Event(), [], []
-    real_vocode = type(s)._vocode
+    real_batch = type(s)._vocode_batch
 
-    def slow_vocode(self, group):
+    def slow_vocode_batch(self, batch):
         vocoding.set()
-        jobs.append(len(group))
+        jobs.append(len(batch))
         time.sleep(0.5 if len(jobs) == 1 else 0.0)
         try:
-            yield from real_vocode(self, group)
+            yield from real_batch(self, batch)
         finally:
             vocoding.clear()
 
@@ -178,7 +179,7 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
                 raise torch.OutOfMemoryError("simulated: out of memory while decoding")
             yield group
 
-    monkeypatch.setattr(type(s), "_vocode", slow_vocode)
+    monkeypatch.setattr(type(s), "_vocode_batch", slow_vocode_batch)
     monkeypatch.setattr(type(s), "_engine_pass", flaky_pass)
     monkeypatch.setattr(graphs, "default_backend", lambda engine: Checked())
     got, order = _run(text_model, s)

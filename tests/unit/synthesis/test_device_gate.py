@@ -1,0 +1,85 @@
+"""The device gate lets the decode side in before the vocoder's next micro-batch, and the
+synthesizer's vocoder holds it per micro-batch, never for a whole group."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from qtts.core.synthesis.device_gate import DeviceGate
+from qtts.core.synthesis.synthesizer import Synthesizer
+
+
+def _until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_a_waiting_capture_goes_before_the_vocoders_next_micro_batch():
+    gate, events, in_batch = DeviceGate(), [], threading.Event()
+
+    def vocoder():
+        for k in range(3):
+            with gate.yielding():
+                if k == 0:
+                    in_batch.set()
+                    _until(lambda: gate._decode_waiting > 0)  # the decode side now waits
+                events.append(f"vocode {k}")
+
+    worker = threading.Thread(target=vocoder)
+    worker.start()
+    in_batch.wait(5)
+    with gate:  # a graph capture, say: waits for micro-batch 0 only
+        events.append("capture")
+    worker.join(5)
+    assert events == ["vocode 0", "capture", "vocode 1", "vocode 2"]
+
+
+def test_the_gate_excludes_both_sides():
+    gate, inside, overlaps = DeviceGate(), [0], []
+
+    def hold(enter):
+        for _ in range(200):
+            with enter():
+                inside[0] += 1
+                overlaps.append(inside[0])
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=hold, args=(lambda: gate,)),
+               threading.Thread(target=hold, args=(gate.yielding,))]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert set(overlaps) == {1} and not gate.locked()
+
+
+class RecordingGate(DeviceGate):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def yielding(self):
+        self.log.append("take")
+        return super().yielding()
+
+
+def test_the_vocoder_takes_the_gate_per_micro_batch():
+    log = []
+    gate = RecordingGate(log)
+
+    def vocode_batch(batch):
+        log.append(("batch", len(batch), gate.locked()))
+        return iter(batch)
+
+    fake = SimpleNamespace(
+        device_gate=gate, vocoder_rows=SimpleNamespace(size=2), _vocode_batch=vocode_batch
+    )
+    out = list(Synthesizer._vocode(fake, list(range(5))))
+    assert out == [0, 1, 2, 3, 4]
+    assert log == ["take", ("batch", 2, True), "take", ("batch", 2, True), "take",
+                   ("batch", 1, True)]  # fmt: skip
+    assert not gate.locked()
