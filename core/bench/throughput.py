@@ -200,9 +200,10 @@ def run_one(
         wavs = []
         for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
             batch = [d.codes for d in done[i : i + plan.vocoder_batch]]
-            with gate.yielding():  # as the synthesizer: the gate per micro-batch
+            with gate.yielding():  # as the synthesizer: the gate per micro-batch, copies included
                 audio = decode_bucketed(decoder, batch, vocoder)
-            wavs += [a.float().cpu().numpy() for a in audio]
+                wavs += [a.float().cpu().numpy() for a in audio]
+                del audio
         timers["vocoder"] += time.perf_counter() - t
         lengths.extend(int(d.codes.shape[0]) for d in done)
         room = max(MEASURED_ROWS - len(measured), 0)  # kept to measure after the timed loop

@@ -10,7 +10,8 @@ max_len / view_bucket) is captured up front, largest view first, into one shared
 graphs never run concurrently and keep no outputs; the largest sizes the pool and the rest reuse
 it), as nano-vllm does. Capturing mid-run would race the vocoder thread: under the default global
 capture mode, another thread's allocation or copy invalidates the capture. So the caller captures
-before its first prefill while holding the device gate that the vocoder's work also holds.
+before its first prefill while holding the device gate that the vocoder holds around each of its
+calls (core/synthesis/device_gate.py).
 
 A capture that runs out of memory raises torch.OutOfMemoryError (the synthesizer's retry halves the
 slots); any other failure raises GraphCaptureError naming the view. Either way every graph of the

@@ -13,8 +13,8 @@ reads one static codes buffer and writes one static audio buffer (slices of them
 for the plan's vocoder batch, so the graphs share one memory pool; the largest shape is
 captured first, so the pool is sized by it and smaller shapes reuse its blocks.
 
-The vocoder runs on a worker thread holding the synthesizer's device gate (core/synthesis/
-decode_overlap.py), so no decode-graph capture runs beside these; its captures are
+The vocoder runs on a worker thread holding the synthesizer's device gate around each call
+(core/synthesis/device_gate.py), so no decode-graph capture runs beside these; its captures are
 "thread_local" so the decode loop's own work and allocations on the main thread go on. Graphs
 are speed, never the job: a capture that fails for another reason than memory is logged once,
 the graphs are dropped and the decoder runs eagerly from then on, as every engine does

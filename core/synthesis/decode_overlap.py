@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from typing import TypeVar
 
 import torch
+
+from qtts.core.synthesis.device_gate import DeviceGate
 
 G = TypeVar("G")
 R = TypeVar("R")
@@ -30,7 +32,7 @@ def overlapped(
     device: torch.device,
     *,
     max_pending: int = 4,
-    gate: AbstractContextManager | None = None,
+    gate: DeviceGate | None = None,
     stream: torch.cuda.Stream | None = None,
     inline: bool = False,
 ) -> Iterator[R]:
@@ -41,11 +43,10 @@ def overlapped(
     inline: no worker; each group's work runs on the producer's thread as it arrives (a CPU
     whose cores are better spent on one phase at a time: core/engine/cpu_runtime.py)."""
     release = gate.yielding if gate is not None else nullcontext
-    if inline:
+    if inline:  # one thread: nothing can capture meanwhile
         for group in groups:
             result = work(group)
-            with release():
-                del group
+            del group
             yield result
         return
     if stream is None and device.type == "cuda":
@@ -55,7 +56,8 @@ def overlapped(
         if stream is None:
             return work(group)
         with torch.cuda.stream(stream):
-            stream.wait_event(ready)  # the codes were written on the producer's stream
+            with release():  # a CUDA call too: never inside a capture on the producer's thread
+                stream.wait_event(ready)  # the codes were written on the producer's stream
             return work(group)
 
     def run(job: list) -> R:

@@ -22,18 +22,20 @@ class DeviceGate:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._held = False
+        self._owner: int | None = None
         self._decode_waiting = 0
 
     def __enter__(self) -> DeviceGate:
         """The decode side: waits only for the vocoder call in flight."""
         with self._cond:
+            self._refuse_nesting()
             self._decode_waiting += 1
             try:
                 while self._held:
                     self._cond.wait()
             finally:
                 self._decode_waiting -= 1
-            self._held = True
+            self._held, self._owner = True, threading.get_ident()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -43,9 +45,10 @@ class DeviceGate:
     def yielding(self) -> Iterator[None]:
         """The vocoder side: waits while the decode side holds the gate or wants it."""
         with self._cond:
+            self._refuse_nesting()
             while self._held or self._decode_waiting:
                 self._cond.wait()
-            self._held = True
+            self._held, self._owner = True, threading.get_ident()
         try:
             yield
         finally:
@@ -56,7 +59,12 @@ class DeviceGate:
         with self._cond:
             return self._held
 
+    def _refuse_nesting(self) -> None:
+        """Not re-entrant: a thread taking it again would wait for itself forever."""
+        if self._held and self._owner == threading.get_ident():
+            raise RuntimeError("the device gate is already held by this thread")
+
     def _release(self) -> None:
         with self._cond:
-            self._held = False
+            self._held, self._owner = False, None
             self._cond.notify_all()

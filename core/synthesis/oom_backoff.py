@@ -34,7 +34,7 @@ class OomBackoff:
         self.what = what  # for the log: "slots", "vocoder rows"
         self.device = device
         # Freeing cached blocks while another thread captures a CUDA graph is an error: the
-        # decode side frees under the device gate; the vocoder already holds it while it works.
+        # decode side frees under the device gate; the vocoder holds it around its own halving.
         self.gate = gate if gate is not None else nullcontext()
         self.on_shrink = on_shrink  # told the new size (the vocoder's graphs re-armed for it)
 

@@ -318,8 +318,8 @@ class Synthesizer:
         from qtts.core.engine.scheduler import EngineJob, run_continuous
 
         # Every graph this pass can need is captured before its first prefill, with no vocoder
-        # work in flight (the vocoder thread holds the same gate while it works). Out of memory
-        # goes to the halving retry; any other capture failure costs speed, not the job.
+        # work in flight (the vocoder thread holds the same gate around each micro-batch). Out of
+        # memory goes to the halving retry; any other capture failure costs speed, not the job.
         engine, step = build_engine(
             self.model,
             self.config,
@@ -361,11 +361,13 @@ class Synthesizer:
             # The gate per micro-batch: a capture or a build on the decode side waits for this
             # one call at most (device_gate.py); the halving's re-arm and free run under it too.
             with self.device_gate.yielding():
+                out = None
                 try:
                     out = list(self._vocode_batch(batch))
                 except torch.OutOfMemoryError:
                     if not rows_at_once.shrink(len(batch)):
                         raise
+                if out is None:  # freed after the except: its traceback held the failed tensors
                     rows_at_once.free()
                     continue
             done += len(batch)

@@ -42,9 +42,10 @@ def test_the_gate_excludes_both_sides():
     gate, inside, overlaps = DeviceGate(), [0], []
 
     def hold(enter):
-        for _ in range(200):
+        for _ in range(20):
             with enter():
                 inside[0] += 1
+                time.sleep(0.002)  # long enough for the other thread to run: it must wait
                 overlaps.append(inside[0])
                 inside[0] -= 1
 
@@ -83,3 +84,47 @@ def test_the_vocoder_takes_the_gate_per_micro_batch():
     assert log == ["take", ("batch", 2, True), "take", ("batch", 2, True), "take",
                    ("batch", 1, True)]  # fmt: skip
     assert not gate.locked()
+
+
+def test_taking_it_twice_on_one_thread_is_an_error_not_a_hang():
+    gate = DeviceGate()
+    with gate:
+        try:
+            with gate.yielding():
+                raise AssertionError("nested")
+        except RuntimeError as e:
+            assert "already held by this thread" in str(e)
+    assert not gate.locked()
+
+
+def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone():
+    import weakref
+
+    import torch
+
+    log, alive = [], []
+    gate = DeviceGate()
+
+    class Tensorish:  # stands in for a failed attempt's device tensors
+        pass
+
+    def vocode_batch(batch):
+        if len(batch) > 1:
+            held = Tensorish()
+            alive.append(weakref.ref(held))
+            raise torch.OutOfMemoryError("simulated")
+        return iter(batch)
+
+    class Rows:
+        size = 2
+
+        def shrink(self, n):
+            self.size = 1
+            return True
+
+        def free(self):
+            log.append(("free", gate.locked(), [r() is not None for r in alive]))
+
+    fake = SimpleNamespace(device_gate=gate, vocoder_rows=Rows(), _vocode_batch=vocode_batch)
+    assert list(Synthesizer._vocode(fake, [0, 1, 2])) == [0, 1, 2]
+    assert log == [("free", True, [False])]  # under the gate, the failed tensors already freed
