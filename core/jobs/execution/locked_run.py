@@ -93,8 +93,6 @@ class JobRun:
             settings=job.settings.digest,
             model=job.text_model.name,
             run=self.run_id,
-            audio_format=job.spec.output.audio_format.value,
-            save_codes=job.spec.output.save_codes,
             on_budget=job.spec.failures.key,
             split=job.spec.split.key,
             store=StoreSpec(
@@ -167,15 +165,18 @@ class JobRun:
         failing validation are recorded (unless recorded so already: a rerun of a finished job
         writes nothing)."""
         if len(work.resume.stale):
-            # Before the pending records (stores/retract.py): a kill between must not lose the
-            # locations of rows that still sit in archive shards.
-            self._retract(work.resume.stale, self.records)
+            # First (stores/retract.py): rows still in archive shards come out, their records
+            # made pending under the retraction's intent; the rest are made pending here.
+            taken = self._retract(work.resume.stale, self.records)
             log.warning(
                 "redoing %d row(s) done before whose output would change: %s",
                 len(work.resume.stale),
                 work.resume.describe(),
             )
-            self.journal.append_table(pending_records(work.resume.stale, run=self.run_id))
+            rest = work.resume.stale
+            if len(taken):
+                rest = pc.filter(rest, pc.invert(pc.is_in(rest, value_set=taken)))
+            self.journal.append_table(pending_records(rest, run=self.run_id))
         if work.skipped:
             log.info("resuming: %d row(s) already done, %d to do", work.skipped, work.todo.num_rows)
         rejected = work.rejected
@@ -189,9 +190,10 @@ class JobRun:
         self.journal.append_table(stamped(fresh, status=FAILED, **self.ctx.stamp()))
         self.failures.add_table(rejected)
 
-    def _retract(self, ids: pa.Array, records: pa.Table) -> None:
+    def _retract(self, ids: pa.Array, records: pa.Table) -> pa.Array:
+        """The ids taken out of their outputs (now pending)."""
         old = aligned(pa.table({"id": ids}), records.select(["id", "file"]))
-        retract.retract(
+        return retract.retract(
             self.out,
             self.shard.suffix,
             self.journal,

@@ -43,13 +43,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class RecordContext:
-    """What every record of one run carries, and how its files are written."""
+    """What every record of one run carries, and where its rows go."""
 
     settings: str  # digest of the job settings
     model: str  # the --model string
     run: str
-    audio_format: str
-    save_codes: bool
     on_budget: str  # the budget policy's key (spec.FailurePolicy.key): ok | fail | retry/N
     split: str = "none"  # the split settings' key (spec.SplitSettings.key)
     store: StoreSpec = StoreSpec()  # where the rows go (the files layout unless asked)
@@ -116,7 +114,7 @@ class RowRecorder:
             where = {"file": location, "bytes": nbytes, "codes_saved": codes_saved}
             return ok_record(row, {**audio, **measured, **where}, **self.ctx.stamp())
 
-        codes = item.codes if self.ctx.save_codes else None
+        codes = item.codes if self.ctx.store.save_codes else None
         output = RowOutput(item.id, item.audio, item.sample_rate, codes, record)
         duration = audio["num_samples"] / audio["sample_rate"]
         future: Future[Outcome] = Future()

@@ -190,6 +190,11 @@ def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def as_bools(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as numpy, null counted as False."""
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+
+
 def latest(table: pa.Table) -> pa.Table:
     """One record per id, the newest by `t`; equal times keep the later one in table order."""
     if table.num_rows == 0:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from qtts.core.jobs.output.stores.locations import FILES, layouts
 from qtts.core.jobs.output.stores.presence import held
 from qtts.core.jobs.state.listing import Listing
-from qtts.core.jobs.state.records import INPUT_FIELDS, OK
+from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
 from qtts.core.jobs.work.fingerprint import setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
@@ -75,10 +75,10 @@ def scan(
             ]
         )
 
-    was_ok = _true(pc.equal(old("status"), OK))
+    was_ok = as_bools(pc.equal(old("status"), OK))
     same = {name: same_as_recorded(name) for name in INPUT_FIELDS}
     old_settings = old("settings")
-    same_settings = _true(pc.equal(old_settings, settings))
+    same_settings = as_bools(pc.equal(old_settings, settings))
     fingerprint_same = same_settings.copy()
     for mask in same.values():
         fingerprint_same &= mask
@@ -123,11 +123,7 @@ def _plain(column):
     return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
-def _true(mask) -> np.ndarray:
-    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
-
-
 def _same(new, old) -> np.ndarray:
     """Equal, or both null."""
     both_null = pc.and_(pc.is_null(new), pc.is_null(old))
-    return _true(pc.or_(pc.fill_null(pc.equal(new, old), False), both_null))
+    return as_bools(pc.or_(pc.fill_null(pc.equal(new, old), False), both_null))

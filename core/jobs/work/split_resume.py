@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.long_text.segments import cut_rows
 from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.state.records import as_bools
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
 
@@ -51,7 +52,7 @@ def recheck_split(
     keys = _one(pc.fill_null(records["split"].take(index), split.key))  # no key: kept as made
     if pc.all(pc.equal(keys, split.key)).as_py():
         return resume  # the usual rerun
-    whole = _true(pc.less_equal(records["segments"].take(index), 1))
+    whole = as_bools(pc.less_equal(records["segments"].take(index), 1))
     tokens = records["text_tokens"].take(index)
     encoded = pc.dictionary_encode(keys)
     codes = encoded.indices.to_numpy(zero_copy_only=False)
@@ -92,20 +93,16 @@ def _whole_by_settings(old: SplitSettings, new: SplitSettings) -> bool:
 def _stays_whole(texts, tokens, split: SplitSettings, model: TextModel) -> np.ndarray:
     """Whether `split` leaves each text whole, from its recorded token count (a row recorded
     without one, or over the limit, is taken as cut: redone once, it records the new key)."""
-    whole = _true(pc.less_equal(tokens, split.limit))
+    whole = as_bools(pc.less_equal(tokens, split.limit))
     if split.mode != "sentence" or not whole.any():
         return whole
-    flagged = np.flatnonzero(whole & _true(pc.match_substring_regex(texts, _SENTENCE_INSIDE)))
+    flagged = np.flatnonzero(whole & as_bools(pc.match_substring_regex(texts, _SENTENCE_INSIDE)))
     for i in range(0, len(flagged), LOOK_BATCH):  # a sentence end inside: the cut decides
         part = flagged[i : i + LOOK_BATCH]
         looked = texts.take(pa.array(part)).to_pylist()
         cuts = cut_rows(looked, count_tokens(model, looked).tolist(), model, split)
         whole[part] = [len(c) == 1 for c in cuts]
     return whole
-
-
-def _true(mask) -> np.ndarray:
-    return _one(pc.fill_null(mask, False)).to_numpy(zero_copy_only=False)
 
 
 def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:

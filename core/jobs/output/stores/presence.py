@@ -20,17 +20,18 @@ import pyarrow.compute as pc
 from qtts.core.jobs.output.stores.files import CODES_SUFFIX
 from qtts.core.jobs.output.stores.locations import FILES, containers, is_archived, layouts
 from qtts.core.jobs.state.listing import Listing
+from qtts.core.jobs.state.records import as_bools
 
 
 def present(locations, sizes, listing: Listing) -> np.ndarray:
     """Per record: its audio is in the out dir as recorded."""
     at = pc.index_in(containers(locations), value_set=listing.names())
     listed = listing.files["size"].combine_chunks()
-    found = _true(pc.is_valid(at))
+    found = as_bools(pc.is_valid(at))
     if listed.null_count == len(listed):  # a names-only listing
         return found
-    same_size = _true(pc.equal(listed.take(at), sizes))
-    return np.where(_true(is_archived(locations)), found, same_size)
+    same_size = as_bools(pc.equal(listed.take(at), sizes))
+    return np.where(as_bools(is_archived(locations)), found, same_size)
 
 
 @dataclass
@@ -52,22 +53,18 @@ def held(
     save_codes: bool,
 ) -> Held:
     made_in = layouts(locations)
-    same_layout = _true(pc.equal(made_in, layout))
+    same_layout = as_bools(pc.equal(made_in, layout))
     if layout == FILES:
         expected = pc.binary_join_element_wise(ids, pa.scalar(audio_format), ".")
-        as_written = _true(pc.equal(locations, expected))
+        as_written = as_bools(pc.equal(locations, expected))
     else:
         as_written = same_layout
     audio = as_written & present(locations, sizes, listing)
     codes = np.ones(len(audio), dtype=bool)
     if save_codes and layout == FILES:
         names = pc.binary_join_element_wise(ids, pa.scalar(CODES_SUFFIX), "")
-        codes = _true(pc.is_in(names, value_set=listing.names()))
+        codes = as_bools(pc.is_in(names, value_set=listing.names()))
     elif save_codes:
-        codes = _true(codes_saved)
-    other = _true(pc.is_valid(made_in)) & ~same_layout
+        codes = as_bools(codes_saved)
+    other = as_bools(pc.is_valid(made_in)) & ~same_layout
     return Held(audio, codes, other)
-
-
-def _true(mask) -> np.ndarray:
-    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)

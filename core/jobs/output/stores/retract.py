@@ -37,16 +37,16 @@ from qtts.core.jobs.output.stores.shard_formats import format_of
 from qtts.core.jobs.output.writer import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.records import pending_records
+from qtts.core.jobs.state.records import as_bools, pending_records
 
 log = logging.getLogger("qtts")
 
 
 def retract(
     out_dir: Path, suffix: str, journal: Journal, run: str, ids, locations, *, layout: str
-) -> int:
+) -> pa.Array:
     """Take the rows `ids` (recorded at `locations`) out of the outputs this run would not
-    replace by name; the rows taken out."""
+    replace by name; the ids taken out (their records are pending now)."""
     archived = pc.fill_null(is_archived(locations), False)
     if layout == FILES:
         wanted = archived
@@ -54,11 +54,11 @@ def retract(
         wanted = pc.is_valid(locations)
     intent = pa.table({"id": ids, "file": locations}).filter(wanted)
     if intent.num_rows == 0:
-        return 0
+        return intent["id"].combine_chunks()
     path = Layout(out_dir).retract_intent(suffix)
     atomic_write(path, lambda f: pq.write_table(intent, f))
     finish(out_dir, suffix, journal, run)
-    return intent.num_rows
+    return intent["id"].combine_chunks()
 
 
 def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
@@ -75,7 +75,7 @@ def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
     intent = pa.table({"id": intent["id"], "container": containers(intent["file"])})
     intent = intent.take(pc.sort_indices(intent["container"]))
     names = intent["container"].combine_chunks()
-    starts = np.flatnonzero(np.r_[True, ~_true(pc.equal(names[1:], names[:-1]))])
+    starts = np.flatnonzero(np.r_[True, ~as_bools(pc.equal(names[1:], names[:-1]))])
     for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
         ids = intent["id"].slice(start, end - start).to_pylist()
         _take_out(out_dir, names[start].as_py(), ids)
@@ -116,7 +116,3 @@ def remove_every_archive(out_dir: Path) -> None:
             unlink_quietly(path)
     for path in Layout(out_dir).dir.glob("retract*.parquet"):
         unlink_quietly(path)
-
-
-def _true(mask) -> np.ndarray:
-    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
