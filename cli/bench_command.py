@@ -50,6 +50,13 @@ def bench(
         ),
     ] = False,
     write: Annotated[bool, typer.Option(help="Encode each utterance as WAV (timed).")] = True,
+    vocoder: Annotated[
+        bool,
+        typer.Option(
+            help="Run the vocoder beside the decode loop, as a job does. --no-vocoder: decode "
+            "only, to see what the vocoder costs the loop (no audio, no writing).",
+        ),
+    ] = True,
     count_launches: Annotated[
         bool,
         typer.Option(
@@ -84,6 +91,7 @@ def bench(
             dtype=dtype.value,
             compare=compare,
             write=write,
+            vocoder=vocoder,
         )
     typer.echo(json.dumps({"bench": rows, "machine": _machine(device)}))
 
@@ -128,7 +136,7 @@ def _count(size: str, sizes: list[int]) -> list[dict]:
     return rows
 
 
-def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[dict]:
+def _run(size, sizes, frames, requests, device, dtype, compare, write, vocoder) -> list[dict]:
     import torch
 
     from qtts.core.bench.machine import measure
@@ -193,7 +201,8 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
                     frames=frames,
                     device=dev,
                     mode=mode,
-                    write=write,
+                    write=write and vocoder,
+                    vocoder_on=vocoder,
                 )
             except MemoryPlanError as e:
                 typer.echo(f"{size:6}{b:>6}  {e}")
@@ -212,6 +221,11 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write) -> list[d
             )
             typer.echo(
                 "      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items())
+            )
+            typer.echo(
+                f"      decode loop: {r.steps} steps, {r.loop_ms_per_step:.2f} ms per step "
+                f"(prefill and an inline vocoder out{'' if vocoder else '; no vocoder'}); "
+                f"{r.tail_s:.2f} s after the last step"
             )
             typer.echo(
                 f"      vocoder: {r.vocoder_s_per_audio_s:.3f} s per audio-s, "

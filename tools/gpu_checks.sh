@@ -6,6 +6,10 @@
 #   bash tools/gpu_checks.sh run       # on the GPU machine (device tool, carry [".whl"]):
 #                                      # qtts doctor, qtts bench 0.6b and 1.7b, tests/gpu,
 #                                      # logs in $OUT (about 7 minutes)
+#   bash tools/gpu_checks.sh loop      # on the GPU machine: the decode loop at batch 64 and 256
+#                                      # with and without the vocoder beside it (about 3 minutes)
+#   bash tools/gpu_checks.sh vocoder   # on the GPU machine: tools/vocoder_probe.py, where the
+#                                      # speech decoder's time goes (about 2 minutes)
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -28,13 +32,7 @@ check() {  # check NAME LOG COMMAND...: run, tee the output to $OUT/LOG, remembe
   fi
 }
 
-case "${1:-run}" in
-prepare)
-  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any -d .whl soundfile cffi pycparser soxr
-  ;;
-run)
+setup() {  # $OUT, the missing wheels, the package on PYTHONPATH, the card's name
   OUT="${OUT:-/tmp/qtts-gpu}"
   mkdir -p "$OUT"
   : > "$OUT/summary.txt"
@@ -52,6 +50,16 @@ run)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
     | tee -a "$OUT/gpu.txt"
+}
+
+case "${1:-run}" in
+prepare)
+  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d .whl soundfile cffi pycparser soxr
+  ;;
+run)
+  setup
   # Each check has its own time limit so one hang cannot eat the device time of the rest; the
   # figures that matter most run first. On the first H200 (2026-11-25) the checks took about 85 s
   # (doctor), 55 s (each bench), 65 s (compare) and 135 s (tests/gpu): call the device tool with
@@ -71,8 +79,30 @@ run)
     exit 1
   fi
   ;;
+loop)
+  # Where a step's time goes between one graph replay and the loop: the same bench with the
+  # vocoder beside the loop (as a job) and without it.
+  setup
+  for size in 0.6b 1.7b; do
+    for vocoder in --vocoder --no-vocoder; do
+      check "loop $size $vocoder" "loop_${size}${vocoder}.log" timeout -k 5 120 \
+        python3 -m qtts bench --size "$size" --batch-sizes 64,256 --frames 128 "$vocoder"
+    done
+  done
+  if ((${#failed[@]})); then
+    echo "failed: ${failed[*]}" | tee -a "$OUT/summary.txt"
+    exit 1
+  fi
+  ;;
+vocoder)
+  setup
+  for rows in 8 32; do
+    check "vocoder probe $rows rows" "vocoder_${rows}.log" timeout -k 5 150 \
+      python3 tools/vocoder_probe.py --size 0.6b --rows "$rows"
+  done
+  ;;
 *)
-  echo "usage: bash tools/gpu_checks.sh prepare|run" >&2
+  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder" >&2
   exit 2
   ;;
 esac

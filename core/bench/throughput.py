@@ -94,6 +94,13 @@ class BenchResult:
     frames_per_s: float = 0.0
     rtf: float = 0.0  # wall seconds per audio second
     phases_s: dict = field(default_factory=dict)  # prefill, decode_loop; vocoder+writing overlap
+    # The decode loop apart from the vocoder's tail: steps replayed, the wall time from the start
+    # to the last step's hand-over less prefill, per step, and what came after (the last groups'
+    # vocoding and writing, which nothing overlaps).
+    steps: int = 0
+    loop_ms_per_step: float = 0.0
+    tail_s: float = 0.0
+    vocoder: bool = True  # False: decode only (--no-vocoder), the loop without the vocoder
     step_ms: dict = field(default_factory=dict)  # per decode step: total, predictor, ...
     peak_mem_gb: float | None = None
     auto: bool = False  # the batch size came from the memory plan (--batch-sizes auto)
@@ -150,6 +157,7 @@ def run_one(
     mode,
     write=False,
     text_len=TEXT_LEN,
+    vocoder_on=True,
 ) -> BenchResult:
     from qtts.core.engine.build import EngineShape, build_engine
     from qtts.core.engine.scheduler import EngineJob, run_continuous
@@ -160,6 +168,7 @@ def run_one(
     (group,) = plan.groups  # every bench row has the same shape
     batch = group.slots
     res = BenchResult(size, batch, requests, frames, mode, auto=plan.requested is None)
+    res.vocoder = vocoder_on
     talker = model.talker
     prompts = [
         embed_prompt(talker, config, synthetic_tokens(i, config.talker.text_vocab_size, text_len))
@@ -196,6 +205,8 @@ def run_one(
     gate = DeviceGate()
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
+        if not vocoder_on:  # decode only: the frames made, nothing else on the device
+            return sum(int(d.codes.shape[0]) for d in done)
         t = time.perf_counter()
         wavs = []
         for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
@@ -218,13 +229,29 @@ def run_one(
             timers["writing"] += time.perf_counter() - t
         return sum(int(d.codes.shape[0]) for d in done)
 
-    finished = run_continuous(engine, jobs, step=step)
+    steps = 0
+    decoded_at = start  # when the loop handed over its last group
+
+    one_step = step or engine.decode_step  # None: the engine's own (packed, eager) step
+
+    def counted(view: int) -> None:
+        nonlocal steps
+        steps += 1
+        one_step(view)
+
+    def handed_over():
+        nonlocal decoded_at
+        yield from run_continuous(engine, jobs, step=counted)
+        decoded_at = time.perf_counter()
+
     for frames_done in overlapped(
-        finished, vocode, dev, gate=gate, inline=not settings.vocoder_thread
+        handed_over(), vocode, dev, gate=gate, inline=not settings.vocoder_thread
     ):
         total_frames += frames_done
     sync(dev)
-    res.wall_s = time.perf_counter() - start
+    end = time.perf_counter()
+    res.wall_s = end - start
+    res.steps, res.tail_s = steps, round(end - decoded_at, 4)
     engine.timer = None
     timers["prefill"] = prefill.totals["prefill"]
     res.audio_s = total_frames * SAMPLES_PER_FRAME / SAMPLE_RATE
@@ -233,6 +260,10 @@ def run_one(
     res.rtf = res.wall_s / max(res.audio_s, 1e-9)
     # The vocoder and writing overlap the decode loop: "decode_loop" is the wall time after prefill.
     timers["decode_loop"] = res.wall_s - timers["prefill"]
+    loop_s = decoded_at - start - timers["prefill"]
+    if not settings.vocoder_thread:  # inline (a CPU): the vocoder ran on the loop's thread
+        loop_s -= timers["vocoder"] + timers["writing"]
+    res.loop_ms_per_step = round(1e3 * loop_s / max(steps, 1), 3)
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
     res.vocoder_s_per_audio_s = round(timers["vocoder"] / max(res.audio_s, 1e-9), 4)
     res.vocoder_padding = round(padding_waste(lengths), 4)
@@ -254,6 +285,8 @@ def _measures_cost(rows: list[tuple[np.ndarray, np.ndarray]]) -> float:
     from qtts.core.jobs.output.measures import measure
 
     audio_s = sum(len(wav) for wav, _ in rows) / SAMPLE_RATE
+    if not rows:  # no audio made (--no-vocoder)
+        return 0.0
     t = time.perf_counter()
     for wav, codes in rows:
         measure(wav, codes, BENCH_TEXT, SAMPLE_RATE)

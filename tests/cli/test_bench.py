@@ -100,3 +100,30 @@ def test_each_step_figure_says_what_it_is():
     assert "not to the step above" in gpu[1]
     calm = {**step_ms, "step": 850.0}
     assert len(_step_line(calm, synced=False).splitlines()) == 2
+
+
+def test_bench_splits_the_decode_loop_from_the_vocoder():
+    """The loop's own time per step and the tail after its last step; --no-vocoder decodes the
+    same steps with nothing beside them (how the H200's loop was found to be the vocoder's)."""
+
+    def bench(*extra):
+        proc = subprocess.run(
+            [sys.executable, "-m", "qtts", "bench", "--size", "small", "--batch-sizes", "2",
+             "--frames", "6", "--requests", "3", "--device", "cpu", *extra],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["bench"]
+        assert any(line.strip().startswith("decode loop: ") for line in proc.stdout.splitlines())
+        return row
+
+    both, alone = bench(), bench("--no-vocoder")
+    assert both["vocoder"] is True and alone["vocoder"] is False
+    # 3 rows on 2 slots, 6 frames each (EOS suppressed): two passes of the slots
+    assert both["steps"] == alone["steps"] >= 2 * 6
+    assert both["audio_s"] == alone["audio_s"] == 3 * 6 * 1920 / 24000
+    assert both["phases_s"]["vocoder"] > 0 and alone["phases_s"]["vocoder"] == 0
+    assert alone["measures_s_per_audio_s"] == 0  # no audio to measure
+    for row in (both, alone):
+        assert 0 < row["loop_ms_per_step"] * row["steps"] / 1e3 <= row["wall_s"]
+        assert 0 <= row["tail_s"] <= row["wall_s"]

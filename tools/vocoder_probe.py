@@ -1,0 +1,85 @@
+"""Where the speech decoder's time goes on a GPU: one full window (rows x 325 frames) of the
+random-weight decoder at a real size, timed eagerly per audio-second; with cuDNN's autotuner; with
+SnakeBeta compiled into one kernel; and a profiler table of its top CUDA kernels.
+
+    python tools/vocoder_probe.py --size 0.6b --rows 8 [--dtype bfloat16]
+
+A diagnosis, not a bench: the job runs the decoder through CUDA graphs (qtts bench times that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from qtts.core.bench.throughput import random_models
+from qtts.core.model import codec_modules
+
+FRAMES = 325  # a full later window: one chunk plus its left context
+SECONDS_PER_FRAME = 0.08
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(decoder, codes, repeats: int) -> float:
+    """Mean seconds per forward, after two warm-up calls."""
+    for _ in range(2):
+        decoder(codes)
+    sync()
+    t = time.perf_counter()
+    for _ in range(repeats):
+        decoder(codes)
+    sync()
+    return (time.perf_counter() - t) / repeats
+
+
+def snake(x, log_alpha, log_beta):  # SnakeBeta's own arithmetic, as one function to compile
+    alpha = log_alpha.exp()[None, :, None]
+    inv_beta = 1.0 / (log_beta.exp()[None, :, None] + codec_modules.SNAKE_EPS)
+    return x + inv_beta * torch.sin(x * alpha).pow(2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="0.6b")
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    _, _, decoder = random_models(args.size, args.device, dtype)
+    q, size = decoder.cfg.num_quantizers, decoder.cfg.codebook_size
+    codes = torch.randint(0, size, (args.rows, q, FRAMES), device=args.device)
+    audio_s = args.rows * FRAMES * SECONDS_PER_FRAME
+
+    def report(label: str, seconds: float) -> None:
+        print(f"{label:28} {seconds * 1e3:8.1f} ms  {seconds / audio_s * 1e3:6.3f} ms per audio-s")
+
+    with torch.no_grad():
+        report("eager", timed(decoder, codes, args.repeats))
+        torch.backends.cudnn.benchmark = True
+        report("eager, cudnn.benchmark", timed(decoder, codes, args.repeats))
+        torch.backends.cudnn.benchmark = False
+        torch._dynamo.config.cache_size_limit = 64  # one kernel per width, if shapes specialize
+        plain, fused = codec_modules.SnakeBeta.forward, torch.compile(snake, dynamic=True)
+        codec_modules.SnakeBeta.forward = lambda m, x: fused(x, m.alpha.detach(), m.beta.detach())
+        report("SnakeBeta compiled", timed(decoder, codes, args.repeats))
+        codec_modules.SnakeBeta.forward = plain
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = torch.cuda.is_available()
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            decoder(codes)
+            sync()
+    key = "cuda_time_total" if cuda else "cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
