@@ -1,6 +1,7 @@
 """Where the speech decoder's time goes on a GPU: one full window (rows x 325 frames) of the
-random-weight decoder at a real size, timed eagerly per audio-second; with cuDNN's autotuner; with
-SnakeBeta compiled into one kernel; and a profiler table of its top CUDA kernels.
+random-weight decoder at a real size, timed eagerly per audio-second: with SnakeBeta's formula,
+with its one-pass kernel (what a job runs), with cuDNN's autotuner, with SnakeBeta compiled by
+torch.compile; and a profiler table of its top CUDA kernels (the formula's).
 
     python tools/vocoder_probe.py --size 0.6b --rows 8 [--dtype bfloat16]
 
@@ -15,6 +16,7 @@ import time
 import torch
 
 from qtts.core.bench.throughput import random_models
+from qtts.core.engine.decoder_kernels import with_kernels
 from qtts.core.model import codec_modules
 
 FRAMES = 325  # a full later window: one chunk plus its left context
@@ -62,7 +64,12 @@ def main() -> None:
         print(f"{label:28} {seconds * 1e3:8.1f} ms  {seconds / audio_s * 1e3:6.3f} ms per audio-s")
 
     with torch.no_grad():
-        report("eager", timed(decoder, codes, args.repeats))
+        report("eager, formula", timed(decoder, codes, args.repeats))
+        with_kernels(decoder)
+        report("eager, SnakeBeta kernel", timed(decoder, codes, args.repeats))
+        for module in decoder.modules():  # back to the formula for the rows below
+            if isinstance(module, codec_modules.SnakeBeta):
+                module.cuda_op = None
         torch.backends.cudnn.benchmark = True
         report("eager, cudnn.benchmark", timed(decoder, codes, args.repeats))
         torch.backends.cudnn.benchmark = False

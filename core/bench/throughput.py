@@ -18,6 +18,7 @@ import torch
 
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
+from qtts.core.engine.decoder_kernels import with_kernels
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.vocoder_graphs import GraphedVocoder
 from qtts.core.engine.vocoder_windows import decode_bucketed, padding_waste
@@ -188,6 +189,7 @@ def run_one(
         device=dev,
         settings=settings,
     )
+    decoder = with_kernels(decoder)  # as the synthesizer: the decoder's kernels on CUDA
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)]

@@ -1,8 +1,9 @@
 """The Triton kernels == their torch twins on the device, with the kernel tests' tolerances: the
 fused layer ops (RMSNorm, silu(gate) * up, q/k norm + RoPE + cache write) in fp32 and bf16 at the
-real head and MLP sizes, and the sampling kernel (greedy rows exactly, sampled rows but for a rare
-ulp-flipped tie). On CPU only under triton's interpreter (TRITON_INTERPRET=1, set before qtts
-starts), at smaller sizes."""
+real head and MLP sizes, the speech decoder's SnakeBeta at its widest (against its twin in fp32,
+rounded once, as the kernel computes it), and the sampling kernel (greedy rows exactly, sampled
+rows but for a rare ulp-flipped tie). On CPU only under triton's interpreter (TRITON_INTERPRET=1,
+set before qtts starts), at smaller sizes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import importlib.util
 import torch
 
 from qtts.core.doctor.check import Check, DoctorRun, skipped, verdict
+from qtts.core.model.codec_modules import SNAKE_EPS
 
 # Kernel vs twin: the kernels round where the twin rounds, so bf16 differs at most by one rounding
 # flipped by fp32 noise (one ulp, relative); fp32 by a few ulps of values of order 1-10.
@@ -20,6 +22,8 @@ SIZES = {
     "cuda": (64, 2048, 6144, 16, 8, 128, 512, 256, (2048, 3072)),
     "cpu": (4, 200, 1500, 8, 2, 32, 12, 16, (300,)),
 }
+# SnakeBeta's x [B, C, T]: on CUDA the first decoder block's input for a full window (325 frames)
+SNAKE_SIZES = {"cuda": (8, 1536, 1300), "cpu": (2, 96, 300)}
 
 
 def _rel(a, b) -> float:
@@ -54,6 +58,15 @@ def _layer_ops(dev, dtype, g, sizes) -> dict[str, float]:
         "rope_cache_q": _rel(q1, q2),
         "rope_cache_kv": _rel(mine, twin),
     }
+
+
+def _snake_beta(dev, dtype, g, shape) -> float:
+    from qtts.kernels.snake_beta import snake_beta_triton, snake_beta_twin
+
+    x = (3 * torch.randn(shape, device=dev, generator=g)).to(dtype)  # [B, C, T]
+    la, lb = [(0.1 * torch.randn(shape[1], device=dev, generator=g)).to(dtype) for _ in "ab"]
+    once = snake_beta_twin(x.float(), la.float(), lb.float(), SNAKE_EPS).to(dtype)
+    return _rel(snake_beta_triton(x, la, lb, SNAKE_EPS), once)
 
 
 def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
@@ -104,7 +117,9 @@ def kernels_vs_twins(run: DoctorRun) -> Check:
     g = torch.Generator(device=dev).manual_seed(0)
     errors, bad = {}, []
     for dtype, tol in TOLERANCE.items():
-        for op, err in _layer_ops(dev, dtype, g, sizes).items():
+        found = _layer_ops(dev, dtype, g, sizes)
+        found["snake_beta"] = _snake_beta(dev, dtype, g, SNAKE_SIZES[dev.type])
+        for op, err in found.items():
             key = f"{op}/{str(dtype).removeprefix('torch.')}"
             errors[key] = err
             if not err <= tol:  # a NaN fails too
@@ -117,5 +132,5 @@ def kernels_vs_twins(run: DoctorRun) -> Check:
             bad.append(f"sampling V={vocab}: greedy equal {greedy_equal}, {differ}/{rows} differ")
     where = "compiled for the GPU" if run.cuda else "in triton's interpreter"
     figures = {"where": where, "max_rel_error": errors, "sampling": sampled}
-    held = f"{len(errors)} layer-op and {len(sampled)} sampling cases within tolerance ({where})"
+    held = f"{len(errors)} op and {len(sampled)} sampling cases within tolerance ({where})"
     return verdict(name, not bad, "; ".join(bad) or held, figures)

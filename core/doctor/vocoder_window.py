@@ -12,6 +12,7 @@ from qtts.core.bench.machine import seconds_per_call
 from qtts.core.capacity.vocoder_cost import vocoder_cost
 from qtts.core.doctor.check import Check, DoctorRun
 from qtts.core.doctor.speed import doctor_models, measured_machine
+from qtts.core.engine.decoder_kernels import with_kernels
 from qtts.core.engine.roofline import FRAME_S
 from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.vocoder_graphs import GraphedVocoder
@@ -25,7 +26,7 @@ REPEATS = {"cpu": 1, "cuda": 5}  # the CPU's window takes about half a second at
 def vocoder_window(run: DoctorRun) -> Check:
     dev = run.device
     dt = parse_dtype("auto", dev)
-    decoder = doctor_models(run)[2]
+    decoder = with_kernels(doctor_models(run)[2])  # as a job decodes
     graphs = EngineSettings.for_device(dev).cuda_graphs
     rows, frames = WINDOW_ROWS[dev.type], CHUNK_FRAMES + LEFT_CONTEXT
     forward = GraphedVocoder(decoder, rows) if graphs else decoder

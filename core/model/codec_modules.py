@@ -9,6 +9,8 @@ padded batches and chunked decoding reproduce single-utterance output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -47,14 +49,24 @@ class CausalConvTranspose1d(nn.Module):
 
 
 class SnakeBeta(nn.Module):
-    """x + sin^2(x * e^alpha) / (e^beta + eps), per channel (alpha, beta stored in log space)."""
+    """x + sin^2(x * e^alpha) / (e^beta + eps), per channel (alpha, beta stored in log space).
+
+    `cuda_op`, when set, serves CUDA tensors in one pass instead of the formula's five: a callable
+    (x, log_alpha, log_beta, eps) -> [B, C, T], the op qtts.kernels.snake_beta.snake_beta,
+    installed per decoder by the layer that chooses kernels (core/engine/decoder_kernels.py; the
+    model imports none). Unset, and on every other device, the formula below runs, whose twin
+    the kernel's tests hold it to.
+    """
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self.cuda_op: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
+        if x.is_cuda and self.cuda_op is not None:
+            return self.cuda_op(x, self.alpha, self.beta, SNAKE_EPS)
         alpha = self.alpha.exp()[None, :, None]  # [1, C, 1]
         inv_beta = 1.0 / (self.beta.exp()[None, :, None] + SNAKE_EPS)  # [1, C, 1]
         return x + inv_beta * torch.sin(x * alpha).pow(2)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from qtts.core.engine.cpu_runtime import apply_cpu_budget, describe_cpu_budget, trim_heap
+from qtts.core.engine.decoder_kernels import with_kernels
 from qtts.core.engine.layer_path import prepare_weights
 from qtts.core.engine.planner import MemoryPlan
 from qtts.core.engine.sampling import RowParams
@@ -81,7 +82,9 @@ class Synthesizer:
         if generator == "engine":
             prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
-        # shape, captured before decoding); elsewhere the decoder runs eagerly.
+        # shape, captured before decoding); elsewhere the decoder runs eagerly. Its kernels
+        # serve it on CUDA either way.
+        decoder = with_kernels(decoder)
         self.vocoder = (
             GraphedVocoder(decoder, NAIVE_BATCH) if self.settings.cuda_graphs else decoder
         )

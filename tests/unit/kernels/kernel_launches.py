@@ -30,6 +30,7 @@ from qtts.kernels.rope_cache import (
     qk_norm_rope_prefill_triton,
 )
 from qtts.kernels.silu_mul import silu_mul_triton
+from qtts.kernels.snake_beta import snake_beta_triton
 
 HEAD_DIM = 128  # both published sizes
 TALKER_VOCAB, PREDICTOR_VOCAB = 3072, 2048
@@ -72,6 +73,14 @@ def _rms_norm(size: str) -> None:
 
 def _silu_mul(size: str) -> None:
     silu_mul_triton(torch.randn(SLOTS, 1, 2 * SIZES[size]["inter"], dtype=DTYPE))
+
+
+def _snake_beta(channels: int, length: int, trim: int) -> None:
+    """A speech-decoder SnakeBeta on SLOTS rows of a full window (325 frames); trim > 0: a
+    transposed conv's trimmed output, the row stride past T. Empty: nothing runs."""
+    x = torch.empty(SLOTS, channels, length + trim, dtype=DTYPE)[..., :length]  # [B, C, T]
+    params = torch.zeros(channels, dtype=DTYPE)  # [C]
+    snake_beta_triton(x, params, params, 1e-9)
 
 
 def _qk_norm_rope_cache(tokens: int) -> None:
@@ -136,6 +145,8 @@ CASES = {
     "rms_norm/1.7b": lambda: _rms_norm("1.7b"),
     "silu_mul/0.6b": lambda: _silu_mul("0.6b"),
     "silu_mul/1.7b": lambda: _silu_mul("1.7b"),
+    "snake_beta/decoder_in": lambda: _snake_beta(1536, 325 * 4, 0),  # the first block's input
+    "snake_beta/trimmed": lambda: _snake_beta(768, 325 * 4 * 8, 8),  # after the x8 upsampling
     "qk_norm_rope_cache/talker": lambda: _qk_norm_rope_cache(1),
     "qk_norm_rope_cache/predictor": lambda: _qk_norm_rope_cache(2),
     "qk_norm_rope_cache/checked": _qk_norm_rope_cache_checked,

@@ -42,6 +42,19 @@ def silu_mul(dtype, grad):
     ]
 
 
+def snake_beta(dtype, grad):
+    """The speech decoder's activation: contiguous, a trimmed transposed conv's output (row stride
+    past T) and a permuted input (the kernel copies it)."""
+    g = _gen()
+    c = 96  # the decoder's last width
+    la, lb = (_rand(c, dtype=dtype, grad=grad, g=g) for _ in "ab")  # [C] log scales
+    return [
+        (_rand(SLOTS, c, 40, dtype=dtype, grad=grad, g=g), la, lb, 1e-9),
+        (_rand(SLOTS, c, 45, dtype=dtype, grad=grad, g=g)[..., :40], la, lb, 1e-9),
+        (_rand(SLOTS, 40, c, dtype=dtype, grad=grad, g=g).transpose(1, 2), la, lb, 1e-9),
+    ]
+
+
 def qk_norm_rope_cache(dtype, grad):
     g = _gen()
     cases = []
@@ -122,6 +135,7 @@ def sample_tokens(dtype, grad):
 SAMPLES = {
     "qtts::rms_norm": rms_norm,
     "qtts::silu_mul": silu_mul,
+    "qtts::snake_beta": snake_beta,
     "qtts::qk_norm_rope_cache": qk_norm_rope_cache,
     "qtts::qk_norm_rope_prefill": qk_norm_rope_prefill,
     "qtts::decode_attention": decode_attention,

@@ -21,7 +21,13 @@ from kernel_launches import CASES, Launch, capture, discover_kernels  # noqa: E4
 ARCHS = (80, 90)
 MAX_REGISTERS = 255  # per thread, the ISA's limit on sm_80 and sm_90
 REGISTER_FILE = 65536  # 32-bit registers per SM: a program needs registers * threads of them
-KNOWN = {"_rms_norm_kernel", "_silu_mul_kernel", "_qk_norm_rope_cache_kernel", "_sample_kernel"}
+KNOWN = {
+    "_rms_norm_kernel",
+    "_silu_mul_kernel",
+    "_snake_beta_kernel",
+    "_qk_norm_rope_cache_kernel",
+    "_sample_kernel",
+}
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
