@@ -36,6 +36,7 @@ from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_sha
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.record_job import record_job
+from qtts.core.jobs.state.records import one_chunk
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.fingerprint import RefDigests, job_fingerprint
 from qtts.core.jobs.work.precision import for_ray_actors, log_precision, settle_precision
@@ -57,7 +58,9 @@ def read_rows(spec: JobSpec, manifest: ManifestSource | None = None) -> pa.Table
         blank = " (no non-blank line)" if spec.kind == "synth" else ""
         raise ManifestError(f"{name} has no rows{blank}: nothing to do")
     check_unique_ids(rows)
-    rows = rows.combine_chunks()  # one chunk: every later take() is one pass, not a concat each
+    held = [rows]
+    del rows
+    rows = one_chunk(held)  # one chunk: every later take() is one pass, not a concat each
     pa.default_memory_pool().release_unused()  # the reader's buffers: a million rows' worth
     return rows
 

@@ -27,12 +27,14 @@ from qtts.core.jobs.output.measures import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
 from qtts.core.jobs.output.stores.locations import containers, is_archived, members
 from qtts.core.jobs.output.stores.presence import present
+from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.writer import atomic_write, cleanup_temp_files, unlink_quietly
 from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import Listing, list_out_dir
+from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
-from qtts.core.jobs.state.shard_state import UnreadableState, read_all
+from qtts.core.jobs.state.shard_state import UnreadableState
 
 log = logging.getLogger("qtts")
 
@@ -66,13 +68,11 @@ RESULT_COLUMNS = (
 )
 # The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
 RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES)
-# What a rebuild reads of each record: the results' columns, and what merging and checks need.
-READ_COLUMNS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path", "member")) + (
-    "file",
-    "bytes",
-    "run",
-    "t",
-)
+# Which record each row shows, and whether its audio is there, is decided on these columns of
+# every record; the views' other record columns are read later, one at a time (view_columns.py).
+MERGE_COLUMNS = ("id", "status", "file", "bytes", "run", "t")
+FROM_RECORDS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path", "member"))
+STAGED_COLUMNS = tuple(c for c in FROM_RECORDS if c not in MERGE_COLUMNS)
 RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
 BATCH = 1 << 18  # input rows per batch of the views being written
 
@@ -90,55 +90,52 @@ class Counts:
 
 @dataclass
 class Picks:
-    """Which record each input row shows: decided on a few columns, then copied a batch at a
-    time while the views are written (memory: the records once, plus a batch)."""
+    """Which record each input row shows: decided on the merge columns; the rest are staged a
+    column at a time while the views are written (memory: the widest column once, plus a
+    batch)."""
 
     rows: pa.Table  # the input's row, id, text
-    records: pa.Table  # READ_COLUMNS, one chunk
-    source: np.ndarray  # per input row: the index of its record, or -1 (no outcome)
+    records: RecordSource  # winners: MERGE_COLUMNS of each id's latest record
+    source: np.ndarray  # per input row: the index of its record in records.winners, or -1
 
     def counts(self) -> Counts:
-        shown = self.records["status"].take(pa.array(self.source[self.source >= 0]))
+        shown = self.records.winners["status"].take(pa.array(self.source[self.source >= 0]))
         ok = pc.sum(pc.equal(shown, OK)).as_py() or 0
         failed = (pc.sum(pc.equal(shown, FAILED)).as_py() or 0) + self.rows["id"].null_count
         return Counts(self.rows.num_rows, ok, failed)
 
 
-def pick(rows: pa.Table, records: pa.Table, listing: Listing) -> Picks:
-    """rows: every input row (all shards); records: read_all's, handed over (made one chunk a
-    column at a time, so the chunked copy is freed as it goes)."""
-    records = _one_chunk(records)
-    status = records["status"]
+def pick(rows: pa.Table, records: RecordSource, listing: Listing) -> Picks:
+    """rows: every input row (all shards); records: every shard's latest records."""
+    winners = records.winners
+    status = winners["status"]
     ok = pc.fill_null(pc.equal(status, OK), False).to_numpy(zero_copy_only=False)
     is_failed = pc.fill_null(pc.equal(status, FAILED), False).to_numpy(zero_copy_only=False)
-    keep = is_failed | (ok & present(records["file"], records["bytes"], listing))
+    keep = is_failed | (ok & present(winners["file"], winners["bytes"], listing))
     kept = np.flatnonzero(keep)
-    at = pc.index_in(rows["id"], value_set=records["id"].take(pa.array(kept)))
+    at = pc.index_in(rows["id"], value_set=winners["id"].take(pa.array(kept)))
     source = np.full(rows.num_rows, -1, dtype=np.int64)
     has = pc.is_valid(at).to_numpy(zero_copy_only=False)
     source[has] = kept[pc.drop_null(at).to_numpy()]
     return Picks(rows, records, source)
 
 
-def _one_chunk(table: pa.Table) -> pa.Table:
-    arrays = {}
-    for name in list(table.column_names):
-        arrays[name] = table[name].combine_chunks()
-        table = table.drop_columns([name])  # the chunked column goes as its copy comes
-    return pa.table(arrays)
-
-
-def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[pa.Table]:
-    """results.parquet's rows in input order, `size` input rows at a time."""
+def result_batches(
+    out_dir: Path, picks: Picks, shown: pa.Table, staged: StagedColumns
+) -> Iterator[pa.Table]:
+    """results.parquet's rows in input order, `staged.size` input rows at a time. shown: the
+    winners' merge columns (and scores), taken here; staged: every other record column."""
     root = pa.scalar(str(out_dir.resolve()) + os.sep)
-    scored = _scored(picks)  # after the results' own columns, when qtts score made any
-    wanted = [c for c in RESULT_COLUMNS if c not in ("row", "path", "member")] + ["file", *scored]
-    records = picks.records.select(wanted)
-    for start in range(0, picks.rows.num_rows, size):
+    scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
+    shown = shown.select([c for c in shown.column_names if c in (*MERGE_COLUMNS, *scored)])
+    size = staged.size
+    for k, start in enumerate(range(0, picks.rows.num_rows, size)):
         rows = picks.rows.slice(start, size)
         source = picks.source[start : start + size]
         has = source >= 0
-        taken = records.take(pa.array(source[has]))
+        taken = shown.take(pa.array(source[has]))
+        for name, column in staged.batch(k):
+            taken = taken.append_column(name, column)
         taken = taken.append_column("row", rows["row"].filter(pa.array(has)))
         # path: the audio file, or the archive shard holding the row's `member`
         path = pc.binary_join_element_wise(root, containers(taken["file"]), "")
@@ -156,7 +153,7 @@ def result_batches(out_dir: Path, picks: Picks, size: int = BATCH) -> Iterator[p
             extra = pa.table(
                 {
                     "row": null_ids["row"],
-                    "text": null_ids["text"],
+                    "text": null_ids["text"].cast(pa.large_string()),
                     "status": pa.array([FAILED] * n, pa.string()),
                     "error": pa.array(["id is null"] * n, pa.string()),
                 }
@@ -173,10 +170,12 @@ def write_views(out_dir: Path, picks: Picks) -> None:
     metadata.jsonl. metadata.jsonl is the files layout's (AudioFolder) view: it lists rows in
     files, and an out dir whose rows all sit in archive shards (which carry their own metadata)
     has none."""
-    picks = Picks(picks.rows, with_scores(picks.records, out_dir), picks.source)
-    scored = _scored(picks)
+    shown = with_scores(picks.records.winners, out_dir)
+    scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
     keys = {**METADATA_KEYS, **{c: c for c in scored}}
     rules = read_keep_rules(out_dir)
+    staging = Layout(out_dir).view_staging
+    staged = StagedColumns(staging, picks.records, picks.source, BATCH)
 
     def write_both(results_file, metadata_file=None) -> None:
         schema = _empty_results().schema
@@ -185,7 +184,7 @@ def write_views(out_dir: Path, picks: Picks) -> None:
         if not rules.empty:
             schema = schema.append(pa.field(KEPT, pa.bool_()))
         writer = pq.ParquetWriter(results_file, schema, compression="zstd")
-        for batch in result_batches(out_dir, picks):
+        for batch in result_batches(out_dir, picks, shown, staged):
             is_ok = pc.fill_null(pc.equal(batch["status"], OK), False)
             in_file = pc.invert(pc.fill_null(pc.is_valid(batch["member"]), False))
             if not rules.empty:  # null for a row that is not ok: there is nothing to keep
@@ -201,16 +200,20 @@ def write_views(out_dir: Path, picks: Picks) -> None:
                 metadata_file.write(data)
         writer.close()
 
-    if _archives_only(picks.records["file"]):
-        atomic_write(out_dir / RESULTS_NAME, write_both)
-        unlink_quietly(out_dir / METADATA_NAME)
-        return
-    atomic_write(
-        out_dir / RESULTS_NAME,
-        lambda results_file: atomic_write(
-            out_dir / METADATA_NAME, lambda metadata_file: write_both(results_file, metadata_file)
-        ),
-    )
+    with staged:
+        for name in STAGED_COLUMNS:
+            staged.stage(name)
+        if _archives_only(shown["file"]):
+            atomic_write(out_dir / RESULTS_NAME, write_both)
+            unlink_quietly(out_dir / METADATA_NAME)
+            return
+        atomic_write(
+            out_dir / RESULTS_NAME,
+            lambda results_file: atomic_write(
+                out_dir / METADATA_NAME,
+                lambda metadata_file: write_both(results_file, metadata_file),
+            ),
+        )
 
 
 def _archives_only(locations: pa.Array) -> bool:
@@ -218,10 +221,6 @@ def _archives_only(locations: pa.Array) -> bool:
     located = pc.drop_null(locations)
     archived = pc.fill_null(is_archived(located), False)
     return bool(len(located)) and bool(pc.all(archived).as_py())
-
-
-def _scored(picks: Picks) -> list[str]:
-    return [c for c in SCORE_FIELDS.names if c in picks.records.column_names]
 
 
 def _empty_results() -> pa.Table:
@@ -250,19 +249,20 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
                 cleanup_temp_files(
                     out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
                 )  # a rebuild that was killed
-                # The records go once picked: held through write_views they cost ~250 MB at 1M.
                 picks = pick(rows, _all_records(out_dir), listing)
                 write_views(out_dir, picks)
+                counts = picks.counts()
+                del picks  # the journals' records and the open states, before a next round
                 if _state_stamp(out_dir) == before or rounds > len(before) + 1:
                     break
-            return picks.counts()
+            return counts
     except Timeout:
         return None
 
 
-def _all_records(out_dir: Path) -> pa.Table:
+def _all_records(out_dir: Path) -> RecordSource:
     try:
-        return read_all(out_dir, READ_COLUMNS)
+        return RecordSource.open(out_dir, MERGE_COLUMNS, STAGED_COLUMNS)
     except UnreadableState as e:  # the views as they were beat views without a shard
         raise UnreadableState(
             f"{e}; {RESULTS_NAME} and {METADATA_NAME} are kept as they were"

@@ -47,6 +47,10 @@ class Layout:
         return self.dir / "results.lock"
 
     @property
+    def view_staging(self) -> Path:  # a results rebuild's columns, staged (output/view_columns)
+        return self.dir / "view-columns"
+
+    @property
     def keep_file(self) -> Path:  # the rules metadata.jsonl lists ok rows by (qtts results)
         return self.dir / "keep.json"
 

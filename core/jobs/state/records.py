@@ -190,6 +190,19 @@ def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def one_chunk(held: list[pa.Table]) -> pa.Table:
+    """The table in `held` (taken out of it) with each column in one chunk, combined a column
+    at a time: each chunked column is freed as its copy comes, so a table of many row groups
+    never exists twice. The list hands the only reference over (an argument would keep the
+    whole table alive in the caller's frame until this returns)."""
+    table = held.pop()
+    schema, arrays = table.schema, []
+    for name in schema.names:
+        arrays.append(table[name].combine_chunks())
+        table = table.drop_columns([name])
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def as_bools(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A boolean column as numpy, null counted as False."""
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)

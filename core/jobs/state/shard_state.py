@@ -40,22 +40,41 @@ def read_state_file(
     """The file's records (columns: only these). Unreadable: none, so a run redoes its rows;
     strict (the views, qtts score): UnreadableState, so nothing is rebuilt without them."""
     try:
-        present = pq.read_schema(path).names
-        wanted = None if columns is None else [c for c in columns if c in present]
-        table = conform(pq.read_table(path, columns=wanted), columns)
-        pa.default_memory_pool().release_unused()  # the decoder's buffers, back to the OS
-        return table
+        return read_columns(pq.ParquetFile(path), columns)
     except FileNotFoundError:
         return conform(empty(), columns)
     except (OSError, pa.ArrowException) as e:
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if strict:
-            raise UnreadableState(
-                f"the job state {path} is unreadable ({why}); restore it, or rerun its shard "
-                "to redo its rows"
-            ) from None
-        log.warning("state %s is unreadable (%s): its rows will be redone", path, why)
+            raise unreadable_state(path, e) from None
+        log.warning("state %s is unreadable (%s): its rows will be redone", path, _why(e))
         return conform(empty(), columns)
+
+
+def read_columns(handle: pq.ParquetFile, columns: tuple[str, ...] | None) -> pa.Table:
+    """conform(the file's records): read a column at a time, each in one chunk, so there are
+    never two copies of the records (the file's row groups, and one chunk) at once."""
+    present = set(handle.schema_arrow.names)
+    schema = conform(empty(), columns).schema
+    arrays = []
+    for field in schema:
+        if field.name in present:
+            column = handle.read(columns=[field.name])[field.name]
+            arrays.append(column.cast(field.type).combine_chunks())
+        else:  # a state written before the column existed
+            arrays.append(pa.nulls(handle.metadata.num_rows, field.type))
+        pa.default_memory_pool().release_unused()  # the decoder's buffers, back to the OS
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def unreadable_state(path: Path, error: Exception) -> UnreadableState:
+    return UnreadableState(
+        f"the job state {path} is unreadable ({_why(error)}); restore it, or rerun its shard "
+        "to redo its rows"
+    )
+
+
+def _why(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def read_own(

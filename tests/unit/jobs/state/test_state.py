@@ -135,3 +135,16 @@ def test_a_journal_on_a_full_disk_names_itself(tmp_path, monkeypatch):
     with pytest.raises(OSError) as failed:
         Journal(path).append([rec("a")])
     assert failed.value.filename == str(path)
+
+
+def test_one_chunk_hands_the_table_over_and_keeps_every_value():
+    from qtts.core.jobs.state.records import one_chunk
+
+    parts = [to_table([rec(f"r{i}{k}", t=float(i)) for i in range(3)]) for k in range(4)]
+    table = pa.concat_tables(parts)
+    want = table.to_pylist()
+    held = [table]
+    del table
+    got = one_chunk(held)
+    assert held == [] and got.to_pylist() == want
+    assert got.schema == parts[0].schema and all(c.num_chunks == 1 for c in got.columns)

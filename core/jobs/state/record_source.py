@@ -1,0 +1,103 @@
+"""Every shard's latest records, read a column at a time: what `read_all` answers, without
+holding every column of every row at once.
+
+The merge (one record per id, the newest winning: shard_state.read_all's rule) is decided on a
+few columns; each winner keeps its position in the states and journals it came from. Any other
+column is read later, alone, and taken at those positions. The state files stay open from the
+first read to the last, so a state that a finishing shard replaces meanwhile is still read as it
+was, and the journals' records are read once (every column wanted): positions never point into
+something that changed. At ten million rows the views then hold one column of the records at a
+time (the texts, the widest) instead of all of them (docs/scale.md).
+Knows state files, journals and the merge; no views, no outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from qtts.core.jobs.state.journal import read_journals
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.records import (
+    RECORD_SCHEMA,
+    conform,
+    empty,
+    latest,
+    one_chunk,
+    overlay,
+)
+from qtts.core.jobs.state.shard_state import UnreadableState, read_columns, unreadable_state
+
+POSITION = "_position"  # a winner's row in the states (in turn), then the journals' records
+
+
+@dataclass
+class RecordSource:
+    states: list[pq.ParquetFile]  # held open: read as they were when the merge was decided
+    journals: pa.Table  # the journals' records, every column asked for
+    winners: pa.Table  # the merge's columns of each id's latest record, one chunk, + POSITION
+
+    @classmethod
+    def open(cls, out_dir: Path, merge: tuple[str, ...], later: tuple[str, ...]) -> RecordSource:
+        """merge: the columns read now (keep id, status, run and t: the merge needs them);
+        later: the columns `column` may be asked for (the journals' are kept)."""
+        layout = Layout(out_dir)
+        states, bases, offset = [], [], 0
+        for path in layout.states():
+            handle = _open(path)
+            if handle is None:  # removed since it was listed (--overwrite): it holds nothing
+                continue
+            table = _read(handle, path, merge)
+            bases.append(_positioned(table, offset))
+            offset += table.num_rows
+            states.append(handle)
+        base = pa.concat_tables(bases) if bases else _positioned(conform(empty(), merge), 0)
+        if len(bases) > 1:
+            base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
+        journals, _ = read_journals(layout.journals())
+        journals = journals.select(list(dict.fromkeys((*merge, *later))))
+        winners = one_chunk([overlay(base, _positioned(journals.select(list(merge)), offset))])
+        return cls(states, journals, winners)
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        """Every record's `name`, states then journals, indexed by POSITION (type as recorded)."""
+        field = RECORD_SCHEMA.field(name)
+        chunks = []
+        for handle in self.states:
+            if name in handle.schema_arrow.names:
+                chunk = handle.read(columns=[name])[name].cast(field.type)
+            else:  # a state written before the column existed
+                chunk = pa.nulls(handle.metadata.num_rows, field.type)
+            chunks.extend(chunk.chunks if isinstance(chunk, pa.ChunkedArray) else [chunk])
+        chunks.extend(self.journals[name].cast(field.type).chunks)
+        return pa.chunked_array(chunks, field.type)
+
+    def positions(self) -> np.ndarray:
+        return self.winners[POSITION].to_numpy()
+
+
+def _open(path: Path) -> pq.ParquetFile | None:
+    try:
+        return pq.ParquetFile(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable_state(path, e) from None
+
+
+def _read(handle: pq.ParquetFile, path: Path, columns: tuple[str, ...]) -> pa.Table:
+    try:
+        return read_columns(handle, columns)
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable_state(path, e) from None
+
+
+def _positioned(table: pa.Table, offset: int) -> pa.Table:
+    return table.append_column(POSITION, pa.array(np.arange(offset, offset + table.num_rows)))
+
+
+__all__ = ["POSITION", "RecordSource", "UnreadableState"]

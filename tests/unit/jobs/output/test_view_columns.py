@@ -1,0 +1,98 @@
+"""The views' staged columns: the per-chunk gather equals pyarrow's own take (its twin), the
+batches line up with the input rows that show a record, and the staging folder never outlives
+its rebuild."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from qtts.core.jobs.output.view_columns import StagedColumns, _gather
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_gather_equals_take_on_the_chunked_column(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 50, size=rng.integers(1, 8))  # empty chunks too
+    chunks = [pa.array([f"v{seed}-{k}-{i}" for i in range(n)], pa.large_string()) for k, n in
+              enumerate(sizes)]  # fmt: skip
+    column = pa.chunked_array(chunks, pa.large_string())
+    starts = np.cumsum([0, *sizes])
+    for n in (0, 1, 17, 200):
+        at = rng.integers(0, max(len(column), 1), size=n if len(column) else 0)
+        got = _gather(chunks, starts, at, column.type)
+        assert got.equals(column.take(pa.array(at, pa.int64())).combine_chunks())
+
+
+class Source:  # what StagedColumns asks of a RecordSource
+    def __init__(self, values, positions):
+        self.values, self._positions = values, positions
+
+    def column(self, name):
+        return pa.chunked_array([self.values[name][:3], self.values[name][3:]])
+
+    def positions(self):
+        return self._positions
+
+
+def test_batches_hold_the_shown_records_of_their_input_rows_in_order(tmp_path):
+    values = {"text": pa.array(list("abcdef")), "num": pa.array([0, 1, 2, 3, 4, 5])}
+    positions = np.array([5, 4, 3, 2, 1, 0])  # winner w lives at position 5 - w
+    shown = np.array([0, -1, 2, 5, -1, -1, 1, 3])  # per input row: its winner, or none
+    folder = tmp_path / "stage"
+    (folder / "left").mkdir(parents=True)  # a killed rebuild's
+    with StagedColumns(folder, Source(values, positions), shown, 3) as staged:
+        assert not (folder / "left").exists()
+        staged.stage("text")
+        staged.stage("num")
+        got = [{n: c.to_pylist() for n, c in staged.batch(k)} for k in range(3)]
+    assert got == [
+        {"text": ["f", "d"], "num": [5, 3]},
+        {"text": ["a"], "num": [0]},
+        {"text": ["e", "c"], "num": [4, 2]},
+    ]
+    assert not folder.exists()
+
+
+def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatch):
+    """results.parquet written from staged columns, batch by batch, against the records as
+    read_all merges them whole (the twin); nothing staged is left."""
+    import pyarrow.parquet as pq
+
+    from qtts.core.jobs.output import results
+    from qtts.core.jobs.state import shard_state
+    from qtts.core.jobs.state.journal import Journal
+    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.work.shards import UNSHARDED
+
+    layout = Layout(tmp_path)
+    layout.dir.mkdir()
+    ids = [f"r{i}" for i in range(11)]
+    records = []
+    for i, row_id in enumerate(ids):
+        ok = i % 3 != 1
+        (tmp_path / f"{row_id}.wav").write_bytes(b"x" * 44)
+        records.append({"id": row_id, "status": "ok" if ok else "failed", "t": 1.0 + i,
+                        "file": f"{row_id}.wav" if ok else None, "bytes": 44 if ok else None,
+                        "text": f"text {i}", "num_frames": i, "run": "R", "error": None if ok
+                        else "boom"})  # fmt: skip
+    Journal(layout.journal("")).append(records[::-1])
+    shard_state.compact(tmp_path, UNSHARDED)
+    Journal(layout.journal("")).append([{**records[4], "text": "redone", "t": 50.0}])
+    rows = pa.table({"row": list(range(12)), "id": [*ids[:6], None, *ids[6:]],
+                     "text": [None] * 6 + ["no id"] + [None] * 5})  # fmt: skip
+    monkeypatch.setattr(results, "BATCH", 4)
+    counts = results.rebuild(tmp_path, rows, wait_s=5)
+    got = pq.read_table(tmp_path / results.RESULTS_NAME).to_pylist()
+    assert [r["row"] for r in got] == list(range(12)) and counts.total == 12
+    twin = {r["id"]: r for r in shard_state.read_all(tmp_path).to_pylist()}
+    for r in got:
+        if r["id"] is None:
+            assert r["status"] == "failed" and r["error"] == "id is null" and r["text"] == "no id"
+            continue
+        want = twin[r["id"]]
+        assert (r["status"], r["text"], r["num_frames"], r["error"]) == (
+            want["status"], want["text"], want["num_frames"], want["error"])  # fmt: skip
+    assert got[4]["text"] == "redone"
+    assert not layout.view_staging.exists()
