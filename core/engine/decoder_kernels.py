@@ -18,5 +18,11 @@ def with_kernels(decoder: SpeechDecoder) -> SpeechDecoder:
     """decoder, its SnakeBeta activations served by the one-pass kernel on CUDA."""
     for module in decoder.modules():
         if isinstance(module, SnakeBeta):
-            module.cuda_op = snake_beta
+            module.cuda_op = _snake_beta
     return decoder
+
+
+def _snake_beta(x, log_alpha, log_beta, eps):
+    # A plain function, not the op object itself: a decoder holding it can still be copied and
+    # pickled (the op's dispatcher cannot), and the copy keeps its kernel.
+    return snake_beta(x, log_alpha, log_beta, eps)

@@ -249,24 +249,38 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
                 cleanup_temp_files(
                     out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
                 )  # a rebuild that was killed
-                picks = pick(rows, _all_records(out_dir), listing)
-                write_views(out_dir, picks)
-                counts = picks.counts()
-                del picks  # the journals' records and the open states, before a next round
-                if _state_stamp(out_dir) == before or rounds > len(before) + 1:
+                last = rounds > len(before) + 1
+                try:
+                    counts = _rebuild_once(out_dir, rows, listing)
+                except UnreadableState:
+                    # A state replaced under an open handle can fail to read where the
+                    # filesystem does not keep a replaced file for its readers (NFS): if a
+                    # state changed, that was it, and the next round reads the new one.
+                    if last or _state_stamp(out_dir) == before:
+                        raise
+                    continue
+                if last or _state_stamp(out_dir) == before:
                     break
             return counts
     except Timeout:
         return None
 
 
-def _all_records(out_dir: Path) -> RecordSource:
+def _rebuild_once(out_dir: Path, rows: pa.Table, listing: Listing) -> Counts:
+    """One round: the records merged, the views written; the states closed, whatever happens."""
+    records = None
     try:
-        return RecordSource.open(out_dir, MERGE_COLUMNS, STAGED_COLUMNS)
+        records = RecordSource.open(out_dir, MERGE_COLUMNS, STAGED_COLUMNS)
+        picks = pick(rows, records, listing)
+        write_views(out_dir, picks)
+        return picks.counts()
     except UnreadableState as e:  # the views as they were beat views without a shard
         raise UnreadableState(
             f"{e}; {RESULTS_NAME} and {METADATA_NAME} are kept as they were"
         ) from None
+    finally:
+        if records is not None:
+            records.close()
 
 
 def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:

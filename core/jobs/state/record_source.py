@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.state.journal import read_journals
@@ -37,7 +38,7 @@ POSITION = "_position"  # a winner's row in the states (in turn), then the journ
 
 @dataclass
 class RecordSource:
-    states: list[pq.ParquetFile]  # held open: read as they were when the merge was decided
+    states: list[tuple[Path, pq.ParquetFile]]  # held open: read as when the merge was decided
     journals: pa.Table  # the journals' records, every column asked for
     winners: pa.Table  # the merge's columns of each id's latest record, one chunk, + POSITION
 
@@ -54,27 +55,38 @@ class RecordSource:
             table = _read(handle, path, merge)
             bases.append(_positioned(table, offset))
             offset += table.num_rows
-            states.append(handle)
+            states.append((path, handle))
         base = pa.concat_tables(bases) if bases else _positioned(conform(empty(), merge), 0)
-        if len(bases) > 1:
+        del bases
+        if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
             base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
         journals, _ = read_journals(layout.journals())
         journals = journals.select(list(dict.fromkeys((*merge, *later))))
-        winners = one_chunk([overlay(base, _positioned(journals.select(list(merge)), offset))])
-        return cls(states, journals, winners)
+        held = [overlay(base, _positioned(journals.select(list(merge)), offset))]
+        del base  # held hands the only reference to one_chunk
+        return cls(states, journals, one_chunk(held))
 
     def column(self, name: str) -> pa.ChunkedArray:
-        """Every record's `name`, states then journals, indexed by POSITION (type as recorded)."""
+        """Every record's `name`, states then journals, indexed by POSITION (type as recorded).
+        A state that cannot be read now raises UnreadableState naming it."""
         field = RECORD_SCHEMA.field(name)
         chunks = []
-        for handle in self.states:
-            if name in handle.schema_arrow.names:
-                chunk = handle.read(columns=[name])[name].cast(field.type)
-            else:  # a state written before the column existed
-                chunk = pa.nulls(handle.metadata.num_rows, field.type)
-            chunks.extend(chunk.chunks if isinstance(chunk, pa.ChunkedArray) else [chunk])
+        for path, handle in self.states:
+            try:
+                if name in handle.schema_arrow.names:
+                    chunk = handle.read(columns=[name])[name].cast(field.type)
+                else:  # a state written before the column existed
+                    chunk = pa.chunked_array([pa.nulls(handle.metadata.num_rows, field.type)])
+            except (OSError, pa.ArrowException) as e:
+                raise unreadable_state(path, e) from None
+            chunks.extend(chunk.chunks)
         chunks.extend(self.journals[name].cast(field.type).chunks)
         return pa.chunked_array(chunks, field.type)
+
+    def close(self) -> None:
+        for _, handle in self.states:
+            handle.close()
+        self.states = []
 
     def positions(self) -> np.ndarray:
         return self.winners[POSITION].to_numpy()

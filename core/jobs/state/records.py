@@ -198,7 +198,8 @@ def one_chunk(held: list[pa.Table]) -> pa.Table:
     table = held.pop()
     schema, arrays = table.schema, []
     for name in schema.names:
-        arrays.append(table[name].combine_chunks())
+        column = table[name]
+        arrays.append(column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
         table = table.drop_columns([name])
     return pa.Table.from_arrays(arrays, schema=schema)
 

@@ -40,7 +40,8 @@ def read_state_file(
     """The file's records (columns: only these). Unreadable: none, so a run redoes its rows;
     strict (the views, qtts score): UnreadableState, so nothing is rebuilt without them."""
     try:
-        return read_columns(pq.ParquetFile(path), columns)
+        with pq.ParquetFile(path) as handle:
+            return read_columns(handle, columns)
     except FileNotFoundError:
         return conform(empty(), columns)
     except (OSError, pa.ArrowException) as e:

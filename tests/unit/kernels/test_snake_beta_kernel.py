@@ -9,6 +9,7 @@ computes the twins on the same inputs and reports the largest difference per cas
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -144,5 +145,10 @@ def test_the_engine_installs_the_op_in_every_snake_of_a_decoder():
     snakes = [m for m in decoder.modules() if isinstance(m, SnakeBeta)]
     assert snakes and all(m.cuda_op is None for m in snakes)
     assert with_kernels(decoder) is decoder
-    assert all(m.cuda_op is snake_beta for m in snakes)
+    assert all(m.cuda_op is not None for m in snakes)
+    x = torch.randn(2, snakes[0].alpha.shape[0], 5)
+    assert torch.equal(snakes[0].cuda_op(x, snakes[0].alpha, snakes[0].beta, SNAKE_EPS),
+                       snake_beta(x, snakes[0].alpha, snakes[0].beta, SNAKE_EPS))  # fmt: skip
     assert SpeechDecoder(decoder_config("small")).decoder[-2].cuda_op is None  # per decoder
+    copied = copy.deepcopy(decoder)  # the doctor copies decoders: the kernel goes with them
+    assert all(m.cuda_op is snakes[0].cuda_op for m in copied.modules() if isinstance(m, SnakeBeta))

@@ -96,3 +96,70 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
             want["status"], want["text"], want["num_frames"], want["error"])  # fmt: skip
     assert got[4]["text"] == "redone"
     assert not layout.view_staging.exists()
+
+
+def _small_out_dir(tmp_path):
+    from qtts.core.jobs.state import shard_state
+    from qtts.core.jobs.state.journal import Journal
+    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.work.shards import UNSHARDED
+
+    Layout(tmp_path).dir.mkdir()
+    records = []
+    for i in range(5):
+        (tmp_path / f"r{i}.wav").write_bytes(b"x" * 44)
+        records.append({"id": f"r{i}", "status": "ok", "t": 1.0, "file": f"r{i}.wav",
+                        "bytes": 44, "text": f"old {i}", "run": "R"})  # fmt: skip
+    Journal(Layout(tmp_path).journal("")).append(records)
+    shard_state.compact(tmp_path, UNSHARDED)
+    rows = pa.table({"row": list(range(5)), "id": [f"r{i}" for i in range(5)],
+                     "text": pa.nulls(5, pa.large_string())})  # fmt: skip
+    return records, rows
+
+
+def test_a_state_that_fails_to_read_mid_rebuild_is_read_again_if_it_changed(tmp_path, monkeypatch):
+    """Where a replaced state is not kept for its open readers (NFS), the column pass fails:
+    the state changed under the round, so the next round reads the new one."""
+    import pyarrow.parquet as pq
+
+    from qtts.core.jobs.output import results
+    from qtts.core.jobs.state import record_source, shard_state
+    from qtts.core.jobs.state.journal import Journal
+    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.work.shards import UNSHARDED
+
+    records, rows = _small_out_dir(tmp_path)
+    real, calls = record_source.RecordSource.column, []
+
+    def column(self, name):
+        calls.append(name)
+        if len(calls) == 1:  # another process finishes: the state is replaced, this read fails
+            Journal(Layout(tmp_path).journal("")).append([{**records[2], "text": "new", "t": 2.0}])
+            shard_state.compact(tmp_path, UNSHARDED)
+            raise shard_state.unreadable_state(self.states[0][0], OSError("Stale file handle"))
+        return real(self, name)
+
+    monkeypatch.setattr(record_source.RecordSource, "column", column)
+    assert results.rebuild(tmp_path, rows, wait_s=5).ok == 5
+    texts = pq.read_table(tmp_path / results.RESULTS_NAME)["text"].to_pylist()
+    assert texts == ["old 0", "old 1", "new", "old 3", "old 4"]
+
+
+def test_a_state_that_fails_to_read_unchanged_is_an_unreadable_state(tmp_path, monkeypatch):
+    """A damaged column that the merge does not read: the views are kept, the file named."""
+    from qtts.core.jobs.output import results
+    from qtts.core.jobs.state import record_source, shard_state
+
+    _, rows = _small_out_dir(tmp_path)
+    results.rebuild(tmp_path, rows, wait_s=5)
+    before = (tmp_path / results.RESULTS_NAME).read_bytes()
+
+    def column(self, name):
+        raise shard_state.unreadable_state(self.states[0][0], OSError("bad column chunk"))
+
+    monkeypatch.setattr(record_source.RecordSource, "column", column)
+    (tmp_path / "r0.wav").touch()  # something to rebuild for
+    with pytest.raises(shard_state.UnreadableState, match=r"state\.parquet is unreadable.*kept"):
+        results.rebuild(tmp_path, rows, wait_s=5)
+    assert (tmp_path / results.RESULTS_NAME).read_bytes() == before
+    assert not (tmp_path / ".qtts" / "view-columns").exists()
