@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from qtts.core.jobs.output.stores.locations import FILES, layouts
 from qtts.core.jobs.output.stores.presence import held
 from qtts.core.jobs.state.listing import Listing
+from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
 from qtts.core.jobs.work.fingerprint import setting_changes
 
@@ -42,8 +43,7 @@ def aligned(rows: pa.Table, records: pa.Table) -> pa.Table:
     """records' columns for each row of `rows` (in its order; nulls where it has none)."""
     if rows.num_rows * 8 < records.num_rows:  # hash the few ids, not the many records
         records = records.filter(pc.is_in(records["id"], value_set=rows["id"].combine_chunks()))
-    index = pc.index_in(rows["id"], value_set=records["id"].combine_chunks())
-    return records.take(index)
+    return records.take(index_in(rows["id"], records["id"]))
 
 
 def scan(
@@ -59,7 +59,7 @@ def scan(
     current: dict,
 ) -> ResumeScan:
     """valid: this run's valid rows (records.ROW_FIELDS); records: the shard's latest records."""
-    index = pc.index_in(valid["id"], value_set=records["id"].combine_chunks())
+    index = index_in(valid["id"], records["id"])  # the records' ids hashed a part at a time
 
     def old(name: str) -> pa.Array:  # one recorded column at a time, in valid's order
         return records[name].take(index)

@@ -20,12 +20,13 @@ import pyarrow.compute as pc
 from qtts.core.jobs.output.stores.files import CODES_SUFFIX
 from qtts.core.jobs.output.stores.locations import FILES, containers, is_archived, layouts
 from qtts.core.jobs.state.listing import Listing
+from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.records import as_bools
 
 
 def present(locations, sizes, listing: Listing) -> np.ndarray:
     """Per record: its audio is in the out dir as recorded."""
-    at = pc.index_in(containers(locations), value_set=listing.names())
+    at = index_in(containers(locations), listing.files["name"])  # names hashed a part at a time
     listed = listing.files["size"].combine_chunks()
     found = as_bools(pc.is_valid(at))
     if listed.null_count == len(listed):  # a names-only listing

@@ -1,0 +1,35 @@
+"""Where each key sits among values: pyarrow's index_in, with the hash table built a part of the
+values at a time.
+
+index_in hashes every value: for ten million ids or file names that table (a copy of the strings
+plus its slots) is about half a gigabyte, held beside everything a resume scan already holds.
+Hashed a million values at a time, the table stays small; each part costs one more pass over the
+keys (a few seconds at ten million). The answer is index_in's: the first value equal to a key.
+Knows Arrow arrays; nothing of what they hold.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+PART = 1 << 20  # values hashed at once
+
+
+def index_in(keys, values, part: int = PART) -> pa.Array:
+    """Per key, the index of its first equal in `values`, or null (pc.index_in's answer, as
+    int64)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if len(values) <= part:
+        return pc.index_in(keys, value_set=_array(values)).cast(pa.int64())
+    found = pa.nulls(len(keys), pa.int64())
+    for start in range(0, len(values), part):
+        at = pc.index_in(keys, value_set=_array(values.slice(start, part)))
+        # an earlier part's answer stands: index_in gives the first equal value
+        found = pc.coalesce(found, pc.add(at.cast(pa.int64()), start))
+    return found
+
+
+def _array(values) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
