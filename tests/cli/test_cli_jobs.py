@@ -390,3 +390,30 @@ def test_an_out_dir_that_cannot_be_written_says_why(tmp_path, monkeypatch, flags
         r.exit_code == 2
         and f"cannot write to --out-dir {tmp_path / 'out' / '.qtts'}: {why}" in r.stderr
     )
+
+
+def test_a_big_jobs_texts_are_read_from_their_spill(tmp_path, write_manifest, monkeypatch):
+    """A run of at least text_spill.SPILL_ROWS rows maps its texts from OUT/.qtts/ (lowered
+    here to every run): the rows it synthesizes and records read them from there, and nothing
+    is left in the folder."""
+    from qtts.core.jobs.execution import locked_run
+    from qtts.core.jobs.rows import text_spill
+
+    monkeypatch.setattr(text_spill, "SPILL_ROWS", 1)
+    spills = []
+
+    def spilled(table, folder):
+        spills.append(folder)
+        return text_spill.spilled(table, folder)
+
+    monkeypatch.setattr(locked_run, "spilled", spilled)
+    rows = [{"id": f"u{i}", "text": f"text number {i} " * (i + 1)} for i in range(5)]
+    m = write_manifest(rows)
+    out = tmp_path / "out"
+    assert qtts("batch", m, "-o", out, "--speaker", "ryan", "-b", "2").exit_code == 0
+    (out / "u3.wav").unlink()
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "-b", "2")
+    assert r.exit_code == 0, r.stderr
+    assert (summary(r)["ok"], summary(r)["skipped"]) == (1, 4) and len(spills) == 2
+    assert {k: v["text"] for k, v in results(out).items()} == {r["id"]: r["text"] for r in rows}
+    assert not [p for p in (out / ".qtts").iterdir() if p.name.startswith(".text-")]

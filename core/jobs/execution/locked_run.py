@@ -33,13 +33,21 @@ from qtts.core.jobs.output.stores.files import row_id_of
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES
 from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
 from qtts.core.jobs.output.writer import cleanup_temp_files, remove_live_temps
+from qtts.core.jobs.rows.text_spill import spilled
 from qtts.core.jobs.rows.validation import Prepared
 from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import list_out_dir
-from qtts.core.jobs.state.records import FAILED, OK, SCAN_COLUMNS, pending_records, stamped
+from qtts.core.jobs.state.records import (
+    FAILED,
+    OK,
+    SCAN_COLUMNS,
+    pending_records,
+    stamped,
+    with_repeated_encoded,
+)
 from qtts.core.jobs.state.shard_state import UnreadableState
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import Todo
@@ -115,6 +123,9 @@ class JobRun:
             if self.spec.output.overwrite:
                 self._retract_everything()
                 state.reset(self.out, self.shard)
+            # The texts of a big job off the heap: deciding the work reads digests, not texts.
+            prepared = self.job.prepared
+            prepared.rows = spilled(prepared.rows, Layout(self.out).dir)
             work = self._plan()
             self._record_work(work)
             status, code = "done", 0
@@ -133,7 +144,9 @@ class JobRun:
             return summary
 
     def _plan(self) -> Work:
-        self.records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
+        records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
+        self.records = with_repeated_encoded(records)
+        del records
         listing = list_out_dir(self.out)
         removed = cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps)
         removed += cleanup_temp_files(

@@ -204,6 +204,21 @@ def one_chunk(held: list[pa.Table]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+# Scan columns that repeat a few values over every row (a job's settings digest, its split and
+# budget keys, its voice): held dictionary-encoded through a run's scan, four bytes a row instead
+# of each row's own string (about 0.4 GB at ten million rows).
+REPEATED = ("settings", "split", "on_budget", "speaker", "language")
+
+
+def with_repeated_encoded(table: pa.Table, names: tuple[str, ...] = REPEATED) -> pa.Table:
+    """table with `names` dictionary-encoded (Arrow's compute reads them as their values)."""
+    for name in names:
+        if name in table.column_names and not pa.types.is_dictionary(table.schema.field(name).type):
+            at = table.schema.get_field_index(name)
+            table = table.set_column(at, name, pc.dictionary_encode(table[name]))
+    return table
+
+
 def as_bools(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A boolean column as numpy, null counted as False."""
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)

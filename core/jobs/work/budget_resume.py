@@ -35,9 +35,11 @@ def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: 
     if len(at) == 0 or resume.record_at is None:
         return resume
     index = resume.record_at.take(pa.array(at))
+    # The usual rerun, decided on booleans: no copy of ten million keys.
+    same = pc.equal(records["on_budget"], key)
+    if pc.all(pc.fill_null(same, LEGACY_KEY == key).take(index)).as_py():
+        return resume
     keys = _one(pc.fill_null(records["on_budget"].take(index), LEGACY_KEY))
-    if pc.all(pc.equal(keys, key)).as_py():
-        return resume  # the usual rerun
     attempts = _numpy(pc.fill_null(records["attempts"].take(index), 1))
     hit = _numpy(pc.fill_null(records["hit_frame_budget"].take(index), False))
     changed = _numpy(pc.not_equal(keys, key)) & ~kept_by(key, attempts, hit)

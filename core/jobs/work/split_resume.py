@@ -49,9 +49,10 @@ def recheck_split(
     if len(at) == 0 or resume.record_at is None:
         return resume
     index = resume.record_at.take(pa.array(at))
-    keys = _one(pc.fill_null(records["split"].take(index), split.key))  # no key: kept as made
-    if pc.all(pc.equal(keys, split.key)).as_py():
-        return resume  # the usual rerun
+    # The usual rerun, decided on booleans: no copy of ten million keys. No key: kept as made.
+    if pc.all(pc.fill_null(pc.equal(records["split"], split.key), True).take(index)).as_py():
+        return resume
+    keys = _one(pc.fill_null(records["split"].take(index), split.key))
     whole = as_bools(pc.less_equal(records["segments"].take(index), 1))
     tokens = records["text_tokens"].take(index)
     encoded = pc.dictionary_encode(keys)

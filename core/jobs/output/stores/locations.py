@@ -6,8 +6,11 @@ Knows strings; no files.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from qtts.core.jobs.state.records import as_bools
 
 ARCHIVE_DIR = "data"  # OUT/data/: every archive shard, from every writer
 MEMBER_SEP = "#"  # shard names never hold it; an id may, so a member is all after the first
@@ -47,8 +50,17 @@ def is_archived(locations: pa.Array) -> pa.Array:
     return pc.match_substring_regex(locations, f"{_SHARD}{MEMBER_SEP}")
 
 
-def layouts(locations: pa.Array) -> pa.Array:
-    """Which layout made each location (null where there is none)."""
-    tar = pc.match_substring_regex(locations, rf"{_SHARD}\.tar{MEMBER_SEP}")
-    kind = pc.if_else(tar, WEBDATASET, pc.if_else(is_archived(locations), PARQUET, FILES))
-    return pc.if_else(pc.is_null(locations), pa.scalar(None, pa.string()), kind)
+LAYOUTS = (FILES, WEBDATASET, PARQUET)
+
+
+def layouts(locations) -> pa.DictionaryArray:
+    """Which layout made each location (null where there is none), dictionary-encoded: one byte
+    a row, not a string (ten million of them at a rerun's scan)."""
+    if isinstance(locations, pa.ChunkedArray):
+        locations = locations.combine_chunks()
+    tar = as_bools(pc.match_substring_regex(locations, rf"{_SHARD}\.tar{MEMBER_SEP}"))
+    archived = as_bools(is_archived(locations))
+    kind = np.where(tar, 1, np.where(archived, 2, 0)).astype(np.int8)
+    null = as_bools(pc.is_null(locations))
+    indices = pa.array(kind, pa.int8(), mask=null)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(LAYOUTS, pa.string()))

@@ -35,6 +35,9 @@ def present(locations, sizes, listing: Listing) -> np.ndarray:
     return np.where(as_bools(is_archived(locations)), found, same_size)
 
 
+SLICE = 1 << 20  # rows whose expected names are built at once
+
+
 @dataclass
 class Held:
     audio: np.ndarray  # present, in this run's layout and format
@@ -55,9 +58,19 @@ def held(
 ) -> Held:
     made_in = layouts(locations)
     same_layout = as_bools(pc.equal(made_in, layout))
-    if layout == FILES:
-        expected = pc.binary_join_element_wise(ids, pa.scalar(audio_format), ".")
-        as_written = as_bools(pc.equal(locations, expected))
+    if layout == FILES:  # {id}.{format}, built a slice at a time: not ten million names at once
+        suffix = pa.scalar(audio_format)
+        as_written = np.concatenate(
+            [
+                as_bools(
+                    pc.equal(
+                        locations.slice(start, SLICE),
+                        pc.binary_join_element_wise(ids.slice(start, SLICE), suffix, "."),
+                    )
+                )
+                for start in range(0, max(len(ids), 1), SLICE)
+            ]
+        )[: len(ids)]
     else:
         as_written = same_layout
     audio = as_written & present(locations, sizes, listing)

@@ -148,3 +148,16 @@ def test_one_chunk_hands_the_table_over_and_keeps_every_value():
     got = one_chunk(held)
     assert held == [] and got.to_pylist() == want
     assert got.schema == parts[0].schema and all(c.num_chunks == 1 for c in got.columns)
+
+
+def test_repeated_scan_columns_are_held_encoded_with_the_same_values():
+    from qtts.core.jobs.state.records import REPEATED, with_repeated_encoded
+
+    table = to_table(
+        [rec(f"r{i}", settings="abc", split="auto:60", speaker=None) for i in range(5)]
+    )
+    got = with_repeated_encoded(table)
+    for name in REPEATED:
+        assert pa.types.is_dictionary(got.schema.field(name).type)
+        assert got[name].to_pylist() == table[name].to_pylist()
+    assert got["id"].type == table["id"].type and with_repeated_encoded(got).equals(got)
