@@ -32,6 +32,13 @@ check() {  # check NAME LOG COMMAND...: run, tee the output to $OUT/LOG, remembe
   fi
 }
 
+finish() {  # every check has run: exit 1 if any failed
+  if ((${#failed[@]})); then
+    echo "failed: ${failed[*]}" | tee -a "$OUT/summary.txt"
+    exit 1
+  fi
+}
+
 setup() {  # $OUT, the missing wheels, the package on PYTHONPATH, the card's name
   OUT="${OUT:-/tmp/qtts-gpu}"
   mkdir -p "$OUT"
@@ -74,10 +81,7 @@ run)
     python3 -m qtts bench --size 0.6b --batch-sizes 64 --frames 128 --compare
   check "tests/gpu" gpu_tests.log timeout -k 5 200 \
     python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/gpu
-  if ((${#failed[@]})); then
-    echo "failed: ${failed[*]}" | tee -a "$OUT/summary.txt"
-    exit 1
-  fi
+  finish
   ;;
 loop)
   # Where a step's time goes between one graph replay and the loop: the same bench with the
@@ -89,10 +93,7 @@ loop)
         python3 -m qtts bench --size "$size" --batch-sizes 64,256 --frames 128 "$vocoder"
     done
   done
-  if ((${#failed[@]})); then
-    echo "failed: ${failed[*]}" | tee -a "$OUT/summary.txt"
-    exit 1
-  fi
+  finish
   ;;
 vocoder)
   setup
@@ -100,6 +101,7 @@ vocoder)
     check "vocoder probe $rows rows" "vocoder_${rows}.log" timeout -k 5 150 \
       python3 tools/vocoder_probe.py --size 0.6b --rows "$rows"
   done
+  finish
   ;;
 *)
   echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder" >&2
