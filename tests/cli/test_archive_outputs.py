@@ -242,3 +242,52 @@ def test_a_row_failing_on_a_rerun_leaves_its_shard(tmp_path):
     _manifest(tmp_path / "m.parquet", texts)  # fixed again: made once more, exactly once
     assert _fake(manifest, out, "--output", "webdataset", "--shard-rows", 2).returncode == 0
     assert Counter(tar_ids(out)) == Counter(f"r{i:02d}" for i in range(4))
+
+
+def _dry(manifest, out, *extra) -> dict:
+    proc = _fake(manifest, out, "--output", "webdataset", "--shard-rows", 3, "--dry-run", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _shards(out) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / "data").glob("*.tar"))}
+
+
+def test_a_dry_run_counts_the_rows_and_shards_a_run_would_take_out(tmp_path):
+    from qtts.core.jobs.execution.dry_run import DryRunSummary
+
+    texts = [f"Row {i} as first written." for i in range(6)]
+    out = tmp_path / "out"
+    manifest = _manifest(tmp_path / "m.parquet", texts)
+    assert _fake(manifest, out, "--output", "webdataset", "--shard-rows", 3).returncode == 0
+    before = _shards(out)
+    assert len(before) == 2
+    unchanged = _dry(manifest, out)
+    assert (unchanged["taken_out"], unchanged["outputs_rewritten"]) == (0, 0)
+    overwrite = _dry(manifest, out, "--overwrite")
+    assert (overwrite["taken_out"], overwrite["outputs_rewritten"]) == (6, 2)
+    # r01 redone (new text), r02 failing now (an emptied text): both in the first shard
+    _manifest(tmp_path / "m.parquet", [texts[0], "Row 1, rewritten.", "  ", *texts[3:]])
+    dry = _dry(manifest, out)
+    assert (dry["redo"], dry["failed"]) == (1, 1)
+    assert (dry["taken_out"], dry["outputs_rewritten"]) == (2, 1)
+    summary = DryRunSummary(**{k: v for k, v in dry.items() if k != "est_audio_hours"})
+    assert "1 to redo, 2 taken out of 1 output file(s) first" in summary.describe()
+    assert _shards(out) == before  # the dry run wrote nothing
+    assert _fake(manifest, out, "--output", "webdataset", "--shard-rows", 3).returncode == 3
+    after = _shards(out)
+    rewritten = [name for name in before if after.get(name) != before[name]]
+    assert len(rewritten) == dry["outputs_rewritten"]
+    assert Counter(tar_ids(out)) == Counter(f"r{i:02d}" for i in range(6) if i != 2)
+
+
+def test_a_dry_run_of_a_layout_switch_counts_the_files_it_would_remove(tmp_path):
+    manifest = _manifest(tmp_path / "m.parquet", [f"Row {i}." for i in range(4)])
+    out = tmp_path / "out"
+    assert _fake(manifest, out).returncode == 0
+    same = json.loads(_fake(manifest, out, "--dry-run").stdout.splitlines()[-1])
+    assert (same["taken_out"], same["outputs_rewritten"]) == (0, 0)
+    switch = _dry(manifest, out)
+    assert (switch["redo"], switch["taken_out"], switch["outputs_rewritten"]) == (4, 4, 4)
+    assert len(list(out.glob("*.wav"))) == 4  # still there: a dry run writes nothing

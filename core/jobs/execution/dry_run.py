@@ -4,9 +4,11 @@ Reads and validates every row, selects the shard, scans the out dir's state for 
 done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
 to redo and why, failing validation (the first reasons), frames and hours of audio estimated,
-the rows of the first chunk that will be split into segments (and how many segments), and the
-precision the run would compute in. A run it would refuse at its locks (its shard's lock held:
-exit 75; --overwrite changing the shard count under a running shard: exit 2) it refuses alike.
+the rows of the first chunk that will be split into segments (and how many segments), the rows
+the run would first take out of sealed archive shards (and how many shards or files that
+rewrites or removes), and the precision the run would compute in. A run it would refuse at its
+locks (its shard's lock held: exit 75; --overwrite changing the shard count under a running
+shard: exit 2) it refuses alike.
 Knows the job's work and the TextModel; no tensors.
 """
 
@@ -17,8 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.execution.locked_run import failing_now, overwritten
+from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
 from qtts.core.jobs.state.layout import Layout
@@ -30,6 +35,7 @@ from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
 from qtts.core.jobs.work.decide import Work, decide_work
 from qtts.core.jobs.work.fingerprint import read_registry
+from qtts.core.jobs.work.resume import aligned
 
 log = logging.getLogger("qtts")
 
@@ -49,6 +55,8 @@ class DryRunSummary:
     memory_plan: str
     split_rows: int  # rows of the first (longest) chunk cut into segments
     segments: int  # the segments they make
+    taken_out: int  # rows whose outputs come out before they are redone (stores/retract.py)
+    outputs_rewritten: int  # the shards (or files) that rewrites or removes
     shard: str
     precision: str  # what the run would compute in, as in the fingerprint: "cpu:bfloat16"
     wall_s: float
@@ -65,9 +73,13 @@ class DryRunSummary:
     def describe(self) -> str:
         hours = self.est_frames * FRAME_S / 3600
         split = f" ({self.split_rows} split into {self.segments} segments)" * bool(self.split_rows)
+        out = (
+            f", {self.taken_out} taken out of {self.outputs_rewritten} output file(s) first"
+            * bool(self.taken_out)
+        )
         return (
             f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
-            f"of audio), {self.skipped} already done, {self.redo} to redo, {self.failed} "
+            f"of audio), {self.skipped} already done, {self.redo} to redo{out}, {self.failed} "
             f"failing validation; nothing was written"
         )
 
@@ -106,6 +118,7 @@ def dry_run(job) -> DryRunSummary:
         on_budget=spec.failures.key,
     )
     plan, first = _first_chunk_plan(job, work)
+    locations = _taken_out(job, work, records)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
     failures = work.rejected.select(["row", "id", "error"])
     reasons = pc.value_counts(failures["error"]).to_pylist()
@@ -122,11 +135,31 @@ def dry_run(job) -> DryRunSummary:
         memory_plan=plan,
         split_rows=len(split_rows),
         segments=sum(split_rows.values()),
+        taken_out=len(locations),
+        outputs_rewritten=outputs_touched(locations),
         shard=job.shard.describe(),
         precision=job.settings.values["precision"],
         wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
     )
+
+
+def _taken_out(job, work: Work, records: pa.Table) -> pa.ChunkedArray:
+    """The locations the run would take out of its outputs before redoing their rows, chosen as
+    locked_run chooses them: every ok row under --overwrite, else the rows to redo and the rows
+    done before that fail validation now."""
+    out, layout = job.spec.output.out_dir, job.spec.output.layout.value
+    if job.spec.output.overwrite:
+        ok = overwritten(out, job.shard, layout)
+        locations = ok["file"] if ok is not None else pa.chunked_array([], pa.string())
+    else:
+        ids = pa.concat_arrays([_flat(work.resume.stale), _flat(failing_now(work, records))])
+        locations = aligned(pa.table({"id": ids}), records.select(["id", "file"]))["file"]
+    return locations.filter(taken_out(locations, layout))
+
+
+def _flat(ids) -> pa.Array:
+    return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
 
 def _first_chunk_plan(job, work: Work) -> tuple[str, Chunk | None]:

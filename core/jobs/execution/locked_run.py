@@ -196,7 +196,7 @@ class JobRun:
         old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
         was_ok = pc.fill_null(pc.equal(old["status"], OK), False)
         if pc.any(was_ok).as_py():  # done before, failing now (an emptied text, say): out first
-            self._retract(pc.filter(rejected["id"], was_ok), self.records)
+            self._retract(failing_now(work, self.records), self.records)
         same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
         fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
         fresh = fresh.filter(pc.is_valid(fresh["id"]))  # a null id has no record to key
@@ -219,11 +219,9 @@ class JobRun:
     def _retract_everything(self) -> None:
         """--overwrite: this shard's rows in archive shards (in files too, when this run writes
         another layout) come out before its state goes; files are replaced by name."""
-        if self.ctx.store.layout == FILES and not (self.out / ARCHIVE_DIR).exists():
-            return  # files are replaced by name: nothing to take out
-        records, _ = state.read_own(self.out, self.shard, ("id", "status", "file", "run", "t"))
-        ok = records.filter(pc.fill_null(pc.equal(records["status"], OK), False))
-        self._retract(ok["id"], ok)
+        ok = overwritten(self.out, self.shard, self.ctx.store.layout)
+        if ok is not None:
+            self._retract(ok["id"], ok)
 
     def _loop(self, work: Work, stop: StopSignals) -> None:
         if self._too_many_failures():
@@ -340,3 +338,18 @@ def _hit_budget(mine: pa.Table, run_id: str) -> int:
             now,
         )
     return n
+
+
+def failing_now(work: Work, records: pa.Table) -> pa.Array:
+    """The ids done before that fail validation now (an emptied text, say): their outputs go."""
+    old = aligned(work.rejected.select(["id"]), records.select(["id", "status"]))
+    return pc.filter(work.rejected["id"], pc.fill_null(pc.equal(old["status"], OK), False))
+
+
+def overwritten(out: Path, shard: Shard, layout: str) -> pa.Table | None:
+    """--overwrite: the shard's ok records (id, file) whose outputs may need taking out first;
+    None when the run writes files and there are no archives (files are replaced by name)."""
+    if layout == FILES and not (out / ARCHIVE_DIR).exists():
+        return None
+    records, _ = state.read_own(out, shard, ("id", "status", "file", "run", "t"))
+    return records.filter(pc.fill_null(pc.equal(records["status"], OK), False))

@@ -47,18 +47,28 @@ def retract(
 ) -> pa.Array:
     """Take the rows `ids` (recorded at `locations`) out of the outputs this run would not
     replace by name; the ids taken out (their records are pending now)."""
-    archived = pc.fill_null(is_archived(locations), False)
-    if layout == FILES:
-        wanted = archived
-    else:
-        wanted = pc.is_valid(locations)
-    intent = pa.table({"id": ids, "file": locations}).filter(wanted)
+    intent = pa.table({"id": ids, "file": locations}).filter(taken_out(locations, layout))
     if intent.num_rows == 0:
         return intent["id"].combine_chunks()
     path = Layout(out_dir).retract_intent(suffix)
     atomic_write(path, lambda f: pq.write_table(intent, f))
     finish(out_dir, suffix, journal, run)
     return intent["id"].combine_chunks()
+
+
+def taken_out(locations, layout: str) -> pa.Array:
+    """Which of these rows' outputs a run writing `layout` takes out before redoing them: every
+    archive member, and plain files too unless the run writes files (it replaces those by name)."""
+    if layout == FILES:
+        return pc.fill_null(is_archived(locations), False)
+    return pc.is_valid(locations)
+
+
+def outputs_touched(locations) -> int:
+    """How many output files taking out these locations rewrites or removes (shards, files)."""
+    if len(locations) == 0:
+        return 0
+    return pc.count_distinct(containers(locations)).as_py()
 
 
 def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
