@@ -1,7 +1,9 @@
 """Where the speech decoder's time goes on a GPU: one full window (rows x 325 frames) of the
 random-weight decoder at a real size, timed eagerly per audio-second: with SnakeBeta's formula,
 with its one-pass kernel (what a job runs), with cuDNN's autotuner, with SnakeBeta compiled by
-torch.compile; and a profiler table of its top CUDA kernels (the formula's).
+torch.compile; its last conv (96 channels to 1, audio rate) alone, as built and with its
+filters padded to 8 output channels (cuDNN's tensor-core shapes; a lead to follow where the
+padded one is faster); and a profiler table of its top CUDA kernels (the formula's).
 
     python tools/vocoder_probe.py --size 0.6b --rows 8 [--dtype bfloat16]
 
@@ -11,9 +13,11 @@ A diagnosis, not a bench: the job runs the decoder through CUDA graphs (qtts ben
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import torch
+import torch.nn.functional as F
 
 from qtts.core.bench.throughput import random_models
 from qtts.core.engine.decoder_kernels import with_kernels
@@ -38,6 +42,21 @@ def timed(decoder, codes, repeats: int) -> float:
         decoder(codes)
     sync()
     return (time.perf_counter() - t) / repeats
+
+
+def last_conv_rows(decoder, rows: int, repeats: int):
+    """(as built, padded to 8 output channels): seconds per call of the decoder's last conv on
+    one window's audio-rate input; the padded one's first channel checked against it first."""
+    conv = decoder.decoder[-1].conv
+    up = math.prod((*decoder.cfg.upsampling_ratios, *decoder.cfg.upsample_rates))
+    x = torch.randn(rows, conv.in_channels, FRAMES * up + conv.kernel_size[0] - 1,
+                    device=conv.weight.device, dtype=conv.weight.dtype)  # fmt: skip
+    weight = torch.zeros((8, *conv.weight.shape[1:]), device=x.device, dtype=x.dtype)
+    weight[:1], bias = conv.weight, F.pad(conv.bias, (0, 7))
+    plain = lambda: conv(x)  # noqa: E731
+    padded = lambda: F.conv1d(x, weight, bias)[:, :1]  # noqa: E731
+    torch.testing.assert_close(padded(), plain(), rtol=2e-2, atol=2e-2)  # bf16 sums may differ
+    return timed(lambda _: plain(), None, repeats), timed(lambda _: padded(), None, repeats)
 
 
 def snake(x, log_alpha, log_beta):  # SnakeBeta's own arithmetic, as one function to compile
@@ -78,6 +97,9 @@ def main() -> None:
         codec_modules.SnakeBeta.forward = lambda m, x: fused(x, m.alpha.detach(), m.beta.detach())
         report("SnakeBeta compiled", timed(decoder, codes, args.repeats))
         codec_modules.SnakeBeta.forward = plain
+        as_built, padded = last_conv_rows(decoder, args.rows, args.repeats)
+        report("last conv alone", as_built)
+        report("last conv, 8 out channels", padded)
         from torch.profiler import ProfilerActivity, profile
 
         cuda = torch.cuda.is_available()
