@@ -22,7 +22,8 @@ class FailureLog:
         self.count += 1
         self.reasons[reason] += 1
         if self.count <= SHOWN_IN_FULL:
-            name = f"row {one_line(row_id)}" if row_id is not None else f"row {row} (no id)"
+            named = row_id is not None and row_id.strip()  # a blank id names nothing
+            name = f"row {one_line(row_id)}" if named else f"row {row} (no id)"
             log.warning("%s: %s", name, one_line(str(reason)))
 
     def add_table(self, rows) -> None:

@@ -42,12 +42,17 @@ def id_problem(row_id: str | None) -> str | None:
     return None
 
 
+def blank_ids(ids: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """True for every empty or blank id (id_problem's "id is empty"; null stays null)."""
+    return pc.match_substring_regex(ids, _BLANK_OR_EMPTY)
+
+
 def unsafe_id_candidates(ids: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """True for every id id_problem might refuse (a superset: it decides)."""
     suspicious = [
         pc.is_null(ids),
         pc.match_substring_regex(ids, _NEVER),
-        pc.match_substring_regex(ids, _BLANK_OR_EMPTY),
+        blank_ids(ids),
         pc.starts_with(ids, "."),
         pc.equal(pc.utf8_slice_codeunits(ids, 1, 2), ":"),
         pc.greater(pc.binary_length(ids), MAX_ID_BYTES),

@@ -3,7 +3,9 @@ reads, under the fields' names: only those columns are converted and kept. An em
 rows.
 
 A row's number is its record's place in the file (JSON Lines: blank lines not counted; CSV/TSV:
-the header not counted). Strings stay strings (a CSV id "007" is not the number 7). JSON Lines
+the header not counted). Strings stay strings (a CSV id "007" is not the number 7). A CSV is
+checked record by record after it is read, and a delimited file pyarrow refuses is scanned for
+the line at fault (delimited_check.py). JSON Lines
 types id and seed as the first record gives them (strings elsewhere); a line that is not a JSON
 object, is not UTF-8, or gives a field another type refuses the manifest naming the file and the
 line, found by a scan that runs only when pyarrow refuses. TSV has no quoting (a '"' is text);
@@ -20,6 +22,7 @@ import pyarrow as pa
 
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.rows.columns import pick_columns
+from qtts.core.jobs.rows.delimited_check import check_records
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
@@ -46,6 +49,7 @@ def read_delimited_rows(
         raise ManifestError(f"cannot read manifest {where}: no such file") from None
     except (OSError, pa.ArrowException) as e:
         if "Empty CSV file" not in str(e):
+            check_records(path, where, tsv=tsv, rows=None)  # the line at fault, if a record is
             raise unreadable(where, e) from None
         return no_rows(wanted)  # not even a header: no rows, whatever the columns
     fields = pick_columns(names, columns, where, wanted)
@@ -55,7 +59,10 @@ def read_delimited_rows(
     try:
         table = csv.read_csv(path, parse_options=parse, convert_options=convert)
     except (OSError, pa.ArrowException) as e:
+        check_records(path, where, tsv=tsv, rows=None)  # the line, where a record is at fault
         raise unreadable(where, e) from None
+    if not tsv:  # what pyarrow forgives in quoting (delimited_check.py)
+        check_records(path, where, tsv=False, rows=table.num_rows)
     return pa.table({name: table[column] for name, column in fields.items()})
 
 
@@ -85,7 +92,7 @@ def read_jsonl_rows(
         table = pj.read_json(path, parse_options=options)
         table.validate(full=True)  # pyarrow's JSON reader leaves invalid UTF-8 in strings
     except (OSError, pa.ArrowException) as e:
-        raise _bad_line(path, where, types) or unreadable(where, e) from None
+        raise _bad_line(path, where, types, fields.get("id")) or unreadable(where, e) from None
     present = [*first, *(c for c in types if c not in first and table[c].null_count < len(table))]
     picked = pick_columns(present, columns, where, wanted)
     return pa.table({name: table[column] for name, column in picked.items()})
@@ -137,7 +144,9 @@ def _record(line: bytes, number: int, where: str) -> dict | str:
     return record
 
 
-def _bad_line(path: Path, where: str, types: dict[str, pa.DataType]) -> ManifestError | None:
+def _bad_line(
+    path: Path, where: str, types: dict[str, pa.DataType], id_column: str | None
+) -> ManifestError | None:
     """The first line pyarrow refused, and why; None when every line reads."""
     want = {c: _python_types(t) for c, t in types.items()}
     with path.open("rb") as f:
@@ -151,9 +160,10 @@ def _bad_line(path: Path, where: str, types: dict[str, pa.DataType]) -> Manifest
             for column, value in record.items():
                 if column in want and value is not None and type(value) not in want[column]:
                     got = JSON_TYPES.get(type(value), type(value).__name__)
+                    hint = " (the first record's type; give every id one, strings are safest)"
                     return ManifestError(
                         f"manifest {where} line {number}: {column!r} is {got}, expected "
-                        f"{JSON_TYPES[want[column][0]]}"
+                        f"{JSON_TYPES[want[column][0]]}" + hint * (column == id_column)
                     )
     return None
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.rows.columns import label, type_kind
-from qtts.core.jobs.rows.ids import file_keys
+from qtts.core.jobs.rows.ids import blank_ids, file_keys
 from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
 from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
@@ -169,9 +169,11 @@ def _with_schema(table: pa.Table) -> pa.Table:
 
 
 def check_unique_ids(rows: pa.Table, *, max_listed: int = 5) -> None:
-    """Refuse the whole input when two rows share an id or would write the same file."""
+    """Refuse the whole input when two rows share an id or would write the same file. Empty
+    ids are no one's: each such row fails alone ("id is empty"), as a null id does."""
     ids = rows["id"]
     keys = file_keys(ids)
+    keys = pc.if_else(pc.fill_null(blank_ids(ids), False), pa.scalar(None, keys.type), keys)
     counts = pc.value_counts(keys.drop_null())
     repeated = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
     if len(repeated) == 0:

@@ -23,3 +23,11 @@ def test_a_control_character_in_an_id_stays_on_its_line(caplog):
         'row "c\\u0007d\\te": "two\\nlines"',
     ]
     assert json.loads(lines[1].split(": ")[0].removeprefix("row ")) == "a\nb"
+
+
+def test_a_row_with_a_blank_id_is_named_by_its_number(caplog):
+    caplog.set_level("WARNING", logger="qtts")
+    errors = ["id is empty", "id is empty", "id is null"]
+    FailureLog().add_table(pa.table({"id": ["", " ", None], "row": [2, 3, 4], "error": errors}))
+    assert caplog.messages == ["row 2 (no id): id is empty", "row 3 (no id): id is empty",
+                               "row 4 (no id): id is null"]  # fmt: skip

@@ -128,6 +128,12 @@ def test_ids_writing_the_same_file_refuse_the_manifest():
     check_unique_ids(_rows("a", "b", None, None))
 
 
+def test_empty_ids_are_no_duplicates_each_fails_alone():
+    check_unique_ids(_rows("a", "", "", " ", "\u3000", None))  # each row: "id is empty"
+    with pytest.raises(ManifestError, match=r"duplicate id 'a' \(rows 1 and 4\)"):
+        check_unique_ids(_rows("a", "", "", "a"))
+
+
 def test_missing_manifest_says_so(tmp_path):
     with pytest.raises(ManifestError, match="nope.parquet: no such file"):
         read_parquet_manifest(str(tmp_path / "nope.parquet"))

@@ -94,6 +94,40 @@ def test_tsv_has_no_quoting(tmp_path):
     assert _rows(path, names) == [(1, "1", 'He said "hi" twice')]
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('id,text\nc1,"Stop!\nc2,second\nc3,third\n',  # pyarrow: one row, the rest its text
+         r"m\.csv line 2: a quoted field opens here and is never closed"),
+        ('id,text\nc1,ok\nc2,"Stop," he said\n', r"m\.csv line 3: a quote closes a field before"),
+        ('id,text,speaker\nc1,ok,ryan\n\nc2,"two\nlines",ryan,extra\n',
+         r"m\.csv line 4: 4 fields, where the header has 3"),
+    ],
+)  # fmt: skip
+def test_csv_quoting_pyarrow_forgives_is_refused_at_its_line(tmp_path, text, message):
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    with pytest.raises(ManifestError, match=message):
+        read_manifest(str(path))
+
+
+@pytest.mark.parametrize("name, sep", [("m.csv", ","), ("m.tsv", "\t")])
+def test_delimited_refusals_name_the_line(tmp_path, name, sep):
+    path = tmp_path / name
+    path.write_bytes(f"id{sep}text\nc1{sep}ok\nc2{sep}caf".encode() + b"\xe9\n")
+    with pytest.raises(ManifestError, match=f"{name} line 3: invalid UTF-8"):
+        read_manifest(str(path))
+    path.write_text(f"id{sep}text\nc1{sep}ok\nc2{sep}hello{sep}extra\n")
+    with pytest.raises(ManifestError, match=f"{name} line 3: 3 fields, where the header has 2"):
+        read_manifest(str(path))
+
+
+def test_a_long_csv_text_passes_the_strict_scan(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text(f'id,text\nbook,"{"A chapter, read aloud. " * 20_000}"\n')  # 460 KB
+    assert read_manifest(str(path))["text"][0].as_py().startswith("A chapter, read aloud.")
+
+
 def test_jsonl_records_blank_lines_bom_and_late_fields(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"id": 1, "text": "a", "duration": 2.5}\n\n  \n'
@@ -110,7 +144,7 @@ def test_jsonl_records_blank_lines_bom_and_late_fields(tmp_path):
         (b'{"id": "a", "text": "x"}\n[1, 2]\n', "m.jsonl line 2: not a JSON object"),
         (b'{"id": "a", "text": "x"}\n\n{"id": "b", "text": "\xff"}\n', "line 3: invalid UTF-8"),
         (b'{"id": "a", "text": "x"}\n{"id": 2, "text": "y"}\n', "line 2: 'id' is an integer, "
-                                                                 "expected a string"),
+                                                                 "expected a string .the first"),
         (b'{"id": "a", "text": "x", "seed": 1}\n{"id": "b", "text": "y", "seed": 1.5}\n',
          "line 2: 'seed' is a number, expected an integer"),
         (b'{"id": "a", "text": "x"\n', "line 1: not JSON"),
