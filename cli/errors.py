@@ -74,7 +74,9 @@ def usage_error(exc: BaseException) -> typer.Exit:
     """A command line Typer refused (bad value, unknown option): one line, exit 2."""
     if debug_enabled():
         traceback.print_exception(exc, file=sys.stderr)
-    typer.echo(f"Error: {exc.format_message()}", err=True)
+    # Typer converts choices through pydantic, whose message leads with its own "Value error, "
+    message = exc.format_message().replace("Value error, ", "")
+    typer.echo(f"Error: {message}", err=True)
     return typer.Exit(EXIT_USAGE)
 
 

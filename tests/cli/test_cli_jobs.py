@@ -365,7 +365,7 @@ def test_a_bad_voice_names_the_flags_the_user_gave(tmp_path):
     src = tmp_path / "lines.txt"
     src.write_text("Hello world.\n")
     r = qtts("synth", src, "--speaker", "nobody", "-o", tmp_path / "a")
-    assert r.exit_code == 2 and "(from --speaker)" in r.stderr and "set it with" not in r.stderr
+    assert r.exit_code == 2 and "(given by --speaker)" in r.stderr and "set it with" not in r.stderr
     r = qtts("synth", src, "-o", tmp_path / "b")  # no speaker for a CustomVoice model
     assert r.exit_code == 2 and "(set it with --speaker/--language)" in r.stderr
 

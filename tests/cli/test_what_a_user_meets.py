@@ -87,6 +87,7 @@ JOB = ["-o", "{out}", "--speaker", "ryan"]
         (["batch", "{m}", *JOB, "--batch-size", "0"], "--batch-size '0'"),
         (["batch", "{m}", *JOB, "--device", "cuda"], "CUDA is not available"),
         (["batch", "{m}", *JOB, "--bogus"], "No such option: --bogus"),
+        (["batch", "{m}", *JOB, "--output", "tar"], "'--output': 'tar' is not one of 'files'"),
         (["bench", "--frames", "0"], "'--frames'"),
         (["bench", "--requests", "-1"], "'--requests'"),
     ],

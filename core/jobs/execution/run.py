@@ -99,7 +99,7 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
                 )
                 if value is not None
             ]
-            where = f"from {' '.join(given)}" if given else "set it with --speaker/--language"
+            where = f"given by {', '.join(given)}" if given else "set it with --speaker/--language"
             raise ManifestError(f"{e} ({where})") from None
 
 

@@ -27,6 +27,7 @@ from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
 UTF8_BOM = b"\xef\xbb\xbf"
+INT64 = (-(2**63), 2**63)
 JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
               list: "a list", dict: "an object"}  # fmt: skip
 
@@ -164,6 +165,11 @@ def _bad_line(
                     return ManifestError(
                         f"manifest {where} line {number}: {column!r} is {got}, expected "
                         f"{JSON_TYPES[want[column][0]]}" + hint * (column == id_column)
+                    )
+                if column in want and want[column] == (int,) and not INT64[0] <= value < INT64[1]:
+                    return ManifestError(
+                        f"manifest {where} line {number}: {column!r} is {value}, past what a "
+                        "64-bit integer holds"
                     )
     return None
 

@@ -161,7 +161,9 @@ def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
 def _seed_error(value) -> str:
     if isinstance(value, float) and not value.is_integer():
         return f"seed must be an integer, got {value}"
-    return f"seed must be in [0, 2**63 - 1], got {int(value)}"
+    # A float past 2**53 is not the integer that was typed: say it as the float it was read as
+    got = int(value) if isinstance(value, int) or abs(value) < 2.0**53 else f"{value:g}"
+    return f"seed must be in [0, 2**63 - 1], got {got}"
 
 
 def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[str, pa.Array]:

@@ -148,6 +148,10 @@ def test_jsonl_records_blank_lines_bom_and_late_fields(tmp_path):
         (b'{"id": "a", "text": "x", "seed": 1}\n{"id": "b", "text": "y", "seed": 1.5}\n',
          "line 2: 'seed' is a number, expected an integer"),
         (b'{"id": "a", "text": "x"\n', "line 1: not JSON"),
+        (b'{"id": "a", "text": "x", "seed": 1}\n{"id": "b", "text": "y", "seed": 1e400}\n',
+         "line 2: 'seed' is a number, expected an integer"),
+        (b'{"id": "a", "text": "x", "seed": 99999999999999999999999}\n',
+         "line 1: 'seed' is 99999999999999999999999, past what a 64-bit integer holds"),
     ],
 )  # fmt: skip
 def test_jsonl_refusals_name_the_line(tmp_path, lines, message):

@@ -82,6 +82,8 @@ def test_bad_rows_fail_with_reasons(fields, reason):
 def test_integer_seed_out_of_range():
     _, reasons, _ = _validate([{"seed": -1}], ref_dir=None)
     assert "seed must be in [0, 2**63 - 1], got -1" in reasons["r1"]
+    _, reasons, _ = _validate([{"seed": 1e23}], ref_dir=None)  # a CSV's 99999999999999999999999
+    assert reasons["r1"].endswith("got 1e+23")
 
 
 def test_explicit_budget_is_exact_and_never_too_long():
