@@ -87,7 +87,9 @@ class MemoryPlan:
     groups: tuple[GroupPlan, ...]
     graphs: bool
     requested: int | None  # the --batch-size asked for; None = auto
-    largest_fitting: int | None  # largest batch size whose plan fits (None: not even 1)
+    # The largest --batch-size whose plan fits, up to the one asked for (auto: up to its cap);
+    # None: not even 1
+    largest_fitting: int | None
 
     @property
     def slots(self) -> int:
@@ -192,13 +194,13 @@ def plan_memory(
         return group(index, slots).working_bytes(settings.cuda_graphs) <= room
 
     if batch_size is None:  # per group, as many as fit (0 where not even one does: fits is False)
-        cap = MAX_AUTO_SLOTS.get(device_kind, MAX_AUTO_SLOTS["cpu"])
-        chosen = [_largest(lambda s, ix=ix: fits(ix, s), min(cap, len(ix))) for ix in groups]
-        largest = min(chosen, default=0) or None
+        upper = MAX_AUTO_SLOTS.get(device_kind, MAX_AUTO_SLOTS["cpu"])
+        chosen = [_largest(lambda s, ix=ix: fits(ix, s), min(upper, len(ix))) for ix in groups]
     else:
+        upper = batch_size
         chosen = [min(batch_size, len(ix)) for ix in groups]
-        largest = _largest(lambda s: all(fits(ix, min(s, len(ix))) for ix in groups), batch_size)
-        largest = largest or None
+    # The largest --batch-size (up to the one asked for, or auto's cap) whose every group fits
+    largest = _largest(lambda s: all(fits(ix, min(s, len(ix))) for ix in groups), upper) or None
     planned = [group(ix, s) for ix, s in zip(groups, chosen, strict=True)]
     return MemoryPlan(
         budget_bytes=budget_bytes,

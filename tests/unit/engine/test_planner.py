@@ -86,6 +86,17 @@ def test_an_explicit_batch_size_is_honoured_or_refused(model):
         plan_job(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, 256, "cuda")
 
 
+def test_auto_reports_the_largest_batch_size_that_would_fit(model):
+    """Not the smallest group's row count: the --batch-size that fits, up to auto's cap."""
+    rows = _rows(model, [250] * 1000 + [40] * 3)
+    auto = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU)
+    n = auto.largest_fitting
+    assert auto.fits and n is not None and n > 3
+    at = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=n)
+    over = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=n + 1)
+    assert at.fits and (n == MAX_AUTO_SLOTS["cuda"] or not over.fits)
+
+
 def test_nothing_fits_is_reported_not_hidden(model):
     rows = _rows(model, [900] * 4)
     plan = plan_memory(rows, model.dims, 2 * GIB, model.weights_bytes, GPU)
