@@ -16,6 +16,7 @@ from pathlib import Path
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
+from qtts.core.errors import UsageError
 from qtts.core.jobs.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
@@ -86,6 +87,12 @@ def sampling_options(
     subtalker_top_k: o.SubTopK = None,
     subtalker_top_p: o.SubTopP = None,
 ) -> SamplingOverrides:
+    drawn = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p,
+             "--subtalker-temperature": subtalker_temperature, "--subtalker-top-k": subtalker_top_k,
+             "--subtalker-top-p": subtalker_top_p}  # fmt: skip
+    ignored = [flag for flag, value in drawn.items() if value is not None]
+    if greedy and ignored:  # argmax draws nothing: these would silently do nothing
+        raise UsageError(f"--greedy takes the argmax; {', '.join(ignored)} would have no effect")
     return SamplingOverrides.from_flags(
         greedy=greedy,
         temperature=temperature,
@@ -125,6 +132,8 @@ def split_options(
     max_segment_tokens: o.MaxSegmentTokens = None,
     segment_pause: o.SegmentPause = DEFAULT_SEGMENT_PAUSE_S,
 ) -> SplitSettings:
+    if split == Split.none and max_segment_tokens is not None:
+        raise UsageError("--max-segment-tokens cuts long rows; --split none cuts none")
     return SplitSettings(split, max_segment_tokens, segment_pause)
 
 
