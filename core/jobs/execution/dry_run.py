@@ -7,8 +7,8 @@ to redo and why, failing validation (the first reasons), frames and hours of aud
 the rows of the first chunk that will be split into segments (and how many segments), the rows
 the run would first take out of sealed archive shards (and how many shards or files that
 rewrites or removes), and the precision the run would compute in. A run it would refuse at its
-locks (its shard's lock held: exit 75; --overwrite changing the shard count under a running
-shard: exit 2) it refuses alike.
+out dir (a file on its path, not writable: exit 2) or at its locks (its shard's lock held: exit 75;
+--overwrite changing the shard count under a running shard: exit 2) it refuses alike.
 Knows the job's work and the TextModel; no tensors.
 """
 
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.execution.locked_run import failing_now, overwritten
+from qtts.core.jobs.execution.run import check_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
@@ -85,10 +86,12 @@ class DryRunSummary:
 
 
 def refuse_as_the_run_would(job) -> None:
-    """job: locked_run.Job. The run's lock checks, in its order, asked without taking a lock:
-    raises LockHeldError (75) or UsageError (2) with the run's own line."""
+    """job: locked_run.Job. The run's out dir and lock checks, in its order, asked without
+    creating a file or taking a lock: raises LockHeldError (75) or UsageError (2) with the run's
+    own line."""
     out = job.spec.output.out_dir
     layout = Layout(out)
+    check_out_dir(layout.dir)  # before any read: under a file, every read fails oddly
     own = layout.lock(job.shard.suffix)
     if lock_is_held(own):
         raise LockHeldError(own, holder_pid(own))
@@ -141,6 +144,7 @@ def dry_run(job) -> DryRunSummary:
         precision=job.settings.values["precision"],
         wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
+        exit_code=3 if failures.num_rows else 0,  # the run's code for rows that fail
     )
 
 

@@ -10,6 +10,7 @@ the real ones and tests pass fakes. Knows no tensors and no command-line parsing
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Mapping
@@ -235,18 +236,46 @@ def run_job(
             split=spec.split,
         )
     layout = Layout(spec.output.out_dir)
-    try:
-        layout.dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create --out-dir {layout.dir}: {e.strerror or e}") from None
-    if not os.access(layout.dir, os.W_OK | os.X_OK):
-        why = "read-only file system" if _read_only(layout.dir) else "permission denied"
-        raise UsageError(f"cannot write to --out-dir {layout.dir}: {why}")
+    make_out_dir(layout.dir)
     with OutDirLock(layout.lock(job.shard.suffix)):
         record_job(job, req, source_path(spec))
         log_precision(job.precision)  # once the run goes ahead: a refused run says one line
         refs.save()
         return JobRun(job, backend, progress).execute()
+
+
+def make_out_dir(path: Path) -> None:
+    """Create the out dir's .qtts (path), or refuse with UsageError (exit 2) naming why."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cannot_create(path, e.strerror or str(e)) from None
+    _check_writable(path)
+
+
+def check_out_dir(path: Path) -> None:
+    """make_out_dir's refusals, asked without creating anything (--dry-run): the nearest part of
+    the path that exists must be a directory this process can write, or be the writable .qtts."""
+    existing = next(p for p in (path, *path.parents) if os.path.exists(p))  # "." and "/" exist
+    if existing == path:
+        if not path.is_dir():
+            raise _cannot_create(path, os.strerror(errno.EEXIST))  # what mkdir(exist_ok) says
+        _check_writable(path)
+    elif not existing.is_dir():
+        raise _cannot_create(path, os.strerror(errno.ENOTDIR))
+    elif not os.access(existing, os.W_OK | os.X_OK):  # mkdir under it would be refused
+        denied = errno.EROFS if _read_only(existing) else errno.EACCES
+        raise _cannot_create(path, os.strerror(denied))
+
+
+def _cannot_create(path: Path, why: str) -> UsageError:
+    return UsageError(f"cannot create --out-dir {path}: {why}")
+
+
+def _check_writable(path: Path) -> None:
+    if not os.access(path, os.W_OK | os.X_OK):
+        why = "read-only file system" if _read_only(path) else "permission denied"
+        raise UsageError(f"cannot write to --out-dir {path}: {why}")
 
 
 def _read_only(path: Path) -> bool:

@@ -19,6 +19,18 @@ import pyarrow as pa
 
 from qtts.core.errors import UsageError
 
+# Where the environment gives N and the index (ShardRequest.source): its refusals name what it
+# read, never the flags it was not given. (N's variable, the index as it came.)
+FROM_ENVIRONMENT = {
+    "the Slurm array": (
+        "SLURM_ARRAY_TASK_COUNT",
+        "task {} of the Slurm array (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN, over "
+        "SLURM_ARRAY_TASK_STEP)",
+    ),
+    "srun": ("SLURM_NTASKS", "SLURM_PROCID={}"),
+    "torchrun": ("WORLD_SIZE", "RANK={}"),
+}
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -27,9 +39,16 @@ class Shard:
     source: str = "unsharded"  # where N and the index came from (logged)
 
     def __post_init__(self) -> None:
+        told = FROM_ENVIRONMENT.get(self.source)
+        count = told[0] if told else "--num-shards"
         if self.count < 1:
-            raise UsageError(f"--num-shards must be >= 1, got {self.count}")
+            raise UsageError(f"{count} must be >= 1, got {self.count}")
         if not 0 <= self.index < self.count:
+            if told:
+                raise UsageError(
+                    f"{told[1].format(self.index)} is outside the {self.count} tasks "
+                    f"(0..{self.count - 1}) of {count}={self.count}"
+                )
             raise UsageError(
                 f"--shard-index must be in 0..{self.count - 1} for {self.count} shards, "
                 f"got {self.index}"
@@ -108,29 +127,37 @@ def shard_request(
         raise UsageError("give both --num-shards and --shard-index, or neither")
     if num_shards is not None:
         return ShardRequest(num_shards, shard_index, "--num-shards/--shard-index")
-    try:
-        if "SLURM_ARRAY_TASK_COUNT" in env and "SLURM_ARRAY_TASK_ID" in env:
-            # Arrays may start above 0 and step (--array=1-31:2): the index is the task's place.
-            first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-            step = int(env.get("SLURM_ARRAY_TASK_STEP", "1")) or 1
-            task = int(env["SLURM_ARRAY_TASK_ID"])
-            return ShardRequest(
-                int(env["SLURM_ARRAY_TASK_COUNT"]),
-                (task - first) // step,
-                "the Slurm array",
-                task_id=task,
-                array_min=first,
-                array_step=step,
-            )
-        if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
-            rank = int(env["SLURM_PROCID"])
-            return ShardRequest(int(env["SLURM_NTASKS"]), rank, "srun", rank)
-        if int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
-            rank = int(env["RANK"])
-            return ShardRequest(int(env["WORLD_SIZE"]), rank, "torchrun", rank)
-    except ValueError as e:
-        raise UsageError(f"cannot read the shard from the environment: {e}") from None
+    if "SLURM_ARRAY_TASK_COUNT" in env and "SLURM_ARRAY_TASK_ID" in env:
+        # Arrays may start above 0 and step (--array=1-31:2): the index is the task's place.
+        first = _whole(env, "SLURM_ARRAY_TASK_MIN", "0")
+        step = _whole(env, "SLURM_ARRAY_TASK_STEP", "1") or 1
+        task = _whole(env, "SLURM_ARRAY_TASK_ID")
+        return ShardRequest(
+            _whole(env, "SLURM_ARRAY_TASK_COUNT"),
+            (task - first) // step,
+            "the Slurm array",
+            task_id=task,
+            array_min=first,
+            array_step=step,
+        )
+    if "SLURM_PROCID" in env and _whole(env, "SLURM_NTASKS", "1") > 1:
+        rank = _whole(env, "SLURM_PROCID")
+        return ShardRequest(_whole(env, "SLURM_NTASKS"), rank, "srun", rank)
+    if "RANK" in env and _whole(env, "WORLD_SIZE", "1") > 1:
+        rank = _whole(env, "RANK")
+        return ShardRequest(_whole(env, "WORLD_SIZE"), rank, "torchrun", rank)
     return ShardRequest(None, None, "none")
+
+
+def _whole(env: Mapping[str, str], name: str, default: str | None = None) -> int:
+    """env[name] (or default) as an int; a bad value is refused naming the variable."""
+    value = env.get(name, default)
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(
+            f"cannot read the shard from the environment: {name}={value!r} is not a whole number"
+        ) from None
 
 
 def local_rank_device(device: str, env: Mapping[str, str]) -> str:

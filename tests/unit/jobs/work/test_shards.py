@@ -95,3 +95,64 @@ def test_each_shard_has_its_own_lock_journal_and_state(tmp_path):
         path.touch()
     assert set(layout.own_journals(one)) == {layout.journal(one), layout.ray_journal("abc")}
     assert layout.own_journals(s3) == [layout.journal(s3)]
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_TASK_MIN": "4"},
+         "task 5 of the Slurm array (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN, over "
+         "SLURM_ARRAY_TASK_STEP) is outside the 4 tasks (0..3) of SLURM_ARRAY_TASK_COUNT=4"),
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "2"},
+         "task -1 of the Slurm array (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN, over "
+         "SLURM_ARRAY_TASK_STEP) is outside the 4 tasks (0..3) of SLURM_ARRAY_TASK_COUNT=4"),
+        ({"SLURM_ARRAY_TASK_COUNT": "0", "SLURM_ARRAY_TASK_ID": "0"},
+         "SLURM_ARRAY_TASK_COUNT must be >= 1, got 0"),
+        ({"SLURM_NTASKS": "4", "SLURM_PROCID": "4"},
+         "SLURM_PROCID=4 is outside the 4 tasks (0..3) of SLURM_NTASKS=4"),
+        ({"WORLD_SIZE": "2", "RANK": "-1"},
+         "RANK=-1 is outside the 2 tasks (0..1) of WORLD_SIZE=2"),
+    ],
+)  # fmt: skip
+def test_a_shard_outside_the_environment_names_its_variables(env, error):
+    with pytest.raises(UsageError) as e:
+        resolve_shard(None, None, env)
+    assert str(e.value) == error and "--" not in str(e.value)  # no flag was given
+
+
+@pytest.mark.parametrize(
+    ("env", "bad"),
+    [
+        ({"SLURM_ARRAY_TASK_COUNT": "four", "SLURM_ARRAY_TASK_ID": "1"},
+         "SLURM_ARRAY_TASK_COUNT='four'"),
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "1.0"},
+         "SLURM_ARRAY_TASK_ID='1.0'"),
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": ""},
+         "SLURM_ARRAY_TASK_MIN=''"),
+        ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_STEP": "x"},
+         "SLURM_ARRAY_TASK_STEP='x'"),
+        ({"SLURM_NTASKS": "n", "SLURM_PROCID": "0"}, "SLURM_NTASKS='n'"),
+        ({"SLURM_NTASKS": "4", "SLURM_PROCID": "first"}, "SLURM_PROCID='first'"),
+        ({"WORLD_SIZE": "abc", "RANK": "0"}, "WORLD_SIZE='abc'"),
+        ({"WORLD_SIZE": "4", "RANK": "zero"}, "RANK='zero'"),
+    ],
+)  # fmt: skip
+def test_an_unreadable_variable_is_named_with_its_value(env, bad):
+    with pytest.raises(UsageError) as e:
+        resolve_shard(None, None, env)
+    assert str(e.value) == (
+        f"cannot read the shard from the environment: {bad} is not a whole number"
+    )
+
+
+def test_a_variable_of_a_source_not_in_use_is_not_read():
+    """SLURM_NTASKS without SLURM_PROCID (or WORLD_SIZE without RANK) makes no shard: not read."""
+    assert resolve_shard(None, None, {"SLURM_NTASKS": "n", "WORLD_SIZE": "abc"}) == UNSHARDED
+
+
+def test_explicit_flags_keep_their_messages_whatever_the_environment():
+    env = {"WORLD_SIZE": "abc", "RANK": "x"}  # not read: the flags win
+    with pytest.raises(UsageError, match=r"^--shard-index must be in 0..1 for 2 shards, got 2$"):
+        resolve_shard(2, 2, env)
+    with pytest.raises(UsageError, match=r"^--num-shards must be >= 1, got 0$"):
+        resolve_shard(0, 0, env)
