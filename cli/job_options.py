@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +42,8 @@ from qtts.core.jobs.spec import (
     SplitSettings,
     VoiceSettings,
 )
+
+log = logging.getLogger("qtts")
 
 
 @dataclass(frozen=True)
@@ -110,17 +113,19 @@ def output_options(
     format: o.Format = AudioFormat.wav,
     save_codes: o.SaveCodes = False,
     output: o.OutputOpt = OutputLayout.files,
-    shard_rows: o.ShardRows = DEFAULT_SHARD_ROWS,
+    shard_rows: o.ShardRows = None,
     overwrite: o.Overwrite = False,
     input_moved: o.InputMoved = False,
     dry_run: o.DryRun = False,
 ) -> OutputSettings:
+    if shard_rows is not None and output == OutputLayout.files:  # harmless, but not what was meant
+        log.warning("--shard-rows %d does nothing with --output files (a file a row)", shard_rows)
     return OutputSettings(
         out_dir=out_dir,
         audio_format=format,
         save_codes=save_codes,
         layout=output,
-        shard_rows=shard_rows,
+        shard_rows=DEFAULT_SHARD_ROWS if shard_rows is None else shard_rows,
         overwrite=overwrite,
         input_moved=input_moved,
         dry_run=dry_run,

@@ -13,7 +13,15 @@ from typing import Annotated
 
 import typer
 
-from qtts.core.jobs.choices import AudioFormat, Backend, Dtype, OnBudget, OutputLayout, Split
+from qtts.core.jobs.choices import (
+    DEFAULT_SHARD_ROWS,
+    AudioFormat,
+    Backend,
+    Dtype,
+    OnBudget,
+    OutputLayout,
+    Split,
+)
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
@@ -252,13 +260,13 @@ OutputOpt = Annotated[
     ),
 ]
 ShardRows = Annotated[
-    int,
+    int | None,
     _opt(
         "--shard-rows",
         min=1,
         metavar="N",
         panel=OUTPUT_PANEL,
-        help="Rows per archive shard (--output webdataset or parquet).",
+        help=f"Rows per archive shard (--output webdataset|parquet; default {DEFAULT_SHARD_ROWS}).",
     ),
 ]
 

@@ -178,3 +178,12 @@ def test_off_a_terminal_progress_is_a_heartbeat_from_the_start(tmp_path, write_m
     assert p.returncode == 0
     beats = [x for x in p.stderr.splitlines() if "progress:" in x]
     assert beats and "0/2 rows" in beats[0]  # before the first row finished
+
+
+def test_shard_rows_with_the_files_layout_is_said_to_do_nothing(tmp_path, write_manifest):
+    m = write_manifest([{"id": "a", "text": "x"}])
+    p = run("batch", m, "--speaker", "ryan", "-o", tmp_path / "out", "--shard-rows", "5")
+    assert p.returncode == 0 and "--shard-rows 5 does nothing with --output files" in p.stderr
+    p = run("batch", m, "--speaker", "ryan", "-o", tmp_path / "wds", "--output", "webdataset",
+            "--shard-rows", "5")  # fmt: skip
+    assert p.returncode == 0 and "does nothing" not in p.stderr
