@@ -94,8 +94,8 @@ def sampling_options(
              "--subtalker-temperature": subtalker_temperature, "--subtalker-top-k": subtalker_top_k,
              "--subtalker-top-p": subtalker_top_p}  # fmt: skip
     ignored = [flag for flag, value in drawn.items() if value is not None]
-    if greedy and ignored:  # argmax draws nothing: these would silently do nothing
-        raise UsageError(f"--greedy takes the argmax; {', '.join(ignored)} would have no effect")
+    if greedy and ignored:  # said, not refused: they stay in the fingerprint of a job begun so
+        log.warning("--greedy takes the argmax: %s change(s) nothing", ", ".join(ignored))
     return SamplingOverrides.from_flags(
         greedy=greedy,
         temperature=temperature,

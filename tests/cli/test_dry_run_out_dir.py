@@ -91,3 +91,11 @@ def test_a_parent_it_may_not_write_is_refused_as_mkdir_would_refuse_it(
     dry = refusal("batch", inputs["batch"], out, "--dry-run")
     assert dry == f"Error: cannot create --out-dir {out / '.qtts'}: Permission denied"
     assert not out.exists()
+
+
+def test_a_dangling_link_as_the_out_dir_is_refused_as_the_run_refuses_it(tmp_path, inputs):
+    out = tmp_path / "gone"
+    out.symlink_to(tmp_path / "nowhere")
+    dry, real = dry_and_real("batch", inputs["batch"], out)
+    assert dry == real and "File exists" in dry
+    assert not (tmp_path / "nowhere").exists()

@@ -256,13 +256,16 @@ def make_out_dir(path: Path) -> None:
 def check_out_dir(path: Path) -> None:
     """make_out_dir's refusals, asked without creating anything (--dry-run): the nearest part of
     the path that exists must be a directory this process can write, or be the writable .qtts."""
-    existing = next(p for p in (path, *path.parents) if os.path.exists(p))  # "." and "/" exist
+    # lexists: a dangling link is there for mkdir too (EEXIST); "." and "/" always exist
+    existing = next(p for p in (path, *path.parents) if os.path.lexists(p))
     if existing == path:
         if not path.is_dir():
             raise _cannot_create(path, os.strerror(errno.EEXIST))  # what mkdir(exist_ok) says
         _check_writable(path)
-    elif not existing.is_dir():
-        raise _cannot_create(path, os.strerror(errno.ENOTDIR))
+    elif not existing.is_dir():  # mkdir meets a file (ENOTDIR) or a dangling link (EEXIST)
+        raise _cannot_create(
+            path, os.strerror(errno.EEXIST if existing.is_symlink() else errno.ENOTDIR)
+        )
     elif not os.access(existing, os.W_OK | os.X_OK):  # mkdir under it would be refused
         denied = errno.EROFS if _read_only(existing) else errno.EACCES
         raise _cannot_create(path, os.strerror(denied))

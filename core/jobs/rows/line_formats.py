@@ -50,7 +50,7 @@ def read_delimited_rows(
         raise ManifestError(f"cannot read manifest {where}: no such file") from None
     except (OSError, pa.ArrowException) as e:
         if "Empty CSV file" not in str(e):
-            check_records(path, where, tsv=tsv, rows=None)  # the line at fault, if a record is
+            check_records(path, where, tsv=tsv, refused=str(e))  # the line at fault, if any
             raise unreadable(where, e) from None
         return no_rows(wanted)  # not even a header: no rows, whatever the columns
     fields = pick_columns(names, columns, where, wanted)
@@ -60,7 +60,7 @@ def read_delimited_rows(
     try:
         table = csv.read_csv(path, parse_options=parse, convert_options=convert)
     except (OSError, pa.ArrowException) as e:
-        check_records(path, where, tsv=tsv, rows=None)  # the line, where a record is at fault
+        check_records(path, where, tsv=tsv, refused=str(e))  # the line, where one is at fault
         raise unreadable(where, e) from None
     if not tsv:  # what pyarrow forgives in quoting (delimited_check.py)
         check_records(path, where, tsv=False, rows=table.num_rows)
@@ -166,7 +166,8 @@ def _bad_line(
                         f"manifest {where} line {number}: {column!r} is {got}, expected "
                         f"{JSON_TYPES[want[column][0]]}" + hint * (column == id_column)
                     )
-                if column in want and want[column] == (int,) and not INT64[0] <= value < INT64[1]:
+                whole = type(value) is int and want.get(column) == (int,)
+                if whole and not INT64[0] <= value < INT64[1]:
                     return ManifestError(
                         f"manifest {where} line {number}: {column!r} is {value}, past what a "
                         "64-bit integer holds"

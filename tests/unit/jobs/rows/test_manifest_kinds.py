@@ -122,6 +122,26 @@ def test_delimited_refusals_name_the_line(tmp_path, name, sep):
         read_manifest(str(path))
 
 
+def test_bytes_in_a_column_qtts_does_not_read_are_not_its_business(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_bytes(b"id,text,notes\na,hello,caf\xe9\n")
+    assert _rows(path) == [(1, "a", "hello")]
+
+
+def test_a_csv_that_cannot_be_opened_again_keeps_the_readers_error(tmp_path, monkeypatch):
+    from qtts.core.jobs.rows import delimited_check
+
+    path = tmp_path / "m.csv"
+    path.write_text("id,text\na,x,extra\n")  # pyarrow refuses; the scan cannot open it
+
+    def denied(*_, **__):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(delimited_check, "_count_records", denied)
+    with pytest.raises(ManifestError, match="cannot read manifest .*Expected 2 columns, got 3"):
+        read_manifest(str(path))
+
+
 def test_a_long_csv_text_passes_the_strict_scan(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text(f'id,text\nbook,"{"A chapter, read aloud. " * 20_000}"\n')  # 460 KB
@@ -152,6 +172,8 @@ def test_jsonl_records_blank_lines_bom_and_late_fields(tmp_path):
          "line 2: 'seed' is a number, expected an integer"),
         (b'{"id": "a", "text": "x", "seed": 99999999999999999999999}\n',
          "line 1: 'seed' is 99999999999999999999999, past what a 64-bit integer holds"),
+        (b'{"id": "a", "text": "x", "seed": 1}\n{"id": "b", "text": "y", "seed": null}\n[1]\n',
+         "line 3: not a JSON object"),
     ],
 )  # fmt: skip
 def test_jsonl_refusals_name_the_line(tmp_path, lines, message):
