@@ -374,12 +374,12 @@ def test_a_bad_voice_names_the_flags_the_user_gave(tmp_path):
 def test_an_out_dir_that_cannot_be_written_says_why(tmp_path, monkeypatch, flags, why):
     import os
 
-    from qtts.core.jobs.execution import run as run_module
+    from qtts.core.jobs.execution import out_dir as out_dir_module
 
     real_statvfs = os.statvfs
-    monkeypatch.setattr(run_module.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(out_dir_module.os, "access", lambda path, mode: False)
     monkeypatch.setattr(
-        run_module.os,
+        out_dir_module.os,
         "statvfs",
         lambda path: SimpleNamespace(f_flag=real_statvfs(path).f_flag | os.ST_RDONLY * flags),
     )

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.execution.locked_run import failing_now, overwritten
-from qtts.core.jobs.execution.run import check_out_dir
+from qtts.core.jobs.execution.out_dir import check_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
