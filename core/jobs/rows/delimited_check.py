@@ -17,8 +17,8 @@ import csv
 from pathlib import Path
 
 from qtts.core.errors import ManifestError
+from qtts.core.jobs.rows.file_lines import numbered_lines
 
-UTF8_BOM = b"\xef\xbb\xbf"
 _NEVER_CLOSED = "unexpected end of data"
 
 
@@ -92,9 +92,9 @@ def _explained(error: csv.Error) -> str:
 
 def _bad_utf8_line(path: Path) -> int:
     with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
+        for number, line in numbered_lines(f):
             try:
-                (line.removeprefix(UTF8_BOM) if number == 1 else line).decode("utf-8")
+                line.decode("utf-8")
             except UnicodeDecodeError:
                 return number
     return 0

@@ -23,10 +23,10 @@ import pyarrow as pa
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.rows.columns import pick_columns
 from qtts.core.jobs.rows.delimited_check import check_records
+from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
-UTF8_BOM = b"\xef\xbb\xbf"
 INT64 = (-(2**63), 2**63)
 JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
               list: "a list", dict: "an object"}  # fmt: skip
@@ -122,8 +122,7 @@ def _first_record(path: Path, where: str) -> dict | None:
         if head and not head.startswith(b"{"):
             raise ManifestError(f"{where} line 1: not a JSON object (one object per line)")
         f.seek(0)
-        for number, line in enumerate(f, start=1):
-            line = line.removeprefix(UTF8_BOM) if number == 1 else line
+        for number, line in numbered_lines(f):
             if line.strip():
                 record = _record(line, number, where)
                 if isinstance(record, str):
@@ -151,8 +150,7 @@ def _bad_line(
     """The first line pyarrow refused, and why; None when every line reads."""
     want = {c: _python_types(t) for c, t in types.items()}
     with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.removeprefix(UTF8_BOM) if number == 1 else line
+        for number, line in numbered_lines(f):
             if not line.strip():
                 continue
             record = _record(line, number, where)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.rows.columns import label, type_kind
+from qtts.core.jobs.rows.file_lines import UTF8_BOM
 from qtts.core.jobs.rows.ids import blank_ids, file_keys
 from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
 from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
@@ -36,7 +37,6 @@ ROW_SCHEMA = pa.schema(
 )
 # Python's str.isspace() set, as an RE2 class (\s is ASCII-only in RE2; \p{Z} adds the rest).
 BLANK = r"^[\s\p{Z}\x0b\x1c-\x1f\x85]*$"
-UTF8_BOM = b"\xef\xbb\xbf"
 CHECK_SLICE = 65536  # lines per UTF-8 check (a bad line is looked for only in failing slices)
 
 
