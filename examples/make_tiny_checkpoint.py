@@ -6,6 +6,7 @@
 The audio is noise (random weights); the files, shapes and token ids are those of a real checkpoint.
 `--preset small` (or dims like `--hidden 256 --layers 4`) gives a model for CPU speed tests;
 `--size 0.6b --preset 0.6b` the published shapes (random weights) for side-by-side speed runs.
+`--eos-by-text` makes rows stop by EOS at a length set by their text (no --max-new-tokens needed).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from qtts.core.tiny.checkpoint import TinyDims, make_tiny_checkpoint
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir", help="directory to write (created; existing files are replaced)")
-    p.add_argument("--model-type", choices=["custom_voice", "voice_design"], default="custom_voice")
+    p.add_argument(
+        "--model-type",
+        choices=["custom_voice", "voice_design", "base"],
+        default="custom_voice",
+        help="base: voice clone, with the speaker encoder and the speech tokenizer's encoder",
+    )
     p.add_argument(
         "--size",
         choices=["1.7b", "0.6b"],
@@ -45,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="generation_config.json with do_sample/subtalker_dosample false",
     )
+    p.add_argument(
+        "--eos-by-text",
+        action="store_true",
+        help="weights whose EOS ends a row after about one frame per text token (plus 3), greedy "
+        "or sampled, instead of running every row to its frame budget",
+    )
     for f in dataclasses.fields(TinyDims):
         p.add_argument(
             "--" + f.name.replace("_", "-"),
@@ -64,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
         out = make_tiny_checkpoint(
             args.out_dir, model_type=args.model_type, seed=args.seed,
             size={"1.7b": "1b7", "0.6b": "0b6"}[args.size],
-            greedy=args.greedy, dtype=args.dtype, preset=args.preset, **dims,
+            greedy=args.greedy, stop_by_text=args.eos_by_text, dtype=args.dtype,
+            preset=args.preset, **dims,
         )  # fmt: skip
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None

@@ -5,7 +5,8 @@ speech_tokenizer/config.json contents with the real codec, speaker and language 
 checkpoints (docs/model.md, "Configuration"), and a deterministic weight draw. Tensor names come
 from the project's own modules (qtts.core.model.talker, qtts.core.model.codec), so the output loads
 strictly by construction. Must not know: generation, prompts or files beyond the checkpoint layout.
-The speech tokenizer holds the decoder only (qtts never encodes audio for CustomVoice/VoiceDesign).
+The speech tokenizer holds the decoder only (qtts never encodes audio for CustomVoice/VoiceDesign);
+a Base checkpoint adds the speaker encoder and the speech tokenizer's encoder (base_parts.py).
 Over 300 lines: the three config files and the weight draw must agree, so they stay in one place.
 """
 
@@ -25,6 +26,7 @@ from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 from qtts.core.model.sizes import SIZES, decoder_dict
 from qtts.core.model.talker import build_model
+from qtts.core.tiny import base_parts, length_eos
 from qtts.core.tiny.tokenizer import write_tiny_tokenizer
 
 # Codec ids, languages, speakers and sampling defaults of the published checkpoints.
@@ -68,6 +70,7 @@ PREPROCESSOR = {  # speech_tokenizer/preprocessor_config.json (24 kHz mono)
     "return_attention_mask": True, "chunk_length_s": None, "overlap": None,
 }
 # fmt: on
+MODEL_TYPES = ("custom_voice", "voice_design", "base")
 AUDIO_STD = 0.3  # target level of the tiny decoder's output
 _SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -192,8 +195,8 @@ def _stack(d: TinyDims, prefix: str, vocab: int) -> dict[str, Any]:
 
 def model_config(dims: TinyDims, model_type: str, size: str, ids: dict[str, int]) -> dict:
     """config.json contents; `ids` is what write_tiny_tokenizer returned."""
-    if model_type not in ("custom_voice", "voice_design"):
-        raise ValueError(f"model_type must be 'custom_voice' or 'voice_design', not {model_type!r}")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     predictor = _stack(dims, "predictor_", 2048)
     talker = _stack(dims, "", 3072)
     languages = dict(LANGUAGES)
@@ -215,7 +218,7 @@ def model_config(dims: TinyDims, model_type: str, size: str, ids: dict[str, int]
         spk_id=dict(SPEAKERS) if custom else {},
         spk_is_dialect={s: SPEAKER_DIALECT.get(s, False) for s in SPEAKERS} if custom else {},
     )
-    return {
+    config = {
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "model_type": "qwen3_tts",
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
@@ -228,6 +231,9 @@ def model_config(dims: TinyDims, model_type: str, size: str, ids: dict[str, int]
         "tts_eos_token_id": ids["<tts_text_eod>"],
         "talker_config": talker,
     }
+    if model_type == "base":  # the speaker encoder's block (core/tiny/base_parts.py)
+        config["speaker_encoder_config"] = base_parts.speaker_encoder_config(dims.hidden)
+    return config
 
 
 def generation_config(greedy: bool = False) -> dict:
@@ -349,6 +355,7 @@ def make_tiny_checkpoint(
     size: str = "1b7",
     seed: int = 0,
     greedy: bool = False,
+    stop_by_text: bool = False,
     dtype: str = "float32",
     preset: str = "tiny",
     decoder_overrides: dict[str, Any] | None = None,
@@ -359,10 +366,11 @@ def make_tiny_checkpoint(
     `dims` override TinyDims fields (e.g. hidden=256, layers=4); preset "0.6b" or "1.7b" (with
     the matching `size`) gives the published shapes, speech decoder included; `dtype` is the
     talker weights' storage dtype (the speech tokenizer is fp32, as published); `greedy` writes a
-    generation_config.json with do_sample and subtalker_dosample false.
+    generation_config.json with do_sample and subtalker_dosample false; `stop_by_text` builds
+    the talker so that rows end by EOS after ~1 frame per text token (core/tiny/length_eos.py).
     """
-    if model_type not in ("custom_voice", "voice_design"):  # before anything is written
-        raise ValueError(f"model_type must be 'custom_voice' or 'voice_design', not {model_type!r}")
+    if model_type not in MODEL_TYPES:  # before anything is written
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
     if dtype not in _SAVE_DTYPES:
@@ -380,10 +388,18 @@ def make_tiny_checkpoint(
     model = build_model(ModelConfig.from_dict(config))
     decoder = SpeechDecoder(SpeechDecoderConfig.from_dict(st_config))
     gen = torch.Generator().manual_seed(seed)
-    _save(draw_talker(model, gen), out / "model.safetensors", _SAVE_DTYPES[dtype])
+    talker = draw_talker(model, gen)
+    if model_type == "base":  # the speaker encoder's own draw (core/tiny/base_parts.py)
+        talker.update(base_parts.draw_speaker_encoder(model.speaker_encoder, gen))
+    if stop_by_text:
+        length_eos.stop_by_text(model, talker)
+    _save(talker, out / "model.safetensors", _SAVE_DTYPES[dtype])
     decoder.load_state_dict(draw_decoder(decoder, gen))
     calibrate_output(decoder, gen)
     decoder_tensors = {f"decoder.{k}": v for k, v in decoder.state_dict().items()}
+    if model_type == "base":  # + the Mimi encoder: the official code encodes every reference
+        st_config, encoder_tensors = base_parts.base_speech_tokenizer(st_config, gen)
+        decoder_tensors.update(encoder_tensors)
     _save(decoder_tensors, out / "speech_tokenizer" / "model.safetensors", torch.float32)
     _write_json(out / "config.json", config)
     _write_json(out / "generation_config.json", generation_config(greedy))

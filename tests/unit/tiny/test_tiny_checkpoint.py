@@ -138,7 +138,7 @@ def test_bad_dims_are_refused(size, dims, message):
 
 def test_bad_model_type_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="model_type"):
-        make_tiny_checkpoint(tmp_path / "x", model_type="base")
+        make_tiny_checkpoint(tmp_path / "x", model_type="design_voice")
     with pytest.raises(ValueError, match="dtype"):
         make_tiny_checkpoint(tmp_path / "y", dtype="int8")
     assert list(tmp_path.iterdir()) == []
