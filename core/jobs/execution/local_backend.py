@@ -6,12 +6,15 @@ once (the output store: qtts.core.jobs.output.stores); at most MAX_WRITES_IN_FLI
 the disk (bounding the audio held in memory) and a write error (disk full) surfaces at the next
 row, not at the end. Closing the stream early (an
 abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
-is lost. Knows chunks, the synthesizer protocol and the recorder; no tensors.
+is lost. What the writing cost (the writer threads' busy time by part, and the synthesis loop's
+waits on them) is left in `writing` when the stream ends, for the run's summary.
+Knows chunks, the synthesizer protocol and the recorder; no tensors.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
@@ -22,7 +25,9 @@ from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
+from qtts.core.jobs.output.stores.open_store import writer_threads
 from qtts.core.jobs.output.writer import fsync_dir
+from qtts.core.jobs.output.writer_clock import WriterClock, WritingReport
 from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.work.budget import FrameBudget
@@ -45,6 +50,7 @@ class LocalBackend:
     budget: FrameBudget
     split: SplitSettings | None = None  # long rows cut into segments (None: every row whole)
     synth: object = None  # loaded by prepare()
+    writing: WritingReport | None = None  # what the last outcome stream's writing cost
 
     def prepare(self, stop: StopSignals) -> None:
         # The device --device auto picked (cuda or cpu), not "auto"
@@ -61,15 +67,25 @@ class LocalBackend:
     ) -> Iterator[Outcome]:
         synth = self.synth
         writes = WriteQueue(self.out_dir)
-        store = ctx.store.open(self.out_dir, journal)
+        clock, threads = WriterClock(), writer_threads()
+        store = ctx.store.open(self.out_dir, journal, workers=threads, clock=clock)
         recorder = RowRecorder(store, journal, ctx)
+        self.writing = report = WritingReport(threads)
+        drained = None  # when synthesis ended: what follows is the writers' tail
         try:
             for chunk in chunks(todo, self.text_model, self.budget, split=self.split):
                 yield from self._chunk(synth, chunk, recorder, writes, stop)
+            drained = time.perf_counter()
+            report.wait_s = writes.waited_s
             yield from writes.settled(block=True, every=True)
         finally:
             writes.close()
             store.close()  # an archive seals its open shard: its rows become durable
+            if drained is None:  # cut short: every wait counts as a wait
+                report.wait_s = writes.waited_s
+            else:
+                report.drain_s = time.perf_counter() - drained
+            report.dir_fsync_s, report.busy_s = writes.fsync_s, clock.busy()
 
     def _chunk(
         self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue, stop: StopSignals
@@ -89,6 +105,8 @@ class WriteQueue:
         self.out_dir = out_dir
         self.inflight: deque[Future[Outcome]] = deque()
         self.unsynced = 0
+        self.waited_s = 0.0  # blocked on a write not yet done
+        self.fsync_s = 0.0  # in the out dir's fsyncs
 
     def __len__(self) -> int:
         return len(self.inflight)
@@ -100,7 +118,12 @@ class WriteQueue:
         """Finished writes' outcomes; block: wait for the oldest (every: for all). A failed
         write (disk full) raises: the row is not done (resume finds no file) and the job stops."""
         while self.inflight and (self.inflight[0].done() or block):
-            outcome = self.inflight.popleft().result()
+            oldest = self.inflight.popleft()
+            if not oldest.done():
+                start = time.perf_counter()
+                wait([oldest])  # its exception, if any, is raised below
+                self.waited_s += time.perf_counter() - start
+            outcome = oldest.result()
             self.unsynced += 1
             if self.unsynced >= FSYNC_EVERY:
                 self.sync()
@@ -111,7 +134,9 @@ class WriteQueue:
 
     def sync(self) -> None:
         if self.unsynced:
+            start = time.perf_counter()
             fsync_dir(self.out_dir)  # make the renames durable
+            self.fsync_s += time.perf_counter() - start
             self.unsynced = 0
 
     def close(self) -> None:

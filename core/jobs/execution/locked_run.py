@@ -116,6 +116,8 @@ class JobRun:
         self.failures = FailureLog()
         self.aborted = False
         self.t0 = time.monotonic()
+        self.load_s: float | None = None  # backend.prepare (the model's load)
+        self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
 
     def execute(self) -> JobSummary:
         with StopSignals(on_exit_now=remove_live_temps) as stop:
@@ -229,8 +231,11 @@ class JobRun:
             return
         if work.todo.num_rows == 0:
             return
+        start = time.monotonic()
         self.backend.prepare(stop)
+        self.load_s = time.monotonic() - start
         self.progress.start(work.todo.num_rows, float(work.todo.est_frames.sum()) * FRAME_S)
+        start = time.monotonic()
         outcomes = self.backend.outcomes(work.todo, self.journal, self.ctx, stop)
         try:
             for outcome in outcomes:
@@ -242,6 +247,7 @@ class JobRun:
                     return  # the rest stays pending
         finally:
             outcomes.close()
+            self.synthesis_s = time.monotonic() - start
 
     def _too_many_failures(self) -> bool:
         limit = self.spec.failures.max_failures
@@ -283,7 +289,17 @@ class JobRun:
             out_dir=str(self.out),
             results=str(self.out / "results.parquet"),
             failure_reasons=self.failures.top(),
+            load_s=self.load_s,
+            synthesis_s=self.synthesis_s,
+            writing=self._writing(),
         )
+
+    def _writing(self):
+        """What the backend's writers cost this run (logged), or None (Ray, nothing to do)."""
+        writing = getattr(self.backend, "writing", None)
+        if writing is not None:
+            log.info("%s", writing.describe())
+        return writing
 
     def _rebuild_results(self) -> None:
         if up_to_date(self.out, self.job.inputs):

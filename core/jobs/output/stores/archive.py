@@ -8,8 +8,9 @@ row has its record, and a kill loses at most the open shard's rows, which have n
 redone by the next run (its temp file removed then). Shard names are `{writer}-{k:06d}.tar` or
 `.parquet`; a writer's prefix carries the job shard and a fresh run tag, so tasks of one job and
 Ray actors never collide, and a sealed shard is never replaced (a retried Ray unit's writer
-starts after the shards its first attempt sealed). One thread appends, in the order rows finish.
-Knows shards and records; the formats live in shard_formats.
+starts after the shards its first attempt sealed). Rows are encoded on `encoders` threads and
+appended by one more, in the order they were submitted; each part is timed on the store's clock
+(core/jobs/output/writer_clock.py). Knows shards and records; the formats live in shard_formats.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from qtts.core.jobs.output.writer import (
     unlink_quietly,
     write_error,
 )
+from qtts.core.jobs.output.writer_clock import WriterClock
 from qtts.core.jobs.state.journal import Journal
 
 SHARD_MAX_AGE_S = 600.0  # an open shard older than this is sealed when its next row comes
@@ -62,6 +64,8 @@ class ArchiveStore:
         prefix: str,
         shard_rows: int = DEFAULT_SHARD_ROWS,
         max_age_s: float = SHARD_MAX_AGE_S,
+        encoders: int = 1,
+        clock: WriterClock | None = None,
     ) -> None:
         self.layout, self.fmt = layout, FORMATS[layout]
         self.dir = out_dir / ARCHIVE_DIR
@@ -69,13 +73,22 @@ class ArchiveStore:
         self.prefix, self.shard_rows, self.max_age_s = prefix, shard_rows, max_age_s
         self._open: _OpenShard | None = None
         self._next = 0
+        self.clock = clock or WriterClock()
+        self._encoders = ThreadPoolExecutor(encoders, thread_name_prefix="qtts-encode")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-archive")
 
     def shard_name(self, k: int) -> str:
         return f"{self.prefix}-{k:06d}{self.fmt.suffix}"
 
     def submit(self, row: RowOutput) -> Future[None]:
-        return self._pool.submit(self._guarded, self._add, row)
+        encoded = self._encoders.submit(self._encode, row)
+        return self._pool.submit(self._guarded, self._add, row, encoded)
+
+    def _encode(self, row: RowOutput) -> tuple[bytes, bytes | None]:
+        with self.clock.part("encode"):
+            audio = encode_audio(row.audio, row.sample_rate, self.audio_format)
+            codes = encode_codes(row.codes) if self.save_codes and row.codes is not None else None
+        return audio, codes
 
     def _guarded(self, step, *args) -> None:
         try:
@@ -85,13 +98,14 @@ class ArchiveStore:
             self._discard()  # its rows have no record: the next run redoes them
             raise write_error(e, where) from e
 
-    def _add(self, row: RowOutput) -> None:
-        audio = encode_audio(row.audio, row.sample_rate, self.audio_format)
-        codes = encode_codes(row.codes) if self.save_codes and row.codes is not None else None
+    def _add(self, row: RowOutput, encoded: Future[tuple[bytes, bytes | None]]) -> None:
+        audio, codes = encoded.result()
         shard = self._open or self._start(row.sample_rate)
         member = self.fmt.audio_member(row.id, self.audio_format)
-        record = row.record(member_location(shard.name, member), len(audio), codes is not None)
-        shard.writer.add(row.id, audio, self.audio_format, codes, record)
+        with self.clock.part("measures"):
+            record = row.record(member_location(shard.name, member), len(audio), codes is not None)
+        with self.clock.part("write"):
+            shard.writer.add(row.id, audio, self.audio_format, codes, record)
         shard.records.append(record)
         full = len(shard.records) >= self.shard_rows
         if full or time.monotonic() - shard.started >= self.max_age_s:
@@ -120,15 +134,17 @@ class ArchiveStore:
         shard = self._open
         if shard is None:
             return
-        shard.writer.close()
-        shard.file.flush()
-        os.fsync(shard.file.fileno())
-        shard.file.close()
-        self.journal.append(shard.records)  # durable, not yet visible: journalled just before
-        os.replace(shard.tmp, self.dir / shard.name)
-        shard.temp.close()
-        self._open = None
-        fsync_dir(self.dir)
+        with self.clock.part("write"):
+            shard.writer.close()
+            shard.file.flush()
+            os.fsync(shard.file.fileno())
+            shard.file.close()
+            with self.clock.part("journal"):  # durable, not yet visible: journalled just before
+                self.journal.append(shard.records)
+            os.replace(shard.tmp, self.dir / shard.name)
+            shard.temp.close()
+            self._open = None
+            fsync_dir(self.dir)
 
     def _discard(self) -> None:
         shard, self._open = self._open, None
@@ -155,6 +171,8 @@ class ArchiveStore:
                 self._pool.submit(self._guarded, self._seal).result()
             finally:
                 self._pool.shutdown(wait=True)
+                self._encoders.shutdown(wait=True)
         else:  # rows not yet added are dropped, then the open shard with them
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._encoders.shutdown(wait=True, cancel_futures=True)
             self._discard()

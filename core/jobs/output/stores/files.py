@@ -5,7 +5,8 @@ The row's record is journalled once its audio is durable in the temp file, just 
 rename, so a published file always has its record. A redone row's old audio goes just before its
 new record (a kill between the record and the rename leaves no file, never an old one passing
 for the new), and once the new audio is published, the files of the row's earlier version that
-this run does not make (another format's audio, codes without --save-codes) go too.
+this run does not make (another format's audio, codes without --save-codes) go too. Each part
+of a row's writing is timed on its clock (core/jobs/output/writer_clock.py).
 Knows file names; no records beyond building them.
 """
 
@@ -24,6 +25,7 @@ from qtts.core.jobs.output.writer import (
     unlink_quietly,
     write_error,
 )
+from qtts.core.jobs.output.writer_clock import WriterClock
 from qtts.core.jobs.state.journal import Journal
 
 CODES_SUFFIX = ".codes.npy"
@@ -50,12 +52,20 @@ class FilesStore:
     layout = FILES
 
     def __init__(
-        self, out_dir: Path, journal: Journal, audio_format: str, save_codes: bool, workers: int = 2
+        self,
+        out_dir: Path,
+        journal: Journal,
+        audio_format: str,
+        save_codes: bool,
+        workers: int = 2,
+        *,
+        clock: WriterClock | None = None,
     ) -> None:
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(f"unknown audio format {audio_format!r}; choose wav or flac")
         self.out_dir, self.journal = out_dir, journal
         self.audio_format, self.save_codes = audio_format, save_codes
+        self.clock = clock or WriterClock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="qtts-writer")
 
     def submit(self, row: RowOutput) -> Future[None]:
@@ -64,19 +74,27 @@ class FilesStore:
     def write(self, row: RowOutput) -> None:
         """One row's files, now (codes first, audio last: resume checks the audio)."""
         path = self.out_dir / audio_name(row.id, self.audio_format)
+        part = self.clock.part
         try:
             if self.save_codes and row.codes is not None:
-                atomic_write_bytes(self.out_dir / codes_name(row.id), encode_codes(row.codes))
-            data = encode_audio(row.audio, row.sample_rate, self.audio_format)
+                with part("encode"):
+                    codes = encode_codes(row.codes)
+                with part("write"):
+                    atomic_write_bytes(self.out_dir / codes_name(row.id), codes)
+            with part("encode"):
+                data = encode_audio(row.audio, row.sample_rate, self.audio_format)
 
             def journal() -> None:  # the audio is durable in its temp file
-                record = row.record(path.name, len(data), self.save_codes)
-                path.unlink(missing_ok=True)  # a redone row's old audio, before its new line
-                self.journal.append([record])
+                with part("measures"):
+                    record = row.record(path.name, len(data), self.save_codes)
+                with part("journal"):
+                    path.unlink(missing_ok=True)  # a redone row's old audio, before its new line
+                    self.journal.append([record])
 
-            atomic_write_bytes(path, data, journal)
-            for name in self._stale(row.id):
-                unlink_quietly(self.out_dir / name)
+            with part("write"):  # the journal's parts are its own
+                atomic_write_bytes(path, data, journal)
+                for name in self._stale(row.id):
+                    unlink_quietly(self.out_dir / name)
         except OSError as e:
             raise write_error(e, path) from e
 

@@ -3,13 +3,15 @@
 A writer's shard names start with its prefix: the job shard (`shard-I-of-N-`, none when
 unsharded) and a tag fresh for each run, so tasks of one job, reruns and Ray actors writing into
 the same OUT/data/ never collide. A Ray work unit gets a prefix of its own from its rows, so a
-unit Ray retries finds the shard its first attempt sealed.
-Knows layouts and names; the stores do the writing.
+unit Ray retries finds the shard its first attempt sealed. How many writer threads a local run
+gets is decided here too (writer_threads).
+Knows layouts, names and thread counts; the stores do the writing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,30 @@ from qtts.core.jobs.output.stores.archive import DEFAULT_SHARD_ROWS, ArchiveStor
 from qtts.core.jobs.output.stores.base import OutputStore
 from qtts.core.jobs.output.stores.files import FilesStore
 from qtts.core.jobs.output.stores.locations import FILES
+from qtts.core.jobs.output.writer_clock import WriterClock
 from qtts.core.jobs.state.journal import Journal
+
+# Writer threads: half the cores this process may run on, at least 2, at most 8. The other half
+# is the synthesis side's: on a GPU its decode loop and its vocoder thread each keep a core busy
+# (and the tokenizer and the loader have threads of their own); on a CPU the engine takes every
+# core while the writers idle (a thread pool starts threads only as work arrives). Past 8,
+# threads gain little: each row's Python glue (records, JSON lines) holds the GIL.
+MIN_WRITERS, MAX_WRITERS = 2, 8
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity, as taskset or a container's cpuset set
+    it), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def writer_threads(cpus: int | None = None) -> int:
+    """Writer threads for a run on `cpus` cores (None: this process's)."""
+    cpus = usable_cpus() if cpus is None else cpus
+    return max(MIN_WRITERS, min(MAX_WRITERS, cpus // 2))
 
 
 @dataclass(frozen=True)
@@ -29,10 +54,22 @@ class StoreSpec:
     prefix: str = ""  # the job shard's part of archive shard names ("" when unsharded)
     run_tag: str = "run"  # this run's part
 
-    def open(self, out_dir: Path, journal: Journal, *, workers: int = 2) -> OutputStore:
+    def open(
+        self,
+        out_dir: Path,
+        journal: Journal,
+        *,
+        workers: int = MIN_WRITERS,
+        clock: WriterClock | None = None,
+    ) -> OutputStore:
+        """workers: threads that encode and write (an archive appends to its shard on one more,
+        in the order rows come); clock: where they report their busy time."""
         if self.layout == FILES:
-            return FilesStore(out_dir, journal, self.audio_format, self.save_codes, workers)
-        return self._archive(out_dir, journal, f"{self.prefix}{self.run_tag}")
+            return FilesStore(
+                out_dir, journal, self.audio_format, self.save_codes, workers, clock=clock
+            )
+        name = f"{self.prefix}{self.run_tag}"
+        return self._archive(out_dir, journal, name, workers=workers, clock=clock)
 
     def open_unit(self, out_dir: Path, journal: Journal, ids: list[str]) -> OutputStore:
         """A Ray unit's store: a unit is one shard at most (units are capped at shard_rows),
@@ -42,7 +79,9 @@ class StoreSpec:
         digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=6).hexdigest()
         return self._archive(out_dir, journal, f"{self.prefix}{self.run_tag}-u{digest}")
 
-    def _archive(self, out_dir: Path, journal: Journal, prefix: str) -> ArchiveStore:
+    def _archive(
+        self, out_dir: Path, journal: Journal, prefix: str, workers: int = 1, clock=None
+    ) -> ArchiveStore:
         return ArchiveStore(
             out_dir,
             self.layout,
@@ -51,6 +90,8 @@ class StoreSpec:
             save_codes=self.save_codes,
             prefix=prefix,
             shard_rows=self.shard_rows,
+            encoders=workers,
+            clock=clock,
         )
 
     def owns_shard(self, name: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from store_rows import journalled, row
@@ -109,3 +110,31 @@ def test_a_retried_writer_never_replaces_a_sealed_shard(tmp_path):
     assert _visible(tmp_path) == ["w-000000.tar", "w-000001.tar"]
     assert fmt.keys_in(tmp_path / "data" / "w-000000.tar") == ["a", "b"]
     assert fmt.keys_in(tmp_path / "data" / "w-000001.tar") == ["c", "d"]
+
+
+FIRST_ROW = [None]  # the first row's first sample: how the slow encoder knows it
+
+
+def test_rows_encoded_apart_are_appended_in_the_order_they_came(tmp_path, monkeypatch):
+    from qtts.core.jobs.output.stores import archive
+
+    encode = archive.encode_audio
+
+    def late_first(audio, *args):  # the first row's encoding finishes last
+        time.sleep(0.2 if audio[0] == FIRST_ROW[0] else 0.0)
+        return encode(audio, *args)
+
+    monkeypatch.setattr(archive, "encode_audio", late_first)
+    store, journal = _store(tmp_path, shard_rows=10, encoders=4)
+    rows = [row(f"r{i}", seed=i) for i in range(5)]
+    FIRST_ROW[0] = rows[0].audio[0]
+    futures = [store.submit(r) for r in rows]
+    for f in futures:
+        f.result()
+    store.close()
+    assert [r["id"] for r in journalled(journal)] == [f"r{i}" for i in range(5)]
+    assert FORMATS["webdataset"].keys_in(tmp_path / "data" / "w-000000.tar") == [
+        f"r{i}" for i in range(5)
+    ]
+    busy = store.clock.busy()
+    assert busy["encode"] >= 0.2 and busy["write"] > 0 and busy["journal"] > 0

@@ -1,0 +1,169 @@
+"""`qtts bench --manifest`: a job's rows through a job's synthesis path, with nothing written.
+
+The yardstick `qtts batch` is held to on the same rows: the rows are read, validated and
+tokenized, their frame budgets set, sorted longest first and cut into chunks by the jobs layer's
+own functions (prepare_job, decide_work, chunks: a fresh out dir's run, nothing skipped), and
+each chunk goes through synthesize_chunk to the synthesizer a job loads (memory plan, engine,
+vocoder, retries under --on-budget, split rows joined). What a job adds after that (records,
+measures, encoding, files or shards, journal and fsyncs) is left out, so the job's
+synthesis_audio_s_per_s over this bench's audio_s_per_s is what writing costs the job.
+
+Timed: the model's load apart, then synthesis from the first chunk to the last row (the span a
+job's `synthesis_s` covers), and the steady rate over the middle of the run (the rows finishing
+between the first and the last tenth of completions: no plan, no graph capture, no tail of a
+last group finishing alone). Knows the jobs layer's entry points and the synthesizer protocol;
+no files are written (its out dir is a temporary folder that stays empty).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from qtts.core.jobs.execution.run import prepare_job
+from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel
+from qtts.core.jobs.long_text.segments import synthesize_chunk
+from qtts.core.jobs.output.recorder import utterance_error
+from qtts.core.jobs.spec import JobSpec
+from qtts.core.jobs.state.listing import list_out_dir
+from qtts.core.jobs.state.records import empty
+from qtts.core.jobs.work.chunks import chunks
+from qtts.core.jobs.work.decide import decide_work
+from qtts.core.synthesis.requests import RowFailure
+
+log = logging.getLogger("qtts")
+STEADY_CUT = 0.1  # the share of completions left out at each end of the steady span
+
+
+@dataclass
+class ManifestBench:
+    manifest: str
+    rows: int  # rows of the manifest
+    ok: int = 0  # as a job would record them: its budget policy applied
+    failed: int = 0  # failing validation, or after synthesis
+    hit_frame_budget: int = 0  # ok rows kept at their frame budget
+    audio_s: float = 0.0  # the ok rows' audio
+    frames: int = 0  # the ok rows' frames
+    load_s: float = 0.0  # the synthesizer's load
+    synthesis_s: float = 0.0  # the first chunk to the last row
+    first_row_s: float = 0.0  # the first chunk to the first row out (plan, capture, first group)
+    audio_s_per_s: float = 0.0  # audio_s / synthesis_s
+    steady_audio_s_per_s: float | None = None  # the middle of the run (None: too few rows)
+    steady_rows: int = 0
+    budgets: list[int] = field(default_factory=list)  # the smallest and largest max_new_tokens
+    precision: str = ""  # what it computed in, as a job's fingerprint spells it
+    on_budget: str = ""  # the frame-budget policy (ok: no retries)
+    split: str = ""  # the split settings (none: every row whole)
+
+    def row(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> list[str]:
+        steady = "n/a (too few rows)"
+        if self.steady_audio_s_per_s is not None:
+            steady = f"{self.steady_audio_s_per_s:.2f} audio-s/s over {self.steady_rows} rows"
+        return [
+            f"manifest {self.manifest}: {self.rows} rows, {self.ok} ok, {self.failed} failed, "
+            f"{self.hit_frame_budget} at their frame budget; {self.audio_s:.1f} s of audio "
+            f"({self.frames} frames); max_new_tokens {self.budgets[0]}..{self.budgets[-1]}"
+            if self.budgets
+            else f"manifest {self.manifest}: {self.rows} rows, nothing to synthesize",
+            f"      {self.precision}, on-budget {self.on_budget}, split {self.split}; "
+            f"load {self.load_s:.2f} s (not counted)",
+            f"      synthesis {self.synthesis_s:.2f} s (first row after {self.first_row_s:.2f} s): "
+            f"{self.audio_s_per_s:.2f} audio-s/s; steady {steady}",
+        ]
+
+
+def bench_manifest(
+    spec: JobSpec, open_text_model: OpenTextModel, load_synthesizer: LoadSynthesizer
+) -> ManifestBench:
+    """Every row of spec.source through the job's synthesis path (the spec's out dir is not
+    used: a fresh, empty one stands in, so nothing is skipped and nothing is written)."""
+    job, work, options = job_work(spec, open_text_model)
+    spec = job.spec
+    res = ManifestBench(
+        manifest=spec.source,
+        rows=work.total,
+        failed=work.rejected.num_rows,
+        precision=job.settings.values["precision"],
+        on_budget=spec.failures.key,
+        split=spec.split.key,
+    )
+    if work.todo.num_rows == 0:
+        return res
+    start = time.perf_counter()
+    synth = load_synthesizer(job.text_model, spec.model.placement)
+    res.load_s = time.perf_counter() - start
+    done = _synthesize(res, synth, job, work, options)
+    res.first_row_s = done[0][0] if done else res.synthesis_s
+    res.audio_s_per_s = res.audio_s / res.synthesis_s if res.synthesis_s > 0 else 0.0
+    res.steady_audio_s_per_s, res.steady_rows = steady_rate(done)
+    return res
+
+
+def job_work(spec: JobSpec, open_text_model: OpenTextModel):
+    """(Job, Work, generation options): what a first run of this job into a fresh out dir would
+    synthesize, decided by the jobs layer (every row: no shards, nothing done before)."""
+    with tempfile.TemporaryDirectory(prefix="qtts-bench-") as tmp:
+        out = Path(tmp) / "out"  # never created: the job's checks read a fresh out dir
+        spec = replace(spec, output=replace(spec.output, out_dir=out, overwrite=False))
+        job, _, options, _ = prepare_job(spec, open_text_model, env={})
+        spec = job.spec
+        work = decide_work(
+            job.prepared,
+            empty(),
+            list_out_dir(out),
+            model=job.text_model,
+            budget=job.budget,
+            settings=job.settings,
+            registry={},
+            layout=spec.output.layout.value,
+            audio_format=spec.output.audio_format.value,
+            save_codes=spec.output.save_codes,
+            split=spec.split,
+            on_budget=spec.failures.key,
+        )
+    return job, work, options
+
+
+def _synthesize(res: ManifestBench, synth, job, work, options) -> list[tuple[float, float]]:
+    """The chunks through synthesize_chunk, counted into `res` as a job would record them;
+    returns (seconds since the first chunk, audio seconds) of each ok row, in completion order."""
+    spec = job.spec
+    done: list[tuple[float, float]] = []
+    start = time.perf_counter()
+    for chunk in chunks(work.todo, job.text_model, job.budget, split=spec.split):
+        budgets = [*res.budgets, *chunk.budgets.values()]
+        res.budgets = [min(budgets), max(budgets)]
+        for item in synthesize_chunk(synth, chunk, options, spec.failures.key):
+            failed = isinstance(item, RowFailure)
+            if failed or utterance_error(item, chunk.budgets[item.id], res.on_budget) is not None:
+                res.failed += 1
+                continue
+            audio_s = len(item.audio) / item.sample_rate
+            done.append((time.perf_counter() - start, audio_s))
+            res.ok += 1
+            res.hit_frame_budget += bool(item.hit_frame_budget)
+            res.audio_s += audio_s
+            res.frames += len(item.codes)
+    res.synthesis_s = time.perf_counter() - start
+    return done
+
+
+def steady_rate(done: list[tuple[float, float]]) -> tuple[float | None, int]:
+    """(audio-s/s, rows) over the rows finishing after the first STEADY_CUT of completions and
+    up to the last STEADY_CUT: the rate once the run is going, before its tail. None when fewer
+    than 10 rows finished, or they finished at one instant."""
+    if len(done) < 10:
+        return None, 0
+    cut = max(1, int(len(done) * STEADY_CUT))
+    lo, hi = cut - 1, len(done) - 1 - cut
+    span = done[hi][0] - done[lo][0]
+    if span <= 0:
+        return None, 0
+    audio = sum(a for _, a in done[lo + 1 : hi + 1])
+    return audio / span, hi - lo

@@ -1,0 +1,94 @@
+"""Where a run's writing time goes: the writer threads' busy seconds by part, and what the
+synthesis side spent waiting on them. A job reports both (its summary's `writing`), so a gap
+between `qtts batch` and `qtts bench --manifest` on the same rows says whether the writers
+held synthesis up, and on what.
+
+Parts are exclusive: a part timed inside another (the journal line written while a file's temp
+copy is open) counts in its own part only. Timing is two clock reads and a lock per part, a few
+per row. Knows parts and seconds; no files, no rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+# encode: WAV/FLAC (and codes) bytes; measures: the row's model-free measures and its record;
+# write: the audio into its file or shard, fsynced and renamed; journal: record lines, fsynced.
+PARTS = ("encode", "measures", "write", "journal")
+
+
+class WriterClock:
+    """Busy seconds per part, summed over the threads that report to it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = dict.fromkeys(PARTS, 0.0)
+        self._local = threading.local()  # this thread's open parts: [[name, nested seconds]]
+
+    @contextmanager
+    def part(self, name: str):
+        stack = self._local.__dict__.setdefault("stack", [])
+        frame = [name, 0.0]
+        stack.append(frame)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            stack.pop()
+            if stack:
+                stack[-1][1] += spent  # the enclosing part does not count it again
+            with self._lock:
+                self._busy[name] = self._busy.get(name, 0.0) + spent - frame[1]
+
+    def busy(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._busy)
+
+
+@dataclass
+class WritingReport:
+    """What a run's writing cost, as its summary reports it."""
+
+    threads: int  # the writer threads the run was given (an archive appends on one more)
+    wait_s: float = 0.0  # the synthesis loop blocked on the writers (its queue of rows was full)
+    drain_s: float = 0.0  # after the last row was synthesized: the writes left, the last shard
+    dir_fsync_s: float = 0.0  # the synthesis loop's fsyncs of the out dir (files layout)
+    busy_s: dict[str, float] = field(default_factory=dict)  # the writer threads', by part
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "threads": self.threads,
+            "wait_s": round(self.wait_s, 3),
+            "drain_s": round(self.drain_s, 3),
+            "dir_fsync_s": round(self.dir_fsync_s, 3),
+            "busy_s": {k: round(v, 3) for k, v in self.busy_s.items()},
+        }
+
+    def describe(self) -> str:
+        busy = ", ".join(f"{k} {v:.2f} s" for k, v in self.busy_s.items())
+        return (
+            f"writing: {self.threads} writer thread(s) busy {busy}; synthesis waited "
+            f"{self.wait_s:.2f} s on them (queue full) and {self.dir_fsync_s:.2f} s on out-dir "
+            f"fsyncs; {self.drain_s:.2f} s of writing after the last row was synthesized"
+        )
+
+    def hint(self, synthesis_s: float) -> str | None:
+        """One line when the synthesis side waited on the writers for more than 1 s or 2% of
+        its time (None otherwise): how long, and what to try."""
+        if self.wait_s <= 0 or (self.wait_s < 1.0 and self.wait_s < 0.02 * synthesis_s):
+            return None
+        share = f" ({self.wait_s / synthesis_s:.0%} of {synthesis_s:.1f} s)" if synthesis_s else ""
+        top = max(self.busy_s, key=self.busy_s.get) if self.busy_s else "write"
+        why = {
+            "encode": "encoding (FLAC costs more than WAV): give the job more CPU cores",
+            "measures": "the measures: give the job more CPU cores",
+        }.get(top, "fsyncs to the out dir's disk: put the out dir on a local disk")
+        return (
+            f"synthesis waited {self.wait_s:.1f} s{share} on its {self.threads} writer "
+            f"thread(s), which were busiest {why}"
+        )
