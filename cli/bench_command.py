@@ -1,4 +1,5 @@
-"""`qtts bench`: parse options, run qtts.core.bench per batch size, print a table + JSON line."""
+"""`qtts bench`: parse options, run qtts.core.bench per batch size, print a table + JSON line;
+with --manifest, a job's rows through a job's synthesis path instead (qtts.cli.bench_manifest)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.cli.logs import setup_logging
+from qtts.core.jobs.choices import Split
 
 # On a CPU both step figures time the same work; sets of steps this far apart were disturbed.
 LOAD_GAP = 1.5
@@ -30,15 +32,29 @@ def _parse_sizes(text: str) -> list[int | None]:
 def bench(
     size: Annotated[str, typer.Option(help="Model dimensions: 0.6b, 1.7b or small.")] = "0.6b",
     batch_sizes: Annotated[
-        str, typer.Option(help="Comma list of slot counts; auto = the memory plan's choice.")
-    ] = "1,16",
+        str | None,
+        typer.Option(
+            help="Comma list of slot counts; auto = the memory plan's choice. Unset: 1,16 "
+            "(with --manifest: auto; one value there, as a job's --batch-size).",
+            show_default=False,
+        ),
+    ] = None,
     frames: Annotated[
         int, typer.Option(min=2, help="Frames per request (fixed: EOS ignored).")
     ] = 128,
     requests: Annotated[
         int | None,
-        typer.Option(min=1, help="Requests per batch size. Unset: 2 x batch size."),
+        typer.Option(min=1, help="Requests per batch size. Unset: --passes x batch size."),
     ] = None,
+    passes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Passes of a full batch each, when --requests is unset. The steady-state "
+            "figure leaves out the first pass's fill; 8 or more keep the first fill and the "
+            "last tail from dominating the whole-run figure.",
+        ),
+    ] = 2,
     device: o.Device = "auto",
     dtype: o.DtypeOpt = o.Dtype.auto,
     compare: Annotated[
@@ -57,6 +73,24 @@ def bench(
             "only, to see what the vocoder costs the loop (no audio, no writing).",
         ),
     ] = True,
+    manifest: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE",
+            help="Time a job's rows instead: every row of this manifest through the synthesis "
+            "path `qtts batch` runs (validation, budgets, length order, memory plan, engine, "
+            "vocoder), writing nothing, on the checkpoint --model names. --size, --frames, "
+            "--requests, --compare, --write and --vocoder do not apply.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="With --manifest: the checkpoint.")
+    ] = None,
+    max_new_tokens: o.MaxNewTokens = None,
+    split: o.SplitOpt = Split.auto,
+    max_segment_tokens: o.MaxSegmentTokens = None,
+    on_budget: o.OnBudgetOpt = None,
+    speaker: o.Speaker = None,
     count_launches: Annotated[
         bool,
         typer.Option(
@@ -71,7 +105,25 @@ def bench(
     RTF, per-phase time, ms per decode step, peak memory (GPU, or RSS on CPU). The last stdout
     line is JSON."""
     setup_logging(quiet=False, verbose=False)
-    sizes = _parse_sizes(batch_sizes)
+    if manifest is not None:
+        from qtts.cli.bench_manifest import run_manifest_bench
+
+        if count_launches or compare:
+            raise typer.BadParameter("--manifest: no --compare or --count-launches")
+        return run_manifest_bench(
+            manifest,
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_sizes or "auto",
+            max_new_tokens=max_new_tokens,
+            split=split,
+            max_segment_tokens=max_segment_tokens,
+            on_budget=on_budget,
+            speaker=speaker,
+            machine=_machine(device),
+        )
+    sizes = _parse_sizes(batch_sizes or "1,16")
     if size not in ("0.6b", "1.7b", "small"):
         raise typer.BadParameter(f"--size {size!r}: use 0.6b, 1.7b or small")
     if count_launches:
@@ -87,6 +139,7 @@ def bench(
             sizes,
             frames=frames,
             requests=requests,
+            passes=passes,
             device=device,
             dtype=dtype.value,
             compare=compare,
@@ -136,7 +189,9 @@ def _count(size: str, sizes: list[int]) -> list[dict]:
     return rows
 
 
-def _run(size, sizes, frames, requests, device, dtype, compare, write, vocoder) -> list[dict]:
+def _run(
+    size, sizes, frames, requests, passes, device, dtype, compare, write, vocoder
+) -> list[dict]:
     import torch
 
     from qtts.core.bench.machine import measure
@@ -190,7 +245,7 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write, vocoder) 
                     rows=requests or 256,
                     frames=frames,
                 )
-                n = requests or 2 * plan.slots
+                n = requests or passes * plan.slots
                 r = run_one(
                     size,
                     config,
@@ -222,6 +277,7 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write, vocoder) 
             typer.echo(
                 "      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items())
             )
+            typer.echo(f"      {_steady_line(r)}")
             typer.echo(
                 f"      decode loop: {r.steps} steps, {r.loop_ms_per_step:.2f} ms per step "
                 f"(prefill and an inline vocoder out{'' if vocoder else '; no vocoder'}); "
@@ -248,6 +304,18 @@ def _run(size, sizes, frames, requests, device, dtype, compare, write, vocoder) 
     if compare:
         typer.echo("      official qwen-tts: not run here; see tools/compare_official_cpu.py")
     return rows
+
+
+def _steady_line(r) -> str:
+    """The whole run's audio-s/s beside the steady state's (groups after the first, first fill
+    left out), or why there is no steady state."""
+    whole = f"whole run {r.audio_s_per_s:.2f} audio-s/s over {r.requests} requests"
+    if r.steady_audio_s_per_s is None:
+        return f"{whole}; steady state: one group only (give more --passes)"
+    return (
+        f"{whole}; steady state {r.steady_audio_s_per_s:.2f} audio-s/s over "
+        f"{r.groups - 1} groups after the first"
+    )
 
 
 def _rate(s_per_audio_s: float) -> str:

@@ -103,8 +103,29 @@ vocoder)
   done
   finish
   ;;
+decoder)
+  # The speech decoder and the decode loop beside it (issue 39's first figures, about 4 minutes):
+  # the fused kernels' GPU tests, the window probe, the bench's steady state at batch 256 with
+  # the vocoder beside the loop and without it, then the peers side by side.
+  setup
+  check "decoder kernels on the GPU" gpu_kernels.log timeout -k 5 60 \
+    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_kernels_gpu.py \
+      tests/gpu/test_decode_priority_gpu.py
+  check "vocoder probe" probe.log timeout -k 5 90 \
+    python3 tools/vocoder_probe.py --size 0.6b --rows 8
+  for vocoder in --vocoder --no-vocoder; do
+    check "bench 0.6b 256 x 8 passes $vocoder" "bench_0.6b${vocoder}.log" timeout -k 5 100 \
+      python3 -m qtts bench --size 0.6b --batch-sizes 256 --frames 128 --passes 8 "$vocoder"
+  done
+  check "peers 0.6b" peers.log timeout -k 5 150 \
+    python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
+      --time-limit 100 --budget 130 --kinds base
+  check "bench 1.7b 256 x 8 passes" bench_1.7b.log timeout -k 5 100 \
+    python3 -m qtts bench --size 1.7b --batch-sizes 256 --frames 128 --passes 8
+  finish
+  ;;
 *)
-  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder" >&2
+  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|decoder" >&2
   exit 2
   ;;
 esac

@@ -26,7 +26,7 @@ from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
-from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.decode_overlap import decode_stream, overlapped, prioritized
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
 
@@ -115,6 +115,11 @@ class BenchResult:
     # The model-free measures (core/jobs/output/measures.py) of the first rows, in seconds per
     # audio-second.
     measures_s_per_audio_s: float = 0.0
+    # Steady state: the audio of every group after the first over the time from the first
+    # group's audio to the last's, so the first pass's fill (prefill, an empty pipeline) is left
+    # out; None with one group. `groups`: how many the loop handed over.
+    groups: int = 0
+    steady_audio_s_per_s: float | None = None
 
     def row(self) -> dict:
         return asdict(self)
@@ -190,13 +195,16 @@ def run_one(
         device=dev,
         settings=settings,
     )
-    decoder = with_kernels(decoder)  # as the synthesizer: the decoder's kernels on CUDA
+    # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
+    decoder = with_kernels(decoder, fused=settings.decoder_fusion)
+    stream = decode_stream(dev) if settings.decode_priority else None
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
     measured: list[tuple[np.ndarray, np.ndarray]] = []  # (audio, codes) of the first rows
     lengths: list[int] = []  # frames of each row the vocoder decoded
+    finished: list[tuple[float, int]] = []  # (when its audio was done, frames) per group
     prefill = PartClock(dev, ["prefill"])  # the engine's prefill passes, synced at their edges
     engine.timer = prefill
     if dev.type == "cuda":
@@ -209,7 +217,8 @@ def run_one(
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
         if not vocoder_on:  # decode only: the frames made, nothing else on the device
-            return sum(int(d.codes.shape[0]) for d in done)
+            finished.append((time.perf_counter(), sum(int(d.codes.shape[0]) for d in done)))
+            return finished[-1][1]
         t = time.perf_counter()
         wavs = []
         for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
@@ -230,7 +239,8 @@ def run_one(
             for w in wavs:
                 encode_audio(w, SAMPLE_RATE, "wav")
             timers["writing"] += time.perf_counter() - t
-        return sum(int(d.codes.shape[0]) for d in done)
+        finished.append((time.perf_counter(), sum(int(d.codes.shape[0]) for d in done)))
+        return finished[-1][1]
 
     steps = 0
     decoded_at = start  # when the loop handed over its last group
@@ -252,8 +262,9 @@ def run_one(
             yield group
 
     for frames_done in overlapped(
-        handed_over(), vocode, dev, gate=gate, inline=not settings.vocoder_thread
-    ):
+        prioritized(handed_over(), stream), vocode, dev, gate=gate,
+        inline=not settings.vocoder_thread,
+    ):  # fmt: skip
         total_frames += frames_done
     sync(dev)
     end = time.perf_counter()
@@ -272,6 +283,7 @@ def run_one(
         loop_s -= vocoded_before
     res.loop_ms_per_step = round(1e3 * loop_s / max(steps, 1), 3)
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
+    res.groups, res.steady_audio_s_per_s = len(finished), steady_rate(finished)
     res.vocoder_s_per_audio_s = round(timers["vocoder"] / max(res.audio_s, 1e-9), 4)
     res.vocoder_padding = round(padding_waste(lengths), 4)
     res.measures_s_per_audio_s = round(_measures_cost(measured), 7)
@@ -284,6 +296,16 @@ def run_one(
     res.step_ms, view = profile_step(engine, step, prompts[:batch])
     res.view = view
     return res
+
+
+def steady_rate(finished: list[tuple[float, int]]) -> float | None:
+    """Audio-s/s of the groups after the first, from (time its audio was done, frames) per
+    group in hand-over order: their audio over the time since the first group's was done. None
+    with fewer than two groups or no time between them."""
+    if len(finished) < 2 or finished[-1][0] <= finished[0][0]:
+        return None
+    audio_s = sum(frames for _, frames in finished[1:]) * SAMPLES_PER_FRAME / SAMPLE_RATE
+    return round(audio_s / (finished[-1][0] - finished[0][0]), 2)
 
 
 def _measures_cost(rows: list[tuple[np.ndarray, np.ndarray]]) -> float:

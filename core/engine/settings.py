@@ -59,6 +59,13 @@ class EngineSettings:
     vocoder_thread: bool = True
     # torch's intra-op threads while synthesizing (the CPU's budget); None: as the process has it.
     threads: int | None = None
+    # The decode loop runs on a stream of the device's highest priority, the vocoder on one of the
+    # lowest (GPU): the step's many small kernels take SMs before the vocoder's large ones, so the
+    # vocoder fills the step's idle SMs instead of delaying it (core/synthesis/decode_overlap.py).
+    decode_priority: bool = False
+    # The speech decoder's fused kernels (residual units, tail) on CUDA; off, only the one-pass
+    # SnakeBeta (core/engine/decoder_kernels.py).
+    decoder_fusion: bool = True
 
     @classmethod
     def for_device(
@@ -69,7 +76,7 @@ class EngineSettings:
     ) -> EngineSettings:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
         (docs/engine-settings.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
-        QTTS_CPU_THREADS."""
+        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_FUSION."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
         budget = None if cuda else cpu_budget(env=env)
@@ -86,6 +93,8 @@ class EngineSettings:
             sampler=knobs.sampler,
             vocoder_thread=cuda or budget.vocoder_thread,
             threads=None if cuda else budget.threads,
+            decode_priority=cuda and knobs.decode_priority,
+            decoder_fusion=knobs.decoder_fusion,
         )
 
     def __post_init__(self):

@@ -12,6 +12,7 @@ Plain torch; knows nothing of text, the talker, files or how weights are read fr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from qtts.core.model.codec_modules import (
+    SNAKE_EPS,
     CausalConv1d,
     CausalConvTranspose1d,
     ConvNeXtBlock,
@@ -123,11 +125,18 @@ class SpeechDecoderConfig:
 
 
 class SpeechDecoder(nn.Module):
-    """codes [B, Q, T] -> audio [B, T * upsample] in [-1, 1]. Causal end to end."""
+    """codes [B, Q, T] -> audio [B, T * upsample] in [-1, 1]. Causal end to end.
+
+    `cuda_tail`, when set, serves CUDA tensors with the last SnakeBeta, the last conv and the
+    clamp in one kernel: a callable (x, log_alpha, log_beta, weight, bias, eps) -> [B, T], the op
+    qtts.kernels.snake_conv_out.snake_conv_out, installed by core/engine/decoder_kernels.py. Unset,
+    and on every other device, the layers run as they are.
+    """
 
     def __init__(self, cfg: SpeechDecoderConfig):
         super().__init__()
         self.cfg = cfg
+        self.cuda_tail: Callable[..., torch.Tensor] | None = None
         latent = cfg.latent_dim
         self.quantizer = SplitResidualCodebooks(
             cfg.num_quantizers, cfg.codebook_size, cfg.codebook_dim
@@ -163,9 +172,13 @@ class SpeechDecoder(nn.Module):
         for stage in self.upsample:
             for layer in stage:
                 h = layer(h)  # [B, latent, T * ratio so far]
-        for layer in self.decoder:
-            h = layer(h)  # ends at [B, 1, T * upsample]
-        return h.clamp(min=-1.0, max=1.0).squeeze(1)  # [B, T * upsample]
+        *body, snake, conv = self.decoder
+        for layer in body:
+            h = layer(h)  # ends at [B, decoder_dim / 2^blocks, T * upsample]
+        if h.is_cuda and self.cuda_tail is not None:
+            return self.cuda_tail(h, snake.alpha, snake.beta, conv.conv.weight, conv.conv.bias,
+                                  SNAKE_EPS)  # fmt: skip
+        return conv(snake(h)).clamp(min=-1.0, max=1.0).squeeze(1)  # [B, T * upsample]
 
 
 @torch.inference_mode()

@@ -91,7 +91,14 @@ class ConvNeXtBlock(nn.Module):
 
 
 class ResidualUnit(nn.Module):
-    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, + input."""
+    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, + input.
+
+    `cuda_op`, when set, serves CUDA tensors with the whole unit in one kernel: a callable
+    (x, alpha1, beta1, w1, b1, dilation, alpha2, beta2, w2, b2, eps) -> [B, C, T], the op
+    qtts.kernels.residual_unit.residual_unit, installed by core/engine/decoder_kernels.py.
+    Unset, and on every other device, the layers below run, whose twin the kernel's tests hold
+    it to.
+    """
 
     def __init__(self, dim: int, dilation: int):
         super().__init__()
@@ -99,8 +106,14 @@ class ResidualUnit(nn.Module):
         self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, 1)
+        self.cuda_op: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
+        if x.is_cuda and self.cuda_op is not None:
+            c1, c2 = self.conv1.conv, self.conv2.conv
+            return self.cuda_op(x, self.act1.alpha, self.act1.beta, c1.weight, c1.bias,
+                                c1.dilation[0], self.act2.alpha, self.act2.beta, c2.weight,
+                                c2.bias, SNAKE_EPS)  # fmt: skip
         return self.conv2(self.act2(self.conv1(self.act1(x)))) + x
 
 

@@ -22,8 +22,38 @@ import torch
 
 from qtts.core.synthesis.device_gate import DeviceGate
 
+HIGHEST_PRIORITY = -(1 << 10)  # past any device's range: mapped to its highest
 G = TypeVar("G")
 R = TypeVar("R")
+
+
+def decode_stream(device: torch.device) -> torch.cuda.Stream:
+    """A stream of `device`'s highest priority, for the decode loop (the vocoder's stays at the
+    lowest, which is also the default stream's). Lower numbers win; torch maps a number past the
+    range to its end, so this asks for the highest the device and torch's stream pools give."""
+    return torch.cuda.Stream(device, priority=HIGHEST_PRIORITY)
+
+
+def prioritized(items: Iterable[G], stream: torch.cuda.Stream | None) -> Iterator[G]:
+    """items, each produced with `stream` as the current stream (None: as they come). Before an
+    item leaves, the caller's stream waits for the producer's (on the device, no host sync), so
+    what the caller enqueues after it, such as `overlapped`'s hand-over event, follows the work
+    that made it. The stream is entered only around the producer's own code, never while the
+    caller holds an item."""
+    if stream is None:
+        yield from items
+        return
+    it = iter(items)
+    while True:
+        caller = torch.cuda.current_stream(stream.device)
+        with torch.cuda.stream(stream):
+            try:
+                item = next(it)
+            except StopIteration:
+                caller.wait_stream(stream)
+                return
+        caller.wait_stream(stream)
+        yield item
 
 
 def overlapped(

@@ -33,7 +33,7 @@ from qtts.core.model.loader import (
     use_device,
 )
 from qtts.core.model.weights import load_weights
-from qtts.core.synthesis.decode_overlap import overlapped
+from qtts.core.synthesis.decode_overlap import decode_stream, overlapped, prioritized
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.prompt import (
@@ -84,7 +84,7 @@ class Synthesizer:
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
         # shape, captured before decoding); elsewhere the decoder runs eagerly. Its kernels
         # serve it on CUDA either way.
-        decoder = with_kernels(decoder)
+        decoder = with_kernels(decoder, fused=self.settings.decoder_fusion)
         self.vocoder = (
             GraphedVocoder(decoder, NAIVE_BATCH) if self.settings.cuda_graphs else decoder
         )
@@ -93,6 +93,9 @@ class Synthesizer:
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
         # buffers outlive one synthesize call, so they must not belong to a recycled stream.
         self.vocoder_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # The decode loop's stream, of the highest priority, for the same reason; None: the
+        # caller's stream (a CPU, or QTTS_DECODE_PRIORITY=0).
+        self.decode_stream = decode_stream(device) if self.settings.decode_priority else None
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
         # Held by graph capture, a pass's build and empty_cache (decode side, first) and by the
@@ -162,7 +165,7 @@ class Synthesizer:
         # serial budget: core/engine/cpu_runtime.py).
         work = lambda group: list(self._vocode(group))  # noqa: E731
         for items in overlapped(
-            finished,
+            prioritized(finished, self.decode_stream),
             work,
             self.device,
             gate=self.device_gate,

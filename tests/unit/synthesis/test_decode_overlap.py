@@ -99,3 +99,54 @@ def test_inline_runs_each_group_on_the_producer_thread_in_order():
     assert out == [0, 10, 20]
     assert events == [e for g in range(3) for e in (f"made {g}", f"work {g} on {me}",
                                                      f"got {g * 10}")]  # fmt: skip
+
+
+class _FakeStream:
+    """Stands in for a CUDA stream on a CPU: records the waits the caller's stream makes."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.device = name, log, CPU
+
+    def wait_stream(self, other):
+        self.log.append(f"{self.name} waits {other.name}")
+
+
+def test_prioritized_produces_on_its_stream_and_hands_over_after_a_wait(monkeypatch):
+    """The producer's code runs with the decode stream current, the caller's never does, and the
+    caller's stream waits for the decode stream before each item and at the end."""
+    import contextlib
+
+    import qtts.core.synthesis.decode_overlap as overlap
+
+    log, current = [], ["caller"]
+    caller, decode = _FakeStream("caller", log), _FakeStream("decode", log)
+
+    @contextlib.contextmanager
+    def on(stream):
+        current.append(stream.name)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
+
+    def produce():
+        for i in range(2):
+            log.append(f"produce {i} on {current[-1]}")
+            yield i
+
+    for item in overlap.prioritized(produce(), decode):
+        log.append(f"use {item} on {current[-1]}")
+    assert log == [
+        "produce 0 on decode", "caller waits decode", "use 0 on caller",
+        "produce 1 on decode", "caller waits decode", "use 1 on caller",
+        "caller waits decode",
+    ]  # fmt: skip
+
+
+def test_prioritized_without_a_stream_passes_items_through():
+    from qtts.core.synthesis.decode_overlap import prioritized
+
+    assert list(prioritized(iter(range(3)), None)) == [0, 1, 2]
