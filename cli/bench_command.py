@@ -80,7 +80,7 @@ def bench(
             help="Time a job's rows instead: every row of this manifest through the synthesis "
             "path `qtts batch` runs (validation, budgets, length order, memory plan, engine, "
             "vocoder), writing nothing, on the checkpoint --model names. --size, --frames, "
-            "--requests, --compare, --write and --vocoder do not apply.",
+            "--requests, --passes, --compare, --write and --vocoder do not apply.",
         ),
     ] = None,
     model: Annotated[

@@ -10,6 +10,15 @@
 #                                      # with and without the vocoder beside it (about 3 minutes)
 #   bash tools/gpu_checks.sh vocoder   # on the GPU machine: tools/vocoder_probe.py, where the
 #                                      # speech decoder's time goes (about 2 minutes)
+#   bash tools/gpu_checks.sh issue39   # on the GPU machine: the decoder probe, the real job
+#                                      # (tools/job_check.py) and the peers side by side
+#                                      # (tools/peers_bench.py), each with its own limit, in at
+#                                      # most 9 minutes: device timeout_s 560, carry [".whl"]
+#   bash tools/gpu_checks.sh decoder   # on the GPU machine: the decoder's GPU tests, the bench's
+#                                      # steady state at batch 256 (0.6b with and without the
+#                                      # vocoder, without the priority stream, 1.7b): at most
+#                                      # 520 s of limits, device timeout_s 590; with issue39 in
+#                                      # the same 15 minutes there is no room for a rerun
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -64,13 +73,15 @@ prepare)
   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any -d .whl soundfile cffi pycparser soxr
+  bash tools/peers_prepare.sh  # the peers' wheels, in .whl/peers/ (not installed by setup)
   ;;
 run)
   setup
   # Each check has its own time limit so one hang cannot eat the device time of the rest; the
   # figures that matter most run first. On the first H200 (2026-11-25) the checks took about 85 s
-  # (doctor), 55 s (each bench), 65 s (compare) and 135 s (tests/gpu): call the device tool with
-  # timeout_s 560, inside a session's 15 minutes with room to rerun.
+  # (doctor), 55 s (each bench), 65 s (compare) and 135 s (tests/gpu), about 400 s in all, under
+  # limits that add up to 710 s: call the device tool with timeout_s 560 (a hang cuts the last
+  # checks), inside a session's 15 minutes with room to rerun.
   check "doctor 0.6b" doctor_0.6b.log timeout -k 5 150 python3 -m qtts doctor --size 0.6b
   check "bench 0.6b" bench_0.6b.log timeout -k 5 120 \
     python3 -m qtts bench --size 0.6b --batch-sizes 1,64,256 --frames 128
@@ -103,29 +114,44 @@ vocoder)
   done
   finish
   ;;
-decoder)
-  # The speech decoder and the decode loop beside it (issue 39's first figures, about 4 minutes):
-  # the fused kernels' GPU tests, the window probe, the bench's steady state at batch 256 with
-  # the vocoder beside the loop and without it, then the peers side by side.
+issue39)
+  # One call for every figure of the speech-decoder, job and peers issue, the most important
+  # first, each with its own limit: at most 15 + 60 + 230 + 230 = 535 s (device timeout_s 560).
   setup
-  check "decoder kernels on the GPU" gpu_kernels.log timeout -k 5 60 \
-    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_kernels_gpu.py \
-      tests/gpu/test_decode_priority_gpu.py
-  check "vocoder probe" probe.log timeout -k 5 90 \
+  check "vocoder probe" probe.log timeout -k 5 60 \
     python3 tools/vocoder_probe.py --size 0.6b --rows 8
+  # The checkpoint, a warm-up bench, the bench and three jobs, each run limited; job_check.json
+  # is rewritten after every run, so a run cut off still leaves the ones before it.
+  check "job vs bench 0.6b" job_check.log timeout -k 5 230 \
+    python3 tools/job_check.py /tmp/job_check --rows 2048 --timeout 55 --ckpt-timeout 70
+  cp /tmp/job_check/job_check.json "$OUT/" 2>/dev/null || true
+  tail -n 15 /tmp/job_check/job_check_*.log > "$OUT/job_runs.log" 2>/dev/null || true
+  check "peers 0.6b" peers.log timeout -k 5 230 \
+    python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
+      --budget 222
+  finish
+  ;;
+decoder)
+  # The speech decoder and the decode loop beside it: the fast path's GPU tests, then the
+  # bench's steady state at batch 256 (8 passes) with the vocoder beside the loop, without it,
+  # and without the decode stream's priority (QTTS_DECODE_PRIORITY=0), then 1.7b.
+  setup
+  check "decoder fast path on the GPU" gpu_decoder.log timeout -k 5 120 \
+    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_fast_path_gpu.py \
+      tests/gpu/test_decode_priority_gpu.py tests/gpu/test_snake_beta_gpu.py
   for vocoder in --vocoder --no-vocoder; do
     check "bench 0.6b 256 x 8 passes $vocoder" "bench_0.6b${vocoder}.log" timeout -k 5 100 \
       python3 -m qtts bench --size 0.6b --batch-sizes 256 --frames 128 --passes 8 "$vocoder"
   done
-  check "peers 0.6b" peers.log timeout -k 5 150 \
-    python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
-      --time-limit 100 --budget 130 --kinds base
+  check "bench 0.6b 256 x 8 passes, no priority" bench_0.6b_flat.log timeout -k 5 100 \
+    env QTTS_DECODE_PRIORITY=0 python3 -m qtts bench --size 0.6b --batch-sizes 256 \
+      --frames 128 --passes 8
   check "bench 1.7b 256 x 8 passes" bench_1.7b.log timeout -k 5 100 \
     python3 -m qtts bench --size 1.7b --batch-sizes 256 --frames 128 --passes 8
   finish
   ;;
 *)
-  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|decoder" >&2
+  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|decoder" >&2
   exit 2
   ;;
 esac

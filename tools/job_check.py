@@ -158,7 +158,7 @@ def bench_row(r: dict, name: str) -> dict:
         "load_s": round(b["load_s"], 3) if "load_s" in b else None,
         "synthesis_s": round(b["synthesis_s"], 3) if "synthesis_s" in b else None,
         "audio_s_per_s": round(b["audio_s_per_s"], 3) if "audio_s_per_s" in b else None,
-        "steady_audio_s_per_s": b.get("steady_audio_s_per_s"),
+        "middle_audio_s_per_s": b.get("middle_audio_s_per_s"),
         "first_row_s": b.get("first_row_s"),
         "budgets": b.get("budgets"),
         "hit_frame_budget": b.get("hit_frame_budget"),

@@ -3,19 +3,23 @@
 The peers: the official code (qwen-tts-hf, batched with a list of texts), faster-qwen3-tts-batch
 (its batched CUDA graphs), faster-qwen3-tts (one request at a time, CUDA graphs). Every system
 gets the same frame budget per row (random weights never stop: the driver's checkpoints cannot
-pick EOS), writes a 16-bit WAV per row, and is timed after its model's load and warmup.
+pick EOS), writes a 16-bit WAV per row, and is timed after its model's load and warmup (qtts's:
+a short job on the same loaded model).
 
-    python tools/peers_bench.py all --out $OUT --size 0.6b --rows 64 --frames 128 --time-limit 150
-    python tools/peers_bench.py all --out /tmp/peers --size tiny --device cpu \\
-        --python-tf5 /work/oracle/bin/python --systems qtts,official    # on a CPU
+    python tools/peers_bench.py all --out $OUT --size 0.6b --rows 128 --frames 128 --budget 235
+    python tools/peers_bench.py all --out /tmp/peers --size tiny --device cpu --dtype float32 \\
+        --python-tf5 /work/oracle/bin/python --systems qtts,official --rows 20 --frames 20 \\
+        --time-limit 150 --time-limits ""    # on a CPU
     python tools/peers_bench.py all --out /tmp/peers --dry-run         # the calls, no model
     python tools/peers_bench.py run --system official --kind base --ckpt DIR --rows ROWS.jsonl \\
         --frames 32 --ref REF.wav --out /tmp/o --device cpu --dtype float32
 
 `all` makes the checkpoints (the published shapes of --size, bf16; Base and CustomVoice), the
 reference clip and the rows, installs the carried wheels (bash tools/peers_prepare.sh) into one
-folder per environment, runs each system in its own process under --time-limit, and writes
-peers.txt (the table: each run's audio-s/s and qtts's ratio to it) and peers.json into --out.
+folder per environment, prints the schedule, runs each system in its own process under its time
+limit (every Base system first: qtts, faster_batch, faster, official; CustomVoice in what is
+left of --budget), and writes peers.txt (the table: each run's audio-s/s with and without its
+warmup, qtts's too, and qtts's ratio to each) and peers.json into --out.
 `run` is one system in this process: one JSON line per batch size. tools/peers/ holds the parts.
 """
 

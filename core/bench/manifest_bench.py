@@ -9,7 +9,7 @@ measures, encoding, files or shards, journal and fsyncs) is left out, so the job
 synthesis_audio_s_per_s over this bench's audio_s_per_s is what writing costs the job.
 
 Timed: the model's load apart, then synthesis from the first chunk to the last row (the span a
-job's `synthesis_s` covers), and the steady rate over the middle of the run (the rows finishing
+job's `synthesis_s` covers), and the rate over the middle of the run (the rows finishing
 between the first and the last tenth of completions: no plan, no graph capture, no tail of a
 last group finishing alone). Knows the jobs layer's entry points and the synthesizer protocol;
 no files are written (its out dir is a temporary folder that stays empty).
@@ -35,7 +35,7 @@ from qtts.core.jobs.work.decide import decide_work
 from qtts.core.synthesis.requests import RowFailure
 
 log = logging.getLogger("qtts")
-STEADY_CUT = 0.1  # the share of completions left out at each end of the steady span
+MIDDLE_CUT = 0.1  # the share of completions left out at each end of the middle span
 
 
 @dataclass
@@ -51,8 +51,8 @@ class ManifestBench:
     synthesis_s: float = 0.0  # the first chunk to the last row
     first_row_s: float = 0.0  # the first chunk to the first row out (plan, capture, first group)
     audio_s_per_s: float = 0.0  # audio_s / synthesis_s
-    steady_audio_s_per_s: float | None = None  # the middle of the run (None: too few rows)
-    steady_rows: int = 0
+    middle_audio_s_per_s: float | None = None  # the middle of the run (None: too few rows)
+    middle_rows: int = 0
     budgets: list[int] = field(default_factory=list)  # the smallest and largest max_new_tokens
     precision: str = ""  # what it computed in, as a job's fingerprint spells it
     on_budget: str = ""  # the frame-budget policy (ok: no retries)
@@ -62,9 +62,9 @@ class ManifestBench:
         return asdict(self)
 
     def describe(self) -> list[str]:
-        steady = "n/a (too few rows)"
-        if self.steady_audio_s_per_s is not None:
-            steady = f"{self.steady_audio_s_per_s:.2f} audio-s/s over {self.steady_rows} rows"
+        middle = "n/a (too few rows)"
+        if self.middle_audio_s_per_s is not None:
+            middle = f"{self.middle_audio_s_per_s:.2f} audio-s/s over {self.middle_rows} rows"
         return [
             f"manifest {self.manifest}: {self.rows} rows, {self.ok} ok, {self.failed} failed, "
             f"{self.hit_frame_budget} at their frame budget; {self.audio_s:.1f} s of audio "
@@ -74,7 +74,7 @@ class ManifestBench:
             f"      {self.precision}, on-budget {self.on_budget}, split {self.split}; "
             f"load {self.load_s:.2f} s (not counted)",
             f"      synthesis {self.synthesis_s:.2f} s (first row after {self.first_row_s:.2f} s): "
-            f"{self.audio_s_per_s:.2f} audio-s/s; steady {steady}",
+            f"{self.audio_s_per_s:.2f} audio-s/s; middle of the run {middle}",
         ]
 
 
@@ -101,7 +101,7 @@ def bench_manifest(
     done = _synthesize(res, synth, job, work, options)
     res.first_row_s = done[0][0] if done else res.synthesis_s
     res.audio_s_per_s = res.audio_s / res.synthesis_s if res.synthesis_s > 0 else 0.0
-    res.steady_audio_s_per_s, res.steady_rows = steady_rate(done)
+    res.middle_audio_s_per_s, res.middle_rows = middle_rate(done)
     return res
 
 
@@ -154,13 +154,13 @@ def _synthesize(res: ManifestBench, synth, job, work, options) -> list[tuple[flo
     return done
 
 
-def steady_rate(done: list[tuple[float, float]]) -> tuple[float | None, int]:
-    """(audio-s/s, rows) over the rows finishing after the first STEADY_CUT of completions and
-    up to the last STEADY_CUT: the rate once the run is going, before its tail. None when fewer
+def middle_rate(done: list[tuple[float, float]]) -> tuple[float | None, int]:
+    """(audio-s/s, rows) over the rows finishing after the first MIDDLE_CUT of completions and
+    up to the last MIDDLE_CUT: the rate once the run is going, before its tail. None when fewer
     than 10 rows finished, or they finished at one instant."""
     if len(done) < 10:
         return None, 0
-    cut = max(1, int(len(done) * STEADY_CUT))
+    cut = max(1, int(len(done) * MIDDLE_CUT))
     lo, hi = cut - 1, len(done) - 1 - cut
     span = done[hi][0] - done[lo][0]
     if span <= 0:

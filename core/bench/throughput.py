@@ -196,7 +196,7 @@ def run_one(
         settings=settings,
     )
     # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
-    decoder = with_kernels(decoder, fused=settings.decoder_fusion)
+    decoder = with_kernels(decoder, gemm=settings.decoder_gemm)
     stream = decode_stream(dev) if settings.decode_priority else None
     vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins

@@ -13,6 +13,7 @@ import torch
 
 from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
 from qtts.core.engine.decoder_kernels import with_kernels
+from qtts.core.engine.settings import EngineSettings
 from qtts.core.engine.vocoder_windows import decode_bucketed
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.sizes import decoder_config
@@ -54,7 +55,8 @@ def bf16_vocoder(run: DoctorRun) -> Check:
     codes = [torch.randint(0, book, (n, q), generator=gen).to(run.device) for n in ROW_FRAMES]
     with torch.inference_mode():
         reference = torch.cat(decode_bucketed(fp32, codes))
-        bf16 = with_kernels(copy.deepcopy(fp32).to(torch.bfloat16))  # the job's path on CUDA
+        gemm = EngineSettings.for_device(run.device).decoder_gemm
+        bf16 = with_kernels(copy.deepcopy(fp32).to(torch.bfloat16), gemm=gemm)  # a job's path
         audio = torch.cat(decode_bucketed(bf16, codes))
     snr = audio_snr_db(reference, audio)
     figures = {

@@ -26,8 +26,9 @@ REPEATS = {"cpu": 1, "cuda": 5}  # the CPU's window takes about half a second at
 def vocoder_window(run: DoctorRun) -> Check:
     dev = run.device
     dt = parse_dtype("auto", dev)
-    decoder = with_kernels(doctor_models(run)[2])  # as a job decodes
-    graphs = EngineSettings.for_device(dev).cuda_graphs
+    settings = EngineSettings.for_device(dev)
+    decoder = with_kernels(doctor_models(run)[2], gemm=settings.decoder_gemm)  # as a job decodes
+    graphs = settings.cuda_graphs
     rows, frames = WINDOW_ROWS[dev.type], CHUNK_FRAMES + LEFT_CONTEXT
     forward = GraphedVocoder(decoder, rows) if graphs else decoder
     gen = torch.Generator(device=dev).manual_seed(0)

@@ -1,64 +1,69 @@
-"""The speech decoder's kernels: qtts.kernels' ops installed into one decoder's modules.
+"""The speech decoder's fast path on CUDA: ops installed into one decoder's modules.
 
 The model layer is plain PyTorch and imports no kernels; a module runs an op it is given on CUDA
-tensors (core/model/codec_modules.py, core/model/codec.py). Every path that decodes audio on a
-device (the synthesizer, the bench, the doctor) installs them here, so what is measured is what a
-job runs. On a CPU nothing changes: the modules keep their own layers there.
+tensors (core/model/codec_modules.py). Every path that decodes audio on a device (the
+synthesizer, the bench, the doctor) installs them here, so what is measured is what a job runs.
+On a CPU nothing changes: the modules keep their own layers there.
 
-Three ops:
-- SnakeBeta in one pass, for every activation a fused op below does not take in;
-- a whole residual unit in one kernel, for units at most FUSED_UNIT_CHANNELS wide: the last two
-  decoder blocks (192 and 96 channels at 8 and 24 kHz), which hold most of the decoder's
-  activation bytes and whose narrow convolutions cuDNN runs far from the tensor cores' rate;
-  wider units keep cuDNN's convolutions, which run there at a good rate;
-- the last SnakeBeta, the conv to one channel and the clamp in one kernel.
+- SnakeBeta: one Triton pass (qtts.kernels.snake_beta) instead of the formula's five, writing the
+  next causal convolution's left padding too, so no padded copy of the activation is made.
+- The frame-rate convolutions (pre_conv, the upsampling transposed convolutions, the first
+  decoder conv and the first block's transposed conv): one cuBLAS product each
+  (core/engine/conv_gemm.py) when `gemm` (the engine settings' decoder_gemm), instead of cuDNN.
+  On an H200 one convolution call of the decoder's window ran in cuDNN's kernel without tensor
+  cores; which one is not known yet (tools/vocoder_probe.py now times each convolution alone),
+  and these are the ones whose products stay small. Every later convolution (the first block's
+  residual units at 768 channels, the second block's transposed conv, and all narrower ones at
+  2-24 kHz) stays with cuDNN, where an im2col copy would be several times the activation.
 Knows which modules take which op; no shapes, no graphs.
 """
 
 from __future__ import annotations
 
+from qtts.core.engine.conv_gemm import causal_conv, causal_conv_transpose
 from qtts.core.model.codec import SpeechDecoder
-from qtts.core.model.codec_modules import ResidualUnit, SnakeBeta
-from qtts.kernels.residual_unit import residual_unit
+from qtts.core.model.codec_modules import (
+    CausalConv1d,
+    CausalConvTranspose1d,
+    DecoderBlock,
+    SnakeBeta,
+)
 from qtts.kernels.snake_beta import snake_beta
-from qtts.kernels.snake_conv_out import snake_conv_out
-
-# Residual units up to this width run as one kernel (channels padded to a power of two inside).
-FUSED_UNIT_CHANNELS = 192
 
 
-def with_kernels(
-    decoder: SpeechDecoder,
-    *,
-    fused: bool = True,
-    unit_channels: int = FUSED_UNIT_CHANNELS,
-    tail: bool = True,
-) -> SpeechDecoder:
-    """decoder, served on CUDA by the one-pass SnakeBeta and, when `fused` (the engine settings'
-    decoder_fusion), by the fused residual units up to `unit_channels` wide (0: none) and, with
-    `tail`, the fused last layers. unit_channels and tail are for tools/vocoder_probe.py, which
-    times each op's share."""
-    if not fused:
-        unit_channels, tail = 0, False
+def with_kernels(decoder: SpeechDecoder, *, gemm: bool = True) -> SpeechDecoder:
+    """decoder, served on CUDA by the one-pass SnakeBeta and, with `gemm`, by matrix products
+    for its frame-rate convolutions (`frame_rate_convs`); without, those are cuDNN's again."""
     for module in decoder.modules():
         if isinstance(module, SnakeBeta):
             module.cuda_op = _snake_beta
-        elif isinstance(module, ResidualUnit):
-            wide = module.conv1.conv.in_channels > unit_channels
-            module.cuda_op = None if wide else _residual_unit
-    decoder.cuda_tail = _snake_conv_out if tail else None
+    for conv in frame_rate_convs(decoder):
+        conv.cuda_op = (_conv if isinstance(conv, CausalConv1d) else _conv_t) if gemm else None
     return decoder
+
+
+def frame_rate_convs(decoder: SpeechDecoder) -> list[CausalConv1d | CausalConvTranspose1d]:
+    """The convolutions before the first decoder block's residual units: pre_conv, each
+    upsampling stage's transposed conv, the first decoder conv and the first block's transposed
+    conv (at most 4 samples per frame in, 32 out)."""
+    first_block = next(m for m in decoder.decoder if isinstance(m, DecoderBlock))
+    return [
+        decoder.pre_conv,
+        *(stage[0] for stage in decoder.upsample),
+        decoder.decoder[0],
+        first_block.block[1],
+    ]
 
 
 # Plain functions, not the op objects themselves: a decoder holding them can still be copied and
 # pickled (an op's dispatcher cannot), and the copy keeps its kernels.
-def _snake_beta(x, log_alpha, log_beta, eps):
-    return snake_beta(x, log_alpha, log_beta, eps)
+def _snake_beta(x, log_alpha, log_beta, eps, left_pad=0):
+    return snake_beta(x, log_alpha, log_beta, eps, left_pad)
 
 
-def _residual_unit(x, alpha1, beta1, w1, b1, dilation, alpha2, beta2, w2, b2, eps):
-    return residual_unit(x, alpha1, beta1, w1, b1, dilation, alpha2, beta2, w2, b2, eps)
+def _conv(xp, weight, bias, dilation):
+    return causal_conv(xp, weight, bias, dilation)
 
 
-def _snake_conv_out(x, log_alpha, log_beta, weight, bias, eps):
-    return snake_conv_out(x, log_alpha, log_beta, weight, bias, eps)
+def _conv_t(x, weight, bias, stride):
+    return causal_conv_transpose(x, weight, bias, stride)

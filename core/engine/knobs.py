@@ -40,7 +40,7 @@ class Knobs:
     cpu_bf16: str  # QTTS_CPU_BF16: what --dtype auto means on a CPU (core/model/cpu_precision.py)
     cpu_threads: str  # QTTS_CPU_THREADS: how a CPU shares its threads (core/engine/cpu_runtime.py)
     decode_priority: bool  # QTTS_DECODE_PRIORITY=0: the decode loop on the default stream
-    decoder_fusion: bool  # QTTS_DECODER_FUSION=0: the speech decoder without its fused kernels
+    decoder_gemm: bool  # QTTS_DECODER_GEMM=0: the decoder's frame-rate convolutions by cuDNN
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -55,7 +55,7 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         cpu_bf16=read_bf16_knob(env),
         cpu_threads=_pick(env, "QTTS_CPU_THREADS", CPU_THREADS, "auto"),
         decode_priority=_pick(env, "QTTS_DECODE_PRIORITY", ("1", "0"), "1") != "0",
-        decoder_fusion=_pick(env, "QTTS_DECODER_FUSION", ("1", "0"), "1") != "0",
+        decoder_gemm=_pick(env, "QTTS_DECODER_GEMM", ("1", "0"), "1") != "0",
     )
 
 

@@ -60,12 +60,13 @@ class EngineSettings:
     # torch's intra-op threads while synthesizing (the CPU's budget); None: as the process has it.
     threads: int | None = None
     # The decode loop runs on a stream of the device's highest priority, the vocoder on one of the
-    # lowest (GPU): the step's many small kernels take SMs before the vocoder's large ones, so the
-    # vocoder fills the step's idle SMs instead of delaying it (core/synthesis/decode_overlap.py).
+    # lowest (GPU; for_device turns it on there): freed SMs go to the step's kernels first. On an
+    # H200 the two phases still shared the card one after the other (docs/performance.md): a
+    # vocoder kernel already on the SMs is not preempted. QTTS_DECODE_PRIORITY=0 compares.
     decode_priority: bool = False
-    # The speech decoder's fused kernels (residual units, tail) on CUDA; off, only the one-pass
-    # SnakeBeta (core/engine/decoder_kernels.py).
-    decoder_fusion: bool = True
+    # The speech decoder's frame-rate convolutions as matrix products on CUDA; off, cuDNN's
+    # convolutions (core/engine/decoder_kernels.py, core/engine/conv_gemm.py).
+    decoder_gemm: bool = True
 
     @classmethod
     def for_device(
@@ -76,7 +77,7 @@ class EngineSettings:
     ) -> EngineSettings:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
         (docs/engine-settings.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
-        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_FUSION."""
+        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
         budget = None if cuda else cpu_budget(env=env)
@@ -94,7 +95,7 @@ class EngineSettings:
             vocoder_thread=cuda or budget.vocoder_thread,
             threads=None if cuda else budget.threads,
             decode_priority=cuda and knobs.decode_priority,
-            decoder_fusion=knobs.decoder_fusion,
+            decoder_gemm=knobs.decoder_gemm,
         )
 
     def __post_init__(self):

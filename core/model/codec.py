@@ -12,7 +12,6 @@ Plain torch; knows nothing of text, the talker, files or how weights are read fr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,18 +124,11 @@ class SpeechDecoderConfig:
 
 
 class SpeechDecoder(nn.Module):
-    """codes [B, Q, T] -> audio [B, T * upsample] in [-1, 1]. Causal end to end.
-
-    `cuda_tail`, when set, serves CUDA tensors with the last SnakeBeta, the last conv and the
-    clamp in one kernel: a callable (x, log_alpha, log_beta, weight, bias, eps) -> [B, T], the op
-    qtts.kernels.snake_conv_out.snake_conv_out, installed by core/engine/decoder_kernels.py. Unset,
-    and on every other device, the layers run as they are.
-    """
+    """codes [B, Q, T] -> audio [B, T * upsample] in [-1, 1]. Causal end to end."""
 
     def __init__(self, cfg: SpeechDecoderConfig):
         super().__init__()
         self.cfg = cfg
-        self.cuda_tail: Callable[..., torch.Tensor] | None = None
         latent = cfg.latent_dim
         self.quantizer = SplitResidualCodebooks(
             cfg.num_quantizers, cfg.codebook_size, cfg.codebook_dim
@@ -175,10 +167,14 @@ class SpeechDecoder(nn.Module):
         *body, snake, conv = self.decoder
         for layer in body:
             h = layer(h)  # ends at [B, decoder_dim / 2^blocks, T * upsample]
-        if h.is_cuda and self.cuda_tail is not None:
-            return self.cuda_tail(h, snake.alpha, snake.beta, conv.conv.weight, conv.conv.bias,
-                                  SNAKE_EPS)  # fmt: skip
-        return conv(snake(h)).clamp(min=-1.0, max=1.0).squeeze(1)  # [B, T * upsample]
+        # Two statements, as the layers ran in one loop: the block's output dies before the conv
+        if h.is_cuda and snake.cuda_op is not None:  # SnakeBeta writes the conv's padding
+            h = snake.cuda_op(h, snake.alpha, snake.beta, SNAKE_EPS, conv.left_pad)
+            h = conv.forward_padded(h)  # [B, 1, T * upsample]
+        else:
+            h = snake(h)
+            h = conv(h)
+        return h.clamp(min=-1.0, max=1.0).squeeze(1)  # [B, T * upsample]
 
 
 @torch.inference_mode()

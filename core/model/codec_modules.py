@@ -22,26 +22,46 @@ SNAKE_EPS = 1e-9
 
 
 class CausalConv1d(nn.Module):
-    """Stride-1 Conv1d padded with (kernel - 1) * dilation zeros on the left only."""
+    """Stride-1 Conv1d padded with (kernel - 1) * dilation zeros on the left only.
+
+    `cuda_op`, when set, serves CUDA tensors in another formulation of the same convolution: a
+    callable (padded x, weight, bias, dilation) -> [B, C', T] (core/engine/conv_gemm.py's matrix
+    product), installed by core/engine/decoder_kernels.py. `forward_padded` takes an input that
+    already carries the left padding (a SnakeBeta op can write it so: `snake_into_conv`).
+    """
 
     def __init__(self, in_ch: int, out_ch: int, kernel: int, dilation: int = 1, groups: int = 1):
         super().__init__()
         self.conv = nn.Conv1d(in_ch, out_ch, kernel, dilation=dilation, groups=groups)
         self.left_pad = (kernel - 1) * dilation
+        self.cuda_op: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T] -> [B, C', T]
-        return self.conv(F.pad(x, (self.left_pad, 0)))
+        return self.forward_padded(F.pad(x, (self.left_pad, 0)))
+
+    def forward_padded(self, xp: torch.Tensor) -> torch.Tensor:  # [B, C, pad + T] -> [B, C', T]
+        if xp.is_cuda and self.cuda_op is not None:
+            return self.cuda_op(xp, self.conv.weight, self.conv.bias, self.conv.dilation[0])
+        return self.conv(xp)
 
 
 class CausalConvTranspose1d(nn.Module):
-    """ConvTranspose1d whose right overhang (kernel - stride samples) is cut: T -> T * stride."""
+    """ConvTranspose1d whose right overhang (kernel - stride samples) is cut: T -> T * stride.
+
+    `cuda_op`, when set, serves CUDA tensors in another formulation of the same trimmed
+    convolution: a callable (x, weight, bias, stride) -> [B, C', T * stride]
+    (core/engine/conv_gemm.py), installed by core/engine/decoder_kernels.py.
+    """
 
     def __init__(self, in_ch: int, out_ch: int, kernel: int, stride: int):
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_ch, out_ch, kernel, stride=stride)
         self.right_trim = kernel - stride
+        self.cuda_op: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T] -> [B, C', T * stride]
+        if x.is_cuda and self.cuda_op is not None:
+            return self.cuda_op(x, self.conv.weight, self.conv.bias, self.conv.stride[0])
         y = self.conv(x)  # [B, C', (T - 1) * stride + kernel]
         if self.right_trim > 0:
             y = y[..., : y.shape[-1] - self.right_trim]
@@ -52,7 +72,8 @@ class SnakeBeta(nn.Module):
     """x + sin^2(x * e^alpha) / (e^beta + eps), per channel (alpha, beta stored in log space).
 
     `cuda_op`, when set, serves CUDA tensors in one pass instead of the formula's five: a callable
-    (x, log_alpha, log_beta, eps) -> [B, C, T], the op qtts.kernels.snake_beta.snake_beta,
+    (x, log_alpha, log_beta, eps, left_pad) -> [B, C, left_pad + T], left_pad zeros first (a
+    causal convolution's padding, see `snake_into_conv`), the op qtts.kernels.snake_beta.snake_beta,
     installed per decoder by the layer that chooses kernels (core/engine/decoder_kernels.py; the
     model imports none). Unset, and on every other device, the formula below runs, whose twin
     the kernel's tests hold it to.
@@ -66,10 +87,27 @@ class SnakeBeta(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
         if x.is_cuda and self.cuda_op is not None:
-            return self.cuda_op(x, self.alpha, self.beta, SNAKE_EPS)
+            return self.cuda_op(x, self.alpha, self.beta, SNAKE_EPS, 0)
         alpha = self.alpha.exp()[None, :, None]  # [1, C, 1]
         inv_beta = 1.0 / (self.beta.exp()[None, :, None] + SNAKE_EPS)  # [1, C, 1]
         return x + inv_beta * torch.sin(x * alpha).pow(2)
+
+
+def snake_into_conv(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor) -> torch.Tensor:
+    """conv(act(x)). On CUDA with the SnakeBeta op installed, the op writes the conv's left
+    padding itself, so the conv reads its output as it is: one pass over the activation fewer
+    (F.pad copies the whole activation into a padded one). Elsewhere the layers as they are.
+    Pass x as a temporary when nothing else needs it: it is dropped before the conv runs, so the
+    peak holds what the memory plan counts (core/engine/footprint.py vocoder_bytes). (On CPython
+    3.11 and later a call owns its arguments, so `del x` frees a temporary; on 3.10 the caller's
+    stack keeps it until the call returns: one activation more at the peak.)"""
+    if x.is_cuda and act.cuda_op is not None:
+        h = act.cuda_op(x, act.alpha, act.beta, SNAKE_EPS, conv.left_pad)  # [B, C, pad + T]
+        del x
+        return conv.forward_padded(h)
+    h = act(x)
+    del x
+    return conv(h)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -91,14 +129,7 @@ class ConvNeXtBlock(nn.Module):
 
 
 class ResidualUnit(nn.Module):
-    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, + input.
-
-    `cuda_op`, when set, serves CUDA tensors with the whole unit in one kernel: a callable
-    (x, alpha1, beta1, w1, b1, dilation, alpha2, beta2, w2, b2, eps) -> [B, C, T], the op
-    qtts.kernels.residual_unit.residual_unit, installed by core/engine/decoder_kernels.py.
-    Unset, and on every other device, the layers below run, whose twin the kernel's tests hold
-    it to.
-    """
+    """SnakeBeta -> causal conv k=7 (dilated) -> SnakeBeta -> conv k=1, + input."""
 
     def __init__(self, dim: int, dilation: int):
         super().__init__()
@@ -106,15 +137,10 @@ class ResidualUnit(nn.Module):
         self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, 1)
-        self.cuda_op: Callable[..., torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
-        if x.is_cuda and self.cuda_op is not None:
-            c1, c2 = self.conv1.conv, self.conv2.conv
-            return self.cuda_op(x, self.act1.alpha, self.act1.beta, c1.weight, c1.bias,
-                                c1.dilation[0], self.act2.alpha, self.act2.beta, c2.weight,
-                                c2.bias, SNAKE_EPS)  # fmt: skip
-        return self.conv2(self.act2(self.conv1(self.act1(x)))) + x
+        # conv1's output passed as a temporary: it dies once SnakeBeta has read it
+        return snake_into_conv(self.act2, self.conv2, snake_into_conv(self.act1, self.conv1, x)) + x
 
 
 class DecoderBlock(nn.Module):

@@ -35,25 +35,34 @@ def decode_stream(device: torch.device) -> torch.cuda.Stream:
 
 
 def prioritized(items: Iterable[G], stream: torch.cuda.Stream | None) -> Iterator[G]:
-    """items, each produced with `stream` as the current stream (None: as they come). Before an
-    item leaves, the caller's stream waits for the producer's (on the device, no host sync), so
-    what the caller enqueues after it, such as `overlapped`'s hand-over event, follows the work
-    that made it. The stream is entered only around the producer's own code, never while the
-    caller holds an item."""
+    """items, each produced with `stream` as the current stream (None: as they come). The two
+    streams wait for each other on the device (no host sync): the producer's for what the caller
+    enqueued before asking for the next item (a voice-clone reference's x-vector, say), the
+    caller's for the item's work before the item leaves, so what the caller enqueues after it,
+    such as `overlapped`'s hand-over event, follows the work that made it. The stream is entered
+    only around the producer's own code, never while the caller holds an item; closing this
+    generator closes the producer on its stream too."""
     if stream is None:
         yield from items
         return
     it = iter(items)
-    while True:
-        caller = torch.cuda.current_stream(stream.device)
-        with torch.cuda.stream(stream):
-            try:
-                item = next(it)
-            except StopIteration:
-                caller.wait_stream(stream)
-                return
-        caller.wait_stream(stream)
-        yield item
+    try:
+        while True:
+            caller = torch.cuda.current_stream(stream.device)
+            stream.wait_stream(caller)
+            with torch.cuda.stream(stream):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    caller.wait_stream(stream)
+                    return
+            caller.wait_stream(stream)
+            yield item
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:  # an early stop: the producer's cleanup runs on its stream
+            with torch.cuda.stream(stream):
+                close()
 
 
 def overlapped(

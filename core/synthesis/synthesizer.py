@@ -84,7 +84,7 @@ class Synthesizer:
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
         # shape, captured before decoding); elsewhere the decoder runs eagerly. Its kernels
         # serve it on CUDA either way.
-        decoder = with_kernels(decoder, fused=self.settings.decoder_fusion)
+        decoder = with_kernels(decoder, gemm=self.settings.decoder_gemm)
         self.vocoder = (
             GraphedVocoder(decoder, NAIVE_BATCH) if self.settings.cuda_graphs else decoder
         )

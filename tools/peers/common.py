@@ -123,8 +123,8 @@ def seq_len_bound(rows: list[Row], frames: int) -> int:
 @dataclass
 class RunResult:
     """The one JSON line a system's run prints. `audio_s_per_s` bills the system's warmup (graph
-    capture, a first short call) to the run, as qtts's own graph captures are inside its wall;
-    `steady_audio_s_per_s` leaves it out."""
+    captures, a first short call; qtts: a short job on the loaded model) to the run;
+    `after_warmup_audio_s_per_s` leaves it out."""
 
     system: str
     kind: str  # base | custom_voice
@@ -142,12 +142,14 @@ class RunResult:
     versions: dict[str, str]
     notes: str = ""
     audio_s_per_s: float = 0.0
-    steady_audio_s_per_s: float = 0.0
+    after_warmup_audio_s_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         spent = self.wall_s + self.warmup_s
         self.audio_s_per_s = round(self.audio_s / spent, 3) if spent > 0 else 0.0
-        self.steady_audio_s_per_s = round(self.audio_s / self.wall_s, 3) if self.wall_s else 0.0
+        self.after_warmup_audio_s_per_s = (
+            round(self.audio_s / self.wall_s, 3) if self.wall_s else 0.0
+        )
         self.audio_s, self.wall_s = round(self.audio_s, 3), round(self.wall_s, 3)
         self.load_s, self.warmup_s = round(self.load_s, 3), round(self.warmup_s, 3)
 

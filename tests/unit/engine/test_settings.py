@@ -93,14 +93,15 @@ def test_cpu_thread_budget_policies_and_knob():
     assert gpu.vocoder_thread is True and gpu.threads is None  # a GPU keeps its vocoder stream
 
 
-def test_decode_priority_and_decoder_fusion_defaults_and_knobs():
-    """The GPU prioritizes its decode stream and fuses the speech decoder by default; each knob
-    turns its part off (a comparison, or a way out if a GPU misbehaves); a CPU has no streams."""
+def test_decode_priority_and_decoder_gemm_defaults_and_knobs():
+    """The GPU prioritizes its decode stream and runs the decoder's frame-rate convolutions as
+    products by default; each knob turns its part off (a comparison, or a way out if a GPU
+    misbehaves); a CPU has no streams."""
     cuda, cpu = EngineSettings.for_device("cuda", env={}), EngineSettings.for_device("cpu", env={})
-    assert (cuda.decode_priority, cuda.decoder_fusion) == (True, True)
+    assert (cuda.decode_priority, cuda.decoder_gemm) == (True, True)
     assert cpu.decode_priority is False
-    off = {"QTTS_DECODE_PRIORITY": "0", "QTTS_DECODER_FUSION": "0"}
+    off = {"QTTS_DECODE_PRIORITY": "0", "QTTS_DECODER_GEMM": "0"}
     cuda_off = EngineSettings.for_device("cuda", env=off)
-    assert (cuda_off.decode_priority, cuda_off.decoder_fusion) == (False, False)
+    assert (cuda_off.decode_priority, cuda_off.decoder_gemm) == (False, False)
     with pytest.raises(ValueError, match="QTTS_DECODE_PRIORITY must be one of 1, 0"):
         EngineSettings.for_device("cuda", env={"QTTS_DECODE_PRIORITY": "high"})

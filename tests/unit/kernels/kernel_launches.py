@@ -23,7 +23,6 @@ import torch
 import qtts.kernels as kernel_package
 from qtts.core.model.sizes import SIZES
 from qtts.kernels import sampling
-from qtts.kernels.residual_unit import residual_unit_triton
 from qtts.kernels.rms_norm import rms_norm_triton
 from qtts.kernels.rope_cache import (
     checked_positions,
@@ -32,7 +31,6 @@ from qtts.kernels.rope_cache import (
 )
 from qtts.kernels.silu_mul import silu_mul_triton
 from qtts.kernels.snake_beta import snake_beta_triton
-from qtts.kernels.snake_conv_out import snake_conv_out_triton
 
 HEAD_DIM = 128  # both published sizes
 TALKER_VOCAB, PREDICTOR_VOCAB = 3072, 2048
@@ -83,23 +81,6 @@ def _snake_beta(channels: int, length: int, trim: int) -> None:
     x = torch.empty(SLOTS, channels, length + trim, dtype=DTYPE)[..., :length]  # [B, C, T]
     params = torch.zeros(channels, dtype=DTYPE)  # [C]
     snake_beta_triton(x, params, params, 1e-9)
-
-
-def _residual_unit(channels: int, length: int, dilation: int) -> None:
-    """A speech-decoder residual unit on SLOTS rows of a full window, at a width it is fused at."""
-    x = torch.empty(SLOTS, channels, length, dtype=DTYPE)  # [B, C, T]
-    params = torch.zeros(channels, dtype=DTYPE)  # [C]
-    w1 = torch.zeros(channels, channels, 7, dtype=DTYPE)
-    w2 = torch.zeros(channels, channels, 1, dtype=DTYPE)
-    residual_unit_triton(x, params, params, w1, params, dilation, params, params, w2, params, 1e-9)
-
-
-def _snake_conv_out() -> None:
-    """The decoder's last SnakeBeta, conv (96 channels to 1) and clamp, on a full window."""
-    x = torch.empty(SLOTS, 96, 325 * 1920, dtype=DTYPE)  # [B, C, T]
-    params = torch.zeros(96, dtype=DTYPE)  # [C]
-    weight, bias = torch.zeros(1, 96, 7, dtype=DTYPE), torch.zeros(1, dtype=DTYPE)
-    snake_conv_out_triton(x, params, params, weight, bias, 1e-9)
 
 
 def _qk_norm_rope_cache(tokens: int) -> None:
@@ -166,9 +147,6 @@ CASES = {
     "silu_mul/1.7b": lambda: _silu_mul("1.7b"),
     "snake_beta/decoder_in": lambda: _snake_beta(1536, 325 * 4, 0),  # the first block's input
     "snake_beta/trimmed": lambda: _snake_beta(768, 325 * 4 * 8, 8),  # after the x8 upsampling
-    "residual_unit/96": lambda: _residual_unit(96, 325 * 1920, 9),  # the last block's units
-    "residual_unit/192": lambda: _residual_unit(192, 325 * 640, 9),  # the block before it
-    "snake_conv_out": _snake_conv_out,
     "qk_norm_rope_cache/talker": lambda: _qk_norm_rope_cache(1),
     "qk_norm_rope_cache/predictor": lambda: _qk_norm_rope_cache(2),
     "qk_norm_rope_cache/checked": _qk_norm_rope_cache_checked,

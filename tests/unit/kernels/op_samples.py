@@ -44,7 +44,7 @@ def silu_mul(dtype, grad):
 
 def snake_beta(dtype, grad):
     """The speech decoder's activation: contiguous, a trimmed transposed conv's output (row stride
-    past T) and a permuted input (the kernel copies it)."""
+    past T), a permuted input (the kernel copies it) and the output padded for a causal conv."""
     g = _gen()
     c = 96  # the decoder's last width
     la, lb = (_rand(c, dtype=dtype, grad=grad, g=g) for _ in "ab")  # [C] log scales
@@ -52,33 +52,7 @@ def snake_beta(dtype, grad):
         (_rand(SLOTS, c, 40, dtype=dtype, grad=grad, g=g), la, lb, 1e-9),
         (_rand(SLOTS, c, 45, dtype=dtype, grad=grad, g=g)[..., :40], la, lb, 1e-9),
         (_rand(SLOTS, 40, c, dtype=dtype, grad=grad, g=g).transpose(1, 2), la, lb, 1e-9),
-    ]
-
-
-def residual_unit(dtype, grad):
-    """A decoder residual unit at the last width: contiguous, and a trimmed transposed conv's
-    output (row stride past T)."""
-    g = _gen()
-    c = 96
-    a1, b1, a2, b2, bias1, bias2 = (_rand(c, dtype=dtype, grad=grad, g=g) for _ in range(6))
-    w1 = _rand(c, c, 7, dtype=dtype, grad=grad, g=g)  # [C, C, 7]
-    w2 = _rand(c, c, 1, dtype=dtype, grad=grad, g=g)  # [C, C, 1]
-    rest = (a1, b1, w1, bias1, 3, a2, b2, w2, bias2, 1e-9)
-    return [
-        (_rand(SLOTS, c, 40, dtype=dtype, grad=grad, g=g), *rest),
-        (_rand(SLOTS, c, 45, dtype=dtype, grad=grad, g=g)[..., :40], *rest),
-    ]
-
-
-def snake_conv_out(dtype, grad):
-    """The decoder's tail on its last activation, contiguous and trimmed."""
-    g = _gen()
-    c = 96
-    la, lb = (_rand(c, dtype=dtype, grad=grad, g=g) for _ in "ab")  # [C]
-    w, bias = _rand(1, c, 7, dtype=dtype, grad=grad, g=g), _rand(1, dtype=dtype, grad=grad, g=g)
-    return [
-        (_rand(SLOTS, c, 40, dtype=dtype, grad=grad, g=g), la, lb, w, bias, 1e-9),
-        (_rand(SLOTS, c, 45, dtype=dtype, grad=grad, g=g)[..., :40], la, lb, w, bias, 1e-9),
+        (_rand(SLOTS, c, 40, dtype=dtype, grad=grad, g=g), la, lb, 1e-9, 6),  # a conv's padding
     ]
 
 
@@ -163,8 +137,6 @@ SAMPLES = {
     "qtts::rms_norm": rms_norm,
     "qtts::silu_mul": silu_mul,
     "qtts::snake_beta": snake_beta,
-    "qtts::residual_unit": residual_unit,
-    "qtts::snake_conv_out": snake_conv_out,
     "qtts::qk_norm_rope_cache": qk_norm_rope_cache,
     "qtts::qk_norm_rope_prefill": qk_norm_rope_prefill,
     "qtts::decode_attention": decode_attention,

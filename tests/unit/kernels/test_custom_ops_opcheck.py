@@ -27,8 +27,7 @@ import qtts.core
 import qtts.kernels
 
 DTYPES = (torch.float32, torch.bfloat16)
-KNOWN = {"qtts::rms_norm", "qtts::silu_mul", "qtts::snake_beta", "qtts::residual_unit",
-         "qtts::snake_conv_out", "qtts::qk_norm_rope_cache",
+KNOWN = {"qtts::rms_norm", "qtts::silu_mul", "qtts::snake_beta", "qtts::qk_norm_rope_cache",
          "qtts::qk_norm_rope_prefill", "qtts::decode_attention", "qtts::prefill_attention",
          "qtts::sample_tokens"}  # fmt: skip
 INTERPRETED_ONLY = {"qtts::sample_tokens"}

@@ -25,8 +25,6 @@ KNOWN = {
     "_rms_norm_kernel",
     "_silu_mul_kernel",
     "_snake_beta_kernel",
-    "_residual_unit_kernel",
-    "_snake_conv_out_kernel",
     "_qk_norm_rope_cache_kernel",
     "_sample_kernel",
 }

@@ -23,7 +23,7 @@ from qtts.core.model.codec_modules import SNAKE_EPS, SnakeBeta
 from qtts.kernels.snake_beta import snake_beta, snake_beta_twin
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-CASES = ("long_row", "short_row", "wide", "trimmed", "permuted")
+CASES = ("long_row", "short_row", "wide", "trimmed", "permuted", "padded")
 # Kernel vs the twin run in fp32 on the same inputs and rounded once to the dtype, which is what
 # the kernel computes: the two round differently only where fp32 noise (sin, exp) straddles a
 # rounding boundary, one ulp of the narrow dtype, relative; fp32 is a few ulps of values of 1-10.
@@ -55,15 +55,20 @@ for name in ("float32", "float16", "bfloat16"):
         "wide": 3 * torch.randn(1, 1536, 24, generator=g),  # the decoder's widest SnakeBeta
         "trimmed": (3 * torch.randn(2, 4, 1030, generator=g))[..., :1027],  # row stride 1030
         "permuted": (3 * torch.randn(2, 50, 6, generator=g)).transpose(1, 2),  # T stride 6
+        "padded": 3 * torch.randn(2, 3, 1100, generator=g),  # rows of pad + T: two blocks
     }
     for case, x in inputs.items():
         x = x.to(dt)
         la, lb = [(0.1 * torch.randn(x.shape[1], generator=g)).to(dt) for _ in "ab"]
-        got = snake_beta_triton(x, la, lb, 1e-9)
-        once = snake_beta_twin(x.float(), la.float(), lb.float(), 1e-9).to(dt)
+        pad = 54 if case == "padded" else 0  # a dilation-9 conv's left padding, written too
+        got = snake_beta_triton(x, la, lb, 1e-9, pad)
+        once = snake_beta_twin(x.float(), la.float(), lb.float(), 1e-9, pad).to(dt)
         out[f"{case}/{name}"] = rel(got, once)
-        out[f"{case}/{name}/eager"] = rel(got, snake_beta_twin(x, la, lb, 1e-9))
-        out[f"{case}/{name}/contiguous"] = float(got.is_contiguous() and got.shape == x.shape)
+        out[f"{case}/{name}/eager"] = rel(got, snake_beta_twin(x, la, lb, 1e-9, pad))
+        shape = (*x.shape[:2], pad + x.shape[2])
+        zeros = bool((got[..., :pad] == 0).all())
+        out[f"{case}/{name}/contiguous"] = float(got.is_contiguous() and got.shape == shape
+                                                 and zeros)
 empty = snake_beta_triton(torch.empty(0, 4, 10), torch.zeros(4), torch.zeros(4), 1e-9)
 out["empty"] = float(empty.shape == (0, 4, 10))
 json.dump(out, sys.stdout)
@@ -133,6 +138,19 @@ def test_the_op_gives_meta_calls_their_shape():
     x, c = torch.empty(3, 6, 11, device="meta"), torch.empty(6, device="meta")
     got = snake_beta(x, c, c, SNAKE_EPS)
     assert got.shape == (3, 6, 11) and got.is_meta
+    assert snake_beta(x, c, c, SNAKE_EPS, 4).shape == (3, 6, 15)
+
+
+def test_the_padded_op_is_snake_then_the_causal_padding():
+    """What snake_into_conv hands a causal conv on CUDA: the module's SnakeBeta, then F.pad's
+    zeros; the op off CUDA, bit for bit."""
+    import torch.nn.functional as F
+
+    act, x = _snake(8, torch.float32, seed=5)
+    with torch.no_grad():
+        want = F.pad(act(x), (6, 0))
+        assert torch.equal(snake_beta(x, act.alpha, act.beta, SNAKE_EPS, 6), want)
+        assert torch.equal(snake_beta_twin(x, act.alpha, act.beta, SNAKE_EPS, 6), want)
 
 
 def test_the_engine_installs_the_op_in_every_snake_of_a_decoder():

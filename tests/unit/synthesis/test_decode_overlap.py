@@ -140,10 +140,41 @@ def test_prioritized_produces_on_its_stream_and_hands_over_after_a_wait(monkeypa
     for item in overlap.prioritized(produce(), decode):
         log.append(f"use {item} on {current[-1]}")
     assert log == [
-        "produce 0 on decode", "caller waits decode", "use 0 on caller",
-        "produce 1 on decode", "caller waits decode", "use 1 on caller",
-        "caller waits decode",
+        "decode waits caller", "produce 0 on decode", "caller waits decode", "use 0 on caller",
+        "decode waits caller", "produce 1 on decode", "caller waits decode", "use 1 on caller",
+        "decode waits caller", "caller waits decode",
     ]  # fmt: skip
+
+
+def test_an_early_stop_closes_the_producer_on_its_stream(monkeypatch):
+    import contextlib
+
+    import qtts.core.synthesis.decode_overlap as overlap
+
+    log, current = [], ["caller"]
+    caller, decode = _FakeStream("caller", log), _FakeStream("decode", log)
+
+    @contextlib.contextmanager
+    def on(stream):
+        current.append(stream.name)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
+
+    def produce():
+        try:
+            yield from range(5)
+        finally:
+            log.append(f"producer closed on {current[-1]}")
+
+    items = overlap.prioritized(produce(), decode)
+    assert next(items) == 0
+    items.close()
+    assert log[-1] == "producer closed on decode"
 
 
 def test_prioritized_without_a_stream_passes_items_through():

@@ -1,6 +1,7 @@
 """tools/peers_bench.py's CPU pieces: the librosa stand-in's mel filterbank against librosa, the
 clip and WAV helpers, each system's frame budget, the KV bound, the signature binder, the EOS row
-the driver zeroes, the table, and the dry run's listing (no peer installed, no model)."""
+the driver zeroes, the schedule and its time limits, qtts's warm-up on one load, the table, and
+the dry run's listing (no peer installed, no model)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tools"))
 
-from peers import checks, common, driver, report, stubs  # noqa: E402
+from peers import checks, common, driver, qtts_run, report, stubs  # noqa: E402
 
 
 def _bench():
@@ -131,7 +132,7 @@ def _result(system, kind, rate, warmup=0.0):
         "warmup_s": warmup,
         "load_s": 1.0,
         "audio_s_per_s": 5.12 / (wall + warmup),
-        "steady_audio_s_per_s": rate,
+        "after_warmup_audio_s_per_s": rate,
     }
 
 
@@ -164,7 +165,23 @@ def test_table_gives_qtts_ratio_per_kind_with_and_without_warmup():
         dtype="float32",
         versions={},
     )
-    assert (result.audio_s_per_s, result.steady_audio_s_per_s) == (2.0, 2.5)
+    assert (result.audio_s_per_s, result.after_warmup_audio_s_per_s) == (2.0, 2.5)
+
+
+def test_the_table_says_what_each_figure_holds(tmp_path, capsys):
+    setup = {"size": "tiny", "dtype": "float32", "frames": 16, "device": "cpu", "total_s": 9.0,
+             "qtts_warmup": "16-row x 16-frame"}  # fmt: skip
+    report.write(tmp_path, [_result("qtts", "base", 10.0, warmup=3.0)], setup)
+    text = (tmp_path / "peers.txt").read_text()
+    head, legend, columns = text.splitlines()[:3]
+    assert "whole driver 9.0 s" in head
+    assert "qtts a 16-row x 16-frame qtts batch job" in legend
+    assert "warmup()" in legend and "3-token call" in legend  # the peers' warmups
+    assert "with warmup = audio s / (warmup s + wall s)" in legend
+    assert "after warmup = audio s / wall s" in legend
+    assert "audio-s/s with warmup" in columns and "audio-s/s after warmup" in columns
+    assert json.loads((tmp_path / "peers.json").read_text())["setup"] == setup
+    capsys.readouterr()
 
 
 def test_dry_run_lists_every_run(tmp_path, capsys):
@@ -176,9 +193,88 @@ def test_dry_run_lists_every_run(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "max_new_tokens=33" in text and "--max-new-tokens 33" in text  # official, qtts
     assert "max_new_tokens=32" in text  # faster-*
-    assert "--batch 4,16" in text  # faster-qwen3-tts-batch: rows / 4 and rows
-    assert driver.batches(args, "faster") == (4, [1])
+    assert "--batch 16" in text and "--batch 4," not in text  # faster-qwen3-tts-batch: one batch
+    assert driver.batches(args, "faster") == (3, [1])
     assert driver.batches(args, "official") == (16, [16])
+    # qtts: an untimed warm-up job (16 rows x 16 frames, a copy of the clip), then the rows
+    assert "warm-up (untimed): qtts batch 'WARMUP_ROWS(16)'" in text
+    assert "--max-new-tokens 17" in text and "--ref-audio COPY_OF_REF" in text
+    assert "then, the same loaded model: qtts batch" in text
+    args = _bench().parse_args(["all", "--out", str(tmp_path), "--batch-sizes", "32,128"])
+    assert driver.batches(args, "faster_batch") == (128, [32, 128])
+
+
+def test_every_base_system_runs_first_each_within_its_limit():
+    args = _bench().parse_args(["all", "--out", "/tmp/x", "--budget", "235"])
+    todo = driver.plan(args)
+    assert [s for s, k in todo if k == "base"] == ["qtts", "faster_batch", "faster", "official"]
+    assert all(k == "custom_voice" for _, k in todo[4:])
+    limit = driver.limits(args)
+    assert limit == {"qtts": 65, "faster_batch": 50, "faster": 40, "official": 55}
+    lines = driver.schedule(args, todo)
+    assert lines[1] == (
+        "  qtts base: a 16-row x 16-frame warm-up job, then 128 rows, batch auto, limit 65 s"
+    )
+    assert lines[2] == "  faster_batch base: 128 rows, batch 128, limit 50 s"
+    assert lines[3] == "  faster base: 3 rows, batch 1, limit 40 s"
+    assert lines[4] == "  official base: 128 rows, batch 128, limit 55 s"
+    assert "only in what the Base runs leave" in lines[5]
+    assert "Base runs 210 s of limits in the 235 s budget" in lines[-1]
+    assert "DOES NOT FIT" not in lines[-1]
+    # A Base run may use what is left beyond the later Base runs' limits: after a setup of 25 s
+    # qtts gets its 65, and if it then took 45 s faster_batch gets its 50 + the 20 qtts left.
+    assert driver.run_limit(args, todo, 0, limit, 210) == 65
+    assert driver.run_limit(args, todo, 1, limit, 165) == 70
+    assert driver.run_limit(args, todo, 3, limit, 61) == 61  # the last Base run: all that is left
+    assert driver.run_limit(args, todo, 4, limit, 300) == 65  # CustomVoice: its limit if left,
+    assert driver.run_limit(args, todo, 4, limit, 64) == 0  # else it does not run
+    assert driver.run_limit(args, todo, 2, limit, None) == 40  # no --budget: its limit
+    args = _bench().parse_args(["all", "--out", "/tmp/x", "--time-limits", "qtts=90",
+                                "--time-limit", "30", "--budget", "100"])  # fmt: skip
+    assert driver.limits(args) == {"qtts": 90, "official": 30, "faster": 30, "faster_batch": 30}
+    assert "DOES NOT FIT" in driver.schedule(args, driver.plan(args))[-1]
+    args.time_limits = "qtts:90"
+    with pytest.raises(SystemExit, match="SYSTEM=SECONDS"):
+        driver.limits(args)
+
+
+def test_qtts_warms_up_and_runs_on_one_load(tmp_path, monkeypatch):
+    """Two `qtts batch` commands in one process: the hook loads once and hands the second
+    command the same synthesizer; warmup and wall are each timed from its return."""
+    from qtts.cli import app
+    from qtts.core.synthesis import session
+
+    loads = []
+
+    def fake_load(text_model, placement):
+        loads.append(placement)
+        return object()
+
+    def fake_main():
+        argv = sys.argv[1:]
+        model = type("Text", (), {"model_dir": Path(argv[argv.index("--model") + 1])})()
+        synth = qtts_run.load_synthesizer(model, "cpu:float32")
+        print(json.dumps({"out": argv[argv.index("--out-dir") + 1], "synth": id(synth)}))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(session, "load_synthesizer", fake_load)
+    monkeypatch.setattr(app, "main", fake_main)
+    monkeypatch.setattr(qtts_run, "_SYNTHS", {})
+    monkeypatch.setattr(qtts_run, "LOADED", {})
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.delenv("QTTS_FAKE_SYNTH", raising=False)
+    ckpt, ref = tmp_path / "ckpt", tmp_path / "ref.wav"
+    warm = qtts_run.command(tmp_path / "w.jsonl", ckpt, "base", ref, 16, tmp_path / "w", "cpu")
+    real = qtts_run.command(tmp_path / "r.jsonl", ckpt, "base", ref, 128, tmp_path / "r", "cpu")
+    timed = qtts_run.warm_then_run(warm, real)
+    assert len(loads) == 1
+    assert timed["warmup_summary"]["out"] == str(tmp_path / "w")
+    assert timed["summary"]["out"] == str(tmp_path / "r")
+    assert timed["warmup_summary"]["synth"] == timed["summary"]["synth"]
+    assert timed["load_s"] >= 0 and timed["warmup_s"] >= 0 and timed["wall_s"] >= 0
+    assert "--max-new-tokens" in warm and warm[warm.index("--max-new-tokens") + 1] == "17"
+    assert qtts_run.warmup_shape(128, 128) == (16, 16)
+    assert qtts_run.warmup_shape(8, 4) == (8, 4)
 
 
 def test_a_hung_run_is_killed_at_its_limit_and_keeps_what_it_printed(tmp_path, monkeypatch):

@@ -15,14 +15,18 @@ NAP = 0.05
 
 def test_a_nested_part_counts_once_in_its_own_part():
     clock = WriterClock()
+    start = time.perf_counter()
     with clock.part("write"):
         time.sleep(NAP)
         with clock.part("journal"):
             time.sleep(NAP)
+    elapsed = time.perf_counter() - start
     busy = clock.busy()
     assert set(busy) == set(PARTS)
-    assert NAP <= busy["journal"] < 2 * NAP
-    assert NAP <= busy["write"] < 2 * NAP  # the journal's nap is not the write's
+    assert busy["journal"] >= NAP and busy["write"] >= NAP
+    # the journal's nap is not the write's too: the two parts share out the elapsed time (no
+    # upper bound on a nap itself: a loaded machine oversleeps)
+    assert busy["write"] + busy["journal"] <= elapsed
 
 
 def test_threads_add_up():
