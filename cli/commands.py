@@ -49,7 +49,7 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
     report = options.report
     setup_logging(report.quiet, report.verbose)
     with cli_errors():
-        from qtts.core.engine.knobs import read_knobs
+        from qtts.core.engine.device.knobs import read_knobs
         from qtts.core.jobs.execution.run import run_job
 
         read_knobs()  # a bad QTTS_* value is refused before the job takes its lock

@@ -8,11 +8,22 @@ and every flag as `<bool>`. Every qtts command is built with the classes here (c
   starts with "\\b" (Click's mark) is a block kept line by line: the examples, the exit codes.
 - values read as in Click: INPUT in the usage line and the arguments panel; TEXT, INTEGER,
   FLOAT, PATH or [a|b] beside an option (an option's own metavar wins); nothing beside a flag.
+- an options panel gives its help column the width the names and values leave. Typer lays a
+  panel out as six columns (long name, short name, the `--no-` form and its short form, value,
+  help) that rich shrinks evenly when they do not fit, so at 80 columns a panel holding a
+  `--no-` flag kept ~20 characters for the help. Here a flag's `--no-` form sits under its
+  name, and the help column is the table's only flexible one (options_table).
+- `qtts --help` lists each command on one line: its `short_help` (cli/app.py), the detail
+  being in the command's own help.
 
 Imports typer only: `qtts --help` stays instant.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
@@ -66,8 +77,58 @@ def in_click_spelling(params: list, ctx) -> list:
     return params
 
 
+@functools.cache
+def options_table() -> type:
+    """rich's Table, for typer's options panels (made lazily: rich loads only for help).
+
+    typer declares no column for an options panel and adds its rows as [required mark,] long
+    name, short name, `--no-` long name, `--no-` short name, value, help. Each row is stacked to
+    [mark,] names, short names, value, help (a `--no-` form on the line below its flag), and the
+    help column gets a ratio: rich then gives the others their natural width and the help all
+    the rest. A table whose columns were declared (the commands panel) is left as it is."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def stacked(first, second):
+        """A name and, on the line below, its `--no-` form (when it has one)."""
+        if not (second.plain if isinstance(second, Text) else second):
+            return first
+        return Text("\n").join([Text(first) if isinstance(first, str) else first, second])
+
+    class OptionsTable(Table):
+        _stack = False  # an options panel's table: set by its first row
+
+        def add_row(self, *cells, **kwargs) -> None:
+            if not self.rows and not self.columns:  # typer declares no column for an options panel
+                self._stack = True
+            if self._stack and len(cells) in (6, 7):
+                *mark, long, short, no_long, no_short, value, help_ = cells
+                cells = (*mark, stacked(long, no_long), stacked(short, no_short), value, help_)
+            super().add_row(*cells, **kwargs)
+            if self._stack and self.columns[-1].ratio is None:
+                self.columns[-1].ratio = 1  # the help takes what the other columns leave
+
+    return OptionsTable
+
+
+@contextmanager
+def _stacked_option_panels() -> Iterator[None]:
+    """typer's help rendering, with options_table() as its Table while it runs."""
+    from typer import rich_utils
+
+    plain = getattr(rich_utils, "Table", None)
+    if plain is None:  # a typer that renders otherwise (pinned below 0.30): its own layout
+        yield
+        return
+    rich_utils.Table = options_table()
+    try:
+        yield
+    finally:
+        rich_utils.Table = plain
+
+
 class _ReadsCleanly:
-    """Flowing help and epilog, parameters in Click's spelling."""
+    """Flowing help and epilog, parameters in Click's spelling, panels with a wide help."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -75,6 +136,10 @@ class _ReadsCleanly:
 
     def get_params(self, ctx) -> list:
         return in_click_spelling(super().get_params(ctx), ctx)
+
+    def format_help(self, ctx, formatter) -> None:
+        with _stacked_option_panels():
+            super().format_help(ctx, formatter)
 
 
 class HelpCommand(_ReadsCleanly, TyperCommand):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
+from qtts.cli.logs import setup_logging
 from qtts.core.errors import UsageError
 from qtts.core.jobs.choices import (
     DEFAULT_MODEL,
@@ -81,7 +82,7 @@ def voice_options(
 
 
 def sampling_options(
-    greedy: o.Greedy = False,
+    greedy: o.Greedy = None,
     temperature: o.Temperature = None,
     top_k: o.TopK = None,
     top_p: o.TopP = None,
@@ -90,12 +91,8 @@ def sampling_options(
     subtalker_top_k: o.SubTopK = None,
     subtalker_top_p: o.SubTopP = None,
 ) -> SamplingOverrides:
-    drawn = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p,
-             "--subtalker-temperature": subtalker_temperature, "--subtalker-top-k": subtalker_top_k,
-             "--subtalker-top-p": subtalker_top_p}  # fmt: skip
-    ignored = [flag for flag, value in drawn.items() if value is not None]
-    if greedy and ignored:  # said, not refused: they stay in the fingerprint of a job begun so
-        log.warning("--greedy takes the argmax: %s change(s) nothing", ", ".join(ignored))
+    """greedy None: each site samples as generation_config.json says. A drawing flag given to a
+    site that does not sample is warned of once the checkpoint is known (generation.py)."""
     return SamplingOverrides.from_flags(
         greedy=greedy,
         temperature=temperature,
@@ -228,7 +225,8 @@ def job_command(scale_out: Callable = shard_options, columns: Callable | None = 
     """Decorate `command(<its arguments>, options: JobOptions)`: Typer sees the command's own
     arguments, then every group's options (`scale_out` builds the scale-out group: shards only,
     or shards and Ray; `columns`, when given, the manifest's column names); the command receives
-    them built (a bad value is a one-line usage error, as from the parser)."""
+    them built (a bad value is a one-line usage error, as from the parser). The reporting group
+    is built first and sets up the log, so a builder's warning reads as every other log line."""
     groups = {**GROUPS, "scale_out": scale_out, **({"columns": columns} if columns else {})}
 
     def decorate(body: Callable) -> Callable:
@@ -238,11 +236,14 @@ def job_command(scale_out: Callable = shard_options, columns: Callable | None = 
 
         @functools.wraps(body)
         def command(**values):
+            def build(name: str):
+                return groups[name](**{p.name: values.pop(p.name) for p in per_group[name]})
+
             with cli_errors():
-                built = {
-                    name: groups[name](**{p.name: values.pop(p.name) for p in params})
-                    for name, params in per_group.items()
-                }
+                report = build("report")  # first: what the other groups log has its format
+                setup_logging(report.quiet, report.verbose)
+                built = {name: build(name) for name in per_group if name != "report"}
+                built["report"] = report
             return body(**values, options=JobOptions(**built))
 
         command.__signature__ = inspect.Signature(every)  # what Typer reads

@@ -180,11 +180,15 @@ Seed = Annotated[
 
 # -- sampling --------------------------------------------------------------------
 Greedy = Annotated[
-    bool,
+    bool | None,
     _opt(
-        "--greedy",
+        "--greedy/--sample",
         panel=SAMPLING_PANEL,
-        help=("No sampling anywhere (argmax; the repetition penalty still applies)."),
+        show_default=False,
+        help=(
+            "Argmax (the repetition penalty still applies) or sampling, at both sites, "
+            "whatever generation_config.json says."
+        ),
     ),
 ]
 Temperature = Annotated[

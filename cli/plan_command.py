@@ -104,7 +104,7 @@ def plan(
 
 
 def _device(gpu: str, bandwidth, tflops):
-    from qtts.core.engine.roofline import DEVICES, DeviceSpec
+    from qtts.core.engine.plan.roofline import DEVICES, DeviceSpec
 
     if gpu == "custom":
         if bandwidth is None or tflops is None:
@@ -139,8 +139,8 @@ def _run(
     import torch
 
     from qtts.core.capacity.job_fit import input_shapes, plan_model, report, synthetic_shapes
-    from qtts.core.engine.planner import GIB, plan_memory
-    from qtts.core.engine.settings import EngineSettings
+    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.plan.planner import GIB, plan_memory
     from qtts.core.synthesis.memory_plan import refusal
 
     dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(dtype)

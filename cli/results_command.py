@@ -1,7 +1,8 @@
 """`qtts results OUT`: rebuild OUT/results.parquet from every journal in OUT (all shards) and print
 the summary as one JSON line: is the dataset complete, and what is its quality? Keep rules
 (`--min-dnsmos 3.0 --max-cer 0.1`, ...) choose which ok rows metadata.jsonl lists, for this
-rebuild and every later one; `--report FILE.html` draws the distributions."""
+rebuild and every later one; `--report FILE.html` draws the distributions and says where. An out
+dir it cannot write is read as it is, nothing written there (core/jobs/output/views_aside.py)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,9 @@ def results(
     """Rebuild results.parquet and metadata.jsonl from all of OUT's journals; on stderr, the
     counts and a quality summary (percentiles, rows outside named thresholds). Keep rules given
     here replace the saved ones; results.parquet keeps every row either way (`kept` says which
-    pass). stdout: one JSON line (total, ok, failed, pending, complete, quality). Exit 0, or 3
-    when some rows failed."""
+    pass). An out dir this process cannot write (a read-only mount) is read as it is, its views
+    left unrebuilt. stdout: one JSON line (total, ok, failed, pending, complete, rebuilt,
+    quality). Exit 0, or 3 when some rows failed."""
     given = {
         "min-dnsmos": min_dnsmos,
         "max-cer": max_cer,
@@ -83,8 +85,8 @@ def results(
     bounds = {k: v for k, v in given.items() if v is not None}
     with cli_errors():
         from qtts.core.errors import UsageError
-        from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules, write_keep_rules
-        from qtts.core.jobs.output.results import RESULTS_NAME, rebuild_out_dir
+        from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules
+        from qtts.core.jobs.output.views_aside import current_views
         from qtts.core.jobs.state.jobfile import read_job_file
         from qtts.core.quality.dataset_summary import summarize_results, summary_lines
 
@@ -94,16 +96,23 @@ def results(
         if changing and read_job_file(out_dir) is None:  # checked again by the rebuild
             raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json)")
         if changing:
-            write_keep_rules(out_dir, KeepRules(bounds, no_budget_hits))
-        summary = rebuild_out_dir(out_dir, None if input_path is None else str(input_path))
-        results_file = out_dir / RESULTS_NAME
-        quality = summarize_results(results_file)
-        rules = read_keep_rules(out_dir)
-        _warn_unscored(rules, results_file)
-        if report is not None:
-            from qtts.core.quality.report import write_report
+            _save_rules(out_dir, KeepRules(bounds, no_budget_hits))
+        source = None if input_path is None else str(input_path)
+        with current_views(out_dir, source) as views:
+            summary, quality = views.summary, summarize_results(views.results)
+            rules = read_keep_rules(out_dir)
+            _warn_unscored(rules, views.results)
+            if report is not None:
+                from qtts.core.quality.report import write_report
 
-            write_report(results_file, report, quality, rules)
+                write_report(views.results, report, quality, rules, out_dir)
+    if views.not_rebuilt:
+        typer.echo(
+            f"Note: {out_dir} cannot be written here ({views.not_rebuilt}): its results.parquet "
+            "and metadata.jsonl were not rebuilt; the counts and quality below are read from "
+            "its state as it is",
+            err=True,
+        )
     typer.echo(
         f"{summary['ok']} of {summary['total']} rows ok, {summary['failed']} failed, "
         f"{summary['pending']} pending" + (" (complete)" if summary["complete"] else ""),
@@ -111,13 +120,45 @@ def results(
     )
     for line in summary_lines(quality):
         typer.echo(line, err=True)
+    _warn_nothing_kept(rules, quality)
+    if report is not None:
+        typer.echo(f"wrote the quality report to {report.resolve()}", err=True)
+        summary = {**summary, "report": str(report.resolve())}
     typer.echo(json.dumps({**summary, "quality": quality}))
     if summary["failed"]:
         raise typer.Exit(EXIT_ROWS_FAILED)
 
 
+def _save_rules(out_dir: Path, rules) -> None:
+    """Keep rules given on the command line, saved for every later rebuild; an out dir this
+    process cannot write refuses them in one line (exit 2)."""
+    from qtts.core.errors import UsageError
+    from qtts.core.jobs.output.keep_rules import write_keep_rules
+
+    try:
+        write_keep_rules(out_dir, rules)
+    except OSError as e:
+        raise UsageError(
+            f"cannot save the keep rules in {out_dir}: {e.strerror or e} (qtts results "
+            "without rules reads an out dir it cannot write)"
+        ) from None
+
+
+def _warn_nothing_kept(rules, quality: dict) -> None:
+    """Keep rules that keep no ok row leave no metadata.jsonl (an empty one breaks
+    load_dataset("audiofolder")): say so, and what a load there would give."""
+    if rules.empty or not quality["ok"] or quality["kept"]:
+        return
+    typer.echo(
+        f"Warning: no ok row meets the keep rules ({rules.describe()}), so there is no "
+        'metadata.jsonl: load_dataset("audiofolder") would list every audio file, unfiltered; '
+        "loosen the rules or give --keep-all",
+        err=True,
+    )
+
+
 def _warn_unscored(rules, results_file: Path) -> None:
-    """A rule on a column no row has a value in keeps no row: say why metadata.jsonl is empty."""
+    """A rule on a column no row has a value in keeps no row: say which, and why."""
     import pyarrow.parquet as pq
 
     from qtts.core.jobs.output.score_columns import SCORE_FIELDS
@@ -129,8 +170,4 @@ def _warn_unscored(rules, results_file: Path) -> None:
             if values.null_count < len(values):
                 continue
         hint = " (run qtts score first)" if column in SCORE_FIELDS.names else ""
-        typer.echo(
-            f"Warning: the keep rules read {column}, which no row has yet{hint}: "
-            "metadata.jsonl lists no row",
-            err=True,
-        )
+        typer.echo(f"Warning: the keep rules read {column}, which no row has yet{hint}", err=True)

@@ -1,12 +1,16 @@
 """Write a tiny random Qwen3-TTS checkpoint (published layout) for trying qtts without a download.
 
-    python examples/make_tiny_checkpoint.py /tmp/tiny-cv --greedy
-    qtts synth lines.txt --model /tmp/tiny-cv --speaker vivian --max-new-tokens 20 --out-dir out
+    python examples/make_tiny_checkpoint.py /tmp/tiny-cv
+    qtts synth lines.txt --model /tmp/tiny-cv --speaker vivian --out-dir out
 
 The audio is noise (random weights); the files, shapes and token ids are those of a real checkpoint.
-`--preset small` (or dims like `--hidden 256 --layers 4`) gives a model for CPU speed tests;
-`--size 0.6b --preset 0.6b` the published shapes (random weights) for side-by-side speed runs.
-`--eos-by-text` makes rows stop by EOS at a length set by their text (no --max-new-tokens needed).
+Its EOS fires by the text (core/tiny/length_eos.py): a row ends after about one frame per text
+token (plus 3), so qtts needs no --max-new-tokens, and budgets, --on-budget retry and long text
+behave as with a real model. `--no-eos-by-text` gives the plain random checkpoint, whose EOS never
+wins: every row runs to its frame budget (N - 1 frames for --max-new-tokens N), for runs that want
+fixed lengths. `--preset small` (or dims like `--hidden 256 --layers 4`) gives a model for CPU
+speed tests; `--size 0.6b --preset 0.6b` the published shapes (random weights) for side-by-side
+speed runs.
 """
 
 from __future__ import annotations
@@ -53,9 +57,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--eos-by-text",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="weights whose EOS ends a row after about one frame per text token (plus 3), greedy "
-        "or sampled, instead of running every row to its frame budget",
+        "or sampled (the default); --no-eos-by-text: EOS never wins, every row runs to its frame "
+        "budget (fixed lengths)",
     )
     for f in dataclasses.fields(TinyDims):
         p.add_argument(

@@ -1,5 +1,5 @@
 """The sampling kernel: penalties, filters and the seeded draw for one sampling site, one row per
-program. Semantics are those of the pure-torch twin in core/engine/sampling.py
+program. Semantics are those of the pure-torch twin in core/engine/step/token_choice.py
 (apply_penalties then select_tokens); tests/unit/kernels/test_sampling_kernel.py ties the two
 together.
 
@@ -235,7 +235,7 @@ def sample_tokens(
     module is imported."""
     if not TRITON_AVAILABLE:
         raise RuntimeError(
-            "sample_tokens needs triton; use qtts.core.engine.sampling.choose_tokens"
+            "sample_tokens needs triton; use qtts.core.engine.step.token_choice.choose_tokens"
         )
     rows = {
         "greedy": (greedy, torch.bool),

@@ -22,9 +22,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 @pytest.fixture(autouse=True)
 def _graphs_not_broken():
     """A test that fails a capture on purpose turns graphs off for its process
-    (qtts.core.engine.graphs.capture_broken): the next test starts with them on."""
+    (qtts.core.engine.loop.graphs.capture_broken): the next test starts with them on."""
     yield
-    graphs = sys.modules.get("qtts.core.engine.graphs")
+    graphs = sys.modules.get("qtts.core.engine.loop.graphs")
     if graphs is not None:
         graphs._capture_broken = None
 

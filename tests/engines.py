@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import torch
 
-from qtts.core.engine.engine import Engine
-from qtts.core.engine.scheduler import EngineJob, run_continuous
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.slots import SlotState
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.loop.engine import Engine
+from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
+from qtts.core.engine.step.slots import SlotState
 from qtts.core.model.config import SamplingParams
 from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 
@@ -100,7 +100,7 @@ def prefilled(
 ):
     """An engine with `filled` of its `slots` prefilled (slot i: prompt i, seed 7 + i); the rest
     stay empty and ride along as masked no-ops."""
-    from qtts.core.engine.slots import SlotFill
+    from qtts.core.engine.step.slots import SlotFill
 
     eng = engine(tiny, slots, greedy, settings, device=device)
     fills = [SlotFill(i, pr, budget, 7 + i) for i, pr in enumerate(prompts(tiny)[:filled])]

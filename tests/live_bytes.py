@@ -1,5 +1,5 @@
 """Peak bytes of the tensors a piece of code allocates (a TorchDispatchMode): the measured twin of
-the planner's byte counts (qtts.core.engine.footprint). Works on CPU and meta tensors alike, so
+the planner's byte counts (qtts.core.engine.plan.footprint). Works on CPU and meta tensors alike, so
 real 0.6B/1.7B shapes are measured without memory. Counts storages, not tensors: a view adds
 nothing, and a storage is freed when its last view dies. Tensors that existed before (weights,
 slot state) are not counted; allocator rounding and fragmentation are not either."""

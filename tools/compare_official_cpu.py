@@ -2,11 +2,11 @@
 
 One random checkpoint in the published layout (examples/make_tiny_checkpoint.py: `--preset 0.6b`
 gives the published 0.6B shapes, speech decoder included; `small` a quick one), the same rows,
-greedy (random weights never pick EOS, so every row runs to its frame budget), WAVs written by
-every run. The official code runs at `--batch-size`; qtts runs once per `--qtts DTYPE/BATCH`
-(default: float32 at the official batch, float32 at auto, auto at auto). Prints the CPU, a table
-and a final JSON line; each qtts run's WAVs are compared with the official ones (same lengths; at
-float32 the same greedy codes give the same audio to 16-bit rounding).
+greedy (made with `--no-eos-by-text`: its EOS never wins, so every row runs to its frame budget),
+WAVs written by every run. The official code runs at `--batch-size`; qtts runs once per `--qtts
+DTYPE/BATCH` (default: float32 at the official batch, float32 at auto, auto at auto). Prints the
+CPU, a table and a final JSON line; each qtts run's WAVs are compared with the official ones (same
+lengths; at float32 the same greedy codes give the same audio to 16-bit rounding).
 
     python tools/compare_official_cpu.py --oracle-python /work/oracle/bin/python \
         --preset 0.6b --requests 16 --frames 32 --batch-size 8
@@ -90,7 +90,8 @@ def make_checkpoint(work: Path, preset: str) -> Path:
     ckpt = work / f"ckpt-{preset}"
     size = preset if preset in ("0.6b", "1.7b") else "0.6b"
     subprocess.run([sys.executable, str(ROOT / "examples" / "make_tiny_checkpoint.py"),
-                    str(ckpt), "--size", size, "--preset", preset, "--greedy"], check=True,
+                    str(ckpt), "--size", size, "--preset", preset, "--greedy",
+                    "--no-eos-by-text"], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     return ckpt
 

@@ -64,7 +64,9 @@ def make_checkpoint(a, log: Path) -> tuple[Path, bool, float]:
     helps = subprocess.run([sys.executable, str(MAKER), "--help"], capture_output=True, text=True)
     eos = "--eos-by-text" in helps.stdout and a.max_new_tokens is None
     cmd = [sys.executable, str(MAKER), str(ckpt), "--size", a.size, "--preset", a.preset]
-    cmd += ["--dtype", a.ckpt_dtype, *(["--eos-by-text"] if eos else [])]
+    # The maker's default is EOS by text; --no-eos-by-text keeps every row at its frame budget.
+    plain = ["--no-eos-by-text"] if "--no-eos-by-text" in helps.stdout else []
+    cmd += ["--dtype", a.ckpt_dtype, *(["--eos-by-text"] if eos else plain)]
     start = time.perf_counter()
     with log.open("w") as f:
         f.write(" ".join(cmd) + "\n")

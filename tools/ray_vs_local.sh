@@ -10,7 +10,9 @@ tokens=${2:-12}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-python examples/make_tiny_checkpoint.py "$work/tiny" --preset small --seed 3 >/dev/null
+# --no-eos-by-text: EOS never wins, so every row runs to MAX_NEW_TOKENS (fixed lengths)
+python examples/make_tiny_checkpoint.py "$work/tiny" --preset small --seed 3 --no-eos-by-text \
+  >/dev/null
 python - "$work/manifest.parquet" "$rows" <<'EOF'
 import sys
 import pyarrow as pa, pyarrow.parquet as pq

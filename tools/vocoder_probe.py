@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from qtts.core.bench.throughput import random_models
-from qtts.core.engine.decoder_kernels import frame_rate_convs, with_kernels
-from qtts.core.engine.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder.decoder_kernels import frame_rate_convs, with_kernels
+from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
 from qtts.core.model.codec_modules import CausalConv1d, CausalConvTranspose1d, SnakeBeta
 from qtts.kernels.snake_beta import snake_beta
 
@@ -72,7 +72,7 @@ def conv_rows(decoder, codes, repeats: int) -> dict[str, float]:
     """Each convolution of `decoder` (cuDNN's: the fast path without products) alone, at the
     input it gets in this window: cuDNN, and for the frame-rate ones the product that a job's
     path runs instead. Seconds per call."""
-    from qtts.core.engine.conv_gemm import causal_conv, causal_conv_transpose
+    from qtts.core.engine.vocoder.conv_gemm import causal_conv, causal_conv_transpose
 
     inputs: dict[str, torch.Tensor] = {}
     convs = {

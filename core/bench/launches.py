@@ -7,9 +7,9 @@ the code `qtts batch` replays in a CUDA graph. A TorchDispatchMode sees every at
 it issues; each op that computes counts as its launches (LAUNCHES_PER_OP, 1 by default). Views,
 allocations and metadata ops launch nothing and are not counted. Inside a CUDA graph each
 launch still costs a few microseconds, so the count is a throughput bound of its own
-(qtts.core.engine.roofline). A prefill pass (`count_prefill`) is counted the same way: one padded
-group of prompts into their slots, as the engine refills between decode checks, with its layer
-passes labelled so that a count per layer pass can be read off. Knows the engine; allocates no
+(qtts.core.engine.plan.roofline). A prefill pass (`count_prefill`) is counted the same way: one
+padded group of prompts into their slots, as the engine refills between decode checks, with its
+layer passes labelled so that a count per layer pass can be read off. Knows the engine; allocates no
 device memory.
 """
 
@@ -22,10 +22,10 @@ from dataclasses import replace
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qtts.core.engine.build import EngineShape, build_engine
-from qtts.core.engine.engine import Engine
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.slots import SlotFill
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.loop.build import EngineShape, build_engine
+from qtts.core.engine.loop.engine import Engine
+from qtts.core.engine.step.slots import SlotFill
 from qtts.core.model.config import ModelConfig, SamplingParams
 from qtts.core.model.sizes import model_config
 from qtts.core.model.talker import build_model

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from qtts.core.engine.roofline import DeviceSpec
+from qtts.core.engine.plan.roofline import DeviceSpec
 
 
 def seconds_per_call(fn, device: torch.device, repeats: int) -> float:

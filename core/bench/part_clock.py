@@ -1,4 +1,4 @@
-"""Exclusive wall time per named part, as a timer on the engine (qtts.core.engine.timer).
+"""Exclusive wall time per named part, as a timer on the engine (qtts.core.engine.step.timer).
 
 The caller's stream is synced at each timed part's edges, so a part's time is its own work and
 not what was queued before it. The stream, not the device: the vocoder thread's work is not the

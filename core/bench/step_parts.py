@@ -2,7 +2,7 @@
 
 Timing each part in its own loop (predictor alone, sampler alone) gives numbers that do not sum to
 the step: caches warm differently and the parts overlap. Here the parts are timed inside the same
-steps, through the engine's timer hook (qtts.core.engine.timer) and a PartClock: the device is
+steps, through the engine's timer hook (qtts.core.engine.step.timer) and a PartClock: the device is
 synced at each part's edges, and a part's time excludes the parts nested in it (the predictor's
 sampling counts as sampling). "other" is the measured rest of the step (embeddings, the codec head,
 slot bookkeeping). "instrumented_step" is timed on its own clock around the same steps, so the

@@ -18,10 +18,10 @@ import torch
 
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
-from qtts.core.engine.decoder_kernels import with_kernels
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import decode_bucketed, padding_waste
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.vocoder.decoder_kernels import with_kernels
+from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed, padding_waste
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
@@ -166,8 +166,8 @@ def run_one(
     text_len=TEXT_LEN,
     vocoder_on=True,
 ) -> BenchResult:
-    from qtts.core.engine.build import EngineShape, build_engine
-    from qtts.core.engine.scheduler import EngineJob, run_continuous
+    from qtts.core.engine.loop.build import EngineShape, build_engine
+    from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -325,7 +325,7 @@ def _measures_cost(rows: list[tuple[np.ndarray, np.ndarray]]) -> float:
 def roofline_fraction(res: BenchResult, config, act_bytes: int, spec) -> dict:
     """The step's lower bound on `spec` (bytes / bandwidth, FLOPs / peak) over its measured
     time: the share of the machine's ceiling the engine reaches at this batch."""
-    from qtts.core.engine.roofline import decode_step_cost
+    from qtts.core.engine.plan.roofline import decode_step_cost
 
     cost = decode_step_cost(config, res.batch, res.view, act_bytes)
     bound_ms = cost.lower_bound_s(spec) * 1e3
@@ -343,8 +343,8 @@ def profile_step(engine, step, prompts, repeats: int = 5) -> dict:
     """ms per decode step with every slot active (plain and, if captured, graphed; each the mean
     of `repeats` steps, synced only after the last), and the plain step split into parts that add
     up to it: a further `repeats` steps, instrumented (core/bench/step_parts.py)."""
-    from qtts.core.engine.slots import SlotFill
-    from qtts.core.engine.views import view_length
+    from qtts.core.engine.step.slots import SlotFill
+    from qtts.core.engine.step.views import view_length
 
     s = engine.state
     dev = s.c0.device

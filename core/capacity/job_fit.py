@@ -4,7 +4,7 @@ Works on a CPU-only machine and allocates no model: dimensions come from a check
 files (--model) or the published sizes (--size), weights are counted on the meta device, and rows
 come from an input file (token counts from the checkpoint's tokenizer, or estimated without one)
 or from --text-tokens. The plan is the one `qtts batch` would make on a card of that size
-(qtts.core.engine.planner). Knows files, configs and tokenizers; allocates no tensors.
+(qtts.core.engine.plan.planner). Knows files, configs and tokenizers; allocates no tensors.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from qtts.core.capacity.input_requests import (
     input_requests,
 )
 from qtts.core.capacity.vocoder_cost import vocoder_cost
-from qtts.core.engine.footprint import Dims
-from qtts.core.engine.planner import GIB, MemoryPlan, RowShape
-from qtts.core.engine.roofline import FRAME_S, DeviceSpec, decode_step_cost
-from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.plan.footprint import Dims
+from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape
+from qtts.core.engine.plan.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
 from qtts.core.jobs.spec import ManifestColumns, SplitSettings
 from qtts.core.jobs.work.budget import FrameBudget

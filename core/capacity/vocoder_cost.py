@@ -22,8 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from qtts.core.engine.roofline import FRAME_S, DeviceSpec
-from qtts.core.engine.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
+from qtts.core.engine.plan.roofline import FRAME_S, DeviceSpec
+from qtts.core.engine.vocoder.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 
 

@@ -20,7 +20,7 @@ from qtts.core.doctor.decode import (
     prompts,
 )
 from qtts.core.doctor.teacher_forcing import agreement, forced_logits
-from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.device.settings import EngineSettings
 
 # bf16 keeps 8 significant bits: through the layers logits move by ~1% of their range. A cast in
 # the wrong place or fp32 logits lost shows as tens of percent and broken argmaxes. Random weights

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from qtts.core.engine.graphs import capture_broken
+from qtts.core.engine.loop.graphs import capture_broken
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from qtts.core.bench.throughput import TEXT_LEN, synthetic_tokens
-from qtts.core.engine.build import EngineShape, build_engine
-from qtts.core.engine.scheduler import EngineJob, run_continuous
-from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.loop.build import EngineShape, build_engine
+from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
 from qtts.core.model.config import SamplingParams
 from qtts.core.synthesis.memory_plan import plan_rows
 from qtts.core.synthesis.prompt import embed_prompt, pad_embedding

@@ -72,7 +72,7 @@ def _snake_beta(dev, dtype, g, shape) -> float:
 def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     """(greedy rows equal, sampled rows that differ) for random logits and per-row parameters
     with every feature on: penalties, EOS block, suppression, top-k, top-p, temperature."""
-    from qtts.core.engine.sampling import RowParams, apply_penalties, select_tokens
+    from qtts.core.engine.step.token_choice import RowParams, apply_penalties, select_tokens
     from qtts.kernels.sampling import sample_tokens
 
     def rand(*shape):

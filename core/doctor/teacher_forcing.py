@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import torch
 
-from qtts.core.engine import engine as engine_module
-from qtts.core.engine.slots import SlotFill
+from qtts.core.engine.loop import engine as engine_module
+from qtts.core.engine.step.slots import SlotFill
 
 Logits = dict[tuple[int, int, int], torch.Tensor]  # (row, frame, codebook) -> fp32 [V] on CPU
 

@@ -12,7 +12,7 @@ from importlib import metadata
 import torch
 
 from qtts.core.doctor.check import Check, DoctorRun
-from qtts.core.engine.planner import GIB
+from qtts.core.engine.plan.planner import GIB
 from qtts.core.errors import UsageError
 from qtts.core.model.cpu_precision import auto_cpu_precision
 

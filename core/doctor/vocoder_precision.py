@@ -12,9 +12,9 @@ import copy
 import torch
 
 from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
-from qtts.core.engine.decoder_kernels import with_kernels
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.vocoder_windows import decode_bucketed
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.vocoder.decoder_kernels import with_kernels
+from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.sizes import decoder_config
 

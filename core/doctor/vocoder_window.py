@@ -12,11 +12,11 @@ from qtts.core.bench.machine import seconds_per_call
 from qtts.core.capacity.vocoder_cost import vocoder_cost
 from qtts.core.doctor.check import Check, DoctorRun
 from qtts.core.doctor.speed import doctor_models, measured_machine
-from qtts.core.engine.decoder_kernels import with_kernels
-from qtts.core.engine.roofline import FRAME_S
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.plan.roofline import FRAME_S
+from qtts.core.engine.vocoder.decoder_kernels import with_kernels
+from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
 from qtts.core.model.loader import parse_dtype
 
 WINDOW_ROWS = {"cpu": 1, "cuda": 8}  # the rows decoded together: a power of two, as every call

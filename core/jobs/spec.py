@@ -140,24 +140,28 @@ class VoiceSettings:
 class SamplingOverrides:
     """Command-line sampling values per site (talker, and the code predictor's "subtalker"),
     keyed by the checkpoint's SamplingParams field names; a field left out keeps the value of
-    generation_config.json. greedy: argmax at both sites."""
+    generation_config.json. --greedy / --sample set do_sample at both sites."""
 
-    greedy: bool = False
-    talker: Mapping[str, float | int] = field(default_factory=dict)
-    subtalker: Mapping[str, float | int] = field(default_factory=dict)
+    talker: Mapping[str, float | int | bool] = field(default_factory=dict)
+    subtalker: Mapping[str, float | int | bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # read-only, as a frozen dataclass's fields should be
         object.__setattr__(self, "talker", MappingProxyType(dict(self.talker)))
         object.__setattr__(self, "subtalker", MappingProxyType(dict(self.subtalker)))
 
     @classmethod
-    def from_flags(cls, greedy: bool = False, **flags: float | int | None) -> SamplingOverrides:
+    def from_flags(
+        cls, greedy: bool | None = None, **flags: float | int | None
+    ) -> SamplingOverrides:
         """flags named after SamplingParams fields, `subtalker_` first for the code predictor's
-        site (the command line's --top-k, --subtalker-top-k); None: not given."""
+        site (the command line's --top-k, --subtalker-top-k); None: not given. greedy True
+        (--greedy) or False (--sample) sets do_sample at both sites; None keeps the checkpoint's."""
         given = {name: value for name, value in flags.items() if value is not None}
+        if greedy is not None:
+            given["do_sample"] = given[SUBTALKER + "do_sample"] = not greedy
         sub = {n.removeprefix(SUBTALKER): v for n, v in given.items() if n.startswith(SUBTALKER)}
         talker = {n: v for n, v in given.items() if not n.startswith(SUBTALKER)}
-        return cls(greedy=greedy, talker=talker, subtalker=sub)
+        return cls(talker=talker, subtalker=sub)
 
 
 SUBTALKER = "subtalker_"

@@ -25,9 +25,9 @@ class CausalConv1d(nn.Module):
     """Stride-1 Conv1d padded with (kernel - 1) * dilation zeros on the left only.
 
     `cuda_op`, when set, serves CUDA tensors in another formulation of the same convolution: a
-    callable (padded x, weight, bias, dilation) -> [B, C', T] (core/engine/conv_gemm.py's matrix
-    product), installed by core/engine/decoder_kernels.py. `forward_padded` takes an input that
-    already carries the left padding (a SnakeBeta op can write it so: `snake_into_conv`).
+    callable (padded x, weight, bias, dilation) -> [B, C', T] (core/engine/vocoder/conv_gemm.py's
+    matrix product), installed by core/engine/vocoder/decoder_kernels.py. `forward_padded` takes an
+    input that already carries the left padding (a SnakeBeta op can write it so: `snake_into_conv`).
     """
 
     def __init__(self, in_ch: int, out_ch: int, kernel: int, dilation: int = 1, groups: int = 1):
@@ -50,7 +50,7 @@ class CausalConvTranspose1d(nn.Module):
 
     `cuda_op`, when set, serves CUDA tensors in another formulation of the same trimmed
     convolution: a callable (x, weight, bias, stride) -> [B, C', T * stride]
-    (core/engine/conv_gemm.py), installed by core/engine/decoder_kernels.py.
+    (core/engine/vocoder/conv_gemm.py), installed by core/engine/vocoder/decoder_kernels.py.
     """
 
     def __init__(self, in_ch: int, out_ch: int, kernel: int, stride: int):
@@ -74,8 +74,8 @@ class SnakeBeta(nn.Module):
     `cuda_op`, when set, serves CUDA tensors in one pass instead of the formula's five: a callable
     (x, log_alpha, log_beta, eps, left_pad) -> [B, C, left_pad + T], left_pad zeros first (a
     causal convolution's padding, see `snake_into_conv`), the op qtts.kernels.snake_beta.snake_beta,
-    installed per decoder by the layer that chooses kernels (core/engine/decoder_kernels.py; the
-    model imports none). Unset, and on every other device, the formula below runs, whose twin
+    installed per decoder by the layer that chooses kernels (core/engine/vocoder/decoder_kernels.py;
+    the model imports none). Unset, and on every other device, the formula below runs, whose twin
     the kernel's tests hold it to.
     """
 
@@ -98,9 +98,9 @@ def snake_into_conv(act: SnakeBeta, conv: CausalConv1d, x: torch.Tensor) -> torc
     padding itself, so the conv reads its output as it is: one pass over the activation fewer
     (F.pad copies the whole activation into a padded one). Elsewhere the layers as they are.
     Pass x as a temporary when nothing else needs it: it is dropped before the conv runs, so the
-    peak holds what the memory plan counts (core/engine/footprint.py vocoder_bytes). (On CPython
-    3.11 and later a call owns its arguments, so `del x` frees a temporary; on 3.10 the caller's
-    stack keeps it until the call returns: one activation more at the peak.)"""
+    peak holds what the memory plan counts (core/engine/plan/footprint.py vocoder_bytes). (On
+    CPython 3.11 and later a call owns its arguments, so `del x` frees a temporary; on 3.10 the
+    caller's stack keeps it until the call returns: one activation more at the peak.)"""
     if x.is_cuda and act.cuda_op is not None:
         h = act.cuda_op(x, act.alpha, act.beta, SNAKE_EPS, conv.left_pad)  # [B, C, pad + T]
         del x

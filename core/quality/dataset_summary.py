@@ -145,6 +145,8 @@ def summary_lines(summary: dict) -> list[str]:
         + (", ".join(flagged) if flagged else "none")
         + '  (docs/job-state.md, "Quality")'
     )
-    if summary["kept"] is not None:
+    if summary["kept"]:
         lines.append(f"  metadata.jsonl lists {summary['kept']:,} of them (the keep rules)")
+    elif summary["kept"] is not None:
+        lines.append("  the keep rules keep none of them: no metadata.jsonl")
     return lines

@@ -29,15 +29,18 @@ MARKS = {
 }
 
 
-def write_report(results: Path, target: Path, summary: dict, rules: KeepRules) -> None:
-    """FILE.html from results.parquet's ok rows and the summary (summarize_results)."""
+def write_report(
+    results: Path, target: Path, summary: dict, rules: KeepRules, out_dir: Path | None = None
+) -> None:
+    """FILE.html from results.parquet's ok rows and the summary (summarize_results); out_dir:
+    the out dir the page names (default: results.parquet's folder; views_aside builds it aside)."""
     column = ds.OkColumns(results)
     figures = []
     for name in ds.COLUMNS:
         numbers = column.numbers(name)
         if numbers is not None and len(numbers):
             figures.append(_figure(name, numbers, MARKS.get(name, []), _rule_marks(name, rules)))
-    page = _page(results.parent, summary, rules, figures)
+    page = _page(results.parent if out_dir is None else out_dir, summary, rules, figures)
     atomic_write_bytes(target, page.encode())
 
 

@@ -80,7 +80,7 @@ def overlapped(
     drop a group's device references (work(group) takes it around its own device work).
     stream: the worker's CUDA stream (default: a new one on a CUDA device).
     inline: no worker; each group's work runs on the producer's thread as it arrives (a CPU
-    whose cores are better spent on one phase at a time: core/engine/cpu_runtime.py)."""
+    whose cores are better spent on one phase at a time: core/engine/device/cpu_runtime.py)."""
     release = gate.yielding if gate is not None else nullcontext
     if inline:  # one thread: nothing can capture meanwhile
         for group in groups:

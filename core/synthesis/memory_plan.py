@@ -1,5 +1,5 @@
 """This job's memory plan on this device: the requests' shapes, the device's byte budget and the
-loaded model's size, handed to the planner (qtts.core.engine.planner). Also the refusal a user
+loaded model's size, handed to the planner (qtts.core.engine.plan.planner). Also the refusal a user
 sees when an explicit --batch-size cannot fit. Knows requests, prompts and devices.
 """
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from qtts.core.engine.footprint import Dims
-from qtts.core.engine.planner import GIB, MemoryPlan, RowShape, plan_memory
-from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.plan.footprint import Dims
+from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape, plan_memory
 from qtts.core.errors import UsageError
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig

@@ -2,7 +2,7 @@
 
 The yardstick for the fast engine. It left-pads prompts like the official batch path, grows a plain
 concatenating KV cache, keeps finished rows in the batch (feeding EOS) so every row sees the same
-shapes as in the official call, and samples with the torch twin in core/engine/sampling.py.
+shapes as in the official call, and samples with the torch twin in core/engine/step/token_choice.py.
 Knows token ids and tensors; no text, no files.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qtts.core.engine.sampling import RowParams, apply_penalties, select_tokens
-from qtts.core.engine.slots import Prompt
+from qtts.core.engine.step.slots import Prompt
+from qtts.core.engine.step.token_choice import RowParams, apply_penalties, select_tokens
 from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from qtts.core.engine.host_copy import ids_to_device
-from qtts.core.engine.slots import Prompt
+from qtts.core.engine.step.host_copy import ids_to_device
+from qtts.core.engine.step.slots import Prompt
 from qtts.core.model.config import ModelConfig
 
 # Template slices (Qwen2 tokenizer, no BOS/EOS added).
@@ -142,7 +142,8 @@ def _special_ids(config: ModelConfig) -> list[int]:
 @torch.no_grad()
 def embed_prompt(talker, config: ModelConfig, tokens: PromptTokens) -> Prompt:
     """Non-streaming prefill layout (docs/model.md, "Prompt layout"), built with the official
-    slices. Every id reaches the device in one non-blocking copy (qtts.core.engine.host_copy)."""
+    slices. Every id reaches the device in one non-blocking copy
+    (qtts.core.engine.step.host_copy)."""
     t = config.talker
     n = len(tokens.text_ids) - 8 + 1  # text tokens + tts_eos
     ids = ids_to_device(

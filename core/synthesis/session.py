@@ -101,7 +101,7 @@ def open_text_model(model: str) -> CheckpointText:
 
 def load_synthesizer(text_model: CheckpointText, placement: Placement):
     """Weights on the device. QTTS_GENERATOR=naive runs the yardstick instead of the engine."""
-    from qtts.core.engine.settings import synthesis_generator
+    from qtts.core.engine.device.settings import synthesis_generator
     from qtts.core.synthesis.synthesizer import Synthesizer
 
     return Synthesizer.load(

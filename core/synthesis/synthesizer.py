@@ -18,14 +18,14 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from qtts.core.engine.cpu_runtime import apply_cpu_budget, describe_cpu_budget, trim_heap
-from qtts.core.engine.decoder_kernels import with_kernels
-from qtts.core.engine.layer_path import prepare_weights
-from qtts.core.engine.planner import MemoryPlan
-from qtts.core.engine.sampling import RowParams
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import bucket_shapes, decode_bucketed
+from qtts.core.engine.device.cpu_runtime import apply_cpu_budget, describe_cpu_budget, trim_heap
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.plan.planner import MemoryPlan
+from qtts.core.engine.step.layer_path import prepare_weights
+from qtts.core.engine.step.token_choice import RowParams
+from qtts.core.engine.vocoder.decoder_kernels import with_kernels
+from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, decode_bucketed
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import (
     parse_device,
@@ -162,7 +162,7 @@ class Synthesizer:
             finished = self._engine(requests, tokens, options)
         # groups: [(request, codes [F, G], hit_budget, Attempt kept)]. The vocoder runs beside
         # the decode loop (GPU), or after each finished group on the decode thread (a CPU's
-        # serial budget: core/engine/cpu_runtime.py).
+        # serial budget: core/engine/device/cpu_runtime.py).
         work = lambda group: list(self._vocode(group))  # noqa: E731
         for items in overlapped(
             prioritized(finished, self.decode_stream),
@@ -271,21 +271,15 @@ class Synthesizer:
         )
         for group in plan.groups:
             pending = set(group.rows)
-            while pending:
-                slots = min(group.slots, slots_at_once.size, len(pending))
+            for attempt in slots_at_once.tries(lambda p=pending: bool(p)):
+                attempt.rows = min(group.slots, attempt.size, len(pending))
                 order = [i for i in group.rows if i in pending]  # longest KV need first
-                try:
+                with attempt:
                     for done in self._engine_pass(
-                        requests, tokens, order, slots, group, options=options
+                        requests, tokens, order, attempt.rows, group, options=options
                     ):
                         pending.difference_update(d.key.row for d in done)
                         yield [(requests[d.key.row], d.codes, d.hit_budget, d.key) for d in done]
-                except torch.OutOfMemoryError:
-                    if not slots_at_once.shrink(slots):
-                        raise
-                else:
-                    continue
-                slots_at_once.free()
             trim_heap()  # the group's KV cache is free: the next group sizes its own
 
     def _vocoder_backoff(self, size: int) -> OomBackoff:
@@ -299,17 +293,11 @@ class Synthesizer:
         """Every window shape of the plan's vocoder batch captured now, before decoding starts,
         holding the device gate (captured lazily, each would stall the decode stream). Out of
         memory halves the rows per call, as it does while vocoding."""
-        rows = self.vocoder_rows
-        while True:
-            try:
-                with self.device_gate, self._on_vocoder_stream():
-                    self.vocoder.capture_all(bucket_shapes(rows.size), self.device)
-                return
-            except torch.OutOfMemoryError:
-                if not rows.shrink(rows.size):
-                    raise
-            with self.device_gate:
-                rows.free()
+        rows, captured = self.vocoder_rows, []
+        for attempt in rows.tries(lambda: not captured, gate=lambda: self.device_gate):
+            with attempt, self.device_gate, self._on_vocoder_stream():
+                self.vocoder.capture_all(bucket_shapes(attempt.rows), self.device)
+                captured.append(True)
 
     def _on_vocoder_stream(self):
         """The vocoder's stream, after the current one: its static buffers belong to the stream
@@ -320,8 +308,8 @@ class Synthesizer:
         return torch.cuda.stream(self.vocoder_stream)
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
-        from qtts.core.engine.build import EngineShape, build_engine
-        from qtts.core.engine.scheduler import EngineJob, run_continuous
+        from qtts.core.engine.loop.build import EngineShape, build_engine
+        from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
 
         # Every graph this pass can need is captured before its first prefill, with no vocoder
         # work in flight (the vocoder thread holds the same gate around each micro-batch). Out of
@@ -360,22 +348,20 @@ class Synthesizer:
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         """The speech decoder on at most `vocoder_rows.size` rows at once; out of memory halves the
         micro-batch and redoes only the rows not decoded yet (the decode is deterministic)."""
-        rows_at_once = self.vocoder_rows
         done = 0
-        while done < len(group):
-            batch = group[done : done + rows_at_once.size]
-            # The gate per micro-batch: a capture or a build on the decode side waits for this
-            # one call at most (device_gate.py); the halving's re-arm and free run under it too.
-            with self.device_gate.yielding():
-                out = None
-                try:
-                    out = list(self._vocode_batch(batch))
-                except torch.OutOfMemoryError:
-                    if not rows_at_once.shrink(len(batch)):
-                        raise
-                if out is None:  # freed after the except: its traceback held the failed tensors
-                    rows_at_once.free()
-                    continue
+        # The gate per micro-batch: a capture or a build on the decode side waits for this one
+        # call at most (device_gate.py); the halving's re-arm runs under it, its free under
+        # another hold of it.
+        for attempt in self.vocoder_rows.tries(
+            lambda: done < len(group),  # noqa: B023 (the rows decoded so far, read each try)
+            gate=self.device_gate.yielding,
+        ):
+            batch = group[done : done + attempt.size]
+            attempt.rows = len(batch)
+            with self.device_gate.yielding(), attempt:
+                out = list(self._vocode_batch(batch))
+            if attempt.failed:
+                continue
             done += len(batch)
             yield from out
 

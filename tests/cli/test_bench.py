@@ -85,7 +85,7 @@ def test_each_step_figure_says_what_it_is():
     """The figures of the issue (a loaded 2-core box): on a CPU nothing is synced, both sets of
     steps time the same work, so a 12x gap is the machine's load and the report says so; on a
     GPU the instrumented steps carry a sync at each part, so a gap is expected and not flagged."""
-    from qtts.cli.bench_command import _step_line
+    from qtts.core.bench.lines import step_line as _step_line
 
     parts = {"talker_stack": 80.1, "predictor": 700.2, "sampling": 110.0, "other": 9.45}
     step_ms = {"step": 73.68, "parts": {**parts, "instrumented_step": 899.75}, "repeats": 5}

@@ -240,10 +240,16 @@ def test_max_attempts_alone_means_retry_and_greedy_fails_at_once(tmp_path, write
              "--max-attempts", "2")  # fmt: skip
     error = results(tmp_path / "a")["twice"]["error"]
     assert r.exit_code == 3 and "in 2 attempts" in error and "--max-attempts 2)" in error
-    r = qtts("batch", m, "-o", tmp_path / "b", "--speaker", "ryan", "--greedy")
+    r = qtts("batch", m, "-o", tmp_path / "b", "--speaker", "ryan", "--greedy",
+             "--temperature", "0.7", "--subtalker-top-k", "5")  # fmt: skip
     row = results(tmp_path / "b")["twice"]  # another seed would give the same codes
-    assert r.exit_code == 3 and row["attempts"] == 1 and "in 1 attempt (" in row["error"]
+    assert r.exit_code == 3 and row["attempts"] == 1
+    assert "greedy decoding: a retry would repeat it" in row["error"]
+    assert "in 1 attempt" not in row["error"], row["error"]
     assert "retry with greedy decoding" in r.stderr
+    idle = [line for line in r.stderr.splitlines() if "change(s) nothing" in line]
+    assert len(idle) == 1 and "--temperature, --subtalker-top-k" in idle[0], r.stderr
+    assert "--greedy" in idle[0]
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -113,8 +113,8 @@ def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):
     from tiny_models import fast_tiny_decode, tiny_decoder
 
     from qtts.core.doctor import vocoder_window as check
-    from qtts.core.engine import vocoder_graphs
-    from qtts.core.engine.roofline import DeviceSpec
+    from qtts.core.engine.plan.roofline import DeviceSpec
+    from qtts.core.engine.vocoder import vocoder_graphs
 
     replays = []
 
@@ -131,8 +131,8 @@ def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):
             return SimpleNamespace(replay=lambda: (replays.append(key), window(key)))
 
     monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
-    monkeypatch.setattr(check.EngineSettings, "for_device",
-                        lambda device: SimpleNamespace(cuda_graphs=True))  # fmt: skip
+    graphed = SimpleNamespace(cuda_graphs=True, decoder_gemm=True)
+    monkeypatch.setattr(check.EngineSettings, "for_device", lambda device: graphed)
     run = DoctorRun(torch.device("cpu"), "small")
     run.measured["models"] = (None, None, tiny_decoder())
     run.measured["spec"] = DeviceSpec("a stand-in", bandwidth=1e10, flops=1e11)

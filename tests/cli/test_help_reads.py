@@ -76,3 +76,45 @@ def test_the_checker_finds_a_hard_break_inside_a_sentence():
     )
     (found,) = early_breaks(text, 46)
     assert "Local checkpoint dir or" in found and "a repo id;" in found
+
+
+def panel(text: str, title: str) -> list[str]:
+    """The lines inside the panel titled `title`, borders cut off."""
+    lines = text.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith(f"╭─ {title} "))
+    bottom = next(i for i in range(top, len(lines)) if lines[i].startswith("╰"))
+    return [line[1:-1] for line in lines[top + 1 : bottom]]
+
+
+def help_column(lines: list[str], option: str) -> tuple[int, int]:
+    """Where an option's help starts in its panel (a character column, read off the line below
+    its row, which holds only help) and how many lines the help takes."""
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == [option])
+    below = lines[at + 1]
+    start = len(below) - len(below.lstrip())
+    taken = 1
+    while at + taken < len(lines) and not lines[at + taken][:start].strip():
+        taken += 1
+    return start, taken
+
+
+def test_qtts_help_lists_each_command_on_one_line():
+    """As git, hf and uv do: a line each; the detail is in the command's own help."""
+    for width in (80, 120):
+        rows = panel(render("", width), "Commands")
+        assert [row.split()[0] for row in rows] == COMMANDS[1:], rows
+
+
+@pytest.mark.parametrize(
+    "command, title, option",
+    [("batch", "Failures and logging", "--on-budget"), ("bench", "Options", "--manifest")],
+)
+def test_an_options_panel_gives_its_help_the_width_the_names_leave(command, title, option):
+    """At 80 columns typer's six columns (a `--no-` form had its own) left ~20 characters for
+    the help, and `--on-budget` took 16 lines: the help now takes what the names leave."""
+    lines = panel(render(command, 80), title)
+    start, taken = help_column(lines, option)
+    assert len(lines[0]) - start >= 36, "\n".join(lines)
+    assert taken <= (10 if option == "--on-budget" else 12), "\n".join(lines)
+    assert any(line.split()[:1] == ["--no-write" if command == "bench" else "--no-fail-fast"]
+               for line in lines)  # fmt: skip

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.engine.vocoder_windows import bucket_shapes, frame_buckets
+from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, frame_buckets
 
 GIB = 2**30
 
@@ -29,6 +29,9 @@ def test_a_1_7b_job_fits_an_80_gib_card_with_kv_sized_to_its_rows():
     assert slots == 254 and plan["kv_bytes"] == slots * kv_len * 112 * 1024
     for key in ("weights_bytes", "vocoder_bytes"):
         assert 0 < plan[key] < plan["total_bytes"]
+    # the parts add up to the total (state_bytes, kept as it was, includes kv_bytes)
+    assert sum(plan["memory"].values()) == plan["total_bytes"]
+    assert plan["memory"]["kv_cache"] + plan["memory"]["slot_state"] == plan["state_bytes"]
     assert "ceiling" in out and plan["roofline"]["ceiling_audio_s_per_s"] > 0
     # 15 vocoder rows: pieces of 1, 2, 4 and 8 rows, each at the 26 window lengths
     assert plan["vocoder_batch"] == 15 and plan["vocoder_graphs"] == 4 * len(frame_buckets())

@@ -109,3 +109,24 @@ def test_unknown_speaker_fails_the_row_with_the_list(checkpoint, tmp_path, write
     assert rows["b"]["status"] == "ok"
     assert rows["a"]["status"] == "failed"
     assert "nobody" in rows["a"]["error"] and "vivian" in rows["a"]["error"]
+
+
+def test_sample_makes_a_greedy_checkpoint_sample(checkpoint, tmp_path, write_manifest):
+    """The fixture's generation_config.json samples nowhere: two seeds give the same codes, and
+    --temperature alone changes nothing, said in one warning line; --sample draws by seed."""
+    import numpy as np
+
+    path = write_manifest([{"id": f"s{seed}", "text": "Hello.", "seed": seed} for seed in (1, 2)])
+
+    def codes(out, *flags):
+        proc = qtts("batch", path, "--model", checkpoint, "--speaker", "vivian", "--device", "cpu",
+                    "--max-new-tokens", "8", "--save-codes", "--out-dir", out, *flags)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc.stderr.decode(), [np.load(out / f"s{seed}.codes.npy") for seed in (1, 2)]
+
+    err, (one, two) = codes(tmp_path / "greedy", "--temperature", "0.9")
+    assert np.array_equal(one, two)
+    idle = [line for line in err.splitlines() if "change(s) nothing" in line]
+    assert len(idle) == 1 and "--temperature" in idle[0] and "--sample" in idle[0], err
+    err, (one, two) = codes(tmp_path / "sampled", "--sample", "--temperature", "0.9")
+    assert not np.array_equal(one, two) and "change(s) nothing" not in err

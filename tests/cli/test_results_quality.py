@@ -94,8 +94,13 @@ def test_keep_all_with_rules_and_out_of_range_rules_are_usage_errors(out):
 def test_a_rule_on_an_unscored_column_says_why_nothing_is_listed(out):
     r = qtts("results", out, "--max-cer", "0.1")
     assert r.exit_code == 0, r.stderr
-    assert "cer, which no row has yet" in r.stderr
-    assert listed(out) == []
+    assert "cer, which no row has yet (run qtts score first)" in r.stderr
+    assert "no ok row meets the keep rules (--max-cer 0.1), so there is no metadata.jsonl" in (
+        r.stderr
+    )
+    assert not (out / "metadata.jsonl").exists()  # an empty one breaks the AudioFolder loader
+    assert qtts("results", out, "--keep-all").exit_code == 0
+    assert listed(out) == list(DNSMOS)  # back when a rule lets rows through
 
 
 class _Tags(HTMLParser):
@@ -117,3 +122,35 @@ def test_report_draws_each_summarized_column(out, tmp_path):
     assert parser.tags.count("svg") == len(quality["percentiles"])
     text = page.read_text()
     assert "--min-dnsmos 3" in text and "dnsmos_ovrl" in text and "hit_frame_budget" in text
+    assert f"wrote the quality report to {page.resolve()}" in r.stderr  # says where it went
+    assert json.loads(r.stdout.strip().splitlines()[-1])["report"] == str(page.resolve())
+
+
+LOAD = """\
+import sys
+from datasets import load_dataset
+ds = load_dataset("audiofolder", data_dir=sys.argv[1], split="train")
+print(ds.num_rows, ds.column_names)
+"""
+
+
+def test_an_all_filtered_out_dir_is_refused_by_nothing_downstream(out, tmp_path):
+    """Keep rules that keep no row leave no metadata.jsonl (a 0-byte one made datasets' loader
+    fail with an IndexError), say why, and the real AudioFolder loader (datasets < 4) opens the
+    out dir: without metadata it lists the audio files themselves."""
+    pytest.importorskip("datasets")
+    import subprocess
+    import sys
+
+    from fakes import fake_env
+
+    r = qtts("results", out, "--min-dnsmos", "4.5")  # the best row scored 3.9
+    assert r.exit_code == 0, r.stderr
+    assert "no ok row meets the keep rules (--min-dnsmos 4.5)" in r.stderr
+    assert "the keep rules keep none of them: no metadata.jsonl" in r.stderr
+    assert not (out / "metadata.jsonl").exists()
+    env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
+    read = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True,
+                          text=True, env=env, timeout=180)  # fmt: skip
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert read.stdout.split()[0] == str(len(DNSMOS)), read.stdout

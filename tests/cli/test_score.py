@@ -123,6 +123,14 @@ def test_an_out_dirs_views_carry_the_scores_through_every_rebuild(tmp_path, writ
     assert (summary(p)["scored"], summary(p)["skipped"]) == (1, 2)
     assert shown()[:2] == scored[:2] and shown()[2] is not None
 
+    scored = shown()  # a layout switch repacks the same audio: its scores still hold
+    switch = run("batch", write_manifest(rows), "-o", out, "--speaker", "ryan", "--output",
+                 "webdataset")  # fmt: skip
+    assert switch.returncode == 0 and json.loads(switch.stdout)["repacked"] == 3
+    assert shown() == scored
+    p = run("score", out)
+    assert (summary(p)["scored"], summary(p)["skipped"]) == (0, 3)
+
 
 SAME_AUDIO_SCORE = 1e-6  # one clip's bytes, read from a file or from its shard: one score
 

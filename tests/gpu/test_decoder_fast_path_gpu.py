@@ -1,4 +1,4 @@
-"""The speech decoder's fast path on a GPU (core/engine/decoder_kernels.py): the frame-rate
+"""The speech decoder's fast path on a GPU (core/engine/vocoder/decoder_kernels.py): the frame-rate
 convolutions as cuBLAS products == cuDNN's convolutions at the 0.6b decoder's real shapes, the
 SnakeBeta op's causal padding == F.pad, and a real-size decoder with every op installed gives the
 layers' audio: equal to float rounding in fp32, and in bf16 as close to fp32 as the layers' own
@@ -43,8 +43,8 @@ def _snr_db(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def test_each_frame_rate_convolution_as_a_product_is_cudnns(decoder):
-    from qtts.core.engine.conv_gemm import causal_conv, causal_conv_transpose
-    from qtts.core.engine.decoder_kernels import frame_rate_convs
+    from qtts.core.engine.vocoder.conv_gemm import causal_conv, causal_conv_transpose
+    from qtts.core.engine.vocoder.decoder_kernels import frame_rate_convs
     from qtts.core.model.codec_modules import CausalConv1d
 
     with torch.inference_mode():
@@ -72,7 +72,7 @@ def test_the_snake_op_writes_the_causal_padding():
 
 
 def test_a_real_size_decoder_on_the_fast_path_gives_the_layers_audio(decoder):
-    from qtts.core.engine.decoder_kernels import with_kernels
+    from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 
     codes = torch.randint(0, decoder.cfg.codebook_size, (2, 16, 60), device="cuda")
     with torch.inference_mode():

@@ -93,9 +93,9 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
 
     from teacher_forcing import agreement, forced_logits
 
-    from qtts.core.engine.engine import Engine
-    from qtts.core.engine.settings import EngineSettings
-    from qtts.core.engine.slots import SlotState
+    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.loop.engine import Engine
+    from qtts.core.engine.step.slots import SlotState
     from qtts.core.synthesis.prompt import prompt_tokens
     from qtts.core.synthesis.session import load_synthesizer, open_text_model
 

@@ -75,7 +75,7 @@ def test_prefill_kernel_and_attention_on_cuda(dtype):
     the grouped attention under the pass's bias == the module path's repeated-K/V attention."""
     import torch.nn.functional as F
 
-    from qtts.core.engine.prefill_attention import prefill_attention, prefill_bias
+    from qtts.core.engine.step.prefill_attention import prefill_attention, prefill_bias
     from qtts.core.model.talker import repeat_kv
     from qtts.kernels.rope_cache import qk_norm_rope_prefill_triton, qk_norm_rope_prefill_twin
 

@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from qtts.core.engine.sampling import (
+from qtts.core.engine.step.token_choice import (
     ROW_DTYPES,
     RowParams,
     apply_penalties,

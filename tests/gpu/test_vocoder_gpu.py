@@ -1,5 +1,5 @@
-"""GPU checks of the speech decoder's graphs (qtts.core.engine.vocoder_graphs): replayed windows
-give the eager audio, captured on a worker thread with its own stream (as the synthesizer's
+"""GPU checks of the speech decoder's graphs (qtts.core.engine.vocoder.vocoder_graphs): replayed
+windows give the eager audio, captured on a worker thread with its own stream (as the synthesizer's
 vocoder thread does) while the main thread keeps the device busy; one graph per shape.
 
 Skipped without CUDA. Run them on the lent GPU machine: `bash tools/gpu_checks.sh run`.
@@ -11,8 +11,8 @@ import pytest
 import torch
 from tiny_models import tiny_decoder
 
-from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import bucket_shapes, decode_bucketed
+from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, decode_bucketed
 
 pytestmark = [
     pytest.mark.gpu,

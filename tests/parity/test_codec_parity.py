@@ -5,7 +5,7 @@ hold a tiny speech tokenizer, `codec_long.npz` (three random utterances of 700, 
 decoded in ONE official call: exercises 300-frame chunks, 25 frames of left context and batch
 padding) and per-case audio decoded from the codes the official talker produced. Both decodes
 are checked: the official chunking (core/model/codec.py) and the bucketed windows qtts runs
-(core/engine/vocoder_windows.py: padded frames, groups cut into powers of two).
+(core/engine/vocoder/vocoder_windows.py: padded frames, groups cut into powers of two).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from golden import DECODER_ATOL, GOLDEN, golden_file
 from safetensors.torch import load_file
 
-from qtts.core.engine.vocoder_windows import decode_bucketed
+from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig, decode_utterances
 
 TOKENIZER = GOLDEN / "speech_tokenizer"

@@ -111,6 +111,58 @@ def test_imports_point_down_the_layers():
     assert bad == [], "\n".join(sorted(bad))
 
 
+# Inside a layer, its folders in order, bottom first: a module imports from its own folder or a
+# folder before it, never after (docs/architecture.md, "What each layer may know").
+FOLDER_ORDER = {
+    "qtts.core.engine": ["device", "step", "loop", "vocoder", "plan"],
+}
+
+
+def _folder_order_violations(package: str, order: list[str]) -> list[str]:
+    rank = {folder: i for i, folder in enumerate(order)}
+    depth = len(package.split("."))
+
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[depth] if parts[:depth] == package.split(".") and len(parts) > depth else None
+
+    bad = []
+    for module, deps in _graph().items():
+        own = folder(module)
+        if own is None:
+            continue
+        assert own in rank, f"{module}: folder {own!r} is not in FOLDER_ORDER[{package!r}]"
+        for dep in deps:
+            theirs = folder(dep)
+            if theirs is not None and rank.get(theirs, -1) > rank[own]:
+                bad.append(f"{module} -> {dep}")
+    return bad
+
+
+def test_folders_inside_a_layer_import_down_their_order():
+    for package, order in FOLDER_ORDER.items():
+        bad = _folder_order_violations(package, order)
+        assert bad == [], f"{package}:\n" + "\n".join(sorted(bad))
+
+
+def test_a_folder_order_violation_is_seen():
+    """The check can fail: the engine's order reversed finds the imports that go down it."""
+    assert _folder_order_violations("qtts.core.engine", FOLDER_ORDER["qtts.core.engine"][::-1])
+
+
+def test_one_out_of_memory_loop():
+    """Every `except ... OutOfMemoryError` of the source is in core/synthesis/oom_backoff.py:
+    the try/shrink/free loop and the bench's report are written once."""
+    catches = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in _modules().values()
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.ExceptHandler) and node.type is not None
+        and "OutOfMemoryError" in ast.unparse(node.type)
+    ]  # fmt: skip
+    assert catches and all(c.startswith("core/synthesis/oom_backoff.py") for c in catches), catches
+
+
 BLOCK_TORCH = """
 import importlib, pkgutil, sys
 class NoTorch:

@@ -3,11 +3,12 @@
 Reads and validates every row, selects the shard, scans the out dir's state for rows already
 done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
-to redo and why, failing validation (the first reasons), frames and hours of audio estimated,
-the rows of the first chunk that will be split into segments (and how many segments), the rows
-the run would first take out of sealed archive shards (and how many shards or files that
-rewrites or removes), and the precision the run would compute in. A run it would refuse at its
-out dir (a file on its path, not writable: exit 2) or at its locks (its shard's lock held: exit 75;
+to repack (done in another layout or format: moved without the model), to redo and why,
+failing validation (the first reasons), frames and hours of audio estimated, the rows of the
+first chunk that will be split into segments (and how many segments), the rows the run would
+first take out of sealed archive shards (and how many shards or files that rewrites or
+removes), and the precision the run would compute in. A run it would refuse at its out dir (a
+file on its path, not writable: exit 2) or at its locks (its shard's lock held: exit 75;
 --overwrite changing the shard count under a running shard: exit 2) it refuses alike.
 Knows the job's work and the TextModel; no tensors.
 """
@@ -48,6 +49,7 @@ class DryRunSummary:
     total: int
     to_synthesize: int
     skipped: int
+    to_repack: int  # rows done in another layout or format, moved without synthesis
     redo: int
     redo_reasons: dict[str, int]
     failed: int
@@ -78,10 +80,11 @@ class DryRunSummary:
             f", {self.taken_out} taken out of {self.outputs_rewritten} output file(s) first"
             * bool(self.taken_out)
         )
+        repack = f", {self.to_repack} to repack (no synthesis)" * bool(self.to_repack)
         return (
             f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
-            f"of audio), {self.skipped} already done, {self.redo} to redo{out}, {self.failed} "
-            f"failing validation; nothing was written"
+            f"of audio), {self.skipped} already done{repack}, {self.redo} to redo{out}, "
+            f"{self.failed} failing validation; nothing was written"
         )
 
 
@@ -130,6 +133,7 @@ def dry_run(job) -> DryRunSummary:
         total=work.total,
         to_synthesize=work.todo.num_rows,
         skipped=work.skipped,
+        to_repack=work.moved,
         redo=len(work.resume.stale),
         redo_reasons=work.resume.reasons,
         failed=failures.num_rows,

@@ -1,11 +1,13 @@
 """The locked part of a job: resume, the synthesis loop, state, results, summary.
 
-Runs with the shard's lock held. Decides the work (qtts.core.jobs.work.decide), records rows that
-fail validation and rows that must be redone, then consumes the backend's outcomes (local or Ray:
-one loop) to report progress, count failures and stop after too many. Whatever happens (signal, disk
-full, too many failures, a crash), the shard's journal is folded into its state and
-results.parquet is rebuilt before returning or raising. Knows records and outcomes; no tensors,
-no CLI.
+Runs with the shard's lock held. Finishes what a killed run left half done (a retraction, a
+repack), decides the work (qtts.core.jobs.work.decide), records rows that fail validation and
+rows that must be redone, repacks the rows done in another layout or format (no model), then
+consumes the backend's outcomes (local or Ray: one loop) to report progress, count failures and
+stop after too many. Whatever happens (signal, disk full, too many failures, a crash), the
+shard's journal is folded into its state and results.parquet is rebuilt before returning or
+raising; the summary counts its rows (run_counts). Knows records and outcomes; no tensors, no
+CLI.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.execution.failures import FailureLog
 from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
+from qtts.core.jobs.execution.run_counts import hit_budget, made_now_s, moved_aside
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
@@ -32,6 +35,7 @@ from qtts.core.jobs.output.stores import retract
 from qtts.core.jobs.output.stores.files import row_id_of
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES
 from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
+from qtts.core.jobs.output.stores.repack import finish_killed, repack
 from qtts.core.jobs.output.writer import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.rows.text_spill import spilled
 from qtts.core.jobs.rows.validation import Prepared
@@ -116,12 +120,15 @@ class JobRun:
         self.failures = FailureLog()
         self.aborted = False
         self.t0 = time.monotonic()
+        self.repacked = pa.array([], pa.string())  # ids moved into this layout without the model
+        self.unread = 0  # of those, rows left where they were (their audio could not be read)
         self.load_s: float | None = None  # backend.prepare (the model's load)
         self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
 
     def execute(self) -> JobSummary:
         with StopSignals(on_exit_now=remove_live_temps) as stop:
             retract.finish(self.out, self.shard.suffix, self.journal, self.run_id)  # a killed run's
+            finish_killed(self.out, self.shard.suffix, self.journal)  # a killed run's repack
             if self.spec.output.overwrite:
                 self._retract_everything()
                 state.reset(self.out, self.shard)
@@ -132,6 +139,7 @@ class JobRun:
             self._record_work(work)
             status, code = "done", 0
             try:
+                self._repack(work, stop)
                 self._loop(work, stop)
             except Interrupted as e:
                 status, code = "interrupted", e.exit_code
@@ -157,7 +165,11 @@ class JobRun:
         if removed:
             log.info("removed temp files left by an interrupted run")
         layout = Layout(self.out)
-        own = {layout.state(self.shard.suffix).name, layout.retract_intent(self.shard.suffix).name}
+        suffix = self.shard.suffix
+        own = {
+            layout.state(suffix).name,
+            *(f(suffix).name for f in (layout.retract_intent, layout.repack_intent)),
+        }
         cleanup_temp_files(layout.dir, owns=lambda final: final in own)
         j = self.job
         return decide_work(
@@ -192,8 +204,14 @@ class JobRun:
             if len(taken):
                 rest = pc.filter(rest, pc.invert(pc.is_in(rest, value_set=taken)))
             self.journal.append_table(pending_records(rest, run=self.run_id))
-        if work.skipped:
-            log.info("resuming: %d row(s) already done, %d to do", work.skipped, work.todo.num_rows)
+        if work.skipped or work.moved:
+            moved = f", {work.moved} to repack into {self.ctx.store.layout}" * bool(work.moved)
+            log.info(
+                "resuming: %d row(s) already done%s, %d to do",
+                work.skipped,
+                moved,
+                work.todo.num_rows,
+            )
         rejected = work.rejected
         old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
         was_ok = pc.fill_null(pc.equal(old["status"], OK), False)
@@ -224,6 +242,17 @@ class JobRun:
         ok = overwritten(self.out, self.shard, self.ctx.store.layout)
         if ok is not None:
             self._retract(ok["id"], ok)
+
+    def _repack(self, work: Work, stop: StopSignals) -> None:
+        """Rows done in another layout or format move into this run's, before any synthesis
+        (and without loading the model when nothing else is to do)."""
+        ids = work.moved_ids()
+        if len(ids) == 0:
+            return
+        self.repacked = ids
+        store = self.ctx.store
+        _, self.unread = repack(self.out, self.shard.suffix, self.journal, ids, spec=store,
+                                settings=self.ctx.settings, run=self.run_id, stop=stop)  # fmt: skip
 
     def _loop(self, work: Work, stop: StopSignals) -> None:
         if self._too_many_failures():
@@ -272,6 +301,7 @@ class JobRun:
         wanted = ["id", "status", "hit_frame_budget", "run", "duration_s"]
         mine = aligned(own, records.select([c for c in wanted if c in records.column_names]))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
+        repacked, mine = moved_aside(mine, self.repacked, self.run_id)
         failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
             pc.sum(pc.is_null(own["id"])).as_py() or 0
         )
@@ -279,12 +309,13 @@ class JobRun:
             status="done",
             exit_code=0,
             total=work.total,
-            ok=done - work.skipped,
+            ok=done - work.skipped - repacked - self.unread,
             failed=failed,
-            skipped=work.skipped,
+            skipped=work.skipped + self.unread,
+            repacked=repacked,
             pending=work.total - done - failed,
-            hit_frame_budget=_hit_budget(mine, self.run_id),
-            audio_s=_made_now_s(mine, self.run_id),
+            hit_frame_budget=hit_budget(mine, self.run_id),
+            audio_s=made_now_s(mine, self.run_id),
             wall_s=time.monotonic() - self.t0,
             out_dir=str(self.out),
             results=str(self.out / "results.parquet"),
@@ -322,38 +353,6 @@ class JobRun:
             self._rebuild_results()
         except Exception as e:  # the original error matters more; say why results are stale
             log.error("could not update the job state or results.parquet: %s", e)
-
-
-def _made_now(mine: pa.Table, run_id: str) -> pa.Array:
-    """Per row: whether this run made its record (False for a rerun that made nothing)."""
-    if "run" not in mine.column_names:
-        return pa.nulls(mine.num_rows, pa.bool_()).fill_null(False)
-    return pc.fill_null(pc.equal(mine["run"], run_id), False)
-
-
-def _made_now_s(mine: pa.Table, run_id: str) -> float:
-    """Seconds of audio this run made, from its records: rows whose files were still being
-    written when a signal stopped the outcome stream count too, as they do in `ok`."""
-    if "duration_s" not in mine.column_names:
-        return 0.0
-    ok_now = pc.and_(pc.equal(mine["status"], OK), _made_now(mine, run_id))
-    return pc.sum(pc.filter(mine["duration_s"], pc.fill_null(ok_now, False))).as_py() or 0.0
-
-
-def _hit_budget(mine: pa.Table, run_id: str) -> int:
-    """The shard's ok rows kept at their frame budget (the summary's count); the warning names
-    only those this run made, so a rerun that made nothing does not repeat it."""
-    hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
-    n = pc.sum(hit).as_py() or 0
-    now = pc.sum(pc.and_(hit, _made_now(mine, run_id))).as_py() or 0
-    if now:
-        log.warning(
-            "%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
-            "is true in results.parquet; --on-budget retry tries them again, --on-budget "
-            "fail fails them)",
-            now,
-        )
-    return n
 
 
 def failing_now(work: Work, records: pa.Table) -> pa.Array:

@@ -45,7 +45,7 @@ from qtts.core.jobs.work.chunks import Todo, chunk_requests
 log = logging.getLogger("qtts")
 
 # An actor's engine keeps this many rows in flight when --batch-size is auto: the memory
-# planner's cap (qtts.core.engine.planner.MAX_AUTO_SLOTS; a test keeps the two equal).
+# planner's cap (qtts.core.engine.plan.planner.MAX_AUTO_SLOTS; a test keeps the two equal).
 PLANNED_SLOTS = {"cuda": 256, "cpu": 64}
 UNIT_SLOTS = 8  # rows per work unit, in slots: the engine's tail at the end of a unit is short
 SPARE_CPU_SLOTS = 4  # logical CPUs a local cluster adds for Ray Data's own tasks

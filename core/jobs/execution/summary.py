@@ -18,6 +18,7 @@ class JobSummary:
     ok: int = 0
     failed: int = 0
     skipped: int = 0
+    repacked: int = 0  # done rows moved into this run's layout or format, not synthesized
     pending: int = 0
     hit_frame_budget: int = 0  # ok rows that ran out of frames without EOS
     audio_s: float = 0.0
@@ -52,9 +53,10 @@ class JobSummary:
 
     def describe(self) -> str:
         """The closing log line."""
+        repacked = f", {self.repacked} repacked" * bool(self.repacked)
         line = (
-            f"{self.status}: {self.ok} ok, {self.failed} failed, {self.skipped} skipped, "
-            f"{self.pending} pending; results in {self.results}"
+            f"{self.status}: {self.ok} ok, {self.failed} failed, {self.skipped} skipped"
+            f"{repacked}, {self.pending} pending; results in {self.results}"
         )
         if self.failure_reasons:
             top = "; ".join(f"{r} ({n})" for r, n in self.failure_reasons.items())

@@ -75,6 +75,12 @@ def utterance_error(utt: Utterance, max_new_tokens: int, on_budget: str) -> str 
             return f"hit the frame budget without EOS ({budget}; --on-budget fail)"
         if on_budget != "ok":  # retry/N: this was the last attempt
             n, policy = utt.attempts, on_budget.replace("/", " --max-attempts ")
+            most = on_budget.rpartition("/")[2]
+            if most.isdigit() and n < int(most):  # stopped early: neither site samples
+                return (
+                    f"hit the frame budget without EOS ({budget}); greedy decoding: a retry "
+                    "would repeat it (--sample draws)"
+                )
             tries = f"in 1 attempt ({budget}" if n == 1 else f"in {n} attempts ({budget} each"
             return f"hit the frame budget without EOS {tries}; --on-budget {policy})"
         log.debug("row %s hit the frame budget without EOS (%s)", utt.id, budget)

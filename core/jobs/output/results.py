@@ -6,6 +6,9 @@ done, or to be redone) have no row. Shards of one job share the out dir: wheneve
 and whenever `qtts results OUT` asks, the views are rebuilt under a short lock and replaced
 atomically. A shard that finds the lock busy leaves the rebuild to the holder, who rebuilds
 again if a state changed while it worked, so after the last shard the views cover every row.
+A process that cannot open the lock (a read-only mount) rebuilds nothing: ViewsNotWritable, and
+`qtts results` reads the out dir as it is (views_aside.py). metadata.jsonl is left out when it
+would list no row (an empty one breaks load_dataset("audiofolder")).
 Knows records, input ids and files; no models, no tensors.
 """
 
@@ -75,6 +78,15 @@ FROM_RECORDS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path", "memb
 STAGED_COLUMNS = tuple(c for c in FROM_RECORDS if c not in MERGE_COLUMNS)
 RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
 BATCH = 1 << 18  # input rows per batch of the views being written
+
+
+class ViewsNotWritable(OSError):
+    """The results lock cannot be opened here (a read-only mount, no write permission): the
+    views cannot be rebuilt, and nothing was written."""
+
+
+class _NothingListed(Exception):
+    """metadata.jsonl would list no row: it is not published (write_views)."""
 
 
 @dataclass(frozen=True)
@@ -163,18 +175,21 @@ def result_batches(
         yield taken.select([*RESULT_COLUMNS, *scored])
 
 
-def write_views(out_dir: Path, picks: Picks) -> None:
+def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
     """results.parquet and metadata.jsonl in one pass over the batches (each file atomic), with
     the scores of OUT/scores.parquet when there are some (qtts.core.jobs.output.score_columns), and,
     under keep rules (qtts.core.jobs.output.keep_rules), a `kept` column and only the kept rows in
     metadata.jsonl. metadata.jsonl is the files layout's (AudioFolder) view: it lists rows in
     files, and an out dir whose rows all sit in archive shards (which carry their own metadata)
-    has none."""
+    has none; nor has one where no row would be listed (keep rules that keep none, no ok row):
+    Hugging Face's AudioFolder fails on an empty one (IndexError in datasets < 4).
+    into: the folder the views (and their staged columns) are written to; OUT by default."""
+    into = out_dir if into is None else into
     shown = with_scores(picks.records.winners, out_dir)
     scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
     keys = {**METADATA_KEYS, **{c: c for c in scored}}
     rules = read_keep_rules(out_dir)
-    staging = Layout(out_dir).view_staging
+    staging = Layout(into).view_staging
     staged = StagedColumns(staging, picks.records, picks.source, BATCH)
 
     def write_both(results_file, metadata_file=None) -> None:
@@ -184,6 +199,7 @@ def write_views(out_dir: Path, picks: Picks) -> None:
         if not rules.empty:
             schema = schema.append(pa.field(KEPT, pa.bool_()))
         writer = pq.ParquetWriter(results_file, schema, compression="zstd")
+        listed = 0
         for batch in result_batches(out_dir, picks, shown, staged):
             is_ok = pc.fill_null(pc.equal(batch["status"], OK), False)
             in_file = pc.invert(pc.fill_null(pc.is_valid(batch["member"]), False))
@@ -196,24 +212,29 @@ def write_views(out_dir: Path, picks: Picks) -> None:
             writer.write_table(batch.cast(schema))
             ok = batch.filter(pc.and_(is_ok, in_file))  # archives carry their own metadata
             ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
+            listed += ok.num_rows
             for data in table_lines(ok, keys) if metadata_file is not None else ():
                 metadata_file.write(data)
         writer.close()
+        if metadata_file is not None and not listed:
+            raise _NothingListed  # results.parquet is whole; metadata.jsonl's temp is dropped
+
+    def write_metadata_or_none(results_file) -> None:
+        try:
+            atomic_write(into / METADATA_NAME, lambda f: write_both(results_file, f))
+        except _NothingListed:
+            unlink_quietly(into / METADATA_NAME)
+            if not rules.empty and bool(pc.any(pc.equal(shown["status"], OK)).as_py()):
+                log.info("no ok row meets the keep rules (%s): no metadata.jsonl", rules.describe())
 
     with staged:
         for name in STAGED_COLUMNS:
             staged.stage(name)
         if _archives_only(shown["file"]):
-            atomic_write(out_dir / RESULTS_NAME, write_both)
-            unlink_quietly(out_dir / METADATA_NAME)
+            atomic_write(into / RESULTS_NAME, write_both)
+            unlink_quietly(into / METADATA_NAME)
             return
-        atomic_write(
-            out_dir / RESULTS_NAME,
-            lambda results_file: atomic_write(
-                out_dir / METADATA_NAME,
-                lambda metadata_file: write_both(results_file, metadata_file),
-            ),
-        )
+        atomic_write(into / RESULTS_NAME, write_metadata_or_none)
 
 
 def _archives_only(locations: pa.Array) -> bool:
@@ -239,40 +260,50 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
     than wait_s (it rebuilds after us, seeing our state)."""
     from filelock import FileLock, Timeout
 
+    path = Layout(out_dir).results_lock
+    lock = FileLock(str(path), timeout=wait_s)
     try:
-        with FileLock(str(Layout(out_dir).results_lock), timeout=wait_s):
-            rounds = 0
-            while True:  # again while shards finish under us: each changes its state once
-                rounds += 1
-                before = _state_stamp(out_dir)
-                listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
-                cleanup_temp_files(
-                    out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
-                )  # a rebuild that was killed
-                last = rounds > len(before) + 1
-                try:
-                    counts = _rebuild_once(out_dir, rows, listing)
-                except UnreadableState:
-                    # A state replaced under an open handle can fail to read where the
-                    # filesystem does not keep a replaced file for its readers (NFS): if a
-                    # state changed, that was it, and the next round reads the new one.
-                    if last or _state_stamp(out_dir) == before:
-                        raise
-                    continue
-                if last or _state_stamp(out_dir) == before:
-                    break
-            return counts
-    except Timeout:
+        lock.acquire()
+    except Timeout:  # a TimeoutError, so an OSError: caught first
         return None
+    except OSError as e:  # nothing was written: the rebuild writes only under the lock
+        raise ViewsNotWritable(e.errno, f"cannot open {path}: {e.strerror or e}") from e
+    try:
+        rounds = 0
+        while True:  # again while shards finish under us: each changes its state once
+            rounds += 1
+            before = _state_stamp(out_dir)
+            listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
+            cleanup_temp_files(
+                out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
+            )  # a rebuild that was killed
+            last = rounds > len(before) + 1
+            try:
+                counts = rebuild_once(out_dir, rows, listing)
+            except UnreadableState:
+                # A state replaced under an open handle can fail to read where the
+                # filesystem does not keep a replaced file for its readers (NFS): if a
+                # state changed, that was it, and the next round reads the new one.
+                if last or _state_stamp(out_dir) == before:
+                    raise
+                continue
+            if last or _state_stamp(out_dir) == before:
+                break
+        return counts
+    finally:
+        lock.release()
 
 
-def _rebuild_once(out_dir: Path, rows: pa.Table, listing: Listing) -> Counts:
-    """One round: the records merged, the views written; the states closed, whatever happens."""
+def rebuild_once(
+    out_dir: Path, rows: pa.Table, listing: Listing, into: Path | None = None
+) -> Counts:
+    """One round: the records merged, the views written (into OUT, or the folder `into`); the
+    states closed, whatever happens."""
     records = None
     try:
         records = RecordSource.open(out_dir, MERGE_COLUMNS, STAGED_COLUMNS)
         picks = pick(rows, records, listing)
-        write_views(out_dir, picks)
+        write_views(out_dir, picks, into)
         return picks.counts()
     except UnreadableState as e:  # the views as they were beat views without a shard
         raise UnreadableState(
@@ -325,7 +356,28 @@ def input_rows(kind: str, source: str, columns: Mapping[str, str] | None = None)
 
 def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     """`qtts results OUT`: the views rebuilt for every row of the job's input (re-read from
-    where the job file says, or `source`); the counts as one dict."""
+    where the job file says, or `source`); the counts as one dict. ViewsNotWritable where the
+    results lock cannot be opened (views_aside.read_views then reads the out dir as it is)."""
+    job, rows = job_rows(out_dir, source)
+    return counts_summary(out_dir, job, rebuilt_counts(out_dir, rows))
+
+
+def rebuilt_counts(out_dir: Path, rows: pa.Table) -> Counts:
+    """rebuild, for a command: waits up to RESULTS_COMMAND_WAIT_S, then LockHeldError (75)."""
+    counts = rebuild(out_dir, rows, wait_s=RESULTS_COMMAND_WAIT_S)
+    if counts is None:
+        from qtts.core.errors import LockHeldError
+
+        raise LockHeldError(
+            f"another process has held {Layout(out_dir).results_lock} for "
+            f"{RESULTS_COMMAND_WAIT_S} s; try again later"
+        )
+    return counts
+
+
+def job_rows(out_dir: Path, source: str | None = None):
+    """(the job file, every input row): the input re-read from where the job file says, or
+    from `source`; a UsageError when OUT holds no job or the job read stdin."""
     from qtts.core.errors import UsageError
     from qtts.core.jobs.state.jobfile import read_job_file
 
@@ -338,15 +390,11 @@ def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     source = source or job.source
     if source == "-":
         raise UsageError("the job read stdin: pass the same lines with --input PATH")
-    rows = input_rows(job.kind, source, job.columns)
-    counts = rebuild(out_dir, rows, wait_s=RESULTS_COMMAND_WAIT_S)
-    if counts is None:
-        from qtts.core.errors import LockHeldError
+    return job, input_rows(job.kind, source, job.columns)
 
-        raise LockHeldError(
-            f"another process has held {Layout(out_dir).results_lock} for "
-            f"{RESULTS_COMMAND_WAIT_S} s; try again later"
-        )
+
+def counts_summary(out_dir: Path, job, counts: Counts) -> dict:
+    """`qtts results`' counts, as its JSON line gives them."""
     return {
         "total": counts.total,
         "ok": counts.ok,

@@ -66,6 +66,12 @@ class Layout:
     def retract_intent(self, suffix: str) -> Path:  # rows being taken out of archive shards
         return self.dir / f"retract{suffix}.parquet"
 
+    def repack_intent(self, suffix: str) -> Path:  # finished rows moving into another layout
+        return self.dir / f"repack{suffix}.parquet"
+
+    def repack_staging(self, suffix: str) -> Path:  # their records, staged (stores/repack)
+        return self.dir / f"repack-columns{suffix}"
+
     def ray_journal(self, actor: str) -> Path:
         return self.dir / f"{RAY_PREFIX}{actor}.jsonl"
 

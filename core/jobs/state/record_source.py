@@ -43,12 +43,21 @@ class RecordSource:
     winners: pa.Table  # the merge's columns of each id's latest record, one chunk, + POSITION
 
     @classmethod
-    def open(cls, out_dir: Path, merge: tuple[str, ...], later: tuple[str, ...]) -> RecordSource:
+    def open(
+        cls,
+        out_dir: Path,
+        merge: tuple[str, ...],
+        later: tuple[str, ...],
+        *,
+        shard_suffix: str | None = None,
+    ) -> RecordSource:
         """merge: the columns read now (keep id, status, run and t: the merge needs them);
-        later: the columns `column` may be asked for (the journals' are kept)."""
+        later: the columns `column` may be asked for (the journals' are kept); shard_suffix:
+        one job shard's state and journals only (None: every shard's)."""
         layout = Layout(out_dir)
+        own = shard_suffix is not None
         states, bases, offset = [], [], 0
-        for path in layout.states():
+        for path in [layout.state(shard_suffix)] if own else layout.states():
             handle = _open(path)
             if handle is None:  # removed since it was listed (--overwrite): it holds nothing
                 continue
@@ -60,7 +69,7 @@ class RecordSource:
         del bases
         if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
             base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
-        journals, _ = read_journals(layout.journals())
+        journals, _ = read_journals(layout.own_journals(shard_suffix) if own else layout.journals())
         journals = journals.select(list(dict.fromkeys((*merge, *later))))
         held = [overlay(base, _positioned(journals.select(list(merge)), offset))]
         del base  # held hands the only reference to one_chunk

@@ -240,11 +240,18 @@ def latest(table: pa.Table) -> pa.Table:
     return table.filter(pa.array(last))
 
 
+# What merging records reads: `latest` orders by id and t, `settled` pairs a pending record with
+# an outcome of its own run. A reader of a few columns still reads these of the journals.
+MERGE_COLUMNS = ("id", "status", "run", "t")
+
+
 def overlay(base: pa.Table, newer: pa.Table) -> pa.Table:
-    """base (one record per id) with newer's latest record of an id replacing base's."""
+    """base (one record per id) with newer's latest record of an id replacing base's. newer
+    carries MERGE_COLUMNS besides base's columns; the answer has base's columns only."""
     newer = latest(settled(newer))
     if newer.num_rows == 0:
         return base
+    newer = newer.select(base.column_names)
     kept = base.filter(pc.invert(pc.is_in(base["id"], value_set=newer["id"].combine_chunks())))
     return pa.concat_tables([kept, newer])
 

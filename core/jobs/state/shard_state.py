@@ -24,7 +24,14 @@ from qtts.core.errors import FatalError
 from qtts.core.jobs.output.writer import atomic_write
 from qtts.core.jobs.state.journal import read_journals
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.records import PENDING, conform, empty, latest, overlay
+from qtts.core.jobs.state.records import (
+    MERGE_COLUMNS,
+    PENDING,
+    conform,
+    empty,
+    latest,
+    overlay,
+)
 from qtts.core.jobs.work.shards import Shard
 
 log = logging.getLogger("qtts")
@@ -86,16 +93,16 @@ def read_own(
     layout = Layout(out_dir)
     journals, sizes = read_journals(layout.own_journals(shard.suffix))
     if columns is not None:
-        journals = journals.select(list(columns))
+        journals = journals.select(_with_merge(columns))
     records = overlay(read_state_file(layout.state(shard.suffix), columns), journals)
     return records.combine_chunks(), sizes  # one chunk: takes over it are single passes
 
 
 def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     """Latest record per id across every shard's state and every journal in the out dir
-    (columns: only these; keep "id", "status", "run" and "t", which merging needs). Left in
-    chunks: the caller takes from it once. An unreadable state raises UnreadableState: what
-    reads every shard shows records, and must not show a shard's rows as never done."""
+    (columns: only these; the journals' MERGE_COLUMNS are read too). Left in chunks: the
+    caller takes from it once. An unreadable state raises UnreadableState: what reads every
+    shard shows records, and must not show a shard's rows as never done."""
     layout = Layout(out_dir)
     states = [read_state_file(p, columns, strict=True) for p in layout.states()]
     base = pa.concat_tables(states) if states else conform(empty(), columns)
@@ -103,8 +110,14 @@ def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
     journals, _ = read_journals(layout.journals())
     if columns is not None:
-        journals = journals.select(list(columns))
+        journals = journals.select(_with_merge(columns))
     return overlay(base, journals)
+
+
+def _with_merge(columns: tuple[str, ...]) -> list[str]:
+    """columns, and what merging a journal's records reads (a pending record left by a killed
+    run is settled by its `run`, whether or not the caller asked for it)."""
+    return list(dict.fromkeys((*columns, *MERGE_COLUMNS)))
 
 
 def compact(out_dir: Path, shard: Shard) -> pa.Table | None:

@@ -1,6 +1,7 @@
 """What a run has to do, decided from its rows and the shard's state before any weights load: the
-rows already done (skipped), the rows to redo and why, the rows that fail validation, and the rows
-to synthesize in the order they will be synthesized. A dry run prints this; a run does it.
+rows already done (skipped), the rows done in another layout or format (repacked, not made
+again), the rows to redo and why, the rows that fail validation, and the rows to synthesize in
+the order they will be synthesized. A dry run prints this; a run does it.
 Knows columns and the resume and length rules; no models beyond the TextModel, no files written.
 """
 
@@ -30,10 +31,23 @@ class Work:
     rejected: pa.Table  # rows failing validation, with "error" (too long included)
     resume: ResumeScan
     total: int  # rows of this shard
+    ids: pa.Array | pa.ChunkedArray | None = None  # the valid rows' ids (resume's order)
+
+    def moved_ids(self) -> pa.Array:
+        """The ids of the rows to repack."""
+        if self.ids is None or not self.resume.moved.any():
+            return pa.array([], pa.string())
+        ids = self.ids.filter(pa.array(self.resume.moved))
+        return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
     @property
     def skipped(self) -> int:
-        return int(self.resume.done.sum())
+        return int((self.resume.done & ~self.resume.moved).sum())
+
+    @property
+    def moved(self) -> int:
+        """Rows done in another layout or format: repacked into this run's, no synthesis."""
+        return int(self.resume.moved.sum())
 
 
 def decide_work(
@@ -70,6 +84,7 @@ def decide_work(
         resume = recheck_split(resume, valid, records, split, model)
     if on_budget is not None:
         resume = recheck_budget(resume, valid, records, on_budget)
+    resume.moved &= resume.done  # a row those rules redo is made again, not repacked
     candidates = _keep(valid, ~resume.done)
     lengths = check_lengths(candidates["text"], model, budget, split)
     fits = lengths.error.is_null().to_numpy(zero_copy_only=False)
@@ -77,7 +92,7 @@ def decide_work(
     too_long = candidates.set_column(error_at, "error", lengths.error).filter(pa.array(~fits))
     todo = Todo.of(_keep(candidates, fits), lengths.est_frames[fits])
     rejected = pa.concat_tables([prepared.rejected(), too_long])
-    return Work(todo, rejected, resume, prepared.rows.num_rows)
+    return Work(todo, rejected, resume, prepared.rows.num_rows, valid["id"])
 
 
 def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:

@@ -75,6 +75,23 @@ def remember(out_dir: Path, settings: JobFingerprint) -> None:
     atomic_write_bytes(Layout(out_dir).settings_file, data)
 
 
+def format_twins(registry: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The digests of recorded settings that differ from `current` in the audio format alone:
+    their rows' audio is this run's, in another encoding (a transcode, not a synthesis)."""
+
+    def rest(values: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k != "format"}
+
+    now = json.loads(json.dumps(current))  # as the registry holds it (lists, not tuples)
+    return [
+        digest
+        for digest, values in registry.items()
+        if isinstance(values, dict)
+        and values.get("format") != now.get("format")
+        and rest(values) == rest(now)
+    ]
+
+
 def setting_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
     """ "precision float32 -> bfloat16, talker.temperature 0.9 -> 0.7" (old None: unknown)."""
     if old is None:

@@ -4,8 +4,11 @@ A row is done when its latest record is ok, its fingerprint (settings digest and
 field) equals what this run would use, and its output store holds it in this run's layout (its
 codes too, with --save-codes): the stores' read side decides that from one listing of the out
 dir, opening nothing (qtts.core.jobs.output.stores.presence).
-Rows that were ok but are not done any more (changed fingerprint, missing or resized file) are
-reported field by field, so the user reads why a rerun redoes them.
+A row whose audio is this run's but sits in another layout or format (its record ok, its inputs
+and settings the same but for the audio format, its audio present as recorded, its codes too
+where --save-codes asks for them) is done too, and `moved`: the run repacks it without the
+model (stores/repack.py). Rows that were ok but are not done any more (changed fingerprint,
+missing or resized file) are reported field by field, so the user reads why a rerun redoes them.
 Knows record columns; no file names, no models, no tensors.
 """
 
@@ -17,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.output.stores.locations import FILES, layouts
+from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.output.stores.presence import held
 from qtts.core.jobs.state.listing import Listing
 from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
-from qtts.core.jobs.work.fingerprint import setting_changes
+from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
 FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as users know them
@@ -30,10 +33,15 @@ FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as u
 
 @dataclass
 class ResumeScan:
-    done: np.ndarray  # bool per valid row
+    done: np.ndarray  # bool per valid row: nothing to synthesize (moved rows included)
     stale: pa.Array  # ids that were ok but must be redone
     reasons: dict[str, int] = field(default_factory=dict)  # why stale rows are redone -> rows
     record_at: pa.Array | None = None  # per valid row: its record's index in records (or null)
+    moved: np.ndarray | None = None  # bool per valid row: done, but to repack into this layout
+
+    def __post_init__(self) -> None:
+        if self.moved is None:
+            self.moved = np.zeros(len(self.done), dtype=bool)
 
     def describe(self) -> str:
         return ", ".join(f"{why} ({n:,})" for why, n in self.reasons.items())
@@ -92,9 +100,15 @@ def scan(
         audio_format=audio_format,
         save_codes=save_codes,
     )
-    audio_ok, codes_ok = has.audio, has.codes
-    done = was_ok & fingerprint_same & audio_ok & codes_ok
-    stale = was_ok & ~done
+    done = was_ok & fingerprint_same & has.audio & has.codes
+    moved = (
+        was_ok
+        & ~done
+        & has.source
+        & has.source_codes
+        & _same_but_format(old_settings, same_settings, same, registry, current)
+    )
+    stale = was_ok & ~done & ~moved
     reasons: dict[str, int] = {}
     if stale.any():
         for name, mask in same.items():
@@ -103,19 +117,26 @@ def scan(
         changed = pc.filter(old_settings, pa.array(stale & ~same_settings))
         for item in pc.value_counts(changed).to_pylist():
             reasons[setting_changes(registry.get(item["values"]), current)] = item["counts"]
-        moved = stale & fingerprint_same & ~audio_ok & has.other_layout
-        for made_in, n in _counts(layouts(pc.filter(old("file"), pa.array(moved)))):
-            reasons[f"output {made_in} -> {layout}"] = n
-        if n := int((stale & fingerprint_same & ~audio_ok & ~has.other_layout).sum()):
+        # the same row, but its audio is not there as recorded (in whatever layout), or it is
+        # and its codes are not (a row whose audio and codes are there is moved, not redone)
+        if n := int((stale & fingerprint_same & ~has.source).sum()):
             reasons["file missing or not as recorded"] = n
-        if n := int((stale & fingerprint_same & audio_ok & ~codes_ok).sum()):
+        if n := int((stale & fingerprint_same & has.source).sum()):
             where = "writes {id}.codes.npy" if layout == FILES else "saves them in the shard"
             reasons[f"codes file missing (--save-codes {where})"] = n
-    return ResumeScan(done, pc.filter(valid["id"], pa.array(stale)), reasons, index)
+    stale_ids = pc.filter(valid["id"], pa.array(stale))
+    return ResumeScan(done | moved, stale_ids, reasons, index, moved)
 
 
-def _counts(values: pa.Array) -> list[tuple[str, int]]:
-    return [(v["values"], v["counts"]) for v in pc.value_counts(values).to_pylist()]
+def _same_but_format(old_settings, same_settings, same_inputs, registry, current) -> np.ndarray:
+    """Per row: its inputs are this run's and its settings too, but for the audio format."""
+    alike = same_settings.copy()
+    twins = format_twins(registry, current)
+    if twins:
+        alike |= as_bools(pc.is_in(old_settings, value_set=pa.array(twins, pa.string())))
+    for mask in same_inputs.values():
+        alike &= mask
+    return alike
 
 
 def _plain(column):

@@ -7,7 +7,7 @@ import torch
 
 from qtts.core.bench import part_clock
 from qtts.core.bench import step_parts as sp
-from qtts.core.engine import engine as engine_module
+from qtts.core.engine.loop import engine as engine_module
 
 SPLIT_COVERAGE = 0.8  # least share of the step's wall time its parts must account for
 

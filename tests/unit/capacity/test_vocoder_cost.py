@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from qtts.core.capacity.vocoder_cost import CHUNK_FRAMES, LEFT_CONTEXT, vocoder_cost
-from qtts.core.engine.roofline import DEVICES
+from qtts.core.engine.plan.roofline import DEVICES
 from qtts.core.model.sizes import decoder_config
 
 # FLOPs come from shapes alone (integers): the same on every machine. A change here is a change

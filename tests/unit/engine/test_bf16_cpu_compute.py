@@ -8,8 +8,8 @@ import torch
 from tiny_models import as_loaded_in_bf16, tiny_decoder
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qtts.core.engine.fused_stack import FusedStack
-from qtts.core.engine.vocoder_windows import decode_bucketed
+from qtts.core.engine.step.fused_stack import FusedStack
+from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed
 
 # As the dispatch mode sees them (composite ops arrive undecomposed in inference mode).
 MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "conv1d", "conv_transpose1d",

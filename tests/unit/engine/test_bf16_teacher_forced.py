@@ -10,7 +10,7 @@ import torch
 from teacher_forcing import agreement, forced_logits
 from tiny_models import as_loaded_in_bf16, tiny_model
 
-from qtts.core.engine.fused_stack import FusedStack
+from qtts.core.engine.step.fused_stack import FusedStack
 
 # bf16 keeps 8 significant bits (relative rounding 2^-9); through a few layers of sums and
 # norms logits move by ~1% of their range (seen 1.1% talker, 1.7% predictor here). A cast in the

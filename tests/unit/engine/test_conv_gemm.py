@@ -1,8 +1,8 @@
-"""The speech decoder's frame-rate convolutions as matrix products (core/engine/conv_gemm.py) ==
-the modules' own convolutions, in fp32 on CPU: causal convs at the decoder's kernel sizes and a
-dilation, transposed convs with kernel = stride and 2 x stride (the overlap added), with and
-without bias, on inputs of any layout and at one row; and the decoder's chosen convolutions take
-the products on CUDA only. The GPU twin of these checks (real sizes) is
+"""The speech decoder's frame-rate convolutions as matrix products
+(core/engine/vocoder/conv_gemm.py) == the modules' own convolutions, in fp32 on CPU: causal convs at
+the decoder's kernel sizes and a dilation, transposed convs with kernel = stride and 2 x stride (the
+overlap added), with and without bias, on inputs of any layout and at one row; and the decoder's
+chosen convolutions take the products on CUDA only. The GPU twin of these checks (real sizes) is
 tests/gpu/test_decoder_fast_path_gpu.py.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qtts.core.engine.conv_gemm import causal_conv, causal_conv_transpose
+from qtts.core.engine.vocoder.conv_gemm import causal_conv, causal_conv_transpose
 from qtts.core.model.codec_modules import CausalConv1d, CausalConvTranspose1d
 
 # The same sums in another order (K * C terms of order 1): a few fp32 ulps of values up to ~10.
@@ -65,7 +65,7 @@ def test_shapes_the_products_do_not_cover_are_refused():
 def test_the_frame_rate_convolutions_take_the_products_on_cuda_only():
     """with_kernels installs the products in the chosen convolutions; on CPU tensors the modules
     still run their own layers (the products would refuse nothing, but a CPU keeps its path)."""
-    from qtts.core.engine.decoder_kernels import frame_rate_convs, with_kernels
+    from qtts.core.engine.vocoder.decoder_kernels import frame_rate_convs, with_kernels
     from qtts.core.model.codec import SpeechDecoder
     from qtts.core.model.sizes import decoder_config
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qtts.core.engine.decode_attention import attend_grouped
+from qtts.core.engine.step.decode_attention import attend_grouped
 from qtts.core.model.talker import repeat_kv
 
 

@@ -4,7 +4,7 @@ path, official single-request numerics): same state up to float rounding, same c
 import engines
 import torch
 
-from qtts.core.engine.slots import SlotFill
+from qtts.core.engine.step.slots import SlotFill
 
 
 def test_grouped_prefill_state_matches_single(tiny):
@@ -42,7 +42,7 @@ def test_grouped_prefill_gives_the_same_codes_through_refills(tiny):
 def test_grouped_prefill_puts_each_rows_trailing_text_in_its_own_slot(tiny):
     """Voice-clone prompts trail several distinct text rows; a grouped refill into slots given
     out of order must land each block in its own slot, as one-at-a-time refills do."""
-    from qtts.core.engine.slots import Prompt
+    from qtts.core.engine.step.slots import Prompt
 
     prompts = engines.prompts(tiny)
     g = torch.Generator().manual_seed(5)

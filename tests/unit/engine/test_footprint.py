@@ -1,5 +1,5 @@
-"""The planner's byte counts (qtts.core.engine.footprint) against what the code allocates: exact
-for the slot state, upper bounds within a factor for the transient working sets, measured with
+"""The planner's byte counts (qtts.core.engine.plan.footprint) against what the code allocates:
+exact for the slot state, upper bounds within a factor for the transient working sets, measured with
 a live-bytes tracker (tests/live_bytes.py) on CPU tensors and, at the real 0.6B/1.7B dimensions,
 on the meta device."""
 
@@ -11,14 +11,14 @@ import torch
 import torch.nn.functional as F
 from live_bytes import LiveBytes
 
-from qtts.core.engine.footprint import (
+from qtts.core.engine.plan.footprint import (
     Dims,
     prefill_activation_bytes,
     slot_state_bytes,
     step_activation_bytes,
     vocoder_bytes,
 )
-from qtts.core.engine.slots import SlotFill, SlotState
+from qtts.core.engine.step.slots import SlotFill, SlotState
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
@@ -83,7 +83,7 @@ def fused_sdpa(monkeypatch):
 def test_gpu_working_sets_bound_at_real_dimensions(size, fused_sdpa):
     """On the module path (the fused stack's twin), the larger of the two: the bound is tight."""
     from qtts.core.bench.throughput import synthetic_tokens
-    from qtts.core.engine.engine import Engine
+    from qtts.core.engine.loop.engine import Engine
     from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
     config, model, decoder, dims = _real(size)
@@ -116,7 +116,7 @@ def test_fused_prefill_bound_at_real_dimensions(size):
     """The GPU's prefill: 64 padded prompts through the fused ops, bias and all. The bound is
     what the planner counts for the pass (GroupPlan.prefill_bytes)."""
     from qtts.core.bench.throughput import synthetic_tokens
-    from qtts.core.engine.engine import Engine
+    from qtts.core.engine.loop.engine import Engine
     from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
     config, model, _, dims = _real(size)
@@ -145,7 +145,7 @@ def test_fused_prefill_bound_on_cpu(tiny_gqa):
 def test_the_fused_step_stays_within_the_module_paths_bound(fused_sdpa):
     """The GPU's fused step keeps fewer intermediates alive than the module path: the planner's
     bound (sized for the module path) still holds for it, with room to spare."""
-    from qtts.core.engine.engine import Engine
+    from qtts.core.engine.loop.engine import Engine
     from qtts.core.synthesis.prompt import pad_embedding
 
     config, model, _, dims = _real("0.6b")

@@ -11,9 +11,9 @@ import pytest
 import torch
 from op_log import OpLog
 
-from qtts.core.engine.fused_stack import FusedStack
-from qtts.core.engine.kv_cache import TalkerKVCache
-from qtts.core.engine.slots import SlotFill
+from qtts.core.engine.step.fused_stack import FusedStack
+from qtts.core.engine.step.kv_cache import TalkerKVCache
+from qtts.core.engine.step.slots import SlotFill
 from qtts.core.model.fused_weights import fuse_projections
 
 # fp32; the fused q/k/v and gate/up matmuls may sum their column blocks in another order, and the

@@ -10,8 +10,8 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.fused_stack import CUSTOM_OPS, TWIN_OPS, FusedStack
-from qtts.core.engine.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.engine.step.fused_stack import CUSTOM_OPS, TWIN_OPS, FusedStack
+from qtts.core.engine.step.kv_cache import PredictorKVCache, TalkerKVCache
 from qtts.core.model.fused_weights import fuse_projections
 
 # fp32, same arithmetic except the fused q/k/v and gate/up matmuls, whose column blocks may sum in

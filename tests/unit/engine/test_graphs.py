@@ -1,6 +1,6 @@
-"""Decode graphs captured before decoding (qtts.core.engine.graphs), driven on CPU by backends that
-stand in for CUDA graphs: every view the host loop asks for was captured up front, largest first,
-before any replay; codes equal the plain eager loop; a failed capture drops every graph and
+"""Decode graphs captured before decoding (qtts.core.engine.loop.graphs), driven on CPU by backends
+that stand in for CUDA graphs: every view the host loop asks for was captured up front, largest
+first, before any replay; codes equal the plain eager loop; a failed capture drops every graph and
 restores the slot state, and an out-of-memory one surfaces as torch.OutOfMemoryError.
 
 `Traced` is the closer twin of a CUDA graph: it traces the step once (torch.fx make_fx) and replays
@@ -14,15 +14,15 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.graphs import (
+from qtts.core.engine.loop.graphs import (
     MUTATED_STATE,
     CudaGraphs,
     EagerGraphs,
     GraphCaptureError,
     GraphedDecodeStep,
 )
-from qtts.core.engine.slots import SlotFill
-from qtts.core.engine.views import view_lengths
+from qtts.core.engine.step.slots import SlotFill
+from qtts.core.engine.step.views import view_lengths
 
 
 class Recording(EagerGraphs):
@@ -130,7 +130,7 @@ def test_a_failed_capture_puts_the_callers_stream_back(monkeypatch):
 
 
 def test_view_lengths_cover_every_view_the_loop_can_pick():
-    from qtts.core.engine.views import view_length
+    from qtts.core.engine.step.views import view_length
 
     for bucket, max_len in ((16, 96), (16, 100), (256, 8400), (64, 64), (64, 10)):
         views = view_lengths(bucket, max_len)
@@ -186,7 +186,7 @@ def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
 
 
 def test_out_of_memory_in_the_chain_is_out_of_memory():
-    from qtts.core.engine.graphs import is_out_of_memory
+    from qtts.core.engine.loop.graphs import is_out_of_memory
 
     try:
         try:

@@ -1,7 +1,7 @@
 """Kernel launches per decode step at the real dimensions, pinned (qtts.core.bench.launches): the
 path the GPU runs, sampled, at 64 slots, on the meta device. Launches, not bandwidth or FLOPs,
-bound a graph-replayed step (qtts.core.engine.roofline), so a change that adds launches must fail
-here and update the pin on purpose; one that removes some updates it too. The same for one
+bound a graph-replayed step (qtts.core.engine.plan.roofline), so a change that adds launches must
+fail here and update the pin on purpose; one that removes some updates it too. The same for one
 padded prefill pass of 64 prompts, which runs eagerly between decode checks."""
 
 from dataclasses import replace
@@ -15,7 +15,7 @@ from qtts.core.bench.launches import (
     meta_engine,
     prefill_launches,
 )
-from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.device.settings import EngineSettings
 
 LAUNCH_BUDGET = 1500  # the issue's ceiling; the goal is <= 1,200
 # Per step: 103 layer passes x 9 ops (attention counted as 2 launches) + 16 stack calls x (final

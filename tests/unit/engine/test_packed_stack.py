@@ -7,8 +7,8 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.kv_cache import PredictorKVCache
-from qtts.core.engine.packed_stack import PackedStack
+from qtts.core.engine.step.kv_cache import PredictorKVCache
+from qtts.core.engine.step.packed_stack import PackedStack
 
 
 def _predictor_caches(stack, batch, dtype):

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from qtts.core.capacity.job_fit import plan_model, synthetic_shapes
-from qtts.core.engine.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.views import KV_ALIGN, aligned_kv_len
-from qtts.core.engine.vocoder_windows import bucket_shapes, frame_buckets
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.plan.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
+from qtts.core.engine.step.views import KV_ALIGN, aligned_kv_len
+from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, frame_buckets
 from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
 
 GPU = EngineSettings.for_device("cuda", env={})
@@ -61,7 +61,7 @@ def test_length_groups_size_each_cache_to_its_own_rows(model):
 
 
 def test_groups_bound_kv_waste_and_keep_every_row_once():
-    from qtts.core.engine.planner import GROUP_KV_SHARE, RowShape
+    from qtts.core.engine.plan.planner import GROUP_KV_SHARE, RowShape
 
     rows = [RowShape(p, b, 1) for p, b in [(30, 400), (200, 1700), (25, 300), (120, 1000)] * 50]
     groups = length_groups(rows)
@@ -136,3 +136,18 @@ def test_the_plan_counts_the_vocoders_graphs_from_its_window_table(model):
     eager = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes,
                         replace(GPU, cuda_graphs=False))  # fmt: skip
     assert eager.vocoder_graphs == 0 == eager.as_json()["vocoder_graphs"]
+
+
+def test_the_plans_memory_parts_add_up_to_its_total(model):
+    """`qtts plan`'s JSON `memory`: the KV cache apart from the rest of the slots' state, and
+    without graphs only the larger of the decode step and a prefill pass (never both held)."""
+    from dataclasses import replace
+
+    rows = _rows(model, [200] * 64)
+    for settings in (GPU, replace(GPU, cuda_graphs=False)):
+        plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, settings)
+        parts = plan.as_json()["memory"]
+        assert sum(parts.values()) == plan.total_bytes
+        assert parts["kv_cache"] == plan.peak_group.kv_bytes > 0 < parts["slot_state"]
+        held = [k for k in ("decode_step", "prefill") if k in parts]
+        assert len(held) == (2 if settings.cuda_graphs else 1)

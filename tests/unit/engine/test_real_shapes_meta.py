@@ -12,9 +12,9 @@ import torch
 from op_log import OpLog
 
 from qtts.core.bench.throughput import synthetic_tokens
-from qtts.core.engine.decode_attention import attend_grouped
-from qtts.core.engine.engine import Engine
-from qtts.core.engine.slots import SlotFill, SlotState
+from qtts.core.engine.loop.engine import Engine
+from qtts.core.engine.step.decode_attention import attend_grouped
+from qtts.core.engine.step.slots import SlotFill, SlotState
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config

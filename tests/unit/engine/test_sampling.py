@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from qtts.core.engine.noise import mix32, row_keys, uniform_noise
-from qtts.core.engine.sampling import (
+from qtts.core.engine.step.noise import mix32, row_keys, uniform_noise
+from qtts.core.engine.step.token_choice import (
     RowParams,
     apply_penalties,
     draw_among_top_k,
@@ -175,7 +175,7 @@ def test_the_row_dtypes_list_every_per_row_tensor_of_row_params():
     RowParams without it would be neither filled nor counted."""
     import dataclasses
 
-    from qtts.core.engine.sampling import ROW_DTYPES, RowParams
+    from qtts.core.engine.step.token_choice import ROW_DTYPES, RowParams
 
     hints = {"all_greedy", "max_top_k", "top_p_off"}
     tensors = [f.name for f in dataclasses.fields(RowParams) if f.name not in hints]

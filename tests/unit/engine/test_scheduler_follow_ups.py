@@ -5,7 +5,7 @@ alone (sampled draws keyed by its own seed), even when it is queued at the very 
 import engines
 import torch
 
-from qtts.core.engine.scheduler import EngineJob, run_continuous
+from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
 
 FOLLOW_SEED = 999  # the follow-ups' seed: another draw than any first job's (100 + i)
 

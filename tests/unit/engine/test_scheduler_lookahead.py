@@ -4,8 +4,8 @@ the finished-flag sync), so a refill after the sync only launches its prefill.""
 import engines
 import torch
 
-from qtts.core.engine import scheduler
-from qtts.core.engine.scheduler import EngineJob
+from qtts.core.engine.loop import scheduler
+from qtts.core.engine.loop.scheduler import EngineJob
 
 
 def test_next_prompts_are_built_between_the_steps_and_the_sync(tiny, monkeypatch):

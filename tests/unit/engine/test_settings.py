@@ -11,9 +11,9 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.fused_stack import FusedStack
-from qtts.core.engine.packed_stack import PackedStack
-from qtts.core.engine.settings import EngineSettings
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.step.fused_stack import FusedStack
+from qtts.core.engine.step.packed_stack import PackedStack
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -50,11 +50,11 @@ def test_one_layer_path_builds_the_stacks(tiny_gqa, path):
 
 
 def test_the_environment_is_read_only_in_the_settings_module():
-    """Reads of QTTS_* knobs (env.get, env[...], getenv) outside core/engine/settings.py (the CLI's
-    own QTTS_DEBUG and the test hook QTTS_FAKE_SYNTH excepted: they change no synthesis)."""
+    """Reads of QTTS_* knobs (env.get, env[...], getenv) outside core/engine/device/settings.py (the
+    CLI's own QTTS_DEBUG and the test hook QTTS_FAKE_SYNTH excepted: they change no synthesis)."""
     read = re.compile(r"(?:\.get\(|getenv\(|\[)\s*[\"'](QTTS_\w+)")
     found = []
-    home = ("core/engine/knobs.py", "core/engine/settings.py")
+    home = ("core/engine/device/knobs.py", "core/engine/device/settings.py")
     for folder in ("core", "kernels", "cli"):
         for p in (REPO / folder).rglob("*.py"):
             if p.relative_to(REPO).as_posix() in home:
@@ -69,13 +69,13 @@ def test_one_engine_construction_site():
     sources = [p for folder in ("core", "cli") for p in (REPO / folder).rglob("*.py")]
     calls = [p.relative_to(REPO).as_posix() for p in sources
              for _ in re.findall(r"(?<![\w.])Engine\(", p.read_text("utf-8"))]  # fmt: skip
-    assert calls == ["core/engine/build.py"]
+    assert calls == ["core/engine/loop/build.py"]
 
 
 def test_cpu_thread_budget_policies_and_knob():
     """QTTS_CPU_THREADS: serial (the default: every core to one phase at a time, the vocoder
     inline), split (half the cores each, the vocoder on its thread), overlap (all cores to both)."""
-    from qtts.core.engine.cpu_runtime import AUTO_POLICY, cpu_budget
+    from qtts.core.engine.device.cpu_runtime import AUTO_POLICY, cpu_budget
 
     assert AUTO_POLICY == "serial"
     auto = cpu_budget(8, env={})

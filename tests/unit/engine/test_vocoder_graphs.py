@@ -1,5 +1,5 @@
-"""The speech decoder's graphs (qtts.core.engine.vocoder_graphs), driven on CPU by a backend that
-stands in for CUDA graphs: the largest shape is captured first, each window shape runs eagerly
+"""The speech decoder's graphs (qtts.core.engine.vocoder.vocoder_graphs), driven on CPU by a backend
+that stands in for CUDA graphs: the largest shape is captured first, each window shape runs eagerly
 once (its warm-up) right before its capture, one graph per shape, replays read the static codes
 and their audio is copied out before the next replay (the audio equals the eager decode); a
 capture that fails for another reason than memory falls back to eager with one warning, keeps
@@ -13,10 +13,10 @@ import pytest
 import torch
 from tiny_models import fast_tiny_decode, tiny_decoder
 
-from qtts.core.engine import vocoder_graphs
-from qtts.core.engine.graphs import capture_broken
-from qtts.core.engine.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder_windows import bucket_shapes, decode_bucketed
+from qtts.core.engine.loop.graphs import capture_broken
+from qtts.core.engine.vocoder import vocoder_graphs
+from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
+from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, decode_bucketed
 
 SMALL = dict(chunk=12, context=3, max_waste=0.5)  # windows of 3 .. 15 frames: many shapes
 # 7 rows: pieces of 4, 2, 1; windows of every kind, the last two of one shape (1 row x 10 frames)

@@ -1,6 +1,6 @@
-"""The speech decoder's bucketed windows (qtts.core.engine.vocoder_windows) against the official
-chunking (core/model/codec.py decode_utterances, tied to the official code in tests/parity) and
-against one plain decoder call: padding frames and splitting groups change no kept sample; the
+"""The speech decoder's bucketed windows (qtts.core.engine.vocoder.vocoder_windows) against the
+official chunking (core/model/codec.py decode_utterances, tied to the official code in tests/parity)
+and against one plain decoder call: padding frames and splitting groups change no kept sample; the
 decoder sees only the bucket shapes; padding stays within its bound (MAX_WASTE)."""
 
 from fractions import Fraction
@@ -10,8 +10,8 @@ import torch
 from live_bytes import LiveBytes
 from tiny_models import fast_tiny_decode, tiny_decoder
 
-from qtts.core.engine.footprint import Dims, vocoder_bytes
-from qtts.core.engine.vocoder_windows import (
+from qtts.core.engine.plan.footprint import Dims, vocoder_bytes
+from qtts.core.engine.vocoder.vocoder_windows import (
     CHUNK_FRAMES,
     LEFT_CONTEXT,
     MAX_WASTE,

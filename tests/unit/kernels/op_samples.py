@@ -88,7 +88,7 @@ def qk_norm_rope_prefill(dtype, grad):
 
 def prefill_attention(dtype, grad):
     """Two prompts of 5 and 3 positions padded to 5, under their bias (prefill_bias)."""
-    from qtts.core.engine.prefill_attention import prefill_bias
+    from qtts.core.engine.step.prefill_attention import prefill_bias
 
     g = _gen()
     tokens = 5

@@ -1,4 +1,5 @@
-"""The Triton sampling kernel == its torch twin (core/engine/sampling.py), TRITON_INTERPRET=1.
+"""The Triton sampling kernel == its torch twin (core/engine/step/token_choice.py),
+TRITON_INTERPRET=1.
 
 Triton fixes interpreter mode when it is first imported, process-wide, so the kernel runs in ONE
 subprocess (started with TRITON_INTERPRET=1) over every case built here; this process computes
@@ -19,14 +20,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from qtts.core.engine.sampling import (
+from qtts.core.engine.device.settings import EngineSettings, sampler_on
+from qtts.core.engine.step.token_choice import (
     RowParams,
     apply_penalties,
     choose_tokens,
     filter_top_k_top_p,
     select_tokens,
 )
-from qtts.core.engine.settings import EngineSettings, sampler_on
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
@@ -44,7 +45,7 @@ _DTYPES = dict(
 _WORKER = r"""
 import sys, torch
 import qtts.kernels.sampling as ks
-from qtts.core.engine.sampling import RowParams, choose_tokens
+from qtts.core.engine.step.token_choice import RowParams, choose_tokens
 assert ks.INTERPRETED, "TRITON_INTERPRET=1 did not reach triton"
 PARAMS = ("greedy", "temperature", "top_k", "top_p", "penalty")
 results = {}

@@ -155,7 +155,7 @@ def test_the_padded_op_is_snake_then_the_causal_padding():
 
 def test_the_engine_installs_the_op_in_every_snake_of_a_decoder():
     """What the synthesizer, the bench and the doctor call before decoding on a device."""
-    from qtts.core.engine.decoder_kernels import with_kernels
+    from qtts.core.engine.vocoder.decoder_kernels import with_kernels
     from qtts.core.model.codec import SpeechDecoder
     from qtts.core.model.sizes import decoder_config
 

@@ -7,7 +7,10 @@ import threading
 import time
 from types import SimpleNamespace
 
+import torch
+
 from qtts.core.synthesis.device_gate import DeviceGate
+from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.synthesizer import Synthesizer
 
 
@@ -76,9 +79,8 @@ def test_the_vocoder_takes_the_gate_per_micro_batch():
         log.append(("batch", len(batch), gate.locked()))
         return iter(batch)
 
-    fake = SimpleNamespace(
-        device_gate=gate, vocoder_rows=SimpleNamespace(size=2), _vocode_batch=vocode_batch
-    )
+    rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
+    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch)
     out = list(Synthesizer._vocode(fake, list(range(5))))
     assert out == [0, 1, 2, 3, 4]
     assert log == ["take", ("batch", 2, True), "take", ("batch", 2, True), "take",
@@ -97,10 +99,10 @@ def test_taking_it_twice_on_one_thread_is_an_error_not_a_hang():
     assert not gate.locked()
 
 
-def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone():
+def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone(monkeypatch):
     import weakref
 
-    import torch
+    from qtts.core.synthesis import oom_backoff
 
     log, alive = [], []
     gate = DeviceGate()
@@ -115,16 +117,11 @@ def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone()
             raise torch.OutOfMemoryError("simulated")
         return iter(batch)
 
-    class Rows:
-        size = 2
+    def empty_cache(device):
+        log.append(("free", gate.locked(), [r() is not None for r in alive]))
 
-        def shrink(self, n):
-            self.size = 1
-            return True
-
-        def free(self):
-            log.append(("free", gate.locked(), [r() is not None for r in alive]))
-
-    fake = SimpleNamespace(device_gate=gate, vocoder_rows=Rows(), _vocode_batch=vocode_batch)
+    monkeypatch.setattr(oom_backoff, "_empty_cache", empty_cache)
+    rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
+    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch)
     assert list(Synthesizer._vocode(fake, [0, 1, 2])) == [0, 1, 2]
     assert log == [("free", True, [False])]  # under the gate, the failed tensors already freed

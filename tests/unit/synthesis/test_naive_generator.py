@@ -2,7 +2,7 @@
 
 import torch
 
-from qtts.core.engine.sampling import RowParams
+from qtts.core.engine.step.token_choice import RowParams
 from qtts.core.synthesis.naive_generator import GenerationInputs, NaiveGenerator
 from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
 

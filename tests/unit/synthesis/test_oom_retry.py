@@ -14,7 +14,7 @@ import pytest
 import torch
 from golden import AUDIO_ATOL
 
-from qtts.core.engine.engine import Engine
+from qtts.core.engine.loop.engine import Engine
 from qtts.core.synthesis.requests import GenerationOptions, Request
 
 
@@ -137,8 +137,8 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     import time
     from dataclasses import replace
 
-    from qtts.core.engine import graphs
-    from qtts.core.engine.settings import EngineSettings
+    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.loop import graphs
 
     text_model, s = synth
     expected, _ = _run(text_model, s)
@@ -194,8 +194,8 @@ def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeyp
     eagerly, with a warning naming the failure, and the codes are the same."""
     from dataclasses import replace
 
-    from qtts.core.engine import graphs
-    from qtts.core.engine.settings import EngineSettings
+    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.loop import graphs
 
     text_model, s = synth
     expected, _ = _run(text_model, s)
@@ -223,7 +223,7 @@ def _graphed_on_cpu(s, monkeypatch):
     its own thread holding the device gate."""
     from dataclasses import replace
 
-    from qtts.core.engine.settings import EngineSettings
+    from qtts.core.engine.device.settings import EngineSettings
 
     cpu = EngineSettings.for_device("cpu", env={})
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
@@ -234,7 +234,7 @@ def test_a_capture_that_breaks_turns_graphs_off_for_the_process(synth, monkeypat
     """A capture failure that is not out of memory may leave the allocator mid-capture: the pass
     decodes eagerly, later passes capture nothing, and nothing empties the cache again (a fake
     capture_end that raises; same codes, each row once)."""
-    from qtts.core.engine import graphs
+    from qtts.core.engine.loop import graphs
     from qtts.core.synthesis import oom_backoff
 
     text_model, s = synth
@@ -263,7 +263,7 @@ def test_a_capture_that_breaks_turns_graphs_off_for_the_process(synth, monkeypat
 def test_the_kv_cache_is_allocated_under_the_device_gate_when_graphs_run(synth, monkeypatch):
     """While the vocoder thread captures, the allocator skips the retry that frees a finished
     graph's pool: the slot state is built holding the gate the vocoder's work holds."""
-    from qtts.core.engine import build, graphs
+    from qtts.core.engine.loop import build, graphs
 
     text_model, s = synth
     _graphed_on_cpu(s, monkeypatch)
@@ -282,8 +282,8 @@ def test_the_kv_cache_is_allocated_under_the_device_gate_when_graphs_run(synth, 
 def test_vocoder_graphs_are_captured_under_the_gate_before_the_first_prefill(synth, monkeypatch):
     """A capture synchronizes the device and empties the allocator's cache: the plan's window
     shapes are all captured up front, holding the gate, and decoding then only replays them."""
-    from qtts.core.engine.vocoder_graphs import GraphedVocoder
-    from qtts.core.engine.vocoder_windows import bucket_shapes
+    from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
+    from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes
 
     text_model, s = synth
     expected, _ = _run(text_model, s)
@@ -317,3 +317,58 @@ def test_vocoder_graphs_are_captured_under_the_gate_before_the_first_prefill(syn
     assert {key for _, key, _ in captures} == planned | {largest}
     for k in expected:
         assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
+
+
+def test_tries_halve_on_out_of_memory_and_free_after_the_error_is_gone(monkeypatch):
+    """The one try/shrink/free loop: each try runs at most `size` rows; out of memory halves it,
+    frees the cached blocks once the failed try's exception is gone, and tries again; at one row
+    it re-raises."""
+    import weakref
+
+    from qtts.core.synthesis import oom_backoff
+    from qtts.core.synthesis.oom_backoff import OomBackoff
+
+    freed, alive = [], []
+
+    class Held:  # a failed try's device tensors
+        pass
+
+    monkeypatch.setattr(oom_backoff, "_empty_cache", lambda device: freed.append(
+        [r() is not None for r in alive]))  # fmt: skip
+
+    def run(rows):  # a try: its tensors live in its frame, which the traceback pins
+        if rows > 2:
+            held = Held()
+            alive.append(weakref.ref(held))
+            raise torch.OutOfMemoryError("simulated")
+
+    backoff, left, sizes = OomBackoff(8, what="rows", device=torch.device("cpu")), [10], []
+    for attempt in backoff.tries(lambda: left[0] > 0):
+        attempt.rows = min(attempt.size, left[0])
+        sizes.append(attempt.rows)
+        with attempt:
+            run(attempt.rows)
+            left[0] -= attempt.rows
+    assert sizes == [8, 4, 2, 2, 2, 2, 2] and backoff.size == 2
+    assert freed == [[False], [False, False]]  # after each failure, its tensors already gone
+    one = OomBackoff(1, what="rows", device=torch.device("cpu"))
+    with pytest.raises(torch.OutOfMemoryError):
+        for attempt in one.tries(lambda: True):
+            with attempt:
+                raise torch.OutOfMemoryError("one row")
+
+
+def test_or_none_reports_out_of_memory_and_passes_other_errors(monkeypatch):
+    from qtts.core.synthesis import oom_backoff
+
+    freed = []
+    monkeypatch.setattr(oom_backoff, "_empty_cache", lambda device: freed.append(device))
+    cpu = torch.device("cpu")
+
+    def boom():
+        raise torch.OutOfMemoryError("simulated")
+
+    assert oom_backoff.or_none(lambda: 3, cpu) == 3 and freed == []
+    assert oom_backoff.or_none(boom, cpu) is None and freed == [cpu]
+    with pytest.raises(ValueError):
+        oom_backoff.or_none(lambda: int("x"), cpu)

@@ -81,3 +81,27 @@ def test_a_warm_up_whose_rows_ran_to_their_budget_bounds_the_rest():
     assert not job_check.runaway({"rows_ok": 256, "hit_frame_budget": 3})
     assert job_check.runaway({"rows_ok": 256, "hit_frame_budget": 200})
     assert job_check.runaway({"rows_ok": None, "hit_frame_budget": None})  # it never finished
+
+
+def test_the_checkpoint_stops_by_text_only_without_max_new_tokens(tmp_path, monkeypatch):
+    """The maker stops rows by EOS by default: given --max-new-tokens (fixed lengths), job_check
+    asks it for --no-eos-by-text, and records which it made."""
+    from types import SimpleNamespace
+
+    made = []
+
+    def fake_run(cmd, **kw):
+        if "--help" in cmd:
+            return SimpleNamespace(stdout="[--eos-by-text | --no-eos-by-text]")
+        made.append(cmd)
+        Path(cmd[2]).mkdir(parents=True)
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(job_check.subprocess, "run", fake_run)
+    for name, tokens in (("auto", None), ("fixed", 113)):
+        a = SimpleNamespace(checkpoint=None, work_dir=tmp_path / name, preset="small",
+                            size="0.6b", ckpt_dtype="bfloat16", max_new_tokens=tokens,
+                            ckpt_timeout=60)  # fmt: skip
+        _, eos, _ = job_check.make_checkpoint(a, tmp_path / f"{name}.log")
+        assert eos is (tokens is None)
+    assert made[0][-1] == "--eos-by-text" and made[1][-1] == "--no-eos-by-text"

@@ -10,7 +10,7 @@ fields.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -75,6 +75,22 @@ class ParquetShardWriter:
 
 def keys_in(path) -> list[str]:
     return pq.read_table(path, columns=["id"])["id"].to_pylist()
+
+
+def samples(path, wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes | None]]:
+    """(id, audio bytes, codes bytes or None) of the shard's rows whose ids are in `wanted`, in
+    shard order, a row group at a time."""
+    source = pq.ParquetFile(path)
+    ids = pa.array(list(wanted), pa.string())
+    for group in range(source.num_row_groups):
+        table = source.read_row_group(group, columns=["id", "audio", "codes"])
+        table = table.filter(pc.is_in(table["id"], value_set=ids))
+        yield from zip(
+            table["id"].to_pylist(),
+            table["audio"].combine_chunks().field("bytes").to_pylist(),
+            table["codes"].to_pylist(),
+            strict=True,
+        )
 
 
 def durations_in(path) -> dict[str, float]:

@@ -5,7 +5,8 @@ that is the file recorded); an archive member when its shard is listed in OUT/da
 gets its name only once it is whole and every row in it journalled, and a shard rewritten
 without some rows is replaced atomically after those rows' records were made pending:
 retract.py). A row is held for this run when it is present in this run's layout, as this run
-would write it (its codes too, with --save-codes).
+would write it (its codes too, with --save-codes); where it is present as recorded in another
+layout or format, it can be repacked instead of made again (repack.py).
 Knows locations and listings; no formats, no records beyond their columns.
 """
 
@@ -43,6 +44,8 @@ class Held:
     audio: np.ndarray  # present, in this run's layout and format
     codes: np.ndarray  # codes present too where --save-codes asks for them
     other_layout: np.ndarray  # made in another layout than this run's
+    source: np.ndarray  # present as recorded, in whatever layout and format made it
+    source_codes: np.ndarray  # its recorded codes present too where --save-codes asks for them
 
 
 def held(
@@ -73,12 +76,16 @@ def held(
         )[: len(ids)]
     else:
         as_written = same_layout
-    audio = as_written & present(locations, sizes, listing)
-    codes = np.ones(len(audio), dtype=bool)
-    if save_codes and layout == FILES:
-        names = pc.binary_join_element_wise(ids, pa.scalar(CODES_SUFFIX), "")
-        codes = as_bools(pc.is_in(names, value_set=listing.names()))
-    elif save_codes:
-        codes = as_bools(codes_saved)
+    source = present(locations, sizes, listing)
+    audio = as_written & source
+    codes = source_codes = np.ones(len(audio), dtype=bool)
+    if save_codes:
+        saved, archived = as_bools(codes_saved), as_bools(is_archived(locations))
+        listed = np.zeros(len(audio), dtype=bool)  # {id}.codes.npy, where a plain file's are
+        if layout == FILES or (saved & ~archived).any():
+            names = pc.binary_join_element_wise(ids, pa.scalar(CODES_SUFFIX), "")
+            listed = as_bools(pc.is_in(names, value_set=listing.names()))
+        codes = listed if layout == FILES else saved
+        source_codes = saved & (archived | listed)
     other = as_bools(pc.is_valid(made_in)) & ~same_layout
-    return Held(audio, codes, other)
+    return Held(audio, codes, other, source, source_codes)

@@ -19,6 +19,7 @@ Knows locations and shard formats; no rows beyond their ids.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -81,26 +82,36 @@ def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
         unlink_quietly(path)
         return
     journal.append_table(pending_records(intent["id"], run=run))
-    # A container's rows at a time (sorted by container), never a Python object per row at once
-    intent = pa.table({"id": intent["id"], "container": containers(intent["file"])})
-    intent = intent.take(pc.sort_indices(intent["container"]))
-    names = intent["container"].combine_chunks()
+    rows, files = take_out_rows(out_dir, intent["id"], intent["file"])
+    unlink_quietly(path)
+    log.info("took %d row(s) out of %d output file(s) to redo them", rows, files)
+
+
+def take_out_rows(out_dir: Path, ids, locations, *, keep_codes: bool = False) -> tuple[int, int]:
+    """Remove the rows `ids` from their outputs at `locations` (a plain file goes with its
+    codes file unless keep_codes; a shard is rewritten without them, or removed), a container's
+    rows at a time (sorted by container), never a Python object per row at once; then the
+    folders are fsynced. (rows, output files touched)."""
+    table = pa.table({"id": ids, "container": containers(locations)})
+    table = table.take(pc.sort_indices(table["container"]))
+    names = table["container"].combine_chunks()
+    if len(names) == 0:
+        return 0, 0
     starts = np.flatnonzero(np.r_[True, ~as_bools(pc.equal(names[1:], names[:-1]))])
     for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
-        ids = intent["id"].slice(start, end - start).to_pylist()
-        _take_out(out_dir, names[start].as_py(), ids)
+        row_ids = table["id"].slice(start, end - start).to_pylist()
+        _take_out(out_dir, names[start].as_py(), row_ids, keep_codes)
     fsync_dir(out_dir / ARCHIVE_DIR)
     fsync_dir(out_dir)
-    unlink_quietly(path)
-    log.info("took %d row(s) out of %d output file(s) to redo them", len(names), len(starts))
+    return len(names), len(starts)
 
 
-def _take_out(out_dir: Path, container: str, ids: list[str]) -> None:
+def _take_out(out_dir: Path, container: str, ids: list[str], keep_codes: bool) -> None:
     path = out_dir / container
     fmt = format_of(container) if container.startswith(f"{ARCHIVE_DIR}/") else None
     if fmt is None:  # a plain file of the files layout
         unlink_quietly(path)
-        for row_id in ids:
+        for row_id in ids if not keep_codes else ():
             unlink_quietly(out_dir / codes_name(row_id))
         return
     if not path.exists():
@@ -118,11 +129,14 @@ def _take_out(out_dir: Path, container: str, ids: list[str]) -> None:
 
 def remove_every_archive(out_dir: Path) -> None:
     """--overwrite with another shard count: every row is redone under the new split, so the
-    old split's shards (and any retraction it left half done) go."""
+    old split's shards (and any retraction or repacking it left half done) go."""
     from qtts.core.jobs.output.stores.shard_formats import FORMATS
 
     for fmt in FORMATS.values():
         for path in (out_dir / ARCHIVE_DIR).glob(f"*{fmt.suffix}"):
             unlink_quietly(path)
-    for path in Layout(out_dir).dir.glob("retract*.parquet"):
-        unlink_quietly(path)
+    for pattern in ("retract*.parquet", "repack*.parquet"):
+        for path in Layout(out_dir).dir.glob(pattern):
+            unlink_quietly(path)
+    for path in Layout(out_dir).dir.glob("repack-columns*"):
+        shutil.rmtree(path, ignore_errors=True)

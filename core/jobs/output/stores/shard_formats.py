@@ -1,5 +1,7 @@
-"""The two archive formats behind one small interface, so the archive store and retraction treat
-WebDataset tar shards and Parquet shards alike. Knows which module writes which format."""
+"""The archive formats behind one small interface, so the archive store, retraction and repacking
+treat WebDataset tar shards and Parquet shards alike (a format added here is written, read back,
+taken rows out of and repacked into with no other change). Knows which module writes which
+format."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class ShardFormat:
     keys_in: Callable  # shard path -> the ids it holds
     durations_in: Callable  # shard path -> {id: seconds}
     copy_without: Callable  # (shard path, file, ids) -> samples kept
+    samples: Callable  # (shard path, ids) -> (id, audio bytes, codes bytes | None) in shard order
 
 
 FORMATS = {
@@ -30,6 +33,7 @@ FORMATS = {
         tar_shards.keys_in,
         tar_shards.durations_in,
         tar_shards.copy_without,
+        tar_shards.samples,
     ),
     PARQUET: ShardFormat(
         PARQUET,
@@ -39,6 +43,7 @@ FORMATS = {
         parquet_shards.keys_in,
         parquet_shards.durations_in,
         parquet_shards.copy_without,
+        parquet_shards.samples,
     ),
 }
 

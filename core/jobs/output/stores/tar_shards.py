@@ -14,10 +14,11 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import BinaryIO
 
 from qtts.core.jobs.output.stores.sample_fields import sample_meta
+from qtts.core.jobs.output.writer import AUDIO_FORMATS
 
 SUFFIX = ".tar"
 _ESCAPED = re.compile("%(25|2E)")
@@ -68,6 +69,28 @@ def keys_in(path) -> list[str]:
         for info in tar:
             seen.setdefault(id_of_key(info.name.split(".", 1)[0]), None)
     return list(seen)
+
+
+def samples(path, wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes | None]]:
+    """(id, audio bytes, codes bytes or None) of the shard's samples whose ids are in `wanted`,
+    in shard order; a sample's members sit together, so one sample is held at a time."""
+    current, audio, codes = None, None, None
+    with tarfile.open(path, mode="r") as tar:
+        for info in tar:
+            key, _, ext = info.name.partition(".")
+            row_id = id_of_key(key)
+            if row_id != current:
+                if audio is not None:
+                    yield current, audio, codes
+                current, audio, codes = row_id, None, None
+            if row_id not in wanted:
+                continue
+            if ext in AUDIO_FORMATS:
+                audio = tar.extractfile(info).read()
+            elif ext == "codes.npy":
+                codes = tar.extractfile(info).read()
+        if audio is not None:
+            yield current, audio, codes
 
 
 def durations_in(path) -> dict[str, float]:

@@ -91,6 +91,26 @@ def test_reading_a_subset_of_columns_conforms_old_states(tmp_path):
     assert conform(old).num_columns > 20
 
 
+def test_a_killed_runs_pending_records_are_read_with_a_few_columns(tmp_path):
+    """A run killed after it made rows pending (a retraction, a changed fingerprint) and
+    finished some: the scan reads its records without `run`, which settling them needs."""
+    from qtts.core.jobs.state.records import SCAN_COLUMNS
+
+    layout = Layout(tmp_path)
+    layout.dir.mkdir()
+    state.write_state(layout.state(""), to_table([rec(i, run="old") for i in "abc"]))
+    Journal(layout.journal("")).append(
+        [rec(i, "pending", 5.0, run="R") for i in "abc"] + [rec("a", "ok", 4.0, run="R")]
+    )
+    for columns in (SCAN_COLUMNS, ("id", "status")):
+        records, _ = state.read_own(tmp_path, UNSHARDED, columns)
+        assert records.column_names == list(columns)
+        got = dict(zip(records["id"].to_pylist(), records["status"].to_pylist(), strict=True))
+        assert got == {"a": "ok", "b": "pending", "c": "pending"}
+    every = state.read_all(tmp_path, ("id", "status"))
+    assert sorted(every["status"].to_pylist()) == ["ok", "pending", "pending"]
+
+
 def test_a_listing_keeps_every_file_across_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(listing_module, "BATCH", 7)
     for i in range(30):

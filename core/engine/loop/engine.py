@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from qtts.core.engine.decode_attention import attend_grouped
-from qtts.core.engine.layer_path import layer_steps
-from qtts.core.engine.refill import pack_refill
-from qtts.core.engine.sampling import choose_tokens
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.slots import SlotFill, SlotState
-from qtts.core.engine.timer import StepTimer
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.loop.refill import pack_refill
+from qtts.core.engine.step.decode_attention import attend_grouped
+from qtts.core.engine.step.layer_path import layer_steps
+from qtts.core.engine.step.slots import SlotFill, SlotState
+from qtts.core.engine.step.timer import StepTimer
+from qtts.core.engine.step.token_choice import choose_tokens
 from qtts.core.model.config import MIN_NEW_TOKENS, ModelConfig
 
 
@@ -46,7 +46,8 @@ class Engine:
         self.talker_step, self.predictor_step = steps.talker, steps.predictor
         self.predictor_first = steps.predictor_first
         self.talker_prefill = steps.talker_prefill  # the fused path's; None: the module's forward
-        # GPU: attend over the cache view without repeating K/V (qtts.core.engine.decode_attention).
+        # GPU: attend over the cache view without repeating K/V
+        # (qtts.core.engine.step.decode_attention).
         self.decode_attend = attend_grouped if self.settings.grouped_attention else None
         t = config.talker
         self.eos = t.codec_eos_token_id

@@ -4,8 +4,8 @@ Semantics follow the official (Hugging Face) logits processors, in this order: r
 over the row's previously generated ids -> EOS blocked while fewer than `min_new_tokens` were
 generated -> suppressed ids -> (greedy rows: argmax here) -> temperature -> top-k (ties with the
 k-th value kept) -> top-p (only when < 1) -> draw. The draw is Gumbel-max with noise that is a pure
-function of (request seed, frame index, codebook index, vocab index) (qtts.core.engine.noise), so
-a request's tokens do not depend on its batch, slot, device or a resume. Every per-row parameter
+function of (request seed, frame index, codebook index, vocab index) (qtts.core.engine.step.noise),
+so a request's tokens do not depend on its batch, slot, device or a resume. Every per-row parameter
 is a device tensor (graph-safe).
 
 The choice between kernel and twin is EngineSettings.sampler, made here by hand rather than by a
@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from qtts.core.engine.noise import gumbel, noise_at, row_keys, uniform_noise
-from qtts.core.engine.settings import sampler_on
+from qtts.core.engine.device.settings import sampler_on
+from qtts.core.engine.step.noise import gumbel, noise_at, row_keys, uniform_noise
 from qtts.core.model.config import SamplingParams
 
 

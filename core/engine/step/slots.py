@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qtts.core.engine.kv_cache import PredictorKVCache, TalkerKVCache
-from qtts.core.engine.sampling import RowParams
+from qtts.core.engine.step.kv_cache import PredictorKVCache, TalkerKVCache
+from qtts.core.engine.step.token_choice import RowParams
 from qtts.core.model.config import ModelConfig, SamplingParams
 
 

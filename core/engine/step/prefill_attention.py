@@ -5,7 +5,7 @@ A pass holds m right-padded prompts of up to L positions. Their keys come fresh 
 causal, and blind to the padding keys. It is built once per pass as an additive bias in the
 model dtype, and every layer reads it.
 
-The attention is grouped, as in the decode step (qtts.core.engine.decode_attention): the n_rep
+The attention is grouped, as in the decode step (qtts.core.engine.step.decode_attention): the n_rep
 query heads that share a KV head become n_rep blocks of that head's query rows, so SDPA reads
 K/V as they are, with no repeat and no enable_gqa (which not every CUDA kernel takes with a
 bias). The bias therefore holds one block of rows per shared query head. Its rows are padded to

@@ -2,9 +2,9 @@
 
 `qtts batch`, `qtts synth` and `qtts bench` all take their engine settings from
 `EngineSettings.for_device`, so the two never drift apart. Every QTTS_* knob of the engine and the
-synthesizer is read from the environment by core/engine/knobs.py (torch-free, so the CLI checks
-them before a job starts) and applied here, nowhere else (the table in docs/engine-settings.md).
-Knows devices and environment knobs; no tensors, no model.
+synthesizer is read from the environment by core/engine/device/knobs.py (torch-free, so the CLI
+checks them before a job starts) and applied here, nowhere else (the table in
+docs/engine-settings.md). Knows devices and environment knobs; no tensors, no model.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qtts.core.engine.cpu_runtime import cpu_budget
-from qtts.core.engine.knobs import LAYER_PATHS, SAMPLERS, read_knobs
+from qtts.core.engine.device.cpu_runtime import cpu_budget
+from qtts.core.engine.device.knobs import LAYER_PATHS, SAMPLERS, read_knobs
 from qtts.kernels.backend import TRITON_AVAILABLE
 
 
@@ -50,12 +50,13 @@ class EngineSettings:
     # candidate draw does). Never where steps are captured in graphs.
     allow_host_sync: bool
     # Who chooses tokens: "triton" (the kernel, kernels/sampling.py: one op per sampling site),
-    # "torch" (its twin, core/engine/sampling.py) or "auto" (by the tensors' device: these
+    # "torch" (its twin, core/engine/step/token_choice.py) or "auto" (by the tensors' device: these
     # settings also run on CPU and meta tensors in tests and dry runs). `sampler_on` resolves
     # it, for the sampler and for the planner alike.
     sampler: str
     # The vocoder runs on its own thread beside the decode loop (GPU: its own stream), or after
-    # each finished group on the decode thread (a CPU's thread budget: core/engine/cpu_runtime.py).
+    # each finished group on the decode thread (a CPU's thread budget:
+    # core/engine/device/cpu_runtime.py).
     vocoder_thread: bool = True
     # torch's intra-op threads while synthesizing (the CPU's budget); None: as the process has it.
     threads: int | None = None
@@ -65,7 +66,7 @@ class EngineSettings:
     # vocoder kernel already on the SMs is not preempted. QTTS_DECODE_PRIORITY=0 compares.
     decode_priority: bool = False
     # The speech decoder's frame-rate convolutions as matrix products on CUDA; off, cuDNN's
-    # convolutions (core/engine/decoder_kernels.py, core/engine/conv_gemm.py).
+    # convolutions (core/engine/vocoder/decoder_kernels.py, core/engine/vocoder/conv_gemm.py).
     decoder_gemm: bool = True
 
     @classmethod

@@ -15,11 +15,11 @@ from qtts.core.errors import UsageError
 from qtts.core.model.cpu_precision import read_bf16_knob
 
 SAMPLERS = ("auto", "torch", "triton")
-# How a decode step runs a decoder layer (core/engine/layer_path.py): the model's own modules,
+# How a decode step runs a decoder layer (core/engine/step/layer_path.py): the model's own modules,
 # packed one-token predictor weights (CPU), or the fused ops (GPU; their torch twins elsewhere).
 LAYER_PATHS = ("module", "packed", "fused")
 GENERATORS = ("engine", "naive")
-# How decoding and the vocoder share a CPU's threads (core/engine/cpu_runtime.py).
+# How decoding and the vocoder share a CPU's threads (core/engine/device/cpu_runtime.py).
 CPU_THREADS = ("auto", "serial", "split", "overlap")
 RETIRED = {
     "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
@@ -38,7 +38,9 @@ class Knobs:
     sampler: str  # QTTS_SAMPLER: "auto" unless forced
     generator: str  # QTTS_GENERATOR: the engine, or the naive yardstick
     cpu_bf16: str  # QTTS_CPU_BF16: what --dtype auto means on a CPU (core/model/cpu_precision.py)
-    cpu_threads: str  # QTTS_CPU_THREADS: how a CPU shares its threads (core/engine/cpu_runtime.py)
+    cpu_threads: (
+        str  # QTTS_CPU_THREADS: how a CPU shares its threads (core/engine/device/cpu_runtime.py)
+    )
     decode_priority: bool  # QTTS_DECODE_PRIORITY=0: the decode loop on the default stream
     decoder_gemm: bool  # QTTS_DECODER_GEMM=0: the decoder's frame-rate convolutions by cuDNN
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from qtts.core.engine.host_copy import to_device
+from qtts.core.engine.step.host_copy import to_device
 
 _SCALARS = ("slot", "length", "budget", "seed", "trailing_len")
 

@@ -5,7 +5,7 @@ replaying them as one graph removes the launch overhead that otherwise dominates
 Every input the step reads lives in the engine's persistent SlotState, so a graph needs no input
 copies: the host loop picks the graph for the current view length and replays it.
 
-Every graph a pass can need (qtts.core.engine.views.view_lengths: a bounded set, at most
+Every graph a pass can need (qtts.core.engine.step.views.view_lengths: a bounded set, at most
 max_len / view_bucket) is captured up front, largest view first, into one shared memory pool (the
 graphs never run concurrently and keep no outputs; the largest sizes the pool and the rest reuse
 it), as nano-vllm does. Capturing mid-run would race the vocoder thread: under the default global
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import torch
 
-from qtts.core.engine.engine import Engine
+from qtts.core.engine.loop.engine import Engine
 
 Step = Callable[[int], None]  # Engine.decode_step(view_len)
 # Small per-slot tensors a decode step changes. Warm-up runs real steps, so these are saved and

@@ -200,8 +200,8 @@ def decode_bucketed(
     max_waste: float = MAX_WASTE,
 ) -> list[torch.Tensor]:
     """Decode utterances (each codes [T_i, Q]) -> float32 audio [T_i * up], each window through
-    `forward` (the decoder itself, or its graphs: qtts.core.engine.vocoder_graphs). A window's
-    audio is copied out before the next call, so forward may return a buffer it reuses.
+    `forward` (the decoder itself, or its graphs: qtts.core.engine.vocoder.vocoder_graphs). A
+    window's audio is copied out before the next call, so forward may return a buffer it reuses.
     Padded frames and negative codes decode as code 0, as in the official decode."""
     q, up = decoder.cfg.num_quantizers, decoder.cfg.upsample
     for i, c in enumerate(codes):

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from qtts.core.engine.engine import Engine
-from qtts.core.engine.slots import Prompt, SlotFill
-from qtts.core.engine.views import view_length
+from qtts.core.engine.loop.engine import Engine
+from qtts.core.engine.step.slots import Prompt, SlotFill
+from qtts.core.engine.step.views import view_length
 
 
 @dataclass

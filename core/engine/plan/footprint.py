@@ -3,16 +3,16 @@
 Exact where the engine allocates by shape (KV caches, slot state); upper bounds where the bytes are
 transient (a decode step's activations, a prefill pass, a vocoder chunk), each stated against what
 tests/unit/engine/test_footprint.py measures with a live-bytes tracker on CPU and meta tensors.
-The planner (qtts.core.engine.planner) adds these up. Knows shapes and dtypes; no tensors.
+The planner (qtts.core.engine.plan.planner) adds these up. Knows shapes and dtypes; no tensors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qtts.core.engine.prefill_attention import BIAS_ALIGN
-from qtts.core.engine.sampling import ROW_DTYPES
-from qtts.core.engine.vocoder_windows import LEFT_CONTEXT, bucket_frames
+from qtts.core.engine.step.prefill_attention import BIAS_ALIGN
+from qtts.core.engine.step.token_choice import ROW_DTYPES
+from qtts.core.engine.vocoder.vocoder_windows import LEFT_CONTEXT, bucket_frames
 from qtts.core.model.codec import SpeechDecoderConfig
 from qtts.core.model.config import ModelConfig
 
@@ -100,7 +100,7 @@ class Dims:
 
 
 def slot_state_bytes(d: Dims, slots: int, kv_len: int, max_frames: int, max_trailing: int) -> int:
-    """Everything SlotState allocates (qtts.core.engine.slots), exactly."""
+    """Everything SlotState allocates (qtts.core.engine.step.slots), exactly."""
     talker_kv = slots * kv_len * d.kv_bytes_per_position()
     predictor_kv = d.cp_layers * 2 * slots * d.cp_kv_heads * d.groups * d.cp_head_dim * d.act_bytes
     per_slot = (
@@ -173,11 +173,11 @@ CODES_BYTES_PER_FRAME = 16 * 8  # a frame's 16 codebook codes, int64
 
 
 def vocoder_bytes(d: Dims, utterances: int, max_frames: int, graphs: bool = False) -> int:
-    """Upper bound of one decode_bucketed call (qtts.core.engine.vocoder_windows) on
+    """Upper bound of one decode_bucketed call (qtts.core.engine.vocoder.vocoder_windows) on
     `utterances` rows of up to max_frames: one window's activations per row (a window is at most
     chunk_frames long, and no longer than the row rounded up to its frame bucket), plus the whole
-    fp32 audio buffer. graphs (qtts.core.engine.vocoder_graphs): the graphs' pool, sized by the
-    largest window (captured first: a full window per row), beside the eager allocator's (a new
+    fp32 audio buffer. graphs (qtts.core.engine.vocoder.vocoder_graphs): the graphs' pool, sized by
+    the largest window (captured first: a full window per row), beside the eager allocator's (a new
     shape runs eagerly once before its capture), plus the static codes and audio of a full
     window per row."""
     frames = bucket_frames(min(max_frames, d.chunk_frames), d.chunk_frames - LEFT_CONTEXT)

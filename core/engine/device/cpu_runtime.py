@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qtts.core.engine.knobs import read_knobs
+from qtts.core.engine.device.knobs import read_knobs
 
 log = logging.getLogger("qtts")
 

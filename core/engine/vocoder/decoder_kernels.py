@@ -9,18 +9,18 @@ On a CPU nothing changes: the modules keep their own layers there.
   next causal convolution's left padding too, so no padded copy of the activation is made.
 - The frame-rate convolutions (pre_conv, the upsampling transposed convolutions, the first
   decoder conv and the first block's transposed conv): one cuBLAS product each
-  (core/engine/conv_gemm.py) when `gemm` (the engine settings' decoder_gemm), instead of cuDNN.
-  On an H200 one convolution call of the decoder's window ran in cuDNN's kernel without tensor
-  cores; which one is not known yet (tools/vocoder_probe.py now times each convolution alone),
-  and these are the ones whose products stay small. Every later convolution (the first block's
-  residual units at 768 channels, the second block's transposed conv, and all narrower ones at
-  2-24 kHz) stays with cuDNN, where an im2col copy would be several times the activation.
+  (core/engine/vocoder/conv_gemm.py) when `gemm` (the engine settings' decoder_gemm), instead of
+  cuDNN. On an H200 one convolution call of the decoder's window ran in cuDNN's kernel without
+  tensor cores; which one is not known yet (tools/vocoder_probe.py now times each convolution
+  alone), and these are the ones whose products stay small. Every later convolution (the first
+  block's residual units at 768 channels, the second block's transposed conv, and all narrower ones
+  at 2-24 kHz) stays with cuDNN, where an im2col copy would be several times the activation.
 Knows which modules take which op; no shapes, no graphs.
 """
 
 from __future__ import annotations
 
-from qtts.core.engine.conv_gemm import causal_conv, causal_conv_transpose
+from qtts.core.engine.vocoder.conv_gemm import causal_conv, causal_conv_transpose
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.codec_modules import (
     CausalConv1d,

@@ -2,9 +2,10 @@
 
 `EngineSettings.layer_path` picks one of three implementations of the same layers: "module" (the
 model's forward, the twin of the others), "packed" (the predictor's one-token steps through packed
-weights, core/engine/packed_stack.py: the CPU default) and "fused" (both stacks through the fused
-ops, core/engine/fused_stack.py: the GPU default). Each is tied to the module path by its tests.
-The fused path also prefills through the fused ops; the others prefill through the model's forward.
+weights, core/engine/step/packed_stack.py: the CPU default) and "fused" (both stacks through the
+fused ops, core/engine/step/fused_stack.py: the GPU default). Each is tied to the module path by its
+tests. The fused path also prefills through the fused ops; the others prefill through the model's
+forward.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from qtts.core.engine.fused_stack import CUSTOM_OPS, TWIN_OPS, FusedStack
-from qtts.core.engine.packed_stack import PackedStack
+from qtts.core.engine.step.fused_stack import CUSTOM_OPS, TWIN_OPS, FusedStack
+from qtts.core.engine.step.packed_stack import PackedStack
 from qtts.core.model.fused_weights import fuse_projections
 
 

@@ -2,8 +2,8 @@
 `capture_all` before decoding starts (a shape met later, outside the plan's, is captured the
 first time it is decoded, on the vocoder's thread).
 
-A window (qtts.core.engine.vocoder_windows) launches a few hundred kernels; replayed as one graph
-they cost the GPU no launch gaps and the vocoder thread almost no Python, which it would
+A window (qtts.core.engine.vocoder.vocoder_windows) launches a few hundred kernels; replayed as one
+graph they cost the GPU no launch gaps and the vocoder thread almost no Python, which it would
 otherwise take from the decode loop's thread (they share the interpreter). Shapes come from a
 fixed bucket set (at most 26 lengths x 5 row counts with the planner's 16 rows: `qtts plan`
 reports the count), so the graphs are few and captured lazily: a shape's first call runs
@@ -31,13 +31,13 @@ from collections.abc import Iterable
 
 import torch
 
-from qtts.core.engine.graphs import (
+from qtts.core.engine.loop.graphs import (
     CudaGraphs,
     capture_broken,
     is_out_of_memory,
     mark_capture_broken,
 )
-from qtts.core.engine.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
+from qtts.core.engine.vocoder.vocoder_windows import CHUNK_FRAMES, LEFT_CONTEXT
 from qtts.core.model.codec import SpeechDecoder
 
 log = logging.getLogger("qtts")

@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from qtts.core.engine.engine import Engine
-from qtts.core.engine.graphs import GraphCaptureError, GraphedDecodeStep, capture_broken
-from qtts.core.engine.settings import EngineSettings
-from qtts.core.engine.slots import SlotState
-from qtts.core.engine.views import aligned_kv_len
+from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.loop.engine import Engine
+from qtts.core.engine.loop.graphs import GraphCaptureError, GraphedDecodeStep, capture_broken
+from qtts.core.engine.step.slots import SlotState
+from qtts.core.engine.step.views import aligned_kv_len
 from qtts.core.model.config import ModelConfig, SamplingParams
 
 
@@ -35,7 +35,7 @@ class EngineShape:
 
     @classmethod
     def of(cls, group, slots: int | None = None) -> EngineShape:
-        """A memory plan's group (qtts.core.engine.planner.GroupPlan), with `slots` slots when
+        """A memory plan's group (qtts.core.engine.plan.planner.GroupPlan), with `slots` slots when
         fewer than planned run (an out-of-memory retry, the last rows of a group)."""
         return cls(
             slots=group.slots if slots is None else slots,

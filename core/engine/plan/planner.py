@@ -1,7 +1,7 @@
 """The memory plan of a job: slots, KV length per length group, graph views, vocoder micro-batch.
 
 `plan_memory` is a pure function of the device's byte budget, the model's dimensions
-(qtts.core.engine.footprint.Dims) and the rows' shapes. Rows are cut into length groups, each
+(qtts.core.engine.plan.footprint.Dims) and the rows' shapes. Rows are cut into length groups, each
 with its own KV cache sized to its own longest row (a single long row no longer sizes the cache
 of every slot), and each group gets as many slots as fit (auto) or the requested batch size.
 The peak is the weights, plus the largest group's slot state, decode activations (the CUDA graph
@@ -14,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from qtts.core.engine.footprint import (
+from qtts.core.engine.device.settings import EngineSettings, sampler_on
+from qtts.core.engine.plan.footprint import (
     Dims,
     prefill_activation_bytes,
     slot_state_bytes,
     step_activation_bytes,
     vocoder_bytes,
 )
-from qtts.core.engine.settings import EngineSettings, sampler_on
-from qtts.core.engine.views import aligned_kv_len, view_lengths
-from qtts.core.engine.vocoder_windows import bucket_shapes
+from qtts.core.engine.step.views import aligned_kv_len, view_lengths
+from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes
 
 GIB = 2**30
 # A new length group starts where a row needs less than this share of the group's KV length, so
@@ -35,8 +35,8 @@ GROUP_KV_SHARE = 0.75
 MARGIN_SHARE, MIN_MARGIN = 0.08, 1 * GIB
 # The vocoder gets at most a quarter of what the weights leave, and at most this many rows at once:
 # on a GPU more rows share one read of its weights; a CPU's time per audio-second measured the
-# same from 1 to 4 rows a call (its large blocks kept: core/engine/cpu_runtime.py), while each
-# row adds its activations (hundreds of MB a window) to the heap a CPU job keeps.
+# same from 1 to 4 rows a call (its large blocks kept: core/engine/device/cpu_runtime.py), while
+# each row adds its activations (hundreds of MB a window) to the heap a CPU job keeps.
 VOCODER_SHARE = 0.25
 VOCODER_MAX_BATCH = {"cuda": 16, "cpu": 2}
 # Auto batch sizes stop here: past 256 rows a GPU step is compute-bound, and a 2-core CPU's
@@ -52,7 +52,9 @@ class RowShape:
 
     @property
     def kv_need(self) -> int:
-        return self.prompt + self.budget  # positions a slot may write (qtts.core.engine.engine)
+        return (
+            self.prompt + self.budget
+        )  # positions a slot may write (qtts.core.engine.loop.engine)
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,8 @@ class MemoryPlan:
 
     @property
     def vocoder_graphs(self) -> int:
-        """The speech decoder's CUDA graphs at most (qtts.core.engine.vocoder_graphs): one per
-        window shape, frame bucket x power-of-two rows up to the vocoder batch; none without
+        """The speech decoder's CUDA graphs at most (qtts.core.engine.vocoder.vocoder_graphs): one
+        per window shape, frame bucket x power-of-two rows up to the vocoder batch; none without
         graphs. They share one pool, sized by the largest shape (vocoder_bytes), so their count
         costs capture time and instantiation (the margin), not pool bytes."""
         return len(bucket_shapes(self.vocoder_batch)) if self.graphs else 0
@@ -117,7 +119,27 @@ class MemoryPlan:
     def fits(self) -> bool:
         return all(g.slots >= 1 for g in self.groups) and self.total_bytes <= self.budget_bytes
 
+    def parts(self) -> dict[str, int]:
+        """What total_bytes holds, by part: the values add up to it. Without CUDA graphs the
+        decode step and a prefill pass never overlap, so only the larger of the two is held."""
+        g = self.peak_group
+        step = {"decode_step": g.activation_bytes, "prefill": g.prefill_bytes} if g else {}
+        if g is not None and not self.graphs:
+            larger = max(step, key=step.__getitem__)
+            step = {larger: step[larger]}
+        return {
+            "weights": self.weights_bytes,
+            "kv_cache": g.kv_bytes if g else 0,
+            "slot_state": g.state_bytes - g.kv_bytes if g else 0,  # the rest of the slots' state
+            **step,
+            "vocoder": self.vocoder_bytes,
+            "margin": self.margin_bytes,
+        }
+
     def as_json(self) -> dict:
+        """`qtts plan`'s JSON. `memory` splits total_bytes into parts that add up to it; the flat
+        *_bytes fields stay as before for scripts that read them (state_bytes includes kv_bytes,
+        and without graphs only the larger of activation_bytes and prefill_bytes is held)."""
         g = self.peak_group
         return {
             "slots": self.slots,
@@ -135,6 +157,7 @@ class MemoryPlan:
             "margin_bytes": self.margin_bytes,
             "vocoder_batch": self.vocoder_batch,
             "vocoder_graphs": self.vocoder_graphs,
+            "memory": self.parts(),
             "groups": [
                 {"rows": len(x.rows), "slots": x.slots, "kv_len": x.kv_len, "graphs": len(x.views)}
                 for x in self.groups

@@ -8,7 +8,7 @@ faster layout for a few rows), RMSNorm as one fused call, RoPE as a roll, attent
 keys as two small matmuls. It reads the same KV cache (the KVCache protocol) and returns the same
 hidden states as the module path up to float rounding; tests/unit/engine/test_packed_stack.py
 ties the two together. The packed copy doubles only the predictor's weights (5 layers). Knows
-tensors only; the GPU runs the fused stack (core/engine/fused_stack.py) instead.
+tensors only; the GPU runs the fused stack (core/engine/step/fused_stack.py) instead.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ model's own rounding. Activations stay in the model dtype; logits go to fp32 for
 `prefill` runs a padded group of prompts through the same weights and tables, also in 9 ops per
 layer: the prefill form of the cache op writes each prompt's K/V straight into its slot's cache
 rows and hands them to a grouped, causal attention under a key-padding bias built once per pass
-(qtts.core.engine.prefill_attention); only each prompt's last position leaves the stack
+(qtts.core.engine.step.prefill_attention); only each prompt's last position leaves the stack
 (tests/unit/engine/test_fused_prefill.py ties it to the module path's padded prefill).
 Knows tensors and the KV cache protocol; no sampling, no slots.
 """
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from qtts.core.engine.decode_attention import decode_attention, decode_attention_twin
-from qtts.core.engine.prefill_attention import (
+from qtts.core.engine.step.decode_attention import decode_attention, decode_attention_twin
+from qtts.core.engine.step.prefill_attention import (
     prefill_attention,
     prefill_attention_twin,
     prefill_bias,

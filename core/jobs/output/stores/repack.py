@@ -1,0 +1,164 @@
+"""Repacking: finished rows that sit in another layout or format than this run's (a switch from
+files to an archive, between archives, back to files, or from wav to flac) move into this run's
+without the model. Their audio is read back (repack_sources: copied as it is, or transcoded
+losslessly when the format changes), written into new outputs (repack_targets) and committed a
+batch at a time (repack_commit: the new outputs named and journalled before any old copy goes,
+so a kill leaves every id once, in the old layout or the new, after the next run).
+
+Rows are taken a source container at a time (sorted by container), so each shard is read once
+front to back and rewritten once per batch that empties part of it. Their full records (every
+column: an archived sample carries the row's text, voice and measures) are read a column at a
+time and staged on disk in that order (state/record_source, output/view_columns), so memory
+holds one column of the records and a batch of rows, never every record at ten million rows.
+A repacked row keeps its record (its time `t` too: its scores stay valid) but for where its
+audio is (file, bytes, codes_saved), the settings digest (this run's: the same but for the
+format) and the run that moved it.
+A signal stops it between rows: the open batch is dropped, its rows stay where they were.
+Knows records, locations and batches; the formats and files live in the modules above.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.output.stores.locations import FILES, containers
+from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, commit
+from qtts.core.jobs.output.stores.repack_commit import finish as commit_finish
+from qtts.core.jobs.output.stores.repack_sources import in_format, is_shard, read_container
+from qtts.core.jobs.output.stores.repack_targets import open_target
+from qtts.core.jobs.output.view_columns import StagedColumns
+from qtts.core.jobs.output.writer import write_error
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.lookup import index_in
+from qtts.core.jobs.state.record_source import RecordSource
+from qtts.core.jobs.state.records import RECORD_SCHEMA
+
+log = logging.getLogger("qtts")
+
+MERGE = ("id", "status", "file", "bytes", "run", "t")  # read at once; the rest is staged
+STAGED = tuple(name for name in RECORD_SCHEMA.names if name not in MERGE)
+STAGE_ROWS = 4096  # records built into Python objects at once
+
+
+def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec, settings: str,
+           run: str, stop) -> tuple[int, int]:  # fmt: skip
+    """Move the rows `ids` (done, in another layout or format) into spec's (open_store.StoreSpec)
+    layout and format; settings: this run's digest; stop: StopSignals. (rows moved, rows left
+    where they were: their audio could not be read back)."""
+    if len(ids) == 0:
+        return 0, 0
+    t0 = time.monotonic()
+    mover = _Mover(out_dir, suffix, journal, spec)
+    source = RecordSource.open(out_dir, MERGE, STAGED, shard_suffix=suffix)
+    try:
+        shown, where = _in_container_order(source.winners, ids)
+        folder = Layout(out_dir).repack_staging(suffix)
+        with StagedColumns(folder, source, shown, STAGE_ROWS) as staging:
+            for name in STAGED:
+                staging.stage(name)
+            records = _records(source.winners, shown, where, staging, settings=settings, run=run)
+            for container, group in itertools.groupby(records, key=lambda pair: pair[0]):
+                mover.container(container, {record["id"]: record for _, record in group}, stop)
+            mover.commit()
+    except BaseException as e:
+        mover.target.discard()  # the open batch: its rows stay where they were
+        if isinstance(e, OSError):  # a full disk, an out dir that cannot be written: one line
+            raise write_error(e, Path(e.filename) if e.filename else out_dir) from e
+        raise
+    finally:
+        source.close()
+    if mover.unread:
+        log.warning("%d row(s) could not be read back from their outputs and stay where they are "
+                    "(--overwrite makes them again)", mover.unread)  # fmt: skip
+    log.info("repacked %d row(s) into %s (%s) in %.1f s, without synthesis", mover.moved,
+             spec.layout, spec.audio_format, time.monotonic() - t0)  # fmt: skip
+    return mover.moved, mover.unread
+
+
+class _Mover:
+    """Rows into the target a source container at a time, committed as batches fill."""
+
+    def __init__(self, out_dir: Path, suffix: str, journal: Journal, spec) -> None:
+        self.out, self.suffix, self.journal, self.spec = out_dir, suffix, journal, spec
+        self.target = open_target(out_dir, spec, f"{spec.prefix}{spec.run_tag}")
+        self.moved = self.unread = 0
+
+    def container(self, name: str, records: dict[str, dict], stop) -> None:
+        """records: id -> new record (its `file` still the old location) of the rows in it."""
+        spec = self.spec
+        with_codes = spec.save_codes and (spec.layout != FILES or is_shard(name))
+        for row_id, audio, codes in self._read(name, list(records), with_codes):
+            stop.check()
+            record = records.pop(row_id, None)
+            if record is None:
+                continue
+            try:
+                audio = in_format(audio, spec.audio_format)
+            except (RuntimeError, ValueError) as e:  # a damaged file: soundfile cannot decode it
+                log.warning("cannot read %s back (%s)", record["file"], e)
+                records[row_id] = record
+                continue
+            self.target.add(record, audio, codes, record["file"])
+            if self.target.due(False):
+                self.commit()
+        self.unread += len(records)
+        if self.target.due(is_shard(name)):
+            self.commit()
+
+    def _read(self, name: str, ids: list[str], with_codes: bool):
+        try:
+            yield from read_container(self.out, name, ids, with_codes=with_codes)
+        except (OSError, tarfile.TarError, pa.ArrowException) as e:
+            log.warning("cannot read %s back (%s)", self.out / name, e)
+
+    def commit(self) -> None:
+        rows = self.target.seal()
+        if rows:
+            table = pa.Table.from_pylist(rows, schema=INTENT_SCHEMA)
+            self.moved += commit(self.out, self.suffix, self.journal, table)
+
+
+def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
+    """What a killed repack of this job shard left: its last commit carried out, its staged
+    records removed."""
+    if commit_finish(out_dir, suffix, journal):
+        log.info("finished moving the rows a killed run was repacking")
+    shutil.rmtree(Layout(out_dir).repack_staging(suffix), ignore_errors=True)
+
+
+def _in_container_order(winners: pa.Table, ids: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(each row's index in winners, the container its audio is in), sorted by container."""
+    at = index_in(ids, winners["id"])
+    at = at.filter(pc.is_valid(at))
+    where = containers(winners["file"].take(at).combine_chunks())
+    order = pc.sort_indices(where)
+    return at.take(order).to_numpy(zero_copy_only=False), where.take(order)
+
+
+def _records(
+    winners, shown, where, staging, *, settings: str, run: str
+) -> Iterator[tuple[str, dict]]:
+    """(container, record) of each row in container order, the record with this run's settings
+    digest and run. Its `t` stays the time its audio was made: the stamp its scores are kept
+    by (docs/job-state.md, "Scores"), and the new record still wins, journalled after the old
+    one in the shard's own journal, which is read last (docs/job-state.md, "Records")."""
+    merged = winners.select(list(MERGE))
+    for k, start in enumerate(range(0, len(shown), staging.size)):
+        batch = merged.take(pa.array(shown[start : start + staging.size]))
+        for name, column in staging.batch(k):
+            batch = batch.append_column(name, column)
+        for container, record in zip(
+            where.slice(start, staging.size).to_pylist(), batch.to_pylist(), strict=True
+        ):
+            yield container, {**record, "settings": settings, "run": run}

@@ -1,0 +1,144 @@
+"""Committing a batch of repacked rows: their new outputs take their names, their new records are
+journalled, and only then are their old copies removed, so a kill at any moment leaves every id
+in the out dir once, in its old layout or its new, after the next run.
+
+A batch's new outputs (one archive shard, or a file per row) are first written whole under
+fixed temp names (`repack_temp`), fsynced, and no longer removed by an immediate exit. Then the
+intent (OUT/.qtts/repack[-shard-I-of-N].parquet: each row's new record, and `old_file`, where
+its audio was) is written atomically: the commit point. `finish` then carries it out, in the
+run and again in the shard's next run if a kill came first: each temp still there takes its
+name (an output already named was renamed before), the rows whose outputs are named are
+journalled (a record never points at an output that has no name), their old copies are taken
+out (stores/retract.py: a plain file unlinked, a shard rewritten without them or removed), and
+the intent goes. Every step is idempotent; a row whose new output is nowhere (only a hand
+could do that) keeps its old copy and record. Between the rename and the removal of the old copy
+the records already name the new one, and readers go by the records.
+Knows locations, temp names and records; no audio.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from qtts.core.errors import FatalError
+from qtts.core.jobs.output.stores.files import codes_name
+from qtts.core.jobs.output.stores.locations import (
+    ARCHIVE_DIR,
+    FILES,
+    containers,
+    is_archived,
+    layouts,
+)
+from qtts.core.jobs.output.stores.retract import take_out_rows
+from qtts.core.jobs.output.writer import TEMP_MARK, atomic_write, fsync_dir, unlink_quietly
+from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.records import RECORD_SCHEMA, as_bools
+
+log = logging.getLogger("qtts")
+
+OLD_FILE = "old_file"  # the intent's column: where the row's audio was
+INTENT_SCHEMA = RECORD_SCHEMA.append(pa.field(OLD_FILE, pa.string()))
+REPACK_TEMP = f"{TEMP_MARK}repack"  # one run per job shard: a fixed name is the shard's own
+
+
+def repack_temp(final: Path) -> Path:
+    """Where a repacked output is written before it takes its name: found again after a kill
+    (the run's cleanup removes it as any other temp file when no intent names it)."""
+    return final.parent / f".{final.name}{REPACK_TEMP}"
+
+
+def new_outputs(rows: pa.Table, layout: str) -> tuple[pa.Array, pa.Array]:
+    """(each row's new audio container, the codes file it needs too, or null): relative to the
+    out dir. A repack into the files layout writes `{id}.codes.npy` beside its audio when the
+    row keeps codes that were not in that file already."""
+    audio = containers(rows["file"].combine_chunks())
+    if layout != FILES:
+        return audio, pa.nulls(len(audio), pa.string())
+    codes = pc.binary_join_element_wise(rows["id"], pa.scalar(codes_name("")), "")
+    moved_codes = pc.and_(
+        pc.fill_null(rows["codes_saved"], False),
+        pc.fill_null(is_archived(rows[OLD_FILE].combine_chunks()), False),
+    )
+    return audio, pc.if_else(moved_codes, codes, pa.scalar(None, pa.string()))
+
+
+def commit(out_dir: Path, suffix: str, journal: Journal, rows: pa.Table) -> int:
+    """rows (INTENT_SCHEMA): a batch whose new outputs are durable under their temp names.
+    Writes the intent, then carries it out; the rows moved."""
+    path = Layout(out_dir).repack_intent(suffix)
+    atomic_write(path, lambda f: pq.write_table(rows.cast(INTENT_SCHEMA), f))
+    fsync_dir(path.parent)
+    return finish(out_dir, suffix, journal)
+
+
+def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
+    """Carry out a repack intent this run or a killed one left; the rows moved (0: none)."""
+    path = Layout(out_dir).repack_intent(suffix)
+    if not path.exists():
+        return 0
+    try:
+        rows = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:  # damaged by hand or disk: never by a kill
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise FatalError(
+            f"the repack intent {path} is unreadable ({why}); "
+            "remove it to keep what the job records say (rerun with --overwrite to remake every "
+            "row)"
+        ) from None
+    layout = _layout_of(rows)  # a rerun may write another layout: this batch's is its own
+    audio, codes = new_outputs(rows, layout)
+    _name(out_dir, pc.drop_null(codes))
+    named = _name(out_dir, audio)
+    fsync_dir(out_dir / ARCHIVE_DIR)
+    fsync_dir(out_dir)
+    forward = rows.filter(pa.array(named))
+    if forward.num_rows < rows.num_rows:
+        log.warning(
+            "%d repacked row(s) have no new output (removed by hand?): kept where they were",
+            rows.num_rows - forward.num_rows,
+        )
+    journal.append(forward.select(RECORD_SCHEMA.names).to_pylist())
+    old = forward[OLD_FILE].combine_chunks()
+    moved = as_bools(pc.not_equal(containers(old), containers(forward["file"].combine_chunks())))
+    # A plain file's codes stay under their name when the row keeps them in the files layout
+    kept = moved & (layout == FILES) & as_bools(forward["codes_saved"])
+    for rows_here, keep_codes in ((moved & ~kept, False), (kept, True)):
+        if rows_here.any():
+            mask = pa.array(rows_here)
+            take_out_rows(
+                out_dir, forward["id"].filter(mask), old.filter(mask), keep_codes=keep_codes
+            )
+    unlink_quietly(path)
+    return forward.num_rows
+
+
+def _name(out_dir: Path, finals: pa.Array) -> np.ndarray:
+    """Rename each final's temp, if still there, to it; per final (in order), whether it is
+    named now. A shard named by many rows is renamed once."""
+    unique = pc.unique(finals)
+    named = {}
+    for final in unique.to_pylist():
+        target = out_dir / final
+        try:
+            os.replace(repack_temp(target), target)
+        except FileNotFoundError:
+            pass
+        named[final] = target.exists()
+    if not named:
+        return np.zeros(len(finals), dtype=bool)
+    found = [k for k, ok in named.items() if ok]
+    return as_bools(pc.is_in(finals, value_set=pa.array(found, pa.string())))
+
+
+def _layout_of(rows: pa.Table) -> str:
+    """The layout a killed run was repacking into, from its new locations."""
+    kinds = pc.unique(layouts(rows["file"].combine_chunks()).dictionary_decode()).to_pylist()
+    return kinds[0] if kinds else FILES

@@ -1,0 +1,46 @@
+"""Run `qtts` and kill it (os._exit(9): no cleanup, no flush, as a kill -9) at a chosen moment:
+the Nth call of a named function, before it runs or just after it returns.
+
+    python tests/kill_points.py MODULE:ATTR[.METHOD] N before|after -- batch ...
+
+The function is replaced where it is looked up (the module attribute the code calls through),
+so a test names the module that calls it. Used with the fake model (fakes.fake_env)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import runpy
+import sys
+
+
+def arm(target: str, n: int, when: str) -> None:
+    module_name, _, path = target.partition(":")
+    owner = importlib.import_module(module_name)
+    *parents, name = path.split(".")
+    for part in parents:
+        owner = getattr(owner, part)
+    original = getattr(owner, name)
+    calls = 0
+
+    @functools.wraps(original)
+    def wrapped(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == n and when == "before":
+            os._exit(9)
+        result = original(*args, **kwargs)
+        if calls == n and when == "after":
+            os._exit(9)
+        return result
+
+    setattr(owner, name, wrapped)
+
+
+if __name__ == "__main__":
+    target, n, when, sep, *args = sys.argv[1:]
+    assert sep == "--" and when in ("before", "after"), sys.argv
+    arm(target, int(n), when)
+    sys.argv = ["qtts", *args]
+    runpy.run_module("qtts", run_name="__main__", alter_sys=True)

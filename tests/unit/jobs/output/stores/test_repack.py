@@ -1,0 +1,147 @@
+"""The repack's parts: every registered archive format reads its samples back for a repack; a
+commit's intent is carried out once whatever step a kill cut it at (temps named, records
+journalled, old copies removed, nothing twice); audio changes format losslessly."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+from store_rows import tone
+
+from qtts.core.jobs.output.stores import repack_commit
+from qtts.core.jobs.output.stores.open_store import StoreSpec
+from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, repack_temp
+from qtts.core.jobs.output.stores.repack_sources import audio_format_of, in_format
+from qtts.core.jobs.output.stores.repack_targets import open_target
+from qtts.core.jobs.output.stores.shard_formats import FORMATS
+from qtts.core.jobs.output.writer import encode_audio
+from qtts.core.jobs.state.journal import Journal, read_journals
+from qtts.core.jobs.state.layout import Layout
+
+SR = 24000
+
+
+def wav(seed: int) -> bytes:
+    return encode_audio(tone(2400, seed), SR, "wav")
+
+
+def record(row_id: str, old_file: str) -> dict:
+    return {"id": row_id, "status": "ok", "file": old_file, "bytes": 1, "sample_rate": SR,
+            "text": f"text of {row_id}", "settings": "s", "run": "R", "t": 2.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", sorted(FORMATS))
+def test_every_format_reads_back_the_samples_a_repack_asks_for(tmp_path, layout):
+    fmt = FORMATS[layout]
+    path = tmp_path / f"s{fmt.suffix}"
+    ids = ["a", "b.1", "c%2", "d"]
+    with open(path, "wb") as f:
+        writer = fmt.open(f, SR)
+        for i, row_id in enumerate(ids):
+            codes = f"codes {i}".encode() if i % 2 == 0 else None
+            writer.add(row_id, wav(i), "wav", codes, record(row_id, ""))
+        writer.close()
+    got = list(fmt.samples(path, {"d", "b.1", "a", "zz"}))
+    assert [g[0] for g in got] == ["a", "b.1", "d"]  # shard order; an id it lacks is skipped
+    assert [g[1] for g in got] == [wav(0), wav(1), wav(3)]
+    assert [g[2] for g in got] == [b"codes 0", None, None]
+
+
+def _files_out(tmp_path, n=3):
+    """An out dir of n plain WAV files (the files layout), its journal, and their bytes."""
+    (tmp_path / ".qtts").mkdir()
+    data = {}
+    for i in range(n):
+        data[f"r{i}"] = wav(i)
+        (tmp_path / f"r{i}.wav").write_bytes(data[f"r{i}"])
+    return Journal(Layout(tmp_path).journal("")), data
+
+
+def _sealed_batch(tmp_path, data, layout="webdataset") -> pa.Table:
+    """A batch written into its temp outputs and sealed, not yet committed."""
+    spec = StoreSpec(layout=layout, shard_rows=10)
+    target = open_target(tmp_path, spec, "run")
+    for row_id, audio in data.items():
+        target.add(record(row_id, f"{row_id}.wav"), audio, None, f"{row_id}.wav")
+    return pa.Table.from_pylist(target.seal(), schema=INTENT_SCHEMA)
+
+
+def _journalled(journal) -> list[str]:
+    table, _ = read_journals([journal.path])
+    return table["id"].to_pylist()
+
+
+def test_a_commit_names_journals_then_removes_the_old_copies(tmp_path):
+    journal, data = _files_out(tmp_path)
+    rows = _sealed_batch(tmp_path, data)
+    shard = tmp_path / "data" / "run-repack-000000.tar"
+    assert repack_temp(shard).exists() and not shard.exists()
+    assert repack_commit.commit(tmp_path, "", journal, rows) == 3
+    assert shard.exists() and not repack_temp(shard).exists()
+    assert list(tmp_path.glob("*.wav")) == [] and _journalled(journal) == ["r0", "r1", "r2"]
+    assert FORMATS["webdataset"].keys_in(shard) == ["r0", "r1", "r2"]
+    assert not Layout(tmp_path).repack_intent("").exists()
+
+
+@pytest.mark.parametrize("cut", ["before naming", "after naming", "half removed"])
+def test_a_killed_commit_is_finished_once_by_the_next_run(tmp_path, cut):
+    journal, data = _files_out(tmp_path)
+    rows = _sealed_batch(tmp_path, data)
+    pq.write_table(rows, Layout(tmp_path).repack_intent(""))  # the commit point, then the kill
+    shard = tmp_path / "data" / "run-repack-000000.tar"
+    if cut != "before naming":
+        repack_temp(shard).rename(shard)
+    if cut == "half removed":
+        journal.append(rows.select(INTENT_SCHEMA.names[:-1]).slice(0, 3).to_pylist())
+        (tmp_path / "r0.wav").unlink()
+    for _ in range(2):  # the next run finishes it; a later one finds nothing to do
+        repack_commit.finish(tmp_path, "", journal)
+    assert shard.exists() and list(tmp_path.glob("*.wav")) == []
+    assert sorted(set(_journalled(journal))) == ["r0", "r1", "r2"]
+    assert not Layout(tmp_path).repack_intent("").exists()
+
+
+def test_rows_whose_new_output_is_gone_stay_where_they_were(tmp_path, caplog):
+    journal, data = _files_out(tmp_path)
+    rows = _sealed_batch(tmp_path, data, layout="parquet")
+    pq.write_table(rows, Layout(tmp_path).repack_intent(""))
+    repack_temp(tmp_path / "data" / "run-repack-000000.parquet").unlink()  # by hand
+    assert repack_commit.finish(tmp_path, "", journal) == 0
+    assert len(list(tmp_path.glob("*.wav"))) == 3 and _journalled(journal) == []
+    assert "kept where they were" in caplog.text
+
+
+def test_a_damaged_intent_is_one_line_naming_it(tmp_path):
+    from qtts.core.errors import FatalError
+
+    journal, _ = _files_out(tmp_path)
+    Layout(tmp_path).repack_intent("").write_bytes(b"not parquet")
+    with pytest.raises(FatalError, match=r"the repack intent .*repack\.parquet is unreadable"):
+        repack_commit.finish(tmp_path, "", journal)
+    assert len(list(tmp_path.glob("*.wav"))) == 3
+
+
+def test_files_written_from_a_shard_keep_their_codes(tmp_path):
+    (tmp_path / ".qtts").mkdir()
+    journal = Journal(Layout(tmp_path).journal(""))
+    target = open_target(tmp_path, StoreSpec(layout="files", save_codes=True), "run")
+    target.add(record("a", "data/x.tar#a.wav"), wav(0), b"codes", "data/x.tar#a.wav")
+    rows = pa.Table.from_pylist(target.seal(), schema=INTENT_SCHEMA)
+    assert repack_commit.commit(tmp_path, "", journal, rows) == 1
+    assert (tmp_path / "a.wav").read_bytes() == wav(0)
+    assert (tmp_path / "a.codes.npy").read_bytes() == b"codes"
+
+
+def test_a_format_change_keeps_every_sample():
+    data = wav(3)
+    flac = in_format(data, "flac")
+    assert audio_format_of(flac) == "flac" and in_format(data, "wav") is data
+    pcm = sf.read(io.BytesIO(data), dtype="int16")[0]
+    np.testing.assert_array_equal(sf.read(io.BytesIO(flac), dtype="int16")[0], pcm)
+    np.testing.assert_array_equal(sf.read(io.BytesIO(in_format(flac, "wav")), dtype="int16")[0],
+                                  pcm)  # fmt: skip
