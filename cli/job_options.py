@@ -81,28 +81,23 @@ def voice_options(
     )
 
 
-def sampling_options(
-    greedy: o.Greedy = None,
-    temperature: o.Temperature = None,
-    top_k: o.TopK = None,
-    top_p: o.TopP = None,
-    repetition_penalty: o.RepetitionPenalty = None,
-    subtalker_temperature: o.SubTemperature = None,
-    subtalker_top_k: o.SubTopK = None,
-    subtalker_top_p: o.SubTopP = None,
-) -> SamplingOverrides:
-    """greedy None: each site samples as generation_config.json says. A drawing flag given to a
-    site that does not sample is warned of once the checkpoint is known (generation.py)."""
-    return SamplingOverrides.from_flags(
-        greedy=greedy,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        subtalker_temperature=subtalker_temperature,
-        subtalker_top_k=subtalker_top_k,
-        subtalker_top_p=subtalker_top_p,
-    )
+def sampling_options(greedy: o.Greedy = None, **flags: float | int | None) -> SamplingOverrides:
+    """greedy None: each site samples as generation_config.json says. `flags`: the per-site
+    sampling flags, one per SamplingParams field and site (o.sampling_flags: the signature below).
+    A drawing flag given to a site that does not sample is warned of once the checkpoint is
+    known (generation.py)."""
+    return SamplingOverrides.from_flags(greedy=greedy, **flags)
+
+
+sampling_options.__signature__ = inspect.Signature(  # what job_command gives Typer
+    [
+        inspect.Parameter(
+            "greedy", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=o.Greedy
+        ),  # fmt: skip
+        *o.sampling_flags(),
+    ],
+    return_annotation=SamplingOverrides,
+)
 
 
 def output_options(

@@ -8,6 +8,7 @@ The choices come from qtts.core.jobs.choices (standard library only: `qtts --hel
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated
 
@@ -191,40 +192,30 @@ Greedy = Annotated[
         ),
     ),
 ]
-Temperature = Annotated[
-    float | None, _opt("--temperature", panel=SAMPLING_PANEL, help=("Talker temperature (> 0)."))
-]
-TopK = Annotated[
-    int | None,
-    _opt("--top-k", min=0, metavar="K", panel=SAMPLING_PANEL, help="Talker top-k (0: off)."),
-]
-TopP = Annotated[
-    float | None, _opt("--top-p", panel=SAMPLING_PANEL, help=("Talker top-p, in (0, 1]."))
-]
-RepetitionPenalty = Annotated[
-    float | None,
-    _opt(
-        "--repetition-penalty", panel=SAMPLING_PANEL, help="Talker repetition penalty (1.0: off)."
-    ),
-]
-SubTemperature = Annotated[
-    float | None,
-    _opt("--subtalker-temperature", panel=SAMPLING_PANEL, help="Code predictor temperature (> 0)."),
-]
-SubTopK = Annotated[
-    int | None,
-    _opt(
-        "--subtalker-top-k",
-        min=0,
-        metavar="K",
-        panel=SAMPLING_PANEL,
-        help="Code predictor top-k (0: off).",
-    ),
-]
-SubTopP = Annotated[
-    float | None,
-    _opt("--subtalker-top-p", panel=SAMPLING_PANEL, help="Code predictor top-p, in (0, 1]."),
-]
+
+
+def sampling_flags() -> list[inspect.Parameter]:
+    """The per-site sampling flags (--temperature, --subtalker-top-k, ...), made from the fields of
+    SamplingParams (core/model/config.py): a field with a generation_config.json key at a site is a
+    flag there, named after it (`subtalker-` first for the code predictor's), its help the field's
+    own. do_sample is --greedy/--sample above. Unset (None): the checkpoint's value."""
+    from dataclasses import fields
+
+    from qtts.core.model.config import SamplingParams
+
+    flags = []
+    for site, (prefix, who) in enumerate((("", "Talker"), ("subtalker_", "Code predictor"))):
+        for f in fields(SamplingParams):
+            if f.name == "do_sample" or f.metadata["keys"][site] is None:
+                continue
+            name = prefix + f.name
+            option = _opt("--" + name.replace("_", "-"), panel=SAMPLING_PANEL,
+                          help=f"{who} {f.metadata['help']}.")  # fmt: skip
+            kind = type(f.default) | None
+            flags.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                           annotation=Annotated[kind, option]))  # fmt: skip
+    return flags
+
 
 # -- output ----------------------------------------------------------------------
 OutDir = Annotated[

@@ -8,6 +8,7 @@ raise ValueError.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -161,25 +162,82 @@ class ModelConfig:
         return self.tts_model_type == "custom_voice"
 
 
+def sampling_field(
+    default: float | int | bool,
+    *,
+    keys: tuple[str, str | None],
+    help: str = "",
+    valid: tuple[Callable[[Any], bool], str] | None = None,
+    drawing: bool = False,
+    talker_default: float | int | bool | None = None,
+) -> Any:
+    """A SamplingParams field and everything said about it, in one place: its generation_config.json
+    key at each site (talker, code predictor; None: the site does not have it), the command-line
+    help (the flags are made from the field: core/jobs/execution/generation.py, cli/options.py),
+    its valid range (a check and what to say), whether it only shapes a random draw (the argmax
+    ignores it), and the talker's official hard default where it differs from the field's."""
+    meta = {"keys": keys, "help": help, "valid": valid, "drawing": drawing}
+    meta["defaults"] = (default if talker_default is None else talker_default, default)
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """Sampling for one site (talker or code predictor). greedy = argmax after penalties."""
+    """Sampling for one site (talker or code predictor). greedy = argmax after penalties.
 
-    do_sample: bool = True
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
+    A field here is the whole of a sampling parameter outside the kernels: the checkpoint's keys,
+    the command-line flags, the merge, the range check and the fingerprint all come from it (its
+    values reach the sampler through RowParams, core/engine/step/token_choice.py)."""
+
+    do_sample: bool = sampling_field(True, keys=("do_sample", "subtalker_dosample"))
+    temperature: float = sampling_field(
+        0.9,
+        keys=("temperature", "subtalker_temperature"),
+        help="temperature (> 0)",
+        valid=(lambda v: v > 0, "must be > 0 (use --greedy for argmax)"),
+        drawing=True,
+    )
+    top_k: int = sampling_field(
+        50,
+        keys=("top_k", "subtalker_top_k"),
+        help="top-k (0: off)",
+        valid=(lambda v: v >= 0, "must be >= 0 (0 turns it off)"),
+        drawing=True,
+    )
+    top_p: float = sampling_field(
+        1.0,
+        keys=("top_p", "subtalker_top_p"),
+        help="top-p, in (0, 1]",
+        valid=(lambda v: 0 < v <= 1, "must be in (0, 1]"),
+        drawing=True,
+    )
+    # The official code applies the repetition penalty at the talker only.
+    repetition_penalty: float = sampling_field(
+        1.0,
+        keys=("repetition_penalty", None),
+        help="repetition penalty (1.0: off)",
+        valid=(lambda v: v > 0, "must be > 0 (1.0 turns it off)"),
+        talker_default=1.05,
+    )
 
     def out_of_range(self) -> list[tuple[str, str]]:
         """(field, its valid range) for each value outside that range."""
-        rules = (
-            ("temperature", self.temperature > 0, "must be > 0 (use --greedy for argmax)"),
-            ("top_k", self.top_k >= 0, "must be >= 0 (0 turns it off)"),
-            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0 (1.0 turns it off)"),
-        )
-        return [(name, valid) for name, ok, valid in rules if not ok]
+        return [
+            (f.name, f.metadata["valid"][1])
+            for f in fields(self)
+            if f.metadata["valid"] and not f.metadata["valid"][0](getattr(self, f.name))
+        ]
+
+    @classmethod
+    def from_config(cls, d: dict[str, Any], site: int) -> SamplingParams:
+        """One site's values from generation_config.json (site 0: talker, 1: code predictor); a
+        key left out (or one the site does not have) takes the official hard default."""
+        values = {}
+        for f in fields(cls):
+            default = f.metadata["defaults"][site]
+            key = f.metadata["keys"][site]
+            values[f.name] = type(default)(d.get(key, default) if key else default)
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -192,24 +250,24 @@ class GenerationDefaults:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GenerationDefaults:
-        talker = SamplingParams(
-            do_sample=bool(d.get("do_sample", True)),
-            temperature=float(d.get("temperature", 0.9)),
-            top_k=int(d.get("top_k", 50)),
-            top_p=float(d.get("top_p", 1.0)),
-            repetition_penalty=float(d.get("repetition_penalty", 1.05)),
+        return cls(
+            SamplingParams.from_config(d, 0),
+            SamplingParams.from_config(d, 1),
+            int(d.get("max_new_tokens", 2048)),
         )
-        subtalker = SamplingParams(
-            do_sample=bool(d.get("subtalker_dosample", True)),
-            temperature=float(d.get("subtalker_temperature", 0.9)),
-            top_k=int(d.get("subtalker_top_k", 50)),
-            top_p=float(d.get("subtalker_top_p", 1.0)),
-        )
-        return cls(talker, subtalker, int(d.get("max_new_tokens", 2048)))
 
     @classmethod
     def from_file(cls, path: str | Path) -> GenerationDefaults:
         return cls.from_dict(_read_json(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """generation_config.json's keys for these values (from_dict's inverse), talker first."""
+        out = {}
+        for site, params in enumerate((self.talker, self.subtalker)):
+            for f in fields(params):
+                if f.metadata["keys"][site]:
+                    out[f.metadata["keys"][site]] = getattr(params, f.name)
+        return {**out, "max_new_tokens": self.max_new_tokens}
 
 
 def _read_json(path: str | Path) -> dict[str, Any]:

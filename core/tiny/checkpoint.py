@@ -23,7 +23,7 @@ from safetensors.torch import save
 from torch import nn
 
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
-from qtts.core.model.config import ModelConfig
+from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.sizes import SIZES, decoder_dict
 from qtts.core.model.talker import build_model
 from qtts.core.tiny import base_parts, length_eos
@@ -45,11 +45,8 @@ SPEAKERS = {
     "uncle_fu": 3010, "ryan": 3061, "vivian": 3065, "serena": 3066,
 }
 SPEAKER_DIALECT = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
-GENERATION_DEFAULTS = {
-    "do_sample": True, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
-    "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50,
-    "subtalker_top_p": 1.0, "max_new_tokens": 8192,
-}
+# The official sampling defaults, as generation_config.json spells them (keys from SamplingParams).
+GENERATION_DEFAULTS = GenerationDefaults(max_new_tokens=8192).to_dict()
 # Tiny 12 Hz decoder: real codebook size, quantizer count and upsampling (1920 samples/frame).
 SPEECH_DECODER = {
     "codebook_size": 2048, "codebook_dim": 8, "hidden_size": 16, "latent_dim": 16, "head_dim": 8,

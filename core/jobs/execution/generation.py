@@ -1,12 +1,12 @@
 """The rule that merges the command line's sampling overrides into a checkpoint's generation
 defaults, the range checks on the result, and the one warning for drawing flags that a site which
 does not sample ignores. Generic over SamplingParams' fields: a sampling parameter added there
-needs no line here (one that only shapes a draw joins DRAWING too)."""
+needs no line here (its field says whether it only shapes a draw)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.spec import SUBTALKER, SamplingOverrides
@@ -17,7 +17,7 @@ log = logging.getLogger("qtts")
 
 # Fields that only shape a random draw: the argmax ignores them (the repetition penalty is
 # applied before either, so it is not one of them).
-DRAWING = ("temperature", "top_k", "top_p")
+DRAWING = tuple(f.name for f in fields(SamplingParams) if f.metadata["drawing"])
 SITES = (  # (site, its flags' prefix, its generation_config.json key for do_sample)
     ("talker", "--", "do_sample"),
     ("subtalker", "--" + SUBTALKER.replace("_", "-"), "subtalker_dosample"),
