@@ -97,7 +97,7 @@ SHORT_HELP = {
     "bench": "Measure throughput on random weights (no download).",
     "plan": "Plan a job's GPU memory and duration, without a GPU.",
     "results": "Count an out dir's rows, summarize its quality, set keep rules.",
-    "score": "Score audio with DNSMOS and an ASR round trip.",
+    "score": "Score audio: DNSMOS, an ASR round trip, speaker similarity.",
     "doctor": "Check this install on its device.",
 }
 _command = functools.partial(app.command, cls=HelpCommand)

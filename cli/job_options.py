@@ -25,9 +25,9 @@ from qtts.core.jobs.choices import (
     AudioFormat,
     Backend,
     Dtype,
-    OutputLayout,
     Split,
 )
+from qtts.core.jobs.output.stores.registry import OutputLayout
 from qtts.core.jobs.spec import (
     DEFAULT_SEGMENT_PAUSE_S,
     FailurePolicy,

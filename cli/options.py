@@ -3,7 +3,8 @@ into the help panels a user scans: input and resume, voice, sampling, output, en
 logging. Help text is Rich markup: a literal "[" is written "\\[".
 
 Defaults for sampling are None: None keeps the checkpoint's generation_config.json value.
-The choices come from qtts.core.jobs.choices (standard library only: `qtts --help` stays fast).
+The choices come from qtts.core.jobs.choices, --output's from the output registry (standard
+library only, both: `qtts --help` stays fast).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from qtts.core.jobs.choices import (
     Backend,
     Dtype,
     OnBudget,
-    OutputLayout,
     Split,
 )
+from qtts.core.jobs.output.stores.registry import OutputLayout, archive_formats, layouts_help
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
@@ -247,11 +248,7 @@ OutputOpt = Annotated[
     _opt(
         "--output",
         panel=OUTPUT_PANEL,
-        help=(
-            "How the audio lands. files: OUT/{id}.wav per row, with metadata.jsonl; "
-            "webdataset: tar shards in OUT/data/ ({id}.wav, {id}.json); parquet: Parquet "
-            "shards in OUT/data/ with a Hugging Face Audio column."
-        ),
+        help=layouts_help(),  # files and each archive format, from the output registry
     ),
 ]
 ShardRows = Annotated[
@@ -261,7 +258,10 @@ ShardRows = Annotated[
         min=1,
         metavar="N",
         panel=OUTPUT_PANEL,
-        help=f"Rows per archive shard (--output webdataset|parquet; default {DEFAULT_SHARD_ROWS}).",
+        help=(
+            f"Rows per archive shard (--output {'|'.join(archive_formats())}; "
+            f"default {DEFAULT_SHARD_ROWS})."
+        ),
     ),
 ]
 

@@ -1,8 +1,9 @@
 """`qtts results OUT`: rebuild OUT/results.parquet from every journal in OUT (all shards) and print
 the summary as one JSON line: is the dataset complete, and what is its quality? Keep rules
 (`--min-dnsmos 3.0 --max-cer 0.1`, ...) choose which ok rows metadata.jsonl lists, for this
-rebuild and every later one; `--report FILE.html` draws the distributions and says where. An out
-dir it cannot write is read as it is, nothing written there (core/jobs/output/views_aside.py)."""
+rebuild and every later one; `--report FILE.html` draws the distributions and says where; the
+dataset card OUT/README.md is written afresh (core/quality/dataset_card.py). An out dir it cannot
+write is read as it is, nothing written there (core/jobs/output/views_aside.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,21 @@ MaxRepeat = _bound("max-repeat-ratio", "Keep rows with repeat_ratio at most this
 MaxSilence = _bound("max-silence-ratio", "Keep rows with silence_ratio at most this.", 0, 1)
 MinRate = _bound("min-chars-per-s", "Keep rows with chars_per_s at least this.")
 MaxRate = _bound("max-chars-per-s", "Keep rows with chars_per_s at most this.")
+MinSpeakerSim = _bound(
+    "min-speaker-sim", "Keep rows with speaker_sim at least this (qtts score).", -1, 1
+)
+MinCentroid = _bound(
+    "min-speaker-centroid",
+    "Keep rows with speaker_sim_centroid at least this: no drift from the voice's other rows.",
+    -1,
+    1,
+)
+MinRateRatio = _bound(
+    "min-rate-ratio", "Keep rows whose slowest piece speaks at least this x its voice's median."
+)
+MaxRateRatio = _bound(
+    "max-rate-ratio", "Keep rows whose fastest piece speaks at most this x its voice's median."
+)
 
 
 def results(
@@ -54,6 +70,10 @@ def results(
     max_silence_ratio: MaxSilence = None,
     min_chars_per_s: MinRate = None,
     max_chars_per_s: MaxRate = None,
+    min_speaker_sim: MinSpeakerSim = None,
+    min_speaker_centroid: MinCentroid = None,
+    min_rate_ratio: MinRateRatio = None,
+    max_rate_ratio: MaxRateRatio = None,
     no_budget_hits: Annotated[
         bool,
         typer.Option(
@@ -71,8 +91,10 @@ def results(
     counts and a quality summary (percentiles, rows outside named thresholds). Keep rules given
     here replace the saved ones; results.parquet keeps every row either way (`kept` says which
     pass). An out dir this process cannot write (a read-only mount) is read as it is, its views
-    left unrebuilt. stdout: one JSON line (total, ok, failed, pending, complete, rebuilt,
-    quality). Exit 0, or 3 when some rows failed."""
+    left unrebuilt. Also writes OUT/README.md, a dataset card, so that load_dataset(OUT) loads
+    the kept rows (a README.md of your own is left alone: the card goes to OUT/.qtts/). stdout:
+    one JSON line (total, ok, failed, pending, complete, rebuilt, card, quality). Exit 0, or 3
+    when some rows failed."""
     given = {
         "min-dnsmos": min_dnsmos,
         "max-cer": max_cer,
@@ -81,6 +103,10 @@ def results(
         "max-silence-ratio": max_silence_ratio,
         "min-chars-per-s": min_chars_per_s,
         "max-chars-per-s": max_chars_per_s,
+        "min-speaker-sim": min_speaker_sim,
+        "min-speaker-centroid": min_speaker_centroid,
+        "min-rate-ratio": min_rate_ratio,
+        "max-rate-ratio": max_rate_ratio,
     }
     bounds = {k: v for k, v in given.items() if v is not None}
     with cli_errors():
@@ -106,6 +132,7 @@ def results(
                 from qtts.core.quality.report import write_report
 
                 write_report(views.results, report, quality, rules, out_dir)
+            card = None if views.not_rebuilt else _write_card(out_dir, summary, quality, rules)
     if views.not_rebuilt:
         typer.echo(
             f"Note: {out_dir} cannot be written here ({views.not_rebuilt}): its results.parquet "
@@ -121,12 +148,33 @@ def results(
     for line in summary_lines(quality):
         typer.echo(line, err=True)
     _warn_nothing_kept(rules, quality)
+    if card is not None and card.own_readme:
+        typer.echo(
+            f"Note: {out_dir / 'README.md'} is not a qtts dataset card, so it was left as it is; "
+            f"the card went to {card.path} (copy its YAML header into yours for "
+            "load_dataset(OUT))",
+            err=True,
+        )
     if report is not None:
         typer.echo(f"wrote the quality report to {report.resolve()}", err=True)
         summary = {**summary, "report": str(report.resolve())}
+    if card is not None:
+        summary = {**summary, "card": str(card.path)}
     typer.echo(json.dumps({**summary, "quality": quality}))
     if summary["failed"]:
         raise typer.Exit(EXIT_ROWS_FAILED)
+
+
+def _write_card(out_dir: Path, summary: dict, quality: dict, rules):
+    """OUT/README.md, the dataset card (core/quality/dataset_card.py); a warning, not a
+    failure, when it cannot be written."""
+    from qtts.core.quality.dataset_card import write_card
+
+    try:
+        return write_card(out_dir, summary, quality, rules)
+    except OSError as e:
+        log.warning("no dataset card written in %s: %s", out_dir, e.strerror or e)
+        return None
 
 
 def _save_rules(out_dir: Path, rules) -> None:

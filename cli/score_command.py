@@ -1,7 +1,8 @@
-"""`qtts score PATH`: model-based scores (DNSMOS P.835, an ASR round trip) of a qtts out dir or
-any AudioFolder, as a separate, resumable pass (qtts.core.quality). stdout: one JSON line;
-stderr: logs, each failed file's reason, the progress bar. Exit 0, 2 (usage: bad PATH, no
-metadata, the quality extra missing), 3 (some files failed), 75 (another pass holds PATH)."""
+"""`qtts score PATH`: model-based scores (DNSMOS P.835, an ASR round trip, speaker similarity) of a
+qtts out dir or any AudioFolder, as a separate, resumable pass (qtts.core.quality). stdout: one
+JSON line; stderr: logs, each failed file's reason, the progress bar. Exit 0, 2 (usage: bad
+PATH, no metadata, the quality extra missing), 3 (some files failed), 75 (another pass holds
+PATH)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,22 @@ def score(
     dnsmos: Annotated[
         bool, typer.Option(help="DNSMOS P.835: dnsmos_sig, dnsmos_bak, dnsmos_ovrl.")
     ] = True,
+    speaker: Annotated[
+        bool,
+        typer.Option(
+            help="Speaker similarity: speaker_sim (against the row's reference clip) and "
+            "speaker_sim_centroid (against its voice's mean)."
+        ),
+    ] = True,
+    speaker_model: Annotated[
+        str,
+        typer.Option(
+            "--speaker-model",
+            help="resemblyzer (GE2E, weights in its wheel), an x-vector checkpoint such as "
+            "microsoft/wavlm-base-plus-sv (folder or repo id), or a Qwen3-TTS Base checkpoint "
+            "(its ECAPA-TDNN speaker encoder).",
+        ),
+    ] = "resemblyzer",
     device: Annotated[
         str, typer.Option(help="auto, cpu, cuda or cuda:N (auto: the GPU when there is one).")
     ] = "auto",
@@ -59,6 +76,7 @@ def score(
         options = ScoreOptions(
             dnsmos=dnsmos,
             asr_model=asr_model,
+            speaker_model=speaker_model if speaker else None,
             device=device,
             batch_size=batch_size,
             overwrite=overwrite,

@@ -36,8 +36,10 @@ def espeak() -> str:
     return found
 
 
-def speak(text: str, path: Path) -> Path:
-    subprocess.run([espeak(), "-w", str(path), text], check=True, capture_output=True)
+def speak(text: str, path: Path, voice: str | None = None) -> Path:
+    """text spoken into path (a WAV file); voice: espeak-ng's -v (en-us, en-us+m7, ...)."""
+    chosen = [] if voice is None else ["-v", voice]
+    subprocess.run([espeak(), *chosen, "-w", str(path), text], check=True, capture_output=True)
     return path
 
 

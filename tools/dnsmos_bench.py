@@ -88,7 +88,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = make_folder(Path(tmp) / "data", args.clips, args.seconds)
         model = model_rate(args.clips, args.seconds, cores())
-        summary = score_path(folder, ScoreOptions(device="auto"))
+        summary = score_path(folder, ScoreOptions(device="auto", speaker_model=None))
     result = {"clips": args.clips, "clip_s": args.seconds, "cores": cores(),
               "cpu": _cpu_name(), "model": model,
               "pass": {"seconds": summary["seconds"],

@@ -3,7 +3,7 @@
     python tools/scale_bench.py --rows 100000,1000000 --model tiny-model --work-dir /tmp/qtts-scale
 
 --output webdataset|parquet measures the archive layouts; --parts N reads the manifest as a folder
-of N Parquet parts.
+of N Parquet parts; --switch webdataset|parquet measures a layout switch instead (below).
 
 For each size it builds a Parquet manifest of sentences, then runs, each as its own `qtts` process
 under /usr/bin/time -v (wall time and peak RSS):
@@ -21,6 +21,13 @@ scan sees a real file of the recorded size (with --output webdataset|parquet, ea
 --shard-rows rows is a copy of one small valid shard: resume and the views check shard names
 and never open them). tests/unit/jobs/test_scale_bench.py checks that a
 rerun skips every row of such an out dir, exactly as it does after a real run.
+
+--switch LAYOUT builds a finished files out dir (its WAVs --wav-samples long) and runs instead:
+
+  switch-dry   qtts batch --output LAYOUT --dry-run on it (every row to repack)
+  switch       qtts batch --output LAYOUT on it: every row repacked, no synthesis (each WAV read
+               back, written into shards of --shard-rows, the files removed)
+  rerun        qtts batch --output LAYOUT again: a finished LAYOUT job with real shards
 Prints a table on stderr and one JSON line on stdout.
 """
 
@@ -30,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -81,11 +89,11 @@ MEASURE_RANGES = {"peak": (0.3, 1.0), "rms_dbfs": (-40.0, -10.0), "silence_ratio
                   "repeat_ratio": (0.0, 0.2), "chars_per_s": (8.0, 20.0)}  # fmt: skip
 
 
-def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
-               open_text_model=None, layout: str = "files") -> int:  # fmt: skip
+def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_text_model=None,
+               layout: str = "files", samples: int = 1920) -> int:  # fmt: skip
     """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian --device
-    cpu` of num_shards shards: job file, settings, one state per shard, a file per row, the
-    views. Returns the rows."""
+    cpu` of num_shards shards: job file, settings, one state per shard, a file per row (every
+    one `samples` long), the views. Returns the rows."""
     from qtts.core.jobs.execution.run import prepare_job, source_path
     from qtts.core.jobs.output.results import input_rows, rebuild
     from qtts.core.jobs.output.writer import encode_audio
@@ -111,7 +119,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
     job, req, _, _ = prepare_job(spec, open_text_model, env={})
     valid = job.prepared.valid()
     n = valid.num_rows
-    wav = encode_audio(np.zeros(1920, np.float32), job.text_model.sample_rate, "wav")
+    wav = encode_audio(np.zeros(samples, np.float32), job.text_model.sample_rate, "wav")
     names = pc.binary_join_element_wise(valid["id"], pa.scalar("wav"), ".")
     if layout != "files":
         names, shard_names = _archive_locations(valid["id"], layout, spec.output.shard_rows)
@@ -120,9 +128,9 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1,
         status=pa.array(np.full(n, OK, dtype=object), pa.string()), file=names,
         bytes=pa.array(np.full(n, len(wav), dtype=np.int64)),
         num_frames=pa.array(np.ones(n, dtype=np.int64)),
-        num_samples=pa.array(np.full(n, 1920, dtype=np.int64)),
+        num_samples=pa.array(np.full(n, samples, dtype=np.int64)),
         sample_rate=pa.array(np.full(n, job.text_model.sample_rate, dtype=np.int64)),
-        duration_s=pa.array(np.full(n, 1920 / job.text_model.sample_rate)),
+        duration_s=pa.array(np.full(n, samples / job.text_model.sample_rate)),
         hit_frame_budget=pa.array(np.zeros(n, dtype=bool)),
         segments=pa.array(np.ones(n, dtype=np.int64)),
         settings=pa.array(np.full(n, job.settings.digest, dtype=object), pa.string()),
@@ -176,32 +184,41 @@ def _link_files(out: Path, names: pa.Array, wav: bytes) -> None:
 def _archive_locations(ids: pa.Array, layout: str, shard_rows: int) -> tuple[pa.Array, list]:
     """Each row's member location in shards of shard_rows rows, as a run would record them."""
     from qtts.core.jobs.output.stores.locations import member_location
-    from qtts.core.jobs.output.stores.shard_formats import FORMATS
+    from qtts.core.jobs.output.stores.registry import archive_format
 
-    fmt = FORMATS[layout]
-    shard_names = [f"scalebench-{k:06d}{fmt.suffix}" for k in range(-(-len(ids) // shard_rows))]
+    fmt = archive_format(layout)
+    shard_names = [f"scalebench-{k:06d}" for k in range(-(-len(ids) // shard_rows))]
     at = np.arange(len(ids)) // shard_rows
-    members = [fmt.audio_member(i, "wav") for i in ids.to_pylist()]
-    shard_of = np.array(shard_names, dtype=object)[at]
-    locations = [member_location(s, m) for s, m in zip(shard_of, members, strict=True)]
+    members = [fmt.member(i, "wav") for i in ids.to_pylist()]
+    key_of = np.array([fmt.key.name(s) for s in shard_names], dtype=object)[at]
+    locations = [member_location(k, m) for k, m in zip(key_of, members, strict=True)]
     return pa.array(locations, pa.string()), shard_names
 
 
 def _place_shards(out: Path, shard_names: list[str], layout: str, wav: bytes) -> None:
-    """One small valid shard, copied under every name (a hard link each, as files are)."""
-    from qtts.core.jobs.output.stores.shard_formats import FORMATS
+    """One small valid shard, its every part copied under every shard's name (a hard link
+    each, as files are)."""
+    from qtts.core.jobs.output.stores.registry import archive_format
 
+    fmt = archive_format(layout)
     data = out / "data"
     data.mkdir(exist_ok=True)
-    template = data / ".template"
-    with open(template, "wb") as f:
-        writer = FORMATS[layout].open(f, 24000)
-        writer.add("template", wav, "wav", None, {"id": "template", "duration_s": 0.08})
-        writer.close()
-    for name in shard_names:
-        if not (data / name).exists():
-            os.link(template, data / name)
-    template.unlink()
+    templates = {}
+
+    def open_part(part):
+        templates[part] = open(data / f".template-{len(templates)}", "wb")
+        return templates[part]
+
+    writer = fmt.writer(open_part, 24000)
+    record = {"id": "template", "duration_s": 0.08, "sample_rate": 24000, "num_samples": 1920}
+    writer.add("template", wav, "wav", None, record)
+    writer.close()
+    for part, f in templates.items():
+        f.close()
+        for name in shard_names:
+            if not (data / part.name(name)).exists():
+                os.link(f.name, data / part.name(name))
+        os.unlink(f.name)
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> dict:
@@ -245,10 +262,32 @@ def bench(rows: int, work: Path, model: str, layout: str = "files", parts: int =
     return out
 
 
-def _finish_in_a_process(manifest: Path, out: Path, model: str, shards: int, layout: str) -> None:
+def bench_switch(rows: int, work: Path, model: str, layout: str, samples: int,
+                 shard_rows: int) -> dict:  # fmt: skip
+    """A finished files job switched to `layout`: its dry run, the repack, a rerun after it.
+    The out dir is built afresh each time (the switch moves its rows)."""
+    base = work / f"{rows}-files-1"
+    base.mkdir(parents=True, exist_ok=True)
+    manifest = base / "manifest.parquet"
+    if not manifest.exists():
+        make_manifest(manifest, rows)
+    out_dir = base / f"switch-{layout}"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    _finish_in_a_process(manifest, out_dir, model, 1, "files", samples)
+    cmd = [sys.executable, "-m", "qtts", "batch", str(manifest), "-o", str(out_dir), "--model",
+           model, "--speaker", "vivian", "--device", "cpu", "-q", "--output", layout,
+           "--shard-rows", str(shard_rows)]  # fmt: skip
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
+    return {"switch-dry": timed([*cmd, "--dry-run"], env), "switch": timed(cmd, env),
+            "rerun": timed(cmd, env)}  # fmt: skip
+
+
+def _finish_in_a_process(manifest: Path, out: Path, model: str, shards: int, layout: str,
+                         samples: int = 1920) -> None:  # fmt: skip
     """finish_job in a child, so its memory is gone before the measured commands run."""
     cmd = [sys.executable, __file__, "--finish", str(manifest), str(out), "--model", model,
-           "--shards", str(shards), "--output", layout]  # fmt: skip
+           "--shards", str(shards), "--output", layout, "--wav-samples", str(samples)]  # fmt: skip
     subprocess.run(cmd, check=True)
 
 
@@ -266,17 +305,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", default="/tmp/qtts-scale", type=Path)
     p.add_argument("--output", default="files", choices=("files", "webdataset", "parquet"))
     p.add_argument("--parts", type=int, default=1, help="read the manifest as a folder of N parts")
+    p.add_argument("--switch", choices=("webdataset", "parquet"),
+                   help="measure a switch of a finished files job to this layout")  # fmt: skip
+    p.add_argument("--wav-samples", type=int, default=1920, help="each built row's WAV length")
+    p.add_argument("--shard-rows", type=int, default=1000, help="--switch: the new shards' rows")
     a = p.parse_args(argv)
     if a.finish:
-        finish_job(Path(a.finish[0]), Path(a.finish[1]), a.model, a.shards, layout=a.output)
+        finish_job(Path(a.finish[0]), Path(a.finish[1]), a.model, a.shards, layout=a.output,
+                   samples=a.wav_samples)  # fmt: skip
         return 0
     report = {}
     for rows in (int(r) for r in a.rows.split(",")):
-        report[rows] = bench(rows, a.work_dir, a.model, a.output, a.parts)
+        if a.switch:
+            report[rows] = bench_switch(rows, a.work_dir, a.model, a.switch, a.wav_samples,
+                                        a.shard_rows)  # fmt: skip
+        else:
+            report[rows] = bench(rows, a.work_dir, a.model, a.output, a.parts)
         for name, r in report[rows].items():
             s = r["summary"]
-            what = {k: s.get(k) for k in ("total", "to_synthesize", "skipped", "ok", "failed",
-                                            "pending", "complete") if k in s}  # fmt: skip
+            what = {k: s.get(k) for k in ("total", "to_synthesize", "to_repack", "skipped", "ok",
+                                            "repacked", "failed", "pending", "complete")
+                    if k in s}  # fmt: skip
             print(f"{rows:>10,} {name:<8} {r['wall_s']:>8.1f} s {r['peak_rss_mb']:>7} MB "
                   f"exit {r['exit']}  {what}", file=sys.stderr, flush=True)  # fmt: skip
             for line in r["stderr_tail"]:

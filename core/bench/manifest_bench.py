@@ -140,8 +140,11 @@ def _synthesize(res: ManifestBench, synth, job, work, options) -> list[tuple[flo
         budgets = [*res.budgets, *chunk.budgets.values()]
         res.budgets = [min(budgets), max(budgets)]
         for item in synthesize_chunk(synth, chunk, options, spec.failures.key):
-            failed = isinstance(item, RowFailure)
-            if failed or utterance_error(item, chunk.budgets[item.id], res.on_budget) is not None:
+            failed = isinstance(item, RowFailure) or (
+                utterance_error(item, chunk.budgets[item.id], res.on_budget, options.attempts)
+                is not None
+            )
+            if failed:
                 res.failed += 1
                 continue
             audio_s = len(item.audio) / item.sample_rate

@@ -2,7 +2,9 @@
 
 Standard library only (and qtts.core.errors): the CLI imports this to build `--help` without
 torch or pyarrow. Each choice is a str Enum, so a value compares equal to its spelling
-("wav" == AudioFormat.wav) and prints as it is typed.
+("wav" == AudioFormat.wav) and prints as it is typed. The output layouts are the output
+registry's (qtts.core.jobs.output.stores.registry.OutputLayout, a Choice too): a format added
+there is a choice without a line here.
 """
 
 from __future__ import annotations
@@ -38,12 +40,6 @@ class Dtype(Choice):
 class AudioFormat(Choice):
     wav = "wav"
     flac = "flac"
-
-
-class OutputLayout(Choice):
-    files = "files"  # OUT/{id}.wav, one file per row
-    webdataset = "webdataset"  # tar shards in OUT/data/
-    parquet = "parquet"  # Parquet shards in OUT/data/, Hugging Face Audio
 
 
 # Rows per archive shard: ~480 MB of 10 s WAV clips, the size WebDataset readers stream well.

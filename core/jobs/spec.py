@@ -2,7 +2,8 @@
 and engine, which voice, how to sample, where the output goes, when failures stop the job, and how
 the job spreads over shards or a Ray cluster. Each group checks its own values on construction.
 
-Standard library only at import (with qtts.core.jobs.choices): the CLI builds these while drawing
+Standard library only at import (with qtts.core.jobs.choices and the output registry, whose
+formats import only the standard library): the CLI builds these while drawing
 `--help`.
 """
 
@@ -24,9 +25,9 @@ from qtts.core.jobs.choices import (
     Choice,
     Dtype,
     OnBudget,
-    OutputLayout,
     Split,
 )
+from qtts.core.jobs.output.stores.registry import OutputLayout  # files and each format
 
 if TYPE_CHECKING:
     from qtts.core.synthesis.requests import Placement

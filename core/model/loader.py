@@ -29,6 +29,7 @@ __all__ = [
     "parse_device",
     "use_device",
     "parse_dtype",
+    "read_prefixed",
     "read_safetensors",
     "resolve_model_dir",
 ]
@@ -56,6 +57,30 @@ def read_safetensors(directory: Path, stem: str = "model") -> dict[str, Tensor]:
     if index.is_file():
         return _read_sharded(d, index)
     raise ModelLoadError(f"no {single.name} or {index.name} in {d}")
+
+
+def read_prefixed(directory: Path, prefix: str, stem: str = "model") -> dict[str, Tensor]:
+    """The tensors of `{stem}.safetensors` (or its shards) whose names start with `prefix`, on
+    CPU, the others never read: a Base checkpoint's speaker encoder without its talker."""
+    d = Path(directory)
+    single, index = d / f"{stem}.safetensors", d / f"{stem}.safetensors.index.json"
+    if single.is_file():
+        names = {single.name: None}
+    elif index.is_file():
+        names = {v: None for k, v in _read_weight_map(index).items() if k.startswith(prefix)}
+    else:
+        raise ModelLoadError(f"no {single.name} or {index.name} in {d}")
+    tensors: dict[str, Tensor] = {}
+    for shard in names:
+        path = d / shard
+        try:
+            with safe_open(path, framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    if name.startswith(prefix):
+                        tensors[name] = f.get_tensor(name)
+        except (SafetensorError, OSError) as exc:
+            raise ModelLoadError(f"cannot read {path}: {one_line(exc)}") from None
+    return tensors
 
 
 def _read_weight_map(index: Path) -> dict[str, str]:

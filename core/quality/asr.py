@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qtts.core.quality import checkpoints
 from qtts.core.quality.audio import SAMPLE_RATE
 from qtts.core.quality.text_metrics import NORMALIZATION, Normalizer, error_rates, scoring_language
 
@@ -23,59 +24,18 @@ COLUMNS = ("asr_text", "cer", "wer")
 DONE = "asr_text"  # a row has an ASR score when this is set
 WINDOW_S = 30  # Whisper's input window
 MIN_TAIL_S = 0.2  # a clip's last window shorter than this is left out (it holds no word)
-SAMPLE_BYTES = 1 << 20  # of each weights file, read for the identity
 DECODING = f"greedy/{WINDOW_S}s-windows/row-language"
 
 
 def model_dir(model: str) -> Path:
-    """--asr-model as a local directory: a directory as given, or a repo id from the Hugging
-    Face cache (downloaded when online)."""
-    from qtts.core.model.hub import ModelLoadError, one_line
-
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise ModelLoadError(f"--asr-model {model} is a file; pass the checkpoint directory")
-    import huggingface_hub
-
-    try:
-        return Path(huggingface_hub.snapshot_download(model, local_files_only=True))
-    except Exception:  # noqa: BLE001 -- not cached: try the Hub below
-        pass
-    try:
-        return Path(huggingface_hub.snapshot_download(model))
-    except Exception as exc:  # noqa: BLE001 -- offline, unknown repo, gated: one line
-        raise ModelLoadError(
-            f"--asr-model {model} is neither a directory nor a downloadable Hugging Face repo "
-            f"({type(exc).__name__}: {one_line(exc)}); download it with "
-            f"`hf download {model} --local-dir DIR` and pass --asr-model DIR"
-        ) from None
+    """--asr-model as a local directory (qtts.core.quality.checkpoints.model_dir)."""
+    return checkpoints.model_dir(model, "--asr-model")
 
 
 def identity(directory: Path) -> str:
     """What makes two ASR scores comparable: the checkpoint's files, the decoding, the
     normalization."""
-    from qtts.core.model.hub import checkpoint_identity
-
-    files = f"{checkpoint_identity(directory)}{_weights_sample(directory)}"
-    return f"asr:{files}:{DECODING}:{NORMALIZATION}"
-
-
-def _weights_sample(directory: Path) -> str:
-    """A digest of SAMPLE_BYTES at the start, middle and end of each weights file: a fine-tune
-    has the same config and tensor layout as its base (checkpoint_identity reads only those),
-    not the same weights."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for path in sorted(directory.glob("*.safetensors")):
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            for start in sorted({0, size // 2, max(size - SAMPLE_BYTES, 0)}):
-                f.seek(start)
-                h.update(f.read(SAMPLE_BYTES))
-    return h.hexdigest()[:8]
+    return f"asr:{checkpoints.files_identity(directory)}:{DECODING}:{NORMALIZATION}"
 
 
 class Asr:

@@ -25,8 +25,12 @@ COLUMNS = (
     "repeat_ratio",
     "silence_ratio",
     "rms_dbfs",
+    "rate_ratio_min",
+    "rate_ratio_max",
     "dnsmos_ovrl",
     "cer",
+    "speaker_sim",
+    "speaker_sim_centroid",
 )
 
 # Named thresholds: a row beyond one is counted under its name.
@@ -39,12 +43,16 @@ HIGH_CER = 0.1  # cer above it: the ASR heard another text in 1 character of 10
 # too slow for its text. Relative to the median because the rate differs by script (about 14
 # letters per second in English, about 4 characters in Chinese).
 RATE_FACTOR = 2.0
+# rate_ratio beyond this factor of the row's own voice's median, either way (a split row: any of
+# its segments): the voice sped up or slowed down (qtts.core.jobs.output.voice_rates).
+RATE_DRIFT = 1.5
 THRESHOLDS = {
     "hit_frame_budget": "kept at its frame budget without EOS",
     "clipped": f"peak >= {CLIPPED_PEAK}",
     "mostly_silent": f"silence_ratio > {MOSTLY_SILENT}",
     "looping": f"repeat_ratio > {LOOPING}",
     "rate_off": f"chars_per_s beyond {RATE_FACTOR:g}x its language's median, either way",
+    "rate_drift": f"a piece's rate beyond {RATE_DRIFT:g}x its voice's median, either way",
     "low_dnsmos": f"dnsmos_ovrl < {LOW_DNSMOS}",
     "high_cer": f"cer > {HIGH_CER}",
 }
@@ -111,9 +119,17 @@ def _flags(column) -> dict[str, int | None]:
         "mostly_silent": count("silence_ratio", lambda v: pc.greater(v, MOSTLY_SILENT)),
         "looping": count("repeat_ratio", lambda v: pc.greater(v, LOOPING)),
         "rate_off": _rate_off(column("chars_per_s"), column("language")),
+        "rate_drift": _rate_drift(column("rate_ratio_min"), column("rate_ratio_max")),
         "low_dnsmos": count("dnsmos_ovrl", lambda v: pc.less(v, LOW_DNSMOS)),
         "high_cer": count("cer", lambda v: pc.greater(v, HIGH_CER)),
     }
+
+
+def _rate_drift(low: pa.Array | None, high: pa.Array | None) -> int | None:
+    if low is None or high is None:
+        return None
+    off = pc.or_(pc.less(low, 1 / RATE_DRIFT), pc.greater(high, RATE_DRIFT))
+    return int(pc.sum(pc.fill_null(off, False)).as_py() or 0)
 
 
 def _rate_off(rate: pa.Array | None, language: pa.Array | None) -> int | None:

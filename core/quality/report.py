@@ -26,6 +26,8 @@ MARKS = {
     "silence_ratio": [ds.MOSTLY_SILENT],
     "dnsmos_ovrl": [ds.LOW_DNSMOS],
     "cer": [ds.HIGH_CER],
+    "rate_ratio_min": [1 / ds.RATE_DRIFT],
+    "rate_ratio_max": [ds.RATE_DRIFT],
 }
 
 

@@ -5,8 +5,10 @@ stopped. In a qtts out dir the views (results.parquet, metadata.jsonl) are rebui
 carry the scores.
 
 A file that cannot be read, or that a scorer fails on, fails alone with a one-line reason (its
-`error`); the others are scored. One pass at a time per PATH (a lock). Knows the scorers by
-their modules; no CLI, no printing (the summary is returned, failures are logged).
+`error`); the others are scored. A scorer with a closing step (speaker similarity's centroids)
+runs it over the whole table once every chunk is scored. One pass at a time per PATH (a lock).
+Knows the scorers through scorers.py; no CLI, no printing (the summary is returned, failures are
+logged).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,15 +23,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.errors import QttsError, UsageError
+from qtts.core.errors import QttsError
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.interfaces import NoProgress, ProgressSink
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.model.hub import one_line
-from qtts.core.quality import extra
 from qtts.core.quality.audio import Clip, cores, read_ahead
 from qtts.core.quality.dataset import OUT_DIR, Dataset, open_dataset
-from qtts.core.quality.scores import SCORER_COLUMNS, current, needs, read_scores, scatter
+from qtts.core.quality.scorers import ScoreOptions, Scorer, plan_scorers
+from qtts.core.quality.scores import SCORER_COLUMNS, current, read_scores, scatter
 from qtts.core.quality.scores import write_scores as _write
 from qtts.core.quality.summary import summarize
 
@@ -39,58 +40,6 @@ log = logging.getLogger("qtts")
 CHUNK_ROWS = 64  # rows read ahead and scored together
 CHECKPOINT_S = 120.0  # scores.parquet rewritten at most this often: what a kill -9 can lose
 REASONS_LOGGED = 20
-
-
-@dataclass(frozen=True)
-class ScoreOptions:
-    dnsmos: bool = True
-    asr_model: str | None = None
-    device: str = "auto"  # auto | cpu | cuda[:N]: the ASR model's, and DNSMOS's GPU or not
-    batch_size: int = 16  # ASR windows per generate call
-    overwrite: bool = False  # score every row again
-
-
-@dataclass
-class Scorer:
-    name: str  # "dnsmos" | "asr"
-    identity: str
-    columns: tuple[str, ...]
-    done: str  # the column that holds a value once the row is scored
-    load: Callable[[], Callable[[list[Clip], list[str], list[str | None]], list[tuple]]]
-
-
-def plan_scorers(opts: ScoreOptions) -> list[Scorer]:
-    """The scorers asked for, with their identities (no model loaded yet)."""
-    if not opts.dnsmos and not opts.asr_model:
-        raise UsageError("nothing to score: --no-dnsmos and no --asr-model")
-    scorers = []
-    if opts.dnsmos:
-        extra.require(extra.DNSMOS_MODULES)
-        from qtts.core.quality import dnsmos
-
-        def load_dnsmos():
-            model = dnsmos.Dnsmos(opts.device, cores())
-            log.info("DNSMOS P.835 on %s, %d threads", model.provider, cores())
-            return lambda clips, texts, langs: [
-                tuple(v) for v in model.score([c.audio for c in clips])
-            ]
-
-        scorers.append(
-            Scorer("dnsmos", dnsmos.identity(), dnsmos.COLUMNS, dnsmos.DONE, load_dnsmos)
-        )
-    if opts.asr_model:
-        extra.require(extra.ASR_MODULES)
-        from qtts.core.quality import asr
-
-        directory = asr.model_dir(opts.asr_model)
-
-        def load_asr():
-            model = asr.Asr(directory, opts.device, opts.batch_size)
-            log.info("ASR %s on %s (%s)", opts.asr_model, model.device, model.dtype)
-            return lambda clips, texts, langs: model.score([c.audio for c in clips], texts, langs)
-
-        scorers.append(Scorer("asr", asr.identity(directory), asr.COLUMNS, asr.DONE, load_asr))
-    return scorers
 
 
 def score_path(path: Path, opts: ScoreOptions, progress: ProgressSink | None = None) -> dict:
@@ -138,7 +87,7 @@ def _score(
     t0 = time.monotonic()
     old = None if opts.overwrite else read_scores(dataset.scores_path)
     table = current(dataset.rows, old, dataset.key)
-    run = _Pass(dataset, table, {s.name: needs(table, s.name, s.identity, s.done) for s in scorers})
+    run = _Pass(dataset, table, {s.name: s.needs(table, dataset) for s in scorers})
     todo = np.flatnonzero(np.logical_or.reduce(list(run.need.values())))
     reader = MemberReader(dataset.root)
     if dataset.kind == OUT_DIR and len(todo):  # archive members in the order their shards hold
@@ -158,12 +107,13 @@ def _score(
             _commit(run, chunk, clips, outcomes)
             progress.advance(len(chunk), sum(c.seconds for c in clips))
             if time.monotonic() - last > CHECKPOINT_S:
-                run.flush()
+                _flush(run, scorers)
                 last = time.monotonic()
+        written = _finish(run, scorers) or written
     finally:
         progress.close()
         if written:
-            run.flush()  # also on Ctrl-C or an error: what was scored stays scored
+            _flush(run, scorers)  # also on Ctrl-C or an error: what was scored stays scored
     _log_failures(run, names)
     seconds = time.monotonic() - t0
     return {
@@ -175,6 +125,30 @@ def _score(
         "scores": str(dataset.scores_path),
         "written": written,
     }
+
+
+def _flush(run: _Pass, scorers: list[Scorer]) -> None:
+    for scorer in scorers:
+        if scorer.flush is not None:
+            scorer.flush()  # a scorer's own store first: its rows are marked scored after
+    run.flush()
+
+
+def _finish(run: _Pass, scorers: list[Scorer]) -> bool:
+    """Each scorer's closing step over the whole table (the speaker centroids); True when it
+    changed the table."""
+    changed = False
+    for scorer in scorers:
+        if scorer.finish is None:
+            continue
+        if scorer.flush is not None:
+            scorer.flush()
+        run.table = scatter(run.table, run.updates)
+        run.updates.clear()
+        table = scorer.finish(run.table, run.dataset)
+        changed = changed or not table.equals(run.table)
+        run.table = table
+    return changed
 
 
 def _score_chunk(
@@ -191,9 +165,8 @@ def _score_chunk(
         ]
         if not picked:
             continue
-        at = pa.array(chunk[picked])
-        texts, languages = rows["text"].take(at).to_pylist(), rows["language"].take(at).to_pylist()
-        results = _isolated(loaded[scorer.name], [clips[k] for k in picked], texts, languages)
+        taken = rows.take(pa.array(chunk[picked]))
+        results = _isolated(loaded[scorer.name], [clips[k] for k in picked], taken)
         outcomes.append((scorer, [int(chunk[k]) for k in picked], results))
     return outcomes
 
@@ -219,17 +192,15 @@ def _commit(run: _Pass, chunk: np.ndarray, clips: list[Clip], outcomes: list) ->
             run.failed.append((i, "; ".join(why)))
 
 
-def _isolated(score, clips: list[Clip], texts: list[str], languages: list) -> list:
+def _isolated(score, clips: list[Clip], rows: pa.Table) -> list:
     """score's results for the batch, or, when the batch fails, each clip's alone: a clip that
     fails by itself gets its one-line reason (a str) instead of values."""
     try:
-        return score(clips, texts, languages)
+        return score(clips, rows)
     except Exception as exc:  # noqa: BLE001 -- one clip must not fail the others
         if len(clips) == 1:
             return [f"{type(exc).__name__}: {one_line(exc)}"]
-    return [
-        _isolated(score, [c], [t], [g])[0] for c, t, g in zip(clips, texts, languages, strict=True)
-    ]
+    return [_isolated(score, [c], rows.slice(k, 1))[0] for k, c in enumerate(clips)]
 
 
 def _reading_order(dataset: Dataset, rows: np.ndarray, reader) -> np.ndarray:

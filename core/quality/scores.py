@@ -3,7 +3,8 @@ a file could not be scored; and the resume rule over it.
 
 Columns: `id` (a qtts out dir only), `file_name`, `stamp` (the audio as it was when scored:
 qtts.core.quality.dataset), the score values (qtts.core.jobs.output.score_columns.SCORE_FIELDS),
-each scorer's identity (`dnsmos_scorer`, `asr_scorer`: the model and settings that made its values)
+each scorer's identity (`dnsmos_scorer`, `asr_scorer`, `speaker_scorer`: the model and settings
+that made its values)
 and `error` (the last attempt's one-line reason, null when it scored). A row keeps its old
 scores while its stamp is unchanged; a row whose audio changed loses all of them (stale), and a
 file no longer in the dataset leaves the table. A scorer skips a row it scored with the same
@@ -24,7 +25,7 @@ from qtts.core.jobs.output.score_columns import SCORE_FIELDS
 from qtts.core.jobs.output.writer import atomic_write
 from qtts.core.model.hub import one_line
 
-SCORER_COLUMNS = {"dnsmos": "dnsmos_scorer", "asr": "asr_scorer"}
+SCORER_COLUMNS = {"dnsmos": "dnsmos_scorer", "asr": "asr_scorer", "speaker": "speaker_scorer"}
 # What a row carries besides its key and stamp: kept while the stamp holds.
 CARRIED = pa.schema(
     [

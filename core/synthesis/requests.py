@@ -89,6 +89,7 @@ class Utterance:
     attempts: int = 1  # tries it took (GenerationOptions.max_attempts); a split row: its most
     seed: int | None = None  # the seed that drew these codes (attempt_seed); None: the request's
     segment_seeds: tuple[int, ...] | None = None  # a split row: each segment's kept seed
+    segment_chars_per_s: tuple[float, ...] | None = None  # a split row: each segment's rate
 
 
 @dataclass

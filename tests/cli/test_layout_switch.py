@@ -82,6 +82,16 @@ def audio_and_codes(out: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return got
 
 
+def metadata_lists_what_is_there(out: Path) -> bool:
+    """metadata.jsonl (the AudioFolder view), where there is one, names only files that are there
+    (an AudioFolder loader fails on a missing one)."""
+    path = out / "metadata.jsonl"
+    if not path.exists():
+        return True
+    names = [json.loads(line)["file_name"] for line in path.read_text().splitlines()]
+    return all((out / name).exists() for name in names)
+
+
 def litter(out: Path) -> list[str]:
     return [p.name for p in out.rglob("*") if ".qtts-tmp-" in p.name]
 
@@ -130,6 +140,47 @@ def test_a_layout_switch_repacks_without_the_model(finished, manifest, steps):
     assert list((out / "data").iterdir()) == [] and (out / "metadata.jsonl").exists()
     again = qtts(manifest, out, QTTS_FAKE_LOAD_FAIL="1")
     assert summary(again)["skipped"] == ROWS
+
+
+@pytest.mark.parametrize("switch", [("--output", "webdataset"), ("--format", "flac")])
+def test_a_switch_without_save_codes_moves_the_audio_and_drops_the_codes(finished, manifest,
+                                                                         switch):  # fmt: skip
+    out, before = finished
+    args = ["batch", manifest, "-o", out, "--model", "fake-0.6b", "--speaker", "vivian", *switch]
+    r = CliRunner().invoke(app, [str(a) for a in args], env={"QTTS_FAKE_LOAD_FAIL": "1"})
+    assert r.exit_code == 0 and summary(r)["repacked"] == ROWS, r.stderr
+    assert copies(out) == Counter(IDS) and list(out.glob("*.codes.npy")) == []
+    for shard in (out / "data").glob("*.tar"):
+        with tarfile.open(shard) as tar:
+            assert not [m.name for m in tar if m.name.endswith(".codes.npy")]
+    from qtts.core.jobs.state.shard_state import read_all
+
+    assert set(read_all(out, ("codes_saved",))["codes_saved"].to_pylist()) == {False}
+    got = {p.name.split(".")[0]: sf.read(p, dtype="int16")[0] for p in out.glob("*.flac")}
+    for row_id, audio in got.items():  # the flac switch: the same samples
+        np.testing.assert_array_equal(audio, before[row_id][0])
+    again = CliRunner().invoke(app, [str(a) for a in args], env={"QTTS_FAKE_LOAD_FAIL": "1"})
+    assert summary(again)["skipped"] == ROWS
+
+
+def test_a_sharded_job_switches_a_shard_at_a_time(manifest, tmp_path):
+    """Each job shard repacks its own rows under its own intents: a kill in shard 0's switch
+    leaves them to shard 0's next run, and shard 1's switch meanwhile touches none of them."""
+    out = tmp_path / "out"
+    for k in (0, 1):
+        assert qtts(manifest, out, "--num-shards", 2, "--shard-index", k).exit_code == 0
+    before = audio_and_codes(out)
+    switch = ("--output", "webdataset", "--shard-rows", 2, "--num-shards", 2)
+    kill_at("journalled", manifest, out, *switch, "--shard-index", 0)
+    left = sorted(p.name for p in (out / ".qtts").glob("repack*.parquet"))
+    assert left and all(name.startswith("repack-shard-0-of-2.") for name in left)
+    r = qtts(manifest, out, *switch, "--shard-index", 1, QTTS_FAKE_LOAD_FAIL="1")
+    assert r.exit_code == 0 and summary(r)["ok"] == 0 < summary(r)["repacked"], r.stderr
+    assert sorted(p.name for p in (out / ".qtts").glob("repack*.parquet")) == left
+    r = qtts(manifest, out, *switch, "--shard-index", 0, QTTS_FAKE_LOAD_FAIL="1")
+    assert r.exit_code == 0 and summary(r)["ok"] == 0, r.stderr
+    assert_same_rows(out, before)
+    assert list(out.glob("*.wav")) == []
 
 
 def made_at(out: Path) -> dict[str, float]:
@@ -185,6 +236,7 @@ def test_a_dry_run_counts_rows_to_repack_and_to_synthesize(finished, manifest, w
 # after it returns)
 POINTS = {
     "mid-batch": (f"{STORES}.repack:commit", 2, "before"),  # a batch done, the next one's temps
+    "mid-write": (f"{STORES}.repack_targets:_write", 5, "before"),  # files: the first batch's
     "intent-written": (f"{STORES}.repack_commit:_name", 1, "before"),  # the commit point
     "first-named": (f"{STORES}.repack_commit:_name", 2, "after"),  # the first new shard appears
     "journalled": (f"{STORES}.repack_commit:take_out_rows", 1, "before"),  # old copies all there
@@ -193,8 +245,8 @@ POINTS = {
 }
 
 
-def kill_at(point: str, manifest, out, *extra) -> None:
-    target, n, when = POINTS[point]
+def kill_at(point: str | tuple, manifest, out, *extra) -> None:
+    target, n, when = POINTS[point] if isinstance(point, str) else point
     args = ["batch", manifest, "-o", out, "--speaker", "vivian", "--model", "fake-0.6b",
             "--save-codes", "-q", *extra]  # fmt: skip
     cmd = [sys.executable, str(KILL_POINTS), target, str(n), when, "--", *map(str, args)]
@@ -205,17 +257,18 @@ def kill_at(point: str, manifest, out, *extra) -> None:
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    """Finished out dirs to copy: files (wav) and webdataset, and what their rows hold."""
+    """Finished out dirs to copy: files (wav), webdataset (shards of 3 rows) and parquet (of 4),
+    and what their rows hold."""
     root = tmp_path_factory.mktemp("sources")
     manifest = root / "m.parquet"
     pq.write_table(pa.table({"id": IDS, "text": [f"Row {i} of a finished job." for i in IDS]}),
                    manifest)  # fmt: skip
     made = {}
-    for layout in ("files", "webdataset"):
+    for layout, rows in (("files", 3), ("webdataset", 3), ("parquet", 4)):
         out = root / layout
         r = subprocess.run(qtts_cmd("batch", manifest, "-o", out, "--speaker", "vivian", "--model",
                                     "fake-0.6b", "--save-codes", "-q", "--output", layout,
-                                    "--shard-rows", 3),
+                                    "--shard-rows", rows),
                            env=fake_env(), capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 0, r.stderr
         made[layout] = (out, audio_and_codes(out))
@@ -228,13 +281,18 @@ SWITCHES = {
     "webdataset->files": ("webdataset", ()),
     "webdataset->parquet": ("webdataset", ("--output", "parquet")),
     "wav->flac": ("files", ("--format", "flac")),
+    # source shards of one size into batches of another: each source shard taken out once
+    "webdataset(3)->parquet(4)": ("webdataset", ("--output", "parquet", "--shard-rows", 4)),
+    "parquet(4)->webdataset(3)": ("parquet", ("--output", "webdataset")),
 }
 CASES = [
-    *[("files->webdataset", point) for point in POINTS],
+    *[("files->webdataset", point) for point in POINTS if point != "mid-write"],
     *[("files->parquet", p) for p in ("intent-written", "journalled", "half-removed")],
-    *[("webdataset->files", p) for p in ("mid-batch", "first-named", "half-removed")],
+    *[("webdataset->files", p) for p in ("mid-write", "first-named", "half-removed")],
     ("webdataset->parquet", "journalled"),
     *[("wav->flac", p) for p in ("first-named", "half-removed")],
+    *[("webdataset(3)->parquet(4)", p) for p in ("mid-batch", "journalled", "half-removed")],
+    *[("parquet(4)->webdataset(3)", p) for p in ("mid-batch", "half-removed")],
 ]
 
 
@@ -244,14 +302,71 @@ def test_a_kill_during_a_repack_then_a_rerun_keeps_every_id_once(sources, tmp_pa
     source, extra = SWITCHES[switch]
     out = tmp_path / "out"
     shutil.copytree(made[source][0], out)
-    extra = (*extra, "--shard-rows", 3)
+    extra = extra if "--shard-rows" in extra else (*extra, "--shard-rows", 3)
     kill_at(point, manifest, out, *extra)
     assert set(copies(out)) == set(IDS)  # nothing lost: each id in its old layout or its new
     assert recorded_where_it_is(out)  # and every record names a copy that is there
+    assert metadata_lists_what_is_there(out)  # no view names a file taken out
     r = qtts(manifest, out, *extra, QTTS_FAKE_LOAD_FAIL="1")  # the rerun needs no model either
     assert r.exit_code == 0, r.stderr
     assert summary(r)["ok"] == 0
     assert_same_rows(out, made[source][1])
+
+
+@pytest.mark.parametrize(("made_in", "into"), [(("webdataset", 3), ("parquet", 4)),
+                                              (("parquet", 4), ("webdataset", 3))])  # fmt: skip
+def test_each_source_shard_is_taken_out_once_whatever_the_batch_size(
+    manifest, tmp_path, monkeypatch, made_in, into
+):
+    """Batches of another size than the source shards: a source shard's old rows go once it
+    has been read through, so each is removed once (never rewritten once per batch)."""
+    from qtts.core.jobs.output.stores import retract
+
+    out = tmp_path / "out"
+    assert qtts(manifest, out, "--output", made_in[0], "--shard-rows", made_in[1]).exit_code == 0
+    before = audio_and_codes(out)
+    sources = [f"data/{p.name}" for p in (out / "data").iterdir()]
+    touched = Counter()
+    take_out = retract._take_out
+
+    def counted(out_dir, container, ids, keep_codes):
+        touched[container] += 1
+        take_out(out_dir, container, ids, keep_codes)
+
+    monkeypatch.setattr(retract, "_take_out", counted)
+    r = qtts(manifest, out, "--output", into[0], "--shard-rows", into[1], QTTS_FAKE_LOAD_FAIL="1")
+    assert r.exit_code == 0 and summary(r)["repacked"] == ROWS, r.stderr
+    assert touched == Counter(sources)  # each source shard once: emptied, so removed
+    assert_same_rows(out, before)
+    assert shard_sizes(out) == ([1, 3, 3, 3] if into[1] == 3 else [2, 4, 4])  # batches full
+
+
+def shard_sizes(out: Path) -> list[int]:
+    sizes = []
+    for shard in (out / "data").iterdir():
+        if shard.suffix == ".tar":
+            with tarfile.open(shard) as tar:
+                sizes.append(sum(m.name.endswith(".json") for m in tar))
+        else:
+            sizes.append(pq.ParquetFile(shard).metadata.num_rows)
+    return sorted(sizes)
+
+
+def test_a_kill_while_retracting_files_leaves_no_view_naming_them(sources, tmp_path):
+    """Rows redone in an archive layout are first taken out of their plain files; metadata.jsonl
+    goes before the first of them, so a kill there leaves no view naming a missing file."""
+    _, made = sources
+    out = tmp_path / "out"
+    shutil.copytree(made["files"][0], out)
+    changed = tmp_path / "changed.parquet"  # every text changed: every row redone
+    pq.write_table(pa.table({"id": IDS, "text": [f"Row {i}, said again." for i in IDS]}), changed)
+    args = ("--output", "webdataset", "--input-moved")
+    kill_at((f"{STORES}.retract:_take_out", 2, "before"), changed, out, *args)
+    assert (out / "r09.wav").exists() and not (out / "r00.wav").exists()  # killed in between
+    assert metadata_lists_what_is_there(out)
+    r = qtts(changed, out, "--output", "webdataset")
+    assert r.exit_code == 0, r.stderr
+    assert copies(out) == Counter(IDS) and list(out.glob("*.wav")) == []
 
 
 def test_a_rerun_in_another_layout_finishes_the_killed_repack_first(sources, tmp_path):
@@ -309,7 +424,9 @@ def test_a_signal_mid_repack_stops_between_rows_and_the_rerun_finishes(finished,
 
     monkeypatch.setattr(StopSignals, "check", sigterm_at_the_fifth_row)
     r = qtts(manifest, out, "--output", "parquet", "--shard-rows", 3, QTTS_FAKE_LOAD_FAIL="1")
-    assert r.exit_code == 143 and summary(r)["repacked"] == 3, r.stderr  # one shard committed
+    assert r.exit_code == 143, r.stderr
+    s = summary(r)  # one shard committed; the rows not reached were done before: skipped
+    assert (s["repacked"], s["ok"], s["skipped"]) == (3, 0, ROWS - 3)
     assert copies(out) == Counter(IDS) and litter(out) == []
     monkeypatch.setattr(StopSignals, "check", check)
     r = qtts(manifest, out, "--output", "parquet", "--shard-rows", 3, QTTS_FAKE_LOAD_FAIL="1")
@@ -317,10 +434,13 @@ def test_a_signal_mid_repack_stops_between_rows_and_the_rerun_finishes(finished,
     assert_same_rows(out, before)
 
 
-def test_a_damaged_file_stays_where_it_is_and_the_rest_move(finished, manifest):
+@pytest.mark.parametrize("switch", [("--format", "flac"), ("--output", "webdataset")])
+def test_a_damaged_file_stays_where_it_is_and_the_rest_move(finished, manifest, switch):
+    """Transcoded, or copied as it is (its header is read first): a damaged WAV of the recorded
+    size is not moved."""
     out, _ = finished
     (out / "r04.wav").write_bytes(b"RIFF" + b"\0" * ((out / "r04.wav").stat().st_size - 4))
-    r = qtts(manifest, out, "--format", "flac", QTTS_FAKE_LOAD_FAIL="1")
+    r = qtts(manifest, out, *switch, QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0, r.stderr
     assert (summary(r)["repacked"], summary(r)["skipped"], summary(r)["ok"]) == (ROWS - 1, 1, 0)
     assert "cannot read" in r.stderr and "1 row(s) could not be read back" in r.stderr

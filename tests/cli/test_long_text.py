@@ -87,6 +87,14 @@ def test_a_2000_character_row_is_one_file_of_its_segments_and_pauses(done):
     parts = sorted(chunk.requests, key=lambda r: int(r.id.split("\x1f")[1]))
     np.testing.assert_array_equal(codes, np.concatenate([fakes.fake_codes(r) for r in parts]))
     assert sorted(p.name for p in out.glob("long*")) == ["long.codes.npy", "long.wav"]
+    # Each segment's rate is measured apiece (its text over its own audio), and the row's rate
+    # against its voice's median spans its segments' (core/jobs/output/voice_rates.py).
+    rates = long["segment_chars_per_s"]
+    texts = [r.text for r in parts]
+    seconds = [len(fakes.fake_codes(r)) * fakes.SAMPLES_PER_FRAME / 24000 for r in parts]
+    want = [len("".join(t.split())) / s for t, s in zip(texts, seconds, strict=True)]
+    assert rates == pytest.approx(want) and res["short"]["segment_chars_per_s"] is None
+    assert long["rate_ratio_min"] < long["rate_ratio_max"]
 
 
 def test_a_row_under_the_limit_is_made_as_without_splitting(done, tmp_path):

@@ -58,17 +58,28 @@ def said(stdout: str, stderr: str) -> dict:
     return summary
 
 
-def test_a_results_lock_no_one_can_open_is_read_without_writing(out, tmp_path):
+def test_a_results_lock_no_one_can_open_is_read_without_writing(out, tmp_path, monkeypatch):
+    """OUT/.qtts can be written here: the views are built aside there (not in $TMPDIR, which a
+    ten-million-row job's staged columns would fill), and nothing is left."""
+    from qtts.core.jobs.output import views_aside
+
     lock = out / ".qtts" / "results.lock"
     lock.unlink(missing_ok=True)
     lock.mkdir()  # opening it to write fails for root too (EISDIR)
     before = tree(out)
     page = tmp_path / "page.html"
+    asides = []
+    build = views_aside.rebuild_once
+    monkeypatch.setattr(views_aside, "rebuild_once",
+                        lambda *a: asides.append(a[3]) or build(*a))  # fmt: skip
     r = qtts("results", out, "--report", page)
     assert r.exit_code == 3, r.output
     said(r.stdout, r.stderr)
     assert f"cannot open {lock}" in r.stderr
-    assert tree(out) == before and not (out / "results.parquet").exists()
+    assert [p.parent for p in asides] == [out / ".qtts"] and not asides[0].exists()
+    after = tree(out)
+    del before[".qtts"], after[".qtts"]  # the folder's own mtime: the aside was made in it
+    assert after == before and not (out / "results.parquet").exists()
     assert "2 ok rows" in page.read_text() and f"Quality of {out}" in page.read_text()
 
 

@@ -192,3 +192,47 @@ def test_a_path_that_is_no_dataset_is_a_usage_error(tmp_path, make, says):
     p = run("score", make(tmp_path))
     assert p.returncode == 2 and says in p.stderr and p.stdout == ""
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_silent_or_corrupt_clip_fails_speaker_scoring_alone(folder, tmp_path):
+    """Speaker similarity (resemblyzer, the default) on an AudioFolder with a silent clip and a
+    corrupt one: each fails alone with its reason on stderr and in `error` (exit 3); the speech
+    rows are scored and share one voice's centroid."""
+    import numpy as np
+    import soundfile as sf
+
+    data = copy_folder(folder, tmp_path / "data")
+    sf.write(str(data / "silent.wav"), np.zeros(24_000, np.float32), 24_000)
+    lines = [json.loads(line) for line in (data / "metadata.jsonl").read_text().splitlines()]
+    lines.append({"file_name": "silent.wav", "text": "nothing"})
+    for line in lines:
+        line["speaker"] = "espeak"
+    (data / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    p = run("score", data, "--no-dnsmos")
+    assert p.returncode == 3, p.stderr
+    s = summary(p)
+    assert (s["rows"], s["failed"]) == (6, 2) and s["stats"]["speaker_sim_centroid"]["n"] == 4
+    assert "silent.wav: speaker: ValueError: silent clip: no voice to embed" in p.stderr
+    assert "corrupt.wav: unreadable audio: " in p.stderr
+    rows = by_name(data)
+    assert rows["silent.wav"]["speaker_sim_centroid"] is None
+    assert all(rows[n]["error"] is None and rows[n]["speaker_sim_centroid"] for n in SPEECH)
+
+
+def test_an_out_dirs_base_rows_score_against_their_reference_and_voice(tmp_path, write_manifest):
+    """Plumbing of an out dir's voices: Base rows (the fake model's sine, cloned from espeak-ng
+    clips) get speaker_sim against the reference each row names, and the centroid of the rows
+    that share a reference clip; the views carry both."""
+    speak(SENTENCES["speech1.wav"], tmp_path / "a.wav")
+    speak(SENTENCES["speech2.wav"], tmp_path / "b.wav", "en-us+m7")
+    rows = [{"id": f"c{i}", "text": f"clone {i}", "ref_audio": "a.wav" if i < 2 else "b.wav",
+             "ref_text": "words"} for i in range(3)]  # fmt: skip
+    out = tmp_path / "out"
+    assert run("batch", write_manifest(rows), "-o", out, "--model", "fake-base").returncode == 0
+    p = run("score", out, "--no-dnsmos")
+    assert p.returncode == 0 and summary(p)["scored"] == 3, p.stderr
+    table = pq.read_table(out / "results.parquet").to_pylist()
+    assert all(-1 <= r["speaker_sim"] <= 1 for r in table)
+    centroid = [r["speaker_sim_centroid"] for r in table]
+    assert centroid[2] == pytest.approx(1.0)  # alone with its reference clip: its own mean
+    assert centroid[0] == pytest.approx(centroid[1]) and centroid[0] < 1.0

@@ -64,6 +64,9 @@ from qtts.core.jobs.work.shards import Shard
 log = logging.getLogger("qtts")
 
 RESULTS_WAIT_S = 10  # another shard rebuilding results: leave it to them after this long
+# What the summary counts from the shard's records ("run" and "duration_s" are there when this
+# run journalled anything: a rerun that made nothing keeps the scan's columns)
+FINISH_COLUMNS = ("id", "status", "hit_frame_budget", "run", "duration_s")
 
 
 class Backend(Protocol):
@@ -89,6 +92,7 @@ class Job:
     settings: JobFingerprint
     inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
     precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
+    tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
 
 
 def new_run_id() -> str:
@@ -106,6 +110,7 @@ class JobRun:
             model=job.text_model.name,
             run=self.run_id,
             on_budget=job.spec.failures.key,
+            tries=job.tries,
             split=job.spec.split.key,
             store=StoreSpec(
                 layout=job.spec.output.layout.value,
@@ -120,8 +125,7 @@ class JobRun:
         self.failures = FailureLog()
         self.aborted = False
         self.t0 = time.monotonic()
-        self.repacked = pa.array([], pa.string())  # ids moved into this layout without the model
-        self.unread = 0  # of those, rows left where they were (their audio could not be read)
+        self.repacked = pa.array([], pa.string())  # ids to move into this layout, no model
         self.load_s: float | None = None  # backend.prepare (the model's load)
         self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
 
@@ -166,11 +170,10 @@ class JobRun:
             log.info("removed temp files left by an interrupted run")
         layout = Layout(self.out)
         suffix = self.shard.suffix
-        own = {
-            layout.state(suffix).name,
-            *(f(suffix).name for f in (layout.retract_intent, layout.repack_intent)),
-        }
-        cleanup_temp_files(layout.dir, owns=lambda final: final in own)
+        own = {layout.state(suffix).name, layout.retract_intent(suffix).name}
+        cleanup_temp_files(
+            layout.dir, owns=lambda final: final in own or layout.is_repack_intent(final, suffix)
+        )
         j = self.job
         return decide_work(
             j.prepared,
@@ -250,9 +253,11 @@ class JobRun:
         if len(ids) == 0:
             return
         self.repacked = ids
+        self.records = None  # the scan's columns of every row: the repack reads what it needs
+        pa.default_memory_pool().release_unused()
         store = self.ctx.store
-        _, self.unread = repack(self.out, self.shard.suffix, self.journal, ids, spec=store,
-                                settings=self.ctx.settings, run=self.run_id, stop=stop)  # fmt: skip
+        repack(self.out, self.shard.suffix, self.journal, ids, spec=store,
+               settings=self.ctx.settings, run=self.run_id, stop=stop)  # fmt: skip
 
     def _loop(self, work: Work, stop: StopSignals) -> None:
         if self._too_many_failures():
@@ -292,26 +297,29 @@ class JobRun:
     def _finish(self, work: Work) -> JobSummary:
         """Fold the journal into the state, rebuild the shared views, count this shard's rows."""
         self.failures.close()
-        records = state.compact(self.out, self.shard)
-        records = self.records if records is None else records
+        folded = state.compact(self.out, self.shard, ()) is not None
         self._rebuild_results()
+        records = None if folded else self.records  # nothing journalled: the scan's columns
+        if records is None:  # read after the rebuild, which holds a column of every row itself
+            records, _ = state.read_own(self.out, self.shard, FINISH_COLUMNS)
         own = self.job.prepared.rows.select(["id"])
-        # "run" and "duration_s" are there when this run journalled anything (a rerun that made
-        # nothing keeps the scan's columns)
-        wanted = ["id", "status", "hit_frame_budget", "run", "duration_s"]
-        mine = aligned(own, records.select([c for c in wanted if c in records.column_names]))
+        counted = [c for c in FINISH_COLUMNS if c in records.column_names]
+        mine = aligned(own, records.select(counted))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
         repacked, mine = moved_aside(mine, self.repacked, self.run_id)
         failed = (pc.sum(pc.equal(mine["status"], FAILED)).as_py() or 0) + (
             pc.sum(pc.is_null(own["id"])).as_py() or 0
         )
+        # Rows chosen to move but still where they were (unreadable audio, or a signal or a
+        # full disk stopped the repack before them) were done before: skipped, never made now.
+        skipped = work.skipped + len(self.repacked) - repacked
         return JobSummary(
             status="done",
             exit_code=0,
             total=work.total,
-            ok=done - work.skipped - repacked - self.unread,
+            ok=done - skipped - repacked,
             failed=failed,
-            skipped=work.skipped + self.unread,
+            skipped=skipped,
             repacked=repacked,
             pending=work.total - done - failed,
             hit_frame_budget=hit_budget(mine, self.run_id),

@@ -191,6 +191,7 @@ def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str,
         settings=settings,
         inputs=inputs,
         precision=precision,
+        tries=options.attempts,
     )
     return job, req, options, refs
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from qtts.core.jobs.interfaces import Synthesizer, TextModel
 from qtts.core.jobs.long_text.split_text import split_texts
+from qtts.core.jobs.output.measures import chars_per_s
 from qtts.core.jobs.output.recorder import utterance_error
 from qtts.core.jobs.spec import SplitSettings
 from qtts.core.jobs.work.lengths import count_tokens
@@ -83,12 +84,14 @@ class SplitRows:
     place: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # id -> row, k, count
     budgets: dict[str, int] = field(default_factory=dict)  # segment id -> its max_new_tokens
     seeds: dict[str, int] = field(default_factory=dict)  # segment id -> its request's seed
+    texts: dict[str, str] = field(default_factory=dict)  # segment id -> its text
     failed: dict[str, str] = field(default_factory=dict)  # row id -> why, before synthesis
 
     def add(self, request: Request, row_id: str, index: int, count: int) -> None:
         self.place[request.id] = (row_id, index, count)
         self.budgets[request.id] = request.max_new_tokens
         self.seeds[request.id] = request.seed
+        self.texts[request.id] = request.text
 
     def row_of(self, request_id: str) -> str | None:
         place = self.place.get(request_id)
@@ -110,7 +113,8 @@ def synthesize_chunk(
             len(parts),
         )
     for call in parts:
-        yield from _joined(synth.synthesize(call, options), chunk.split, on_budget)
+        items = synth.synthesize(call, options)
+        yield from _joined(items, chunk.split, on_budget, options.attempts)
 
 
 def calls(
@@ -141,7 +145,7 @@ def calls(
 
 
 def _joined(
-    items: Iterator[Utterance | RowFailure], split: SplitRows, on_budget: str
+    items: Iterator[Utterance | RowFailure], split: SplitRows, on_budget: str, tries: int = 1
 ) -> Iterator[Utterance | RowFailure]:
     held: dict[str, list[Utterance | None]] = {}
     failed = set(split.failed)
@@ -157,7 +161,7 @@ def _joined(
             if isinstance(item, RowFailure):
                 reason = item.error
             else:
-                reason = utterance_error(item, split.budgets[item.id], on_budget)
+                reason = utterance_error(item, split.budgets[item.id], on_budget, tries)
             if reason is not None:
                 failed.add(row_id)
                 held.pop(row_id, None)
@@ -169,7 +173,8 @@ def _joined(
                 del held[row_id]
                 # A part without a seed kept its request's own (no retry, or none needed).
                 seeds = [split.seeds[p.id] if p.seed is None else p.seed for p in parts]
-                yield join(row_id, parts, split.pause_s, seeds)
+                texts = [split.texts.get(p.id) for p in parts]
+                yield join(row_id, parts, split.pause_s, seeds, texts)
     finally:
         close = getattr(items, "close", None)
         if close is not None:
@@ -177,11 +182,16 @@ def _joined(
 
 
 def join(
-    row_id: str, parts: list[Utterance], pause_s: float, seeds: Sequence[int | None] | None = None
+    row_id: str,
+    parts: list[Utterance],
+    pause_s: float,
+    seeds: Sequence[int | None] | None = None,
+    texts: Sequence[str | None] | None = None,
 ) -> Utterance:
     """The row's utterance: segments' audio with `pause_s` of silence between, codes in order;
     its attempts the most any segment took; seeds: each segment's kept seed (default: each
-    part's own)."""
+    part's own); texts: each segment's text, for its speaking rate measured apiece (a row whose
+    later segments speed up is seen: qtts.core.jobs.output.voice_rates)."""
     rate = parts[0].sample_rate
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     audio = [parts[0].audio]
@@ -196,4 +206,7 @@ def join(
         segment_frames=tuple(len(p.codes) for p in parts),
         attempts=max(p.attempts for p in parts),
         segment_seeds=tuple(p.seed for p in parts) if seeds is None else tuple(seeds),
+        segment_chars_per_s=None
+        if texts is None
+        else tuple(chars_per_s(t, len(p.audio) / rate) for t, p in zip(texts, parts, strict=True)),
     )

@@ -35,6 +35,12 @@ RULES = {
     "max-silence-ratio": ("silence_ratio", "ceiling"),
     "min-chars-per-s": ("chars_per_s", "floor"),
     "max-chars-per-s": ("chars_per_s", "ceiling"),
+    "min-speaker-sim": ("speaker_sim", "floor"),
+    "min-speaker-centroid": ("speaker_sim_centroid", "floor"),
+    # the speaking rate against its voice's median (voice_rates.py): a split row's slowest and
+    # fastest segments
+    "min-rate-ratio": ("rate_ratio_min", "floor"),
+    "max-rate-ratio": ("rate_ratio_max", "ceiling"),
 }
 # A null in the first column passes its rule when the second has a value: Chinese and Japanese
 # rows have a CER and, by design, no WER (qtts score), so --max-wer leaves them to --max-cer.

@@ -50,6 +50,7 @@ class RecordContext:
     run: str
     on_budget: str  # the budget policy's key (spec.FailurePolicy.key): ok | fail | retry/N
     split: str = "none"  # the split settings' key (spec.SplitSettings.key)
+    tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
     store: StoreSpec = StoreSpec()  # where the rows go (the files layout unless asked)
 
     def stamp(self) -> dict[str, str]:
@@ -62,9 +63,12 @@ class RecordContext:
         }
 
 
-def utterance_error(utt: Utterance, max_new_tokens: int, on_budget: str) -> str | None:
+def utterance_error(
+    utt: Utterance, max_new_tokens: int, on_budget: str, tries: int = 1
+) -> str | None:
     """Why an utterance fails its row after synthesis (None: it is fine). on_budget: the
-    policy's key; under retry the utterance is the last of its attempts."""
+    policy's key; under retry the utterance is the last of its attempts. tries: the tries worth
+    making (GenerationOptions.attempts: 1 where neither site samples)."""
     if len(utt.audio) == 0:
         return f"no audio: no frame was generated (max_new_tokens {max_new_tokens})"
     if not np.all(np.isfinite(utt.audio)):
@@ -76,7 +80,7 @@ def utterance_error(utt: Utterance, max_new_tokens: int, on_budget: str) -> str 
         if on_budget != "ok":  # retry/N: this was the last attempt
             n, policy = utt.attempts, on_budget.replace("/", " --max-attempts ")
             most = on_budget.rpartition("/")[2]
-            if most.isdigit() and n < int(most):  # stopped early: neither site samples
+            if most.isdigit() and tries < int(most):  # neither site samples: one try made
                 return (
                     f"hit the frame budget without EOS ({budget}); greedy decoding: a retry "
                     "would repeat it (--sample draws)"
@@ -101,7 +105,7 @@ class RowRecorder:
         """A failure is recorded at once; an ok row when its files are written (the future)."""
         if isinstance(item, RowFailure):
             return self.failed(row, item.error, item.attempts)
-        error = utterance_error(item, max_new_tokens, self.ctx.on_budget)
+        error = utterance_error(item, max_new_tokens, self.ctx.on_budget, self.ctx.tries)
         if error is not None:
             return self.failed(row, error, item.attempts)
         audio = {
@@ -111,6 +115,9 @@ class RowRecorder:
             "hit_frame_budget": bool(item.hit_frame_budget),
             "segments": len(item.segment_frames or (0,)),
             "segment_frames": None if item.segment_frames is None else list(item.segment_frames),
+            "segment_chars_per_s": None
+            if item.segment_chars_per_s is None
+            else list(item.segment_chars_per_s),
             "text_tokens": row.get("text_tokens"),
             **_attempts(item, row),
         }

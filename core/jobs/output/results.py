@@ -28,9 +28,11 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
 from qtts.core.jobs.output.measures import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
+from qtts.core.jobs.output.stores.files import METADATA_NAME
 from qtts.core.jobs.output.stores.locations import containers, is_archived, members
 from qtts.core.jobs.output.stores.presence import present
 from qtts.core.jobs.output.view_columns import StagedColumns
+from qtts.core.jobs.output.voice_rates import RATE_COLUMNS, READ_COLUMNS, rate_ratios
 from qtts.core.jobs.output.writer import atomic_write, cleanup_temp_files, unlink_quietly
 from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.state.layout import Layout
@@ -42,7 +44,6 @@ from qtts.core.jobs.state.shard_state import UnreadableState
 log = logging.getLogger("qtts")
 
 RESULTS_NAME = "results.parquet"
-METADATA_NAME = "metadata.jsonl"
 SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
 
 RESULT_COLUMNS = (
@@ -70,7 +71,7 @@ RESULT_COLUMNS = (
     "settings",
 )
 # The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
-RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES)
+RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES, "segment_chars_per_s")
 # Which record each row shows, and whether its audio is there, is decided on these columns of
 # every record; the views' other record columns are read later, one at a time (view_columns.py).
 MERGE_COLUMNS = ("id", "status", "file", "bytes", "run", "t")
@@ -139,7 +140,8 @@ def result_batches(
     winners' merge columns (and scores), taken here; staged: every other record column."""
     root = pa.scalar(str(out_dir.resolve()) + os.sep)
     scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
-    shown = shown.select([c for c in shown.column_names if c in (*MERGE_COLUMNS, *scored)])
+    kept = (*MERGE_COLUMNS, *RATE_COLUMNS, *scored)
+    shown = shown.select([c for c in shown.column_names if c in kept])
     size = staged.size
     for k, start in enumerate(range(0, picks.rows.num_rows, size)):
         rows = picks.rows.slice(start, size)
@@ -172,7 +174,7 @@ def result_batches(
             )
             taken = pa.concat_tables([taken, extra], promote_options="default")
             taken = taken.take(pc.sort_indices(taken["row"]))
-        yield taken.select([*RESULT_COLUMNS, *scored])
+        yield taken.select([*RESULT_COLUMNS, *RATE_COLUMNS, *scored])
 
 
 def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
@@ -185,7 +187,7 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
     Hugging Face's AudioFolder fails on an empty one (IndexError in datasets < 4).
     into: the folder the views (and their staged columns) are written to; OUT by default."""
     into = out_dir if into is None else into
-    shown = with_scores(picks.records.winners, out_dir)
+    shown = with_scores(_with_rates(picks), out_dir)
     scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
     keys = {**METADATA_KEYS, **{c: c for c in scored}}
     rules = read_keep_rules(out_dir)
@@ -237,6 +239,17 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
         atomic_write(into / RESULTS_NAME, write_metadata_or_none)
 
 
+def _with_rates(picks: Picks) -> pa.Table:
+    """The winners with each row's speaking rate against its voice's (voice_rates.py)."""
+    winners = picks.records.winners
+    shown = np.zeros(winners.num_rows, dtype=bool)
+    shown[picks.source[picks.source >= 0]] = True
+    shown &= pc.fill_null(pc.equal(winners["status"], OK), False).to_numpy(zero_copy_only=False)
+    for name, column in rate_ratios(picks.records, shown).items():
+        winners = winners.append_column(name, column)
+    return winners
+
+
 def _archives_only(locations: pa.Array) -> bool:
     """Some row sits in an archive shard and none in a plain file."""
     located = pc.drop_null(locations)
@@ -252,6 +265,7 @@ def _empty_results() -> pa.Table:
         else pa.field(c, pa.int64() if c == "row" else pa.string())
         for c in RESULT_COLUMNS
     ]
+    fields += [pa.field(c, pa.float64()) for c in RATE_COLUMNS]
     return pa.schema(fields).empty_table()
 
 
@@ -301,7 +315,7 @@ def rebuild_once(
     states closed, whatever happens."""
     records = None
     try:
-        records = RecordSource.open(out_dir, MERGE_COLUMNS, STAGED_COLUMNS)
+        records = RecordSource.open(out_dir, MERGE_COLUMNS, (*STAGED_COLUMNS, *READ_COLUMNS))
         picks = pick(rows, records, listing)
         write_views(out_dir, picks, into)
         return picks.counts()

@@ -29,6 +29,9 @@ SCORE_FIELDS = pa.schema(
         ("asr_text", pa.large_string()),  # what the ASR model heard
         ("cer", pa.float64()),  # character error rate of asr_text against the row's text
         ("wer", pa.float64()),  # word error rate (null for Chinese and Japanese)
+        ("speaker_sim", pa.float64()),  # cosine of speaker embeddings: the row's audio and its
+        # reference clip (rows that have one)
+        ("speaker_sim_centroid", pa.float64()),  # ... the row's and its voice's mean one
     ]
 )
 

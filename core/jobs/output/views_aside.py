@@ -3,13 +3,15 @@ dataset, no write permission): the counts, the quality summary and `--report` fr
 it is, with nothing written in it.
 
 The views are built as a rebuild builds them (results.rebuild_once: the same states, journals
-and listing, the same picks), but into a temporary folder removed afterwards, so the summary
-and the report read the results.parquet a rebuild would write now. OUT's own results.parquet
-and metadata.jsonl stay as they were. Knows the views; no models.
+and listing, the same picks), but into a temporary folder removed afterwards (in OUT/.qtts where
+that can be written, else in $TMPDIR), so the summary and the report read the results.parquet a
+rebuild would write now. OUT's own results.parquet and metadata.jsonl stay as they were.
+Knows the views; no models.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +26,7 @@ from qtts.core.jobs.output.results import (
     rebuild_once,
     rebuilt_counts,
 )
+from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import list_out_dir
 
 
@@ -47,7 +50,15 @@ def current_views(out_dir: Path, source: str | None = None) -> Iterator[Views]:
         summary = {**counts_summary(out_dir, job, counts), "rebuilt": True}
         yield Views(summary, out_dir / RESULTS_NAME, None)
         return
-    with tempfile.TemporaryDirectory(prefix="qtts-results-") as aside:
+    with tempfile.TemporaryDirectory(prefix="qtts-results-", dir=_aside_in(out_dir)) as aside:
         counts = rebuild_once(out_dir, rows, list_out_dir(out_dir, sizes=False), Path(aside))
         summary = {**counts_summary(out_dir, job, counts), "rebuilt": False}
         yield Views(summary, Path(aside) / RESULTS_NAME, why)
+
+
+def _aside_in(out_dir: Path) -> Path | None:
+    """Where the views are built aside: OUT/.qtts where this process may write there (the lock
+    alone cannot be opened), so ten million rows' staged columns and results.parquet land on the
+    out dir's disk, not in $TMPDIR (often small, or memory); else $TMPDIR (None)."""
+    folder = Layout(out_dir).dir
+    return folder if os.access(folder, os.W_OK | os.X_OK) else None

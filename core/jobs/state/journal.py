@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,22 +81,54 @@ def _cut_unfinished_line(fd: int) -> None:
     os.ftruncate(fd, keep)
 
 
-def read_journal(path: Path) -> tuple[pa.Table, int]:
+PIECE_BYTES = 16 << 20  # journal bytes parsed at once: a journal is never in memory whole
+
+
+def read_journal(path: Path, columns: tuple[str, ...] | None = None) -> tuple[pa.Table, int]:
     """(records, bytes read): every complete line of `path` (an unfinished last line is left
-    out; a journal that does not exist is empty)."""
+    out; a journal that does not exist is empty); columns: only these, kept a piece at a time."""
+    size = journal_size(path)
+    pieces = [conform(t, columns) for t in journal_pieces(path, size)]
+    return (pa.concat_tables(pieces) if pieces else conform(empty(), columns)), size
+
+
+def journal_size(path: Path) -> int:
     try:
-        data = path.read_bytes()
+        return path.stat().st_size
     except FileNotFoundError:
-        return empty(), 0
-    size = len(data)
-    data = data[: data.rfind(b"\n") + 1]
-    if not data.strip():
-        return empty(), size
+        return 0
+
+
+def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
+    """The records of the first `size` bytes of `path` (journal_size: what a writer appends
+    later is left for the next reader), PIECE_BYTES of complete lines parsed at a time; each
+    piece conformed. The same size reads the same records again."""
     try:
-        table = _parse(data)
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        rest, left, lines = b"", size, 0
+        while left > 0:
+            chunk = f.read(min(PIECE_BYTES, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            cut = chunk.rfind(b"\n") + 1
+            if not cut:  # no line ends in it: kept for the next
+                rest += chunk
+                continue
+            data, rest = rest + chunk[:cut], chunk[cut:]
+            if data.strip():
+                yield conform(_parsed(path, data, lines))
+            lines += data.count(b"\n")
+
+
+def _parsed(path: Path, data: bytes, lines: int) -> pa.Table:
+    try:
+        return _parse(data)
     except pa.ArrowInvalid:  # a damaged line: parse line by line, skipping it
-        table = _parse_lines(path, data)
-    return conform(table), size
+        return _parse_lines(path, data, lines)
 
 
 def _parse(data: bytes) -> pa.Table:
@@ -105,9 +138,9 @@ def _parse(data: bytes) -> pa.Table:
     return pj.read_json(io.BytesIO(data), parse_options=options)
 
 
-def _parse_lines(path: Path, data: bytes) -> pa.Table:
+def _parse_lines(path: Path, data: bytes, lines: int = 0) -> pa.Table:
     tables = []
-    for n, line in enumerate(data.split(b"\n"), start=1):
+    for n, line in enumerate(data.split(b"\n"), start=lines + 1):
         if not line.strip():
             continue
         try:
@@ -119,10 +152,13 @@ def _parse_lines(path: Path, data: bytes) -> pa.Table:
     return pa.concat_tables(tables) if tables else empty()
 
 
-def read_journals(paths: list[Path]) -> tuple[pa.Table, dict[Path, int]]:
-    """All records of `paths` in order, and how many bytes of each were read."""
+def read_journals(
+    paths: list[Path], columns: tuple[str, ...] | None = None
+) -> tuple[pa.Table, dict[Path, int]]:
+    """All records of `paths` in order (columns: only these), and how many bytes of each were
+    read."""
     tables, sizes = [], {}
     for path in paths:
-        table, sizes[path] = read_journal(path)
+        table, sizes[path] = read_journal(path, columns)
         tables.append(table)
-    return (pa.concat_tables(tables) if tables else empty()), sizes
+    return (pa.concat_tables(tables) if tables else conform(empty(), columns)), sizes

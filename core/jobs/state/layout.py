@@ -66,8 +66,17 @@ class Layout:
     def retract_intent(self, suffix: str) -> Path:  # rows being taken out of archive shards
         return self.dir / f"retract{suffix}.parquet"
 
-    def repack_intent(self, suffix: str) -> Path:  # finished rows moving into another layout
-        return self.dir / f"repack{suffix}.parquet"
+    def repack_intent(self, suffix: str, batch: int) -> Path:  # a batch of rows moving layout
+        return self.dir / f"repack{suffix}.{batch:06d}.parquet"
+
+    def repack_intents(self, suffix: str) -> list[Path]:
+        """A shard's repack intents, oldest first (a run before batches had their own: first)."""
+        single = self.dir / f"repack{suffix}.parquet"
+        return [single] * single.exists() + sorted(self.dir.glob(f"repack{suffix}.*.parquet"))
+
+    @staticmethod
+    def is_repack_intent(name: str, suffix: str) -> bool:
+        return name.startswith(f"repack{suffix}.") and name.endswith(".parquet")
 
     def repack_staging(self, suffix: str) -> Path:  # their records, staged (stores/repack)
         return self.dir / f"repack-columns{suffix}"

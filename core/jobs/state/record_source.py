@@ -69,8 +69,8 @@ class RecordSource:
         del bases
         if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
             base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
-        journals, _ = read_journals(layout.own_journals(shard_suffix) if own else layout.journals())
-        journals = journals.select(list(dict.fromkeys((*merge, *later))))
+        paths = layout.own_journals(shard_suffix) if own else layout.journals()
+        journals, _ = read_journals(paths, tuple(dict.fromkeys((*merge, *later))))
         held = [overlay(base, _positioned(journals.select(list(merge)), offset))]
         del base  # held hands the only reference to one_chunk
         return cls(states, journals, one_chunk(held))

@@ -46,6 +46,7 @@ RECORD_SCHEMA = pa.schema(
         ("silence_ratio", pa.float64()),
         ("repeat_ratio", pa.float64()),
         ("chars_per_s", pa.float64()),
+        ("segment_chars_per_s", pa.list_(pa.float64())),  # a split row: each segment's, apiece
         ("text", pa.large_string()),  # a dataset's texts pass 2 GiB: 64-bit offsets
         ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
         ("speaker", pa.string()),
@@ -86,7 +87,8 @@ def failed_record(
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
     """audio: file, bytes, codes_saved, num_frames, num_samples, sample_rate, hit_frame_budget,
-    segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures."""
+    segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures
+    (with segment_chars_per_s)."""
     duration = audio["num_samples"] / audio["sample_rate"]
     return {
         **_fields(row),

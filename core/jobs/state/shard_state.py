@@ -16,17 +16,19 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.errors import FatalError
 from qtts.core.jobs.output.writer import atomic_write
-from qtts.core.jobs.state.journal import read_journals
+from qtts.core.jobs.state.journal import journal_pieces, read_journals
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.records import (
     MERGE_COLUMNS,
     PENDING,
+    RECORD_SCHEMA,
     conform,
     empty,
     latest,
@@ -91,9 +93,8 @@ def read_own(
     """(latest record per id of this shard's rows, pending ones included; bytes read per
     journal). columns: only these record columns (records.SCAN_COLUMNS)."""
     layout = Layout(out_dir)
-    journals, sizes = read_journals(layout.own_journals(shard.suffix))
-    if columns is not None:
-        journals = journals.select(_with_merge(columns))
+    wanted = None if columns is None else tuple(_with_merge(columns))
+    journals, sizes = read_journals(layout.own_journals(shard.suffix), wanted)
     records = overlay(read_state_file(layout.state(shard.suffix), columns), journals)
     return records.combine_chunks(), sizes  # one chunk: takes over it are single passes
 
@@ -108,9 +109,8 @@ def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     base = pa.concat_tables(states) if states else conform(empty(), columns)
     if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
-    journals, _ = read_journals(layout.journals())
-    if columns is not None:
-        journals = journals.select(_with_merge(columns))
+    wanted = None if columns is None else tuple(_with_merge(columns))
+    journals, _ = read_journals(layout.journals(), wanted)
     return overlay(base, journals)
 
 
@@ -120,24 +120,95 @@ def _with_merge(columns: tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys((*columns, *MERGE_COLUMNS)))
 
 
-def compact(out_dir: Path, shard: Shard) -> pa.Table | None:
-    """Fold this shard's journals into its state file; the shard's records after it, or None
-    when no journal held anything (the state is as it was)."""
-    journals = Layout(out_dir).own_journals(shard.suffix)
+def compact(out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None) -> pa.Table | None:
+    """Fold this shard's journals into its state file; the shard's records after it (columns:
+    only these), or None when no journal held anything (the state is as it was).
+
+    Streamed, so a run that journalled ten million rows (a layout switch) never holds every
+    column of them: the merge is decided on MERGE_COLUMNS (each record's position in the state,
+    then in the journals), then the state is copied a row group at a time and the journals a
+    piece at a time (the same bytes read again), each less the records that lost."""
+    layout = Layout(out_dir)
+    journals = layout.own_journals(shard.suffix)
     if not any(p.stat().st_size for p in journals if p.exists()):
         for path in journals:
             _remove_if_size(path, 0)
         return None
-    records, sizes = read_own(out_dir, shard)
-    records = records.filter(pc.not_equal(records["status"], PENDING))
-    write_state(Layout(out_dir).state(shard.suffix), records)
-    for path, size in sizes.items():
-        _remove_if_size(path, size)  # a journal that grew meanwhile is kept (and re-read later)
-    return records
+    path = layout.state(shard.suffix)
+    handle, base = _open_state(path)
+    try:
+        keep, sizes = _winners(base, journals)
+        del base
+        kept: list[pa.Table] = []
+
+        def write(f) -> None:
+            with pq.ParquetWriter(f, RECORD_SCHEMA, compression="zstd") as writer:
+                for part in _records(handle, journals, sizes, keep):
+                    writer.write_table(part, row_group_size=STATE_ROWS)
+                    kept.append(part if columns is None else part.select(list(columns)))
+
+        atomic_write(path, write)
+    finally:
+        if handle is not None:
+            handle.close()
+    for journal, size in sizes.items():
+        _remove_if_size(journal, size)  # a journal that grew meanwhile is kept (and re-read later)
+    return pa.concat_tables(kept) if kept else conform(empty(), columns)
+
+
+STATE_ROWS = 1 << 18  # a state's row group: what a compaction holds of every column at once
+
+
+def _open_state(path: Path) -> tuple[pq.ParquetFile | None, pa.Table]:
+    """The state to fold into, held open, and its merge columns (none yet, or unreadable: no
+    records, and its rows are redone)."""
+    handle = None
+    try:
+        handle = pq.ParquetFile(path)
+        return handle, read_columns(handle, MERGE_COLUMNS)
+    except FileNotFoundError:
+        pass
+    except (OSError, pa.ArrowException) as e:
+        log.warning("state %s is unreadable (%s): its rows will be redone", path, _why(e))
+        if handle is not None:
+            handle.close()
+    return None, conform(empty(), MERGE_COLUMNS)
+
+
+_POSITION = "_position"  # a record's place: the state's rows, then the journals'
+
+
+def _winners(base: pa.Table, journals: list[Path]) -> tuple[np.ndarray, dict[Path, int]]:
+    """(per record, the state's then the journals': it is its id's latest and not pending;
+    the journals' sizes read)."""
+    newer, sizes = read_journals(journals, MERGE_COLUMNS)
+    total = base.num_rows + newer.num_rows
+    base = base.append_column(_POSITION, pa.array(np.arange(base.num_rows)))
+    newer = newer.append_column(_POSITION, pa.array(np.arange(base.num_rows, total)))
+    winners = overlay(base, newer)
+    winners = winners.filter(pc.not_equal(winners["status"], PENDING))
+    keep = np.zeros(total, dtype=bool)
+    keep[winners[_POSITION].to_numpy()] = True
+    return keep, sizes
+
+
+def _records(handle, journals: list[Path], sizes: dict[Path, int], keep: np.ndarray):
+    """The winning records (every column), a state row group or a journal piece at a time."""
+    at = 0
+    for group in range(handle.num_row_groups if handle is not None else 0):
+        part = conform(handle.read_row_group(group))
+        yield part.filter(pa.array(keep[at : at + part.num_rows]))
+        at += part.num_rows
+    for journal in journals:
+        for part in journal_pieces(journal, sizes.get(journal, 0)):
+            yield part.filter(pa.array(keep[at : at + part.num_rows]))
+            at += part.num_rows
 
 
 def write_state(path: Path, table: pa.Table) -> None:
-    atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
+    atomic_write(
+        path, lambda f: pq.write_table(table, f, compression="zstd", row_group_size=STATE_ROWS)
+    )
 
 
 def reset(out_dir: Path, shard: Shard) -> None:

@@ -14,16 +14,16 @@ Knows record columns; no file names, no models, no tensors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.output.stores.locations import FILES
-from qtts.core.jobs.output.stores.presence import held
+from qtts.core.jobs.output.stores.presence import Held, held
 from qtts.core.jobs.state.listing import Listing
-from qtts.core.jobs.state.lookup import index_in
+from qtts.core.jobs.state.lookup import PART, index_in
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
 
@@ -90,42 +90,52 @@ def scan(
     fingerprint_same = same_settings.copy()
     for mask in same.values():
         fingerprint_same &= mask
-    has = held(
+    has = _held(
         valid["id"],
-        old("file"),
-        old("bytes"),
-        old("codes_saved"),
+        records,
+        index,
         listing,
         layout=layout,
         audio_format=audio_format,
         save_codes=save_codes,
     )
     done = was_ok & fingerprint_same & has.audio & has.codes
-    moved = (
-        was_ok
-        & ~done
-        & has.source
-        & has.source_codes
-        & _same_but_format(old_settings, same_settings, same, registry, current)
-    )
+    alike = _same_but_format(old_settings, same_settings, same, registry, current)
+    moved = was_ok & ~done & has.source & has.source_codes & alike
     stale = was_ok & ~done & ~moved
     reasons: dict[str, int] = {}
     if stale.any():
         for name, mask in same.items():
             if n := int((stale & ~mask).sum()):
                 reasons[FIELD_NAMES.get(name, name)] = n
-        changed = pc.filter(old_settings, pa.array(stale & ~same_settings))
+        changed = pc.filter(old_settings, pa.array(stale & ~same_settings & ~alike))
         for item in pc.value_counts(changed).to_pylist():
             reasons[setting_changes(registry.get(item["values"]), current)] = item["counts"]
-        # the same row, but its audio is not there as recorded (in whatever layout), or it is
-        # and its codes are not (a row whose audio and codes are there is moved, not redone)
-        if n := int((stale & fingerprint_same & ~has.source).sum()):
+        # the same row (in another format, maybe), but its audio is not there as recorded (in
+        # whatever layout), or it is and its codes are not (a row whose audio and codes are
+        # there is moved, not redone; another format alone would only have moved it)
+        if n := int((stale & alike & ~has.source).sum()):
             reasons["file missing or not as recorded"] = n
-        if n := int((stale & fingerprint_same & has.source).sum()):
+        if n := int((stale & alike & has.source).sum()):
             where = "writes {id}.codes.npy" if layout == FILES else "saves them in the shard"
             reasons[f"codes file missing (--save-codes {where})"] = n
     stale_ids = pc.filter(valid["id"], pa.array(stale))
     return ResumeScan(done | moved, stale_ids, reasons, index, moved)
+
+
+def _held(ids, records: pa.Table, index: pa.Array, listing: Listing, **where) -> Held:
+    """presence.held over the rows, their recorded locations taken a slice at a time where the
+    listing is small enough to hash again per slice (an archive layout: a name per shard), so
+    ten million member locations (half a gigabyte) are never copied at once; else at once (a
+    files layout's listing of ten million names is hashed in parts: docs/scale.md)."""
+    rows = max(len(index), 1)
+    step = COMPARE_SLICE if len(listing.files) <= PART else rows
+    parts = []
+    for start in range(0, rows, step):
+        at = index.slice(start, step)
+        taken = [records[name].take(at) for name in ("file", "bytes", "codes_saved")]
+        parts.append(held(ids.slice(start, step), *taken, listing, **where))
+    return Held(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Held)))
 
 
 def _same_but_format(old_settings, same_settings, same_inputs, registry, current) -> np.ndarray:

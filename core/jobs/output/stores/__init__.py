@@ -1,2 +1,3 @@
-"""Where a row's audio lands: one seam (OutputStore) with a store per layout: files, tar shards
-(WebDataset), Parquet shards (Hugging Face Audio)."""
+"""Where a row's audio lands: one seam (OutputStore) with a store per layout: files, and the
+archive formats the registry finds in formats/ (WebDataset tar shards, Parquet shards with a
+Hugging Face Audio column, ...)."""

@@ -29,7 +29,7 @@ class RowOutput:
 
 
 class OutputStore(Protocol):
-    layout: str  # locations.FILES | WEBDATASET | PARQUET
+    layout: str  # registry.FILES or an archive format's name
 
     def submit(self, row: RowOutput) -> Future[None]:
         """Publish the row; the future settles when the store has taken it (the files layout:

@@ -29,6 +29,7 @@ from qtts.core.jobs.output.writer_clock import WriterClock
 from qtts.core.jobs.state.journal import Journal
 
 CODES_SUFFIX = ".codes.npy"
+METADATA_NAME = "metadata.jsonl"  # the layout's view (an AudioFolder), rebuilt by results.py
 
 
 def audio_name(row_id: str, audio_format: str) -> str:

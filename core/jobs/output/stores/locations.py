@@ -1,6 +1,8 @@
 """A record's `file` is an opaque location that only the stores read: `{id}.wav` for the files
-layout, `data/{shard}#{member}` for a member of an archive shard. This module is the one place
-that splits a location into its container and member and says which layout made it.
+layout, `data/{key part}#{member}` for a member of an archive shard (the key part: its shard's
+file a location names, shard_format.py). This module is the one place that splits a location
+into its container and member and says which layout made it (by the registry's formats: a
+member location that no format's key part could name is an error, never a default).
 Knows strings; no files.
 """
 
@@ -10,16 +12,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.errors import FatalError
+from qtts.core.jobs.output.stores.registry import FILES as FILES  # the seam's modules' name
+from qtts.core.jobs.output.stores.registry import archive_formats, layout_names
 from qtts.core.jobs.state.records import as_bools
 
 ARCHIVE_DIR = "data"  # OUT/data/: every archive shard, from every writer
 MEMBER_SEP = "#"  # shard names never hold it; an id may, so a member is all after the first
-FILES, WEBDATASET, PARQUET = "files", "webdataset", "parquet"
-SHARD_SUFFIX = {WEBDATASET: ".tar", PARQUET: ".parquet"}
 
 
-def member_location(shard: str, member: str) -> str:
-    return f"{ARCHIVE_DIR}/{shard}{MEMBER_SEP}{member}"
+def member_location(key_part: str, member: str) -> str:
+    """key_part: the file name of the shard's key part."""
+    return f"{ARCHIVE_DIR}/{key_part}{MEMBER_SEP}{member}"
 
 
 def split_location(location: str) -> tuple[str, str | None]:
@@ -50,17 +54,24 @@ def is_archived(locations: pa.Array) -> pa.Array:
     return pc.match_substring_regex(locations, f"{_SHARD}{MEMBER_SEP}")
 
 
-LAYOUTS = (FILES, WEBDATASET, PARQUET)
-
-
 def layouts(locations) -> pa.DictionaryArray:
     """Which layout made each location (null where there is none), dictionary-encoded: one byte
-    a row, not a string (ten million of them at a rerun's scan)."""
+    a row, not a string (ten million of them at a rerun's scan). FatalError for a member of a
+    shard no format names."""
     if isinstance(locations, pa.ChunkedArray):
         locations = locations.combine_chunks()
-    tar = as_bools(pc.match_substring_regex(locations, rf"{_SHARD}\.tar{MEMBER_SEP}"))
+    names = layout_names()
+    kind = np.zeros(len(locations), dtype=np.int8)  # FILES
     archived = as_bools(is_archived(locations))
-    kind = np.where(tar, 1, np.where(archived, 2, 0)).astype(np.int8)
+    if archived.any():
+        claimed = np.zeros(len(locations), dtype=bool)
+        for k, fmt in enumerate(archive_formats().values(), start=1):
+            key = rf"^{ARCHIVE_DIR}/{fmt.key.regex()}{MEMBER_SEP}"
+            mine = as_bools(pc.match_substring_regex(locations, key))
+            kind[mine], claimed = k, claimed | mine
+        if (unknown := archived & ~claimed).any():
+            where = locations[int(np.flatnonzero(unknown)[0])].as_py()
+            raise FatalError(f"a record's location {where!r} is in no output format qtts knows")
     null = as_bools(pc.is_null(locations))
     indices = pa.array(kind, pa.int8(), mask=null)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(LAYOUTS, pa.string()))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string()))

@@ -1,43 +1,62 @@
 """Reading one row's audio back by its location, for `qtts score`: a plain file by its path, an
-archive member from its shard. A shard's index (member -> byte range in a tar; id -> row group in
-a Parquet shard) is built once, on first use, keyed by the shard's size and mtime (a shard
-rewritten meanwhile is indexed again); a Parquet row group's audio column is kept for the next
-rows. Shard members sit in the order rows finished, not the input's, so a reader of many rows
-takes them in `order()` (shard by shard, each front to back): then each row group is read once.
-Thread-safe: the scorers read on a pool, and one thread reads a row group while the others wait
-for it. Knows locations and shard formats; no models."""
+archive member from its shard through its format's member source (shard_format.MemberSource:
+a tar member by its byte range, a Parquet row from its row group, ...). A shard's source (its
+index) is built once, on first use, keyed by the shard's size and mtime (a shard rewritten
+meanwhile is indexed again); decoded blocks (a Parquet row group's audio) are shared by every
+shard's source, the last KEPT_BLOCKS of them. Shard members sit in the order rows finished, not
+the input's, so a reader of many rows takes them in `order()` (shard by shard, each front to
+back): then each block is read once. Thread-safe: the scorers read on a pool, and one thread
+reads a block while the others wait for it.
+Knows locations; the formats are the registry's; no models."""
 
 from __future__ import annotations
 
 import io
-import tarfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from qtts.core.jobs.output.stores.locations import split_location
+from qtts.core.jobs.output.stores.shard_files import shard_at
+from qtts.core.jobs.output.stores.shard_format import MemberSource
 
-KEPT_GROUPS = 4  # Parquet row groups kept decoded (64 rows each)
+KEPT_BLOCKS = 4  # decoded blocks kept (a Parquet row group: 64 rows)
+
+
+class KeptBlocks:
+    """The last few decoded blocks of any shard, loaded once (shard_format.KeptBlocks)."""
+
+    def __init__(self, size: int = KEPT_BLOCKS) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[tuple, object] = OrderedDict()
+
+    def get(self, key: tuple, load: Callable[[], object]) -> object:
+        with self._lock:  # held while loading: a block is read once, not by every waiting thread
+            if key not in self._blocks:
+                self._blocks[key] = load()
+                while len(self._blocks) > self.size:
+                    self._blocks.popitem(last=False)
+            self._blocks.move_to_end(key)
+            return self._blocks[key]
 
 
 class MemberReader:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = threading.Lock()
-        self._tars: dict[tuple, dict[str, tuple[int, int]]] = {}
-        self._parquets: dict[tuple, dict[str, tuple[int, int]]] = {}
-        self._groups: OrderedDict[tuple, list] = OrderedDict()
+        self._sources: dict[tuple, MemberSource] = {}
+        self._kept = KeptBlocks()
 
     def source(self, location: str):
         """What soundfile can read: the file's path, or a callable giving the member's bytes."""
         container, member = split_location(location)
-        path = self.root / container
         if member is None:
-            return path
-        return lambda: io.BytesIO(self.read(path, member))
+            return self.root / container
+        return lambda: io.BytesIO(self._member_source(container).read(member))
 
     def order(self, locations: list[str]) -> np.ndarray:
         """The indices of `locations` in reading order: plain files first as given, then each
@@ -48,60 +67,19 @@ class MemberReader:
             if member is None:
                 keys.append(("", 0, 0, k))
                 continue
-            path = self.root / container
             try:
-                index = (
-                    self._tar_index(path) if path.suffix == ".tar" else self._parquet_index(path)
-                )
-                at = index.get(member, (0, 0))
+                at = self._member_source(container).position(member)
             except OSError:  # a missing shard: its rows fail alone when read
                 at = (0, 0)
             keys.append((container, *at, k))
         return np.array([key[-1] for key in sorted(keys)], dtype=np.int64)
 
-    def read(self, path: Path, member: str) -> bytes:
-        if path.suffix == ".tar":
-            start, size = self._tar_index(path)[member]
-            with open(path, "rb") as f:
-                f.seek(start)
-                return f.read(size)
-        group, row = self._parquet_index(path)[member]
-        return self._group_audio(path, group)[row]["bytes"]
-
-    def _tar_index(self, path: Path) -> dict[str, tuple[int, int]]:
-        key = _identity(path)
+    def _member_source(self, container: str) -> MemberSource:
+        shard = shard_at(self.root, container)
+        path = shard.key_path
+        st = path.stat()
+        key = (path, st.st_size, st.st_mtime_ns)
         with self._lock:
-            if key not in self._tars:
-                with tarfile.open(path, mode="r") as tar:
-                    self._tars[key] = {i.name: (i.offset_data, i.size) for i in tar}
-            return self._tars[key]
-
-    def _parquet_index(self, path: Path) -> dict[str, tuple[int, int]]:
-        key = _identity(path)
-        with self._lock:
-            if key not in self._parquets:
-                source = pq.ParquetFile(path)
-                index = {}
-                for g in range(source.num_row_groups):
-                    ids = source.read_row_group(g, columns=["id"])["id"].to_pylist()
-                    index.update((row_id, (g, k)) for k, row_id in enumerate(ids))
-                self._parquets[key] = index
-            return self._parquets[key]
-
-    def _group_audio(self, path: Path, group: int) -> list:
-        key = (_identity(path), group)
-        with self._lock:  # held while reading: a group is read once, not by every waiting thread
-            if key not in self._groups:
-                source = pq.ParquetFile(path)
-                self._groups[key] = source.read_row_group(group, columns=["audio"])[
-                    "audio"
-                ].to_pylist()
-                while len(self._groups) > KEPT_GROUPS:
-                    self._groups.popitem(last=False)
-            self._groups.move_to_end(key)
-            return self._groups[key]
-
-
-def _identity(path: Path) -> tuple[Path, int, int]:
-    st = path.stat()
-    return (path, st.st_size, st.st_mtime_ns)
+            if key not in self._sources:
+                self._sources[key] = shard.fmt.member_source(path, self._kept)
+            return self._sources[key]

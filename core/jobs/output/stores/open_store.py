@@ -5,7 +5,7 @@ unsharded) and a tag fresh for each run, so tasks of one job, reruns and Ray act
 the same OUT/data/ never collide. A Ray work unit gets a prefix of its own from its rows, so a
 unit Ray retries finds the shard its first attempt sealed. How many writer threads a local run
 gets is decided here too (writer_threads).
-Knows layouts, names and thread counts; the stores do the writing.
+Knows layouts (the registry's), names and thread counts; the stores do the writing.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from qtts.core.jobs.output.stores.archive import DEFAULT_SHARD_ROWS, ArchiveStor
 from qtts.core.jobs.output.stores.base import OutputStore
 from qtts.core.jobs.output.stores.files import FilesStore
 from qtts.core.jobs.output.stores.locations import FILES
+from qtts.core.jobs.output.stores.registry import check_layout, part_of
 from qtts.core.jobs.output.writer_clock import WriterClock
 from qtts.core.jobs.state.journal import Journal
 
@@ -47,12 +48,15 @@ def writer_threads(cpus: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class StoreSpec:
-    layout: str = FILES  # files | webdataset | parquet
+    layout: str = FILES  # files, or an archive format's name (registry.py)
     audio_format: str = "wav"
     save_codes: bool = False
     shard_rows: int = DEFAULT_SHARD_ROWS
     prefix: str = ""  # the job shard's part of archive shard names ("" when unsharded)
     run_tag: str = "run"  # this run's part
+
+    def __post_init__(self) -> None:
+        check_layout(self.layout)  # an unknown name: a UsageError naming --output's choices
 
     def open(
         self,
@@ -95,8 +99,10 @@ class StoreSpec:
         )
 
     def owns_shard(self, name: str) -> bool:
-        """Whether a shard (or its temp file's final name) was written for this job shard."""
-        return name.startswith(self.prefix)
+        """Whether a file in OUT/data/ (or a temp file's final name there) is a part of a shard
+        written for this job shard; a file of no format is no shard's."""
+        found = part_of(name)
+        return found is not None and found.shard.startswith(self.prefix)
 
 
 def writer_prefix(shard_suffix: str) -> str:

@@ -43,7 +43,6 @@ SLICE = 1 << 20  # rows whose expected names are built at once
 class Held:
     audio: np.ndarray  # present, in this run's layout and format
     codes: np.ndarray  # codes present too where --save-codes asks for them
-    other_layout: np.ndarray  # made in another layout than this run's
     source: np.ndarray  # present as recorded, in whatever layout and format made it
     source_codes: np.ndarray  # its recorded codes present too where --save-codes asks for them
 
@@ -59,8 +58,6 @@ def held(
     audio_format: str,
     save_codes: bool,
 ) -> Held:
-    made_in = layouts(locations)
-    same_layout = as_bools(pc.equal(made_in, layout))
     if layout == FILES:  # {id}.{format}, built a slice at a time: not ten million names at once
         suffix = pa.scalar(audio_format)
         as_written = np.concatenate(
@@ -75,7 +72,7 @@ def held(
             ]
         )[: len(ids)]
     else:
-        as_written = same_layout
+        as_written = as_bools(pc.equal(layouts(locations), layout))
     source = present(locations, sizes, listing)
     audio = as_written & source
     codes = source_codes = np.ones(len(audio), dtype=bool)
@@ -87,5 +84,4 @@ def held(
             listed = as_bools(pc.is_in(names, value_set=listing.names()))
         codes = listed if layout == FILES else saved
         source_codes = saved & (archived | listed)
-    other = as_bools(pc.is_valid(made_in)) & ~same_layout
-    return Held(audio, codes, other, source, source_codes)
+    return Held(audio, codes, source, source_codes)

@@ -6,14 +6,17 @@ batch at a time (repack_commit: the new outputs named and journalled before any 
 so a kill leaves every id once, in the old layout or the new, after the next run).
 
 Rows are taken a source container at a time (sorted by container), so each shard is read once
-front to back and rewritten once per batch that empties part of it. Their full records (every
+front to back; batches are committed as they fill, whatever container their rows came from, but
+a source shard's old rows are taken out only once it has been read through and every row read
+from it is committed: each source shard is rewritten or removed once. Their full records (every
 column: an archived sample carries the row's text, voice and measures) are read a column at a
 time and staged on disk in that order (state/record_source, output/view_columns), so memory
 holds one column of the records and a batch of rows, never every record at ten million rows.
 A repacked row keeps its record (its time `t` too: its scores stay valid) but for where its
 audio is (file, bytes, codes_saved), the settings digest (this run's: the same but for the
 format) and the run that moved it.
-A signal stops it between rows: the open batch is dropped, its rows stay where they were.
+A signal stops it between rows: the open batch is dropped, its rows stay where they were, and
+the committed rows' old copies go before the run ends (or in the next run's first step).
 Knows records, locations and batches; the formats and files live in the modules above.
 """
 
@@ -22,7 +25,6 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.output.stores.locations import FILES, containers
-from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, commit
+from qtts.core.jobs.output.stores.registry import read_errors
+from qtts.core.jobs.output.stores.repack_commit import (
+    INTENT_SCHEMA,
+    OLD_FILE,
+    commit,
+    retire,
+    take_out,
+)
 from qtts.core.jobs.output.stores.repack_commit import finish as commit_finish
 from qtts.core.jobs.output.stores.repack_sources import in_format, is_shard, read_container
 from qtts.core.jobs.output.stores.repack_targets import open_target
@@ -61,6 +70,7 @@ def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec,
     t0 = time.monotonic()
     mover = _Mover(out_dir, suffix, journal, spec)
     source = RecordSource.open(out_dir, MERGE, STAGED, shard_suffix=suffix)
+    source.winners = source.winners.drop_columns(["run"])  # merged on; each record gets `run`
     try:
         shown, where = _in_container_order(source.winners, ids)
         folder = Layout(out_dir).repack_staging(suffix)
@@ -73,6 +83,7 @@ def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec,
             mover.commit()
     except BaseException as e:
         mover.target.discard()  # the open batch: its rows stay where they were
+        mover.stop()  # the committed rows' old copies go now (or in the next run's first step)
         if isinstance(e, OSError):  # a full disk, an out dir that cannot be written: one line
             raise write_error(e, Path(e.filename) if e.filename else out_dir) from e
         raise
@@ -87,17 +98,21 @@ def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec,
 
 
 class _Mover:
-    """Rows into the target a source container at a time, committed as batches fill."""
+    """Rows into the target a source container at a time, committed as batches fill; the old
+    copies of committed rows taken out once their source shard has been read through."""
 
     def __init__(self, out_dir: Path, suffix: str, journal: Journal, spec) -> None:
         self.out, self.suffix, self.journal, self.spec = out_dir, suffix, journal, spec
         self.target = open_target(out_dir, spec, f"{spec.prefix}{spec.run_tag}")
-        self.moved = self.unread = 0
+        self.moved = self.unread = self.batches = 0
+        self.reading: str | None = None  # the source shard being read: its old rows stay
+        self.pending: list[tuple[Path, pa.Table]] = []  # committed: (intent, rows not out yet)
 
     def container(self, name: str, records: dict[str, dict], stop) -> None:
         """records: id -> new record (its `file` still the old location) of the rows in it."""
         spec = self.spec
         with_codes = spec.save_codes and (spec.layout != FILES or is_shard(name))
+        self.reading = name if is_shard(name) else None  # a plain file is read at once
         for row_id, audio, codes in self._read(name, list(records), with_codes):
             stop.check()
             record = records.pop(row_id, None)
@@ -110,23 +125,55 @@ class _Mover:
                 records[row_id] = record
                 continue
             self.target.add(record, audio, codes, record["file"])
-            if self.target.due(False):
+            if self.target.due():
                 self.commit()
+        self.reading = None
         self.unread += len(records)
-        if self.target.due(is_shard(name)):
-            self.commit()
+        if not self.target.rows:  # every row read from it is committed: its old copies go
+            self.take_out()
 
     def _read(self, name: str, ids: list[str], with_codes: bool):
         try:
             yield from read_container(self.out, name, ids, with_codes=with_codes)
-        except (OSError, tarfile.TarError, pa.ArrowException) as e:
+        except (OSError, *read_errors()) as e:  # a damaged shard, in any format
             log.warning("cannot read %s back (%s)", self.out / name, e)
 
     def commit(self) -> None:
         rows = self.target.seal()
         if rows:
             table = pa.Table.from_pylist(rows, schema=INTENT_SCHEMA)
-            self.moved += commit(self.out, self.suffix, self.journal, table)
+            intent, moved = commit(self.out, self.suffix, self.journal, table, self.batches)
+            self.batches += 1
+            self.pending.append((intent, moved))
+            self.moved += moved.num_rows
+        self.take_out()
+
+    def take_out(self) -> None:
+        """The committed rows' old copies go, but those in the source shard being read; then
+        the intents whose rows are all out."""
+        if not self.pending:
+            return
+        stays = [(intent, rows, _in(rows, self.reading)) for intent, rows in self.pending]
+        take_out(self.out, pa.concat_tables([rows.filter(pc.invert(s)) for _, rows, s in stays]))
+        left = [(intent, rows.filter(stay)) for intent, rows, stay in stays]
+        retire([intent for intent, rows in left if rows.num_rows == 0])
+        self.pending = [(intent, rows) for intent, rows in left if rows.num_rows]
+
+    def stop(self) -> None:
+        """The repack stops here (a signal, an error): the committed rows' old copies go now, or
+        in the next run's first step where that fails too."""
+        self.reading = None
+        try:
+            self.take_out()
+        except Exception as e:  # the error that stopped the repack is the one to raise
+            log.warning("the next run finishes moving the rows committed so far (%s)", e)
+
+
+def _in(rows: pa.Table, container: str | None) -> pa.Array:
+    """Per row: its old copy is in `container`."""
+    if container is None:
+        return pa.array(np.zeros(rows.num_rows, dtype=bool))
+    return pc.fill_null(pc.equal(containers(rows[OLD_FILE].combine_chunks()), container), False)
 
 
 def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
@@ -153,7 +200,7 @@ def _records(
     digest and run. Its `t` stays the time its audio was made: the stamp its scores are kept
     by (docs/job-state.md, "Scores"), and the new record still wins, journalled after the old
     one in the shard's own journal, which is read last (docs/job-state.md, "Records")."""
-    merged = winners.select(list(MERGE))
+    merged = winners.select([name for name in MERGE if name != "run"])
     for k, start in enumerate(range(0, len(shown), staging.size)):
         batch = merged.take(pa.array(shown[start : start + staging.size]))
         for name, column in staging.batch(k):

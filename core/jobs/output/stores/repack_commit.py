@@ -3,16 +3,19 @@ journalled, and only then are their old copies removed, so a kill at any moment 
 in the out dir once, in its old layout or its new, after the next run.
 
 A batch's new outputs (one archive shard, or a file per row) are first written whole under
-fixed temp names (`repack_temp`), fsynced, and no longer removed by an immediate exit. Then the
-intent (OUT/.qtts/repack[-shard-I-of-N].parquet: each row's new record, and `old_file`, where
-its audio was) is written atomically: the commit point. `finish` then carries it out, in the
-run and again in the shard's next run if a kill came first: each temp still there takes its
-name (an output already named was renamed before), the rows whose outputs are named are
-journalled (a record never points at an output that has no name), their old copies are taken
-out (stores/retract.py: a plain file unlinked, a shard rewritten without them or removed), and
-the intent goes. Every step is idempotent; a row whose new output is nowhere (only a hand
-could do that) keeps its old copy and record. Between the rename and the removal of the old copy
-the records already name the new one, and readers go by the records.
+fixed temp names (`repack_temp`), fsynced, and no longer removed by an immediate exit. Then its
+intent (OUT/.qtts/repack[-shard-I-of-N].{k:06d}.parquet, one per batch: each row's new record,
+and `old_file`, where its audio was) is written atomically: the commit point. `commit` carries
+out its first half: each temp still there takes its name (an output already named was renamed
+before), and the rows whose outputs are named are journalled (a record never points at an
+output that has no name). Their old copies go later, by `take_out` (stores/retract.py: a plain
+file unlinked, a shard rewritten without them or removed), once the source shard they sit in
+has been read through (stores/repack.py), so a shard is rewritten once, not once per batch that
+took rows from it; then each intent whose rows are all out goes. After a kill the shard's next
+run carries out every intent left, oldest first (`finish`): named, journalled, taken out,
+removed. Every step is idempotent; a row whose new output is nowhere (only a hand could do
+that) keeps its old copy and record. Until its old copy goes, the records already name the new
+one, and readers go by the records.
 Knows locations, temp names and records; no audio.
 """
 
@@ -37,6 +40,7 @@ from qtts.core.jobs.output.stores.locations import (
     layouts,
 )
 from qtts.core.jobs.output.stores.retract import take_out_rows
+from qtts.core.jobs.output.stores.shard_files import name_parts, shard_at
 from qtts.core.jobs.output.writer import TEMP_MARK, atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
@@ -70,29 +74,66 @@ def new_outputs(rows: pa.Table, layout: str) -> tuple[pa.Array, pa.Array]:
     return audio, pc.if_else(moved_codes, codes, pa.scalar(None, pa.string()))
 
 
-def commit(out_dir: Path, suffix: str, journal: Journal, rows: pa.Table) -> int:
+def commit(
+    out_dir: Path, suffix: str, journal: Journal, rows: pa.Table, batch: int
+) -> tuple[Path, pa.Table]:
     """rows (INTENT_SCHEMA): a batch whose new outputs are durable under their temp names.
-    Writes the intent, then carries it out; the rows moved."""
-    path = Layout(out_dir).repack_intent(suffix)
+    Writes its intent, names its outputs and journals its rows; their old copies stay (take_out).
+    (the intent, the rows moved)."""
+    path = Layout(out_dir).repack_intent(suffix, batch)
     atomic_write(path, lambda f: pq.write_table(rows.cast(INTENT_SCHEMA), f))
     fsync_dir(path.parent)
-    return finish(out_dir, suffix, journal)
+    return path, _forward(out_dir, journal, rows)
+
+
+def take_out(out_dir: Path, rows: pa.Table) -> None:
+    """The old copies of committed rows (journalled, INTENT_SCHEMA) go; a plain file's codes stay
+    under their name when the row keeps them in the files layout. metadata.jsonl goes first when
+    a plain file does (retract.take_out_rows)."""
+    if rows.num_rows == 0:
+        return
+    layout = _layout_of(rows)
+    old = rows[OLD_FILE].combine_chunks()
+    moved = as_bools(pc.not_equal(containers(old), containers(rows["file"].combine_chunks())))
+    kept = moved & (layout == FILES) & as_bools(rows["codes_saved"])
+    for rows_here, keep_codes in ((moved & ~kept, False), (kept, True)):
+        if rows_here.any():
+            mask = pa.array(rows_here)
+            take_out_rows(out_dir, rows["id"].filter(mask), old.filter(mask), keep_codes=keep_codes)
+
+
+def retire(intents: list[Path]) -> None:
+    """Intents whose rows are all out of their old places."""
+    for path in intents:
+        unlink_quietly(path)
 
 
 def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
-    """Carry out a repack intent this run or a killed one left; the rows moved (0: none)."""
-    path = Layout(out_dir).repack_intent(suffix)
-    if not path.exists():
-        return 0
+    """Carry out every repack intent a killed run left, oldest first; the rows moved (0: none)."""
+    moved = 0
+    for path in Layout(out_dir).repack_intents(suffix):
+        rows = _forward(out_dir, journal, _read_intent(path))
+        take_out(out_dir, rows)
+        retire([path])
+        moved += rows.num_rows
+    return moved
+
+
+def _read_intent(path: Path) -> pa.Table:
     try:
-        rows = pq.read_table(path)
+        return pq.read_table(path)
     except (OSError, pa.ArrowException) as e:  # damaged by hand or disk: never by a kill
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise FatalError(
-            f"the repack intent {path} is unreadable ({why}); "
-            "remove it to keep what the job records say (rerun with --overwrite to remake every "
-            "row)"
+            f"the repack intent {path} is unreadable ({why}). It lists rows a killed run was "
+            "moving into another layout, which stay in two places without it: restore it if "
+            "you can, else remake the job into a new out dir (removing the intent leaves "
+            "those rows' audio twice in this one)"
         ) from None
+
+
+def _forward(out_dir: Path, journal: Journal, rows: pa.Table) -> pa.Table:
+    """Name the batch's outputs and journal the rows whose outputs are named: those rows."""
     layout = _layout_of(rows)  # a rerun may write another layout: this batch's is its own
     audio, codes = new_outputs(rows, layout)
     _name(out_dir, pc.drop_null(codes))
@@ -106,26 +147,18 @@ def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
             rows.num_rows - forward.num_rows,
         )
     journal.append(forward.select(RECORD_SCHEMA.names).to_pylist())
-    old = forward[OLD_FILE].combine_chunks()
-    moved = as_bools(pc.not_equal(containers(old), containers(forward["file"].combine_chunks())))
-    # A plain file's codes stay under their name when the row keeps them in the files layout
-    kept = moved & (layout == FILES) & as_bools(forward["codes_saved"])
-    for rows_here, keep_codes in ((moved & ~kept, False), (kept, True)):
-        if rows_here.any():
-            mask = pa.array(rows_here)
-            take_out_rows(
-                out_dir, forward["id"].filter(mask), old.filter(mask), keep_codes=keep_codes
-            )
-    unlink_quietly(path)
-    return forward.num_rows
+    return forward
 
 
 def _name(out_dir: Path, finals: pa.Array) -> np.ndarray:
-    """Rename each final's temp, if still there, to it; per final (in order), whether it is
-    named now. A shard named by many rows is renamed once."""
+    """Rename each final's temp, if still there, to it (a shard's every part); per final (in
+    order), whether it is named now. A shard named by many rows is renamed once."""
     unique = pc.unique(finals)
     named = {}
     for final in unique.to_pylist():
+        if (shard := shard_at(out_dir, final)) is not None:  # every part, its key last
+            named[final] = name_parts(shard, repack_temp)
+            continue
         target = out_dir / final
         try:
             os.replace(repack_temp(target), target)

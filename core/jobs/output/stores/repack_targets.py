@@ -4,9 +4,9 @@ and fsynced under their repack temp names (repack_commit.repack_temp), each row'
 
 An archive layout's batch is one shard, `{job shard}{run tag}-repack-{k:06d}` (the run's own tag:
 never a name another run or writer has), written by the layout's format from the registry
-(shard_formats), so a format added there is repacked into with no change here. The files
-layout's batch is a file per row (`{id}.wav|flac`, and `{id}.codes.npy` when the codes come
-out of a shard). While a batch is open its temps are live (an immediate exit removes them);
+(its part files by shard_files), so a format added there is repacked into with no change here.
+The files layout's batch is a file per row (`{id}.wav|flac`, and `{id}.codes.npy` when the codes
+come out of a shard). While a batch is open its temps are live (an immediate exit removes them);
 sealed, they are left for the intent to name.
 Knows output names and formats; no journals, no records beyond building them.
 """
@@ -19,11 +19,13 @@ from pathlib import Path
 
 from qtts.core.jobs.output.stores.files import audio_name, codes_name
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES, member_location
+from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.output.stores.repack_commit import OLD_FILE, repack_temp
-from qtts.core.jobs.output.stores.shard_formats import FORMATS
+from qtts.core.jobs.output.stores.shard_files import ShardFiles
+from qtts.core.jobs.output.stores.shard_format import Shard
 from qtts.core.jobs.output.writer import fsync_dir, tracked, unlink_quietly
 
-FILES_BATCH = 1000  # plain files committed at once (and at the end of each source shard)
+FILES_BATCH = 1000  # plain files committed at once
 
 
 class _Target:
@@ -67,50 +69,46 @@ class ShardTarget(_Target):
     def __init__(self, out_dir: Path, layout: str, audio_format: str, save_codes: bool, *,
                  prefix: str, shard_rows: int) -> None:  # fmt: skip
         super().__init__(out_dir, audio_format, save_codes)
-        self.fmt, self.dir = FORMATS[layout], out_dir / ARCHIVE_DIR
+        self.fmt, self.dir = archive_format(layout), out_dir / ARCHIVE_DIR
         self.prefix, self.shard_rows = prefix, shard_rows
-        self._k, self._name, self._file, self._writer = 0, "", None, None
+        self._k, self._files, self._writer = 0, None, None
 
     def add(self, record: dict, audio: bytes, codes: bytes | None, old_file: str) -> None:
         if self._writer is None:
             self._start(record["sample_rate"])
-        member = self.fmt.audio_member(record["id"], self.audio_format)
-        location = member_location(self._name, member)
+        member = self.fmt.member(record["id"], self.audio_format)
+        location = member_location(self._files.shard.key_path.name, member)
         new = self._row(record, location, len(audio), old_file)
         self._writer.add(record["id"], audio, self.audio_format, codes, new)
 
-    def due(self, source_done: bool) -> bool:
+    def due(self) -> bool:
         return len(self.rows) >= self.shard_rows
 
     def _start(self, sample_rate: int) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._name = f"{self.prefix}-repack-{self._k:06d}{self.fmt.suffix}"
+        shard = Shard(self.fmt, self.dir, f"{self.prefix}-repack-{self._k:06d}")
         self._k += 1
-        tmp = repack_temp(self.dir / self._name)
-        self._track(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        self._file = os.fdopen(fd, "wb")
-        self._writer = self.fmt.open(self._file, sample_rate)
+        self._files = ShardFiles(shard, repack_temp, exclusive=False)
+        self._writer = self.fmt.writer(self._files.open, sample_rate)
 
     def seal(self) -> list[dict]:
         if self._writer is None:
             return []
         self._writer.close()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = self._writer = None
+        self._files.close()
+        self._files.release()  # durable: left for the intent to name
+        self._files = self._writer = None
         fsync_dir(self.dir)
         return self._sealed()
 
     def _close(self) -> None:
-        for part in (self._writer, self._file):  # the writer first: it ends into the file
-            try:
-                if part is not None:
-                    part.close()
-            except (OSError, ValueError):
-                pass
-        self._file = self._writer = None
+        try:
+            if self._writer is not None:
+                self._writer.close()  # the writer first: it ends into the files
+        except (OSError, ValueError):
+            pass
+        if self._files is not None:
+            self._files.discard()
+        self._files = self._writer = None
 
 
 class FilesTarget(_Target):
@@ -123,10 +121,8 @@ class FilesTarget(_Target):
         _write(self, self.out / name, audio)
         self._row(record, name, len(audio), old_file)
 
-    def due(self, source_done: bool) -> bool:
-        """At the end of a source shard (so it is rewritten once, not per batch), or when the
-        batch is full."""
-        return bool(self.rows) and (source_done or len(self.rows) >= FILES_BATCH)
+    def due(self) -> bool:
+        return len(self.rows) >= FILES_BATCH
 
     def seal(self) -> list[dict]:
         if self.rows:

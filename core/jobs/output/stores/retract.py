@@ -13,7 +13,8 @@ written atomically first: then the rows' records go pending, then the shards are
 the intent goes. A kill anywhere leaves the intent, and the next run of the shard finishes it
 before it reads its records, so no row is ever recorded done while its member is gone, and no
 old member survives its row's new version.
-Knows locations and shard formats; no rows beyond their ids.
+Knows locations and shards' part files (shard_files); the formats' bytes are theirs; no rows
+beyond their ids.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.output.stores.files import codes_name
+from qtts.core.jobs.output.stores.files import METADATA_NAME, codes_name
 from qtts.core.jobs.output.stores.locations import (
     ARCHIVE_DIR,
     FILES,
     containers,
     is_archived,
 )
-from qtts.core.jobs.output.stores.shard_formats import format_of
+from qtts.core.jobs.output.stores.registry import part_of
+from qtts.core.jobs.output.stores.shard_files import shard_at
 from qtts.core.jobs.output.writer import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
@@ -91,12 +93,17 @@ def take_out_rows(out_dir: Path, ids, locations, *, keep_codes: bool = False) ->
     """Remove the rows `ids` from their outputs at `locations` (a plain file goes with its
     codes file unless keep_codes; a shard is rewritten without them, or removed), a container's
     rows at a time (sorted by container), never a Python object per row at once; then the
-    folders are fsynced. (rows, output files touched)."""
+    folders are fsynced. metadata.jsonl goes before the first plain file does: it would list
+    files that are gone (an AudioFolder loader fails on it) until the run's end rebuilds it, or,
+    after a kill, the next run's. (rows, output files touched)."""
     table = pa.table({"id": ids, "container": containers(locations)})
     table = table.take(pc.sort_indices(table["container"]))
     names = table["container"].combine_chunks()
     if len(names) == 0:
         return 0, 0
+    if not pc.all(pc.fill_null(is_archived(locations), False)).as_py():  # a plain file goes
+        unlink_quietly(out_dir / METADATA_NAME)
+        fsync_dir(out_dir)
     starts = np.flatnonzero(np.r_[True, ~as_bools(pc.equal(names[1:], names[:-1]))])
     for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
         row_ids = table["id"].slice(start, end - start).to_pylist()
@@ -107,34 +114,38 @@ def take_out_rows(out_dir: Path, ids, locations, *, keep_codes: bool = False) ->
 
 
 def _take_out(out_dir: Path, container: str, ids: list[str], keep_codes: bool) -> None:
-    path = out_dir / container
-    fmt = format_of(container) if container.startswith(f"{ARCHIVE_DIR}/") else None
-    if fmt is None:  # a plain file of the files layout
-        unlink_quietly(path)
+    shard = shard_at(out_dir, container)
+    if shard is None:  # a plain file of the files layout
+        unlink_quietly(out_dir / container)
         for row_id in ids if not keep_codes else ():
             unlink_quietly(out_dir / codes_name(row_id))
         return
-    if not path.exists():
-        return
     gone = set(ids)
-    held = fmt.keys_in(path)
+    for part, path in shard.paths():  # each part there, the key last; its own key too missing
+        if path.exists():  # (a kill between a seal's renames) leaves the others to empty
+            _rewrite_part(shard.fmt, part, path, gone)
+
+
+def _rewrite_part(fmt, part, path: Path, gone: set[str]) -> None:
+    """One part file less the rows `gone`: rewritten atomically, removed when none is left,
+    untouched when it holds none of them (a rerun finishing a retraction)."""
+    held = fmt.keys_in(part, path)
     left = sum(1 for k in held if k not in gone)
-    if left == len(held):  # none of them in it (a rerun finishing a retraction)
+    if left == len(held):
         return
     if left == 0:
         unlink_quietly(path)
         return
-    atomic_write(path, lambda file: fmt.copy_without(path, file, gone))
+    atomic_write(path, lambda file: fmt.copy_without(part, path, file, gone))
 
 
 def remove_every_archive(out_dir: Path) -> None:
     """--overwrite with another shard count: every row is redone under the new split, so the
     old split's shards (and any retraction or repacking it left half done) go."""
-    from qtts.core.jobs.output.stores.shard_formats import FORMATS
-
-    for fmt in FORMATS.values():
-        for path in (out_dir / ARCHIVE_DIR).glob(f"*{fmt.suffix}"):
-            unlink_quietly(path)
+    data = out_dir / ARCHIVE_DIR
+    for name in [p.name for p in data.iterdir()] if data.is_dir() else []:
+        if part_of(name) is not None:  # every format's files, no other file
+            unlink_quietly(data / name)
     for pattern in ("retract*.parquet", "repack*.parquet"):
         for path in Layout(out_dir).dir.glob(pattern):
             unlink_quietly(path)

@@ -90,8 +90,12 @@ def _runaway(attempts: int) -> Utterance:
 
 
 def test_a_greedy_runaway_says_a_retry_would_repeat_it():
-    error = utterance_error(_runaway(1), 10, "retry/3")
+    """Greedy is what the options say (one try worth making), not guessed from the tries a row
+    took: a sampled row that stopped after one try is not called greedy."""
+    error = utterance_error(_runaway(1), 10, "retry/3", tries=1)
     assert "greedy decoding: a retry would repeat it" in error and "attempt" not in error
-    tried = utterance_error(_runaway(3), 10, "retry/3")
+    tried = utterance_error(_runaway(3), 10, "retry/3", tries=3)
     assert "in 3 attempts" in tried and "greedy" not in tried
+    sampled = utterance_error(_runaway(1), 10, "retry/3", tries=3)
+    assert "in 1 attempt (" in sampled and "greedy" not in sampled
     assert "in 1 attempt (" in utterance_error(_runaway(1), 10, "retry/1")

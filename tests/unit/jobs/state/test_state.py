@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from qtts.core.jobs.state import listing as listing_module
@@ -78,6 +79,47 @@ def test_compaction_folds_journals_into_the_state_and_removes_them(tmp_path, sha
     assert {r["id"]: r["status"] for r in records.to_pylist()} == {"b": "ok"}  # pending: no row
     assert state.compact(tmp_path, shard) is None  # nothing new: the state is left as it was
     assert [r["id"] for r in state.read_all(tmp_path).to_pylist()] == ["b"]
+
+
+def test_a_journal_read_a_piece_at_a_time_is_the_whole_journal(tmp_path, monkeypatch):
+    """Lines cut across pieces, a damaged line in one, an unfinished last line: the records are
+    those of a read at once, with only the columns asked for kept."""
+    from qtts.core.jobs.state import journal
+
+    path = tmp_path / "journal.jsonl"
+    Journal(path).append([rec(f"r{i}", text="é" * (i % 7)) for i in range(300)])
+    with open(path, "ab") as f:
+        f.write(b'{"id": oops\n{"id": "last", "status": "ok", "t": 1}\n{"id": "cut')
+    whole = read_journal(path)
+    monkeypatch.setattr(journal, "PIECE_BYTES", 97)  # a few lines a piece, most cut across
+    pieces = read_journal(path)
+    assert pieces[1] == whole[1] == path.stat().st_size
+    assert pieces[0].equals(whole[0]) and whole[0].num_rows == 301
+    ids, _ = read_journal(path, ("id", "t"))
+    assert ids.column_names == ["id", "t"] and ids.equals(whole[0].select(["id", "t"]))
+
+
+def test_a_compaction_streams_the_state_and_journal_into_row_groups(tmp_path, monkeypatch):
+    """Folded a row group and a journal piece at a time, the state is what folding every
+    record at once gives: each id's latest, pending ones dropped, every column kept."""
+    from qtts.core.jobs.state import journal
+
+    layout = Layout(tmp_path)
+    layout.dir.mkdir()
+    monkeypatch.setattr(state, "STATE_ROWS", 7)
+    monkeypatch.setattr(journal, "PIECE_BYTES", 200)
+    state.write_state(layout.state(""), to_table([rec(f"r{i}", text=f"t{i}") for i in range(40)]))
+    redone = [rec(f"r{i}", "failed", 2.0, text=f"new {i}") for i in range(0, 40, 3)]
+    Journal(layout.journal("")).append([*redone, rec("r5", "pending", 3.0), rec("x", t=2.0)])
+    every = state.read_all(tmp_path).to_pylist()  # every record at once
+    expected = {r["id"]: r for r in every if r["status"] != "pending"}
+    counted = state.compact(tmp_path, UNSHARDED, ("id", "status"))
+    assert sorted(counted["id"].to_pylist()) == sorted(expected) and counted.num_columns == 2
+    folded = state.read_all(tmp_path)
+    assert {r["id"]: r for r in folded.to_pylist()} == expected
+    assert {r["id"]: r["text"] for r in folded.to_pylist()}["r3"] == "new 3"
+    assert "r5" not in expected and not layout.journal("").exists()
+    assert pq.ParquetFile(layout.state("")).num_row_groups > 5
 
 
 def test_reading_a_subset_of_columns_conforms_old_states(tmp_path):

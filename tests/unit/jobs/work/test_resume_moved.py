@@ -78,3 +78,24 @@ def test_back_to_files_moves_the_archived_rows_and_keeps_the_files():
 def test_format_twins_differ_in_the_format_alone():
     assert format_twins(REGISTRY, CURRENT) == ["as-flac"]
     assert format_twins({"x": "not settings", **REGISTRY}, {**CURRENT, "format": "flac"}) == ["now"]
+
+
+def test_a_row_in_another_format_without_its_codes_is_redone_for_its_codes():
+    """Another format alone would only move it: the reason it is redone is its codes."""
+    _, _, stale, reasons = _scan(save_codes=True)
+    assert {"member", "flac", "flac_member"} <= stale
+    assert reasons["codes file missing (--save-codes saves them in the shard)"] == 3
+    assert "format flac -> wav" not in reasons
+
+
+def test_presence_taken_a_slice_at_a_time_is_the_same(monkeypatch):
+    """A small listing (an archive layout's: a name per shard) lets the scan take the recorded
+    locations a slice at a time: the answer is the one taken at once."""
+    from qtts.core.jobs.work import resume
+
+    at_once = [_scan(layout=layout, save_codes=codes) for layout in ("files", "webdataset")
+               for codes in (False, True)]  # fmt: skip
+    monkeypatch.setattr(resume, "COMPARE_SLICE", 2)
+    sliced = [_scan(layout=layout, save_codes=codes) for layout in ("files", "webdataset")
+              for codes in (False, True)]  # fmt: skip
+    assert sliced == at_once

@@ -12,7 +12,7 @@ import pytest
 from store_rows import journalled, row
 
 from qtts.core.jobs.output.stores.archive import ArchiveStore
-from qtts.core.jobs.output.stores.shard_formats import FORMATS
+from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.output.writer import TEMP_MARK, cleanup_temp_files
 from qtts.core.jobs.state.journal import Journal
 
@@ -33,7 +33,8 @@ def _visible(tmp_path):
 @pytest.mark.parametrize("layout", ["webdataset", "parquet"])
 def test_rows_are_journalled_when_their_shard_is_sealed(tmp_path, layout):
     store, journal = _store(tmp_path, layout)
-    suffix = FORMATS[layout].suffix
+    fmt = archive_format(layout)
+    suffix = fmt.key.tail
     for i in range(3):
         store.submit(row(f"r{i}", seed=i)).result()
     assert _visible(tmp_path) == [f"w-000000{suffix}"]  # r2 sits in the open shard
@@ -43,7 +44,7 @@ def test_rows_are_journalled_when_their_shard_is_sealed(tmp_path, layout):
     records = journalled(journal)
     assert [r["id"] for r in records] == ["r0", "r1", "r2"]
     assert records[2]["file"].startswith(f"data/w-000001{suffix}#")
-    assert FORMATS[layout].keys_in(tmp_path / "data" / f"w-000001{suffix}") == ["r2"]
+    assert fmt.keys_in(fmt.key, tmp_path / "data" / f"w-000001{suffix}") == ["r2"]
     assert not [p for p in (tmp_path / "data").iterdir() if TEMP_MARK in p.name]
 
 
@@ -106,10 +107,10 @@ def test_a_retried_writer_never_replaces_a_sealed_shard(tmp_path):
     for i in "cd":
         again.submit(row(i)).result()
     again.close()
-    fmt = FORMATS["webdataset"]
+    fmt = archive_format("webdataset")
     assert _visible(tmp_path) == ["w-000000.tar", "w-000001.tar"]
-    assert fmt.keys_in(tmp_path / "data" / "w-000000.tar") == ["a", "b"]
-    assert fmt.keys_in(tmp_path / "data" / "w-000001.tar") == ["c", "d"]
+    assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == ["a", "b"]
+    assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000001.tar") == ["c", "d"]
 
 
 FIRST_ROW = [None]  # the first row's first sample: how the slow encoder knows it
@@ -133,8 +134,7 @@ def test_rows_encoded_apart_are_appended_in_the_order_they_came(tmp_path, monkey
         f.result()
     store.close()
     assert [r["id"] for r in journalled(journal)] == [f"r{i}" for i in range(5)]
-    assert FORMATS["webdataset"].keys_in(tmp_path / "data" / "w-000000.tar") == [
-        f"r{i}" for i in range(5)
-    ]
+    fmt = archive_format("webdataset")
+    assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == [f"r{i}" for i in range(5)]
     busy = store.clock.busy()
     assert busy["encode"] >= 0.2 and busy["write"] > 0 and busy["journal"] > 0

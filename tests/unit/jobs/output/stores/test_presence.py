@@ -32,10 +32,7 @@ def test_held_asks_for_this_runs_layout_and_codes(tmp_path):
     sizes, codes = pa.array([4, 10]), pa.array([None, False], pa.bool_())
     kw = dict(audio_format="wav", save_codes=False)
     as_files = held(ids, locations, sizes, codes, listing, layout="files", **kw)
-    assert as_files.audio.tolist() == [True, False] and as_files.other_layout.tolist() == [
-        False,
-        True,
-    ]
+    assert as_files.audio.tolist() == [True, False] and as_files.source.tolist() == [True, True]
     as_tar = held(ids, locations, sizes, codes, listing, layout="webdataset", **kw)
     assert as_tar.audio.tolist() == [False, True]
     with_codes = held(

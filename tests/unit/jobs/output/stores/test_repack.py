@@ -15,11 +15,13 @@ from store_rows import tone
 
 from qtts.core.jobs.output.stores import repack_commit
 from qtts.core.jobs.output.stores.open_store import StoreSpec
+from qtts.core.jobs.output.stores.registry import archive_format, archive_formats
 from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, repack_temp
 from qtts.core.jobs.output.stores.repack_sources import audio_format_of, in_format
 from qtts.core.jobs.output.stores.repack_targets import open_target
-from qtts.core.jobs.output.stores.shard_formats import FORMATS
-from qtts.core.jobs.output.writer import encode_audio
+from qtts.core.jobs.output.stores.shard_files import ShardFiles
+from qtts.core.jobs.output.stores.shard_format import Shard
+from qtts.core.jobs.output.writer import encode_audio, encode_codes, temp_path
 from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.layout import Layout
 
@@ -35,21 +37,26 @@ def record(row_id: str, old_file: str) -> dict:
             "text": f"text of {row_id}", "settings": "s", "run": "R", "t": 2.0}  # fmt: skip
 
 
-@pytest.mark.parametrize("layout", sorted(FORMATS))
+def codes_npy(i: int) -> bytes:
+    return encode_codes(np.full((2, 16), i, dtype=np.int64))
+
+
+@pytest.mark.parametrize("layout", sorted(archive_formats()))
 def test_every_format_reads_back_the_samples_a_repack_asks_for(tmp_path, layout):
-    fmt = FORMATS[layout]
-    path = tmp_path / f"s{fmt.suffix}"
+    shard = Shard(archive_format(layout), tmp_path, "s")
+    files = ShardFiles(shard, temp_path, exclusive=True)
     ids = ["a", "b.1", "c%2", "d"]
-    with open(path, "wb") as f:
-        writer = fmt.open(f, SR)
-        for i, row_id in enumerate(ids):
-            codes = f"codes {i}".encode() if i % 2 == 0 else None
-            writer.add(row_id, wav(i), "wav", codes, record(row_id, ""))
-        writer.close()
-    got = list(fmt.samples(path, {"d", "b.1", "a", "zz"}))
+    writer = shard.fmt.writer(files.open, SR)
+    for i, row_id in enumerate(ids):
+        codes = codes_npy(i) if i % 2 == 0 else None
+        writer.add(row_id, wav(i), "wav", codes, record(row_id, ""))
+    writer.close()
+    files.close()
+    files.publish()
+    got = list(shard.fmt.samples(shard, {"d", "b.1", "a", "zz"}))
     assert [g[0] for g in got] == ["a", "b.1", "d"]  # shard order; an id it lacks is skipped
     assert [g[1] for g in got] == [wav(0), wav(1), wav(3)]
-    assert [g[2] for g in got] == [b"codes 0", None, None]
+    assert [g[2] for g in got] == [codes_npy(0), None, None]
 
 
 def _files_out(tmp_path, n=3):
@@ -76,23 +83,28 @@ def _journalled(journal) -> list[str]:
     return table["id"].to_pylist()
 
 
-def test_a_commit_names_journals_then_removes_the_old_copies(tmp_path):
+def test_a_commit_names_and_journals_and_the_old_copies_go_after(tmp_path):
     journal, data = _files_out(tmp_path)
     rows = _sealed_batch(tmp_path, data)
     shard = tmp_path / "data" / "run-repack-000000.tar"
     assert repack_temp(shard).exists() and not shard.exists()
-    assert repack_commit.commit(tmp_path, "", journal, rows) == 3
-    assert shard.exists() and not repack_temp(shard).exists()
-    assert list(tmp_path.glob("*.wav")) == [] and _journalled(journal) == ["r0", "r1", "r2"]
-    assert FORMATS["webdataset"].keys_in(shard) == ["r0", "r1", "r2"]
-    assert not Layout(tmp_path).repack_intent("").exists()
+    intent, moved = repack_commit.commit(tmp_path, "", journal, rows, 0)
+    assert intent == Layout(tmp_path).repack_intent("", 0) and intent.exists()
+    assert moved.num_rows == 3 and shard.exists() and not repack_temp(shard).exists()
+    assert _journalled(journal) == ["r0", "r1", "r2"]
+    assert len(list(tmp_path.glob("*.wav"))) == 3  # the old copies stay until taken out
+    repack_commit.take_out(tmp_path, moved)
+    repack_commit.retire([intent])
+    assert list(tmp_path.glob("*.wav")) == [] and not intent.exists()
+    webdataset = archive_format("webdataset")
+    assert webdataset.keys_in(webdataset.key, shard) == ["r0", "r1", "r2"]
 
 
 @pytest.mark.parametrize("cut", ["before naming", "after naming", "half removed"])
 def test_a_killed_commit_is_finished_once_by_the_next_run(tmp_path, cut):
     journal, data = _files_out(tmp_path)
     rows = _sealed_batch(tmp_path, data)
-    pq.write_table(rows, Layout(tmp_path).repack_intent(""))  # the commit point, then the kill
+    pq.write_table(rows, Layout(tmp_path).repack_intent("", 0))  # the commit point, a kill
     shard = tmp_path / "data" / "run-repack-000000.tar"
     if cut != "before naming":
         repack_temp(shard).rename(shard)
@@ -103,26 +115,27 @@ def test_a_killed_commit_is_finished_once_by_the_next_run(tmp_path, cut):
         repack_commit.finish(tmp_path, "", journal)
     assert shard.exists() and list(tmp_path.glob("*.wav")) == []
     assert sorted(set(_journalled(journal))) == ["r0", "r1", "r2"]
-    assert not Layout(tmp_path).repack_intent("").exists()
+    assert Layout(tmp_path).repack_intents("") == []
 
 
 def test_rows_whose_new_output_is_gone_stay_where_they_were(tmp_path, caplog):
     journal, data = _files_out(tmp_path)
     rows = _sealed_batch(tmp_path, data, layout="parquet")
-    pq.write_table(rows, Layout(tmp_path).repack_intent(""))
+    pq.write_table(rows, Layout(tmp_path).repack_intent("", 0))
     repack_temp(tmp_path / "data" / "run-repack-000000.parquet").unlink()  # by hand
     assert repack_commit.finish(tmp_path, "", journal) == 0
     assert len(list(tmp_path.glob("*.wav"))) == 3 and _journalled(journal) == []
     assert "kept where they were" in caplog.text
 
 
-def test_a_damaged_intent_is_one_line_naming_it(tmp_path):
+def test_a_damaged_intent_is_one_line_naming_it_and_what_to_do(tmp_path):
     from qtts.core.errors import FatalError
 
     journal, _ = _files_out(tmp_path)
-    Layout(tmp_path).repack_intent("").write_bytes(b"not parquet")
-    with pytest.raises(FatalError, match=r"the repack intent .*repack\.parquet is unreadable"):
+    Layout(tmp_path).repack_intent("", 0).write_bytes(b"not parquet")
+    with pytest.raises(FatalError, match=r"repack intent .*repack\.000000\.parquet is unr") as e:
         repack_commit.finish(tmp_path, "", journal)
+    assert "restore it" in str(e.value) and "remove it to" not in str(e.value)
     assert len(list(tmp_path.glob("*.wav"))) == 3
 
 
@@ -132,7 +145,9 @@ def test_files_written_from_a_shard_keep_their_codes(tmp_path):
     target = open_target(tmp_path, StoreSpec(layout="files", save_codes=True), "run")
     target.add(record("a", "data/x.tar#a.wav"), wav(0), b"codes", "data/x.tar#a.wav")
     rows = pa.Table.from_pylist(target.seal(), schema=INTENT_SCHEMA)
-    assert repack_commit.commit(tmp_path, "", journal, rows) == 1
+    _, moved = repack_commit.commit(tmp_path, "", journal, rows, 0)
+    assert moved.num_rows == 1
+    repack_commit.take_out(tmp_path, moved)
     assert (tmp_path / "a.wav").read_bytes() == wav(0)
     assert (tmp_path / "a.codes.npy").read_bytes() == b"codes"
 

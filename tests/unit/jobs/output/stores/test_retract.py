@@ -9,7 +9,7 @@ from store_rows import row
 
 from qtts.core.jobs.output.stores import retract
 from qtts.core.jobs.output.stores.archive import ArchiveStore
-from qtts.core.jobs.output.stores.shard_formats import FORMATS
+from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.layout import Layout
 
@@ -39,8 +39,9 @@ def test_partial_retraction_rewrites_the_shard_without_those_rows(tmp_path):
         (out / ".qtts").mkdir()
         picked = records.filter(pa.array([False, True, False]))
         n = retract.retract(out, "", journal, "run2", picked["id"], picked["file"], layout=layout)
-        shard = out / "data" / f"w-000000{FORMATS[layout].suffix}"
-        assert n.to_pylist() == ["b.1"] and FORMATS[layout].keys_in(shard) == ["a", "c"]
+        fmt = archive_format(layout)
+        shard = out / "data" / fmt.key.name("w-000000")
+        assert n.to_pylist() == ["b.1"] and fmt.keys_in(fmt.key, shard) == ["a", "c"]
         assert _statuses(journal) == {"b.1": "pending"}
         assert not Layout(out).retract_intent("").exists()
 
@@ -60,7 +61,8 @@ def test_a_killed_retraction_is_finished_by_the_next_run(tmp_path):
     pq.write_table(records.slice(0, 2), Layout(tmp_path).retract_intent("-shard-0-of-2"))
     journal = Journal(tmp_path / ".qtts" / "j2.jsonl")
     retract.finish(tmp_path, "-shard-0-of-2", journal, "next")
-    assert FORMATS["webdataset"].keys_in(tmp_path / "data" / "w-000000.tar") == ["c"]
+    fmt = archive_format("webdataset")
+    assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == ["c"]
     assert _statuses(journal) == {"a": "pending", "b": "pending"}
     assert not Layout(tmp_path).retract_intent("-shard-0-of-2").exists()
 

@@ -9,8 +9,9 @@ import json
 import pytest
 import soundfile as sf
 
-from qtts.core.jobs.output.stores import tar_shards
-from qtts.core.jobs.output.stores.tar_shards import TarShardWriter, id_of_key, key_of_id
+from qtts.core.jobs.output.stores.formats import webdataset
+from qtts.core.jobs.output.stores.formats.webdataset import TarShardWriter, id_of_key, key_of_id
+from qtts.core.jobs.output.stores.shard_format import Shard
 
 HOSTILE = ["plain", "book1.ch2", "a.b.c", "100%", "50%2E", "%252E", "x%y.z", "ünï.cödé", "#1"]
 
@@ -49,6 +50,7 @@ def test_webdataset_reads_the_samples_back_with_no_options(tmp_path):
 def test_copy_without_drops_whole_samples(tmp_path):
     _shard(tmp_path / "a.tar", ["r1", "r.2", "r3"], codes=True)
     with open(tmp_path / "b.tar", "wb") as f:
-        kept = tar_shards.copy_without(tmp_path / "a.tar", f, {"r.2"})
-    assert kept == 2 and tar_shards.keys_in(tmp_path / "b.tar") == ["r1", "r3"]
-    assert tar_shards.durations_in(tmp_path / "b.tar") == {"r1": 0.01, "r3": 0.01}
+        kept = webdataset.copy_without(webdataset.SHARD, tmp_path / "a.tar", f, {"r.2"})
+    assert kept == 2 and webdataset.keys_in(webdataset.SHARD, tmp_path / "b.tar") == ["r1", "r3"]
+    shard = Shard(webdataset.FORMAT, tmp_path, "b")
+    assert webdataset.durations(shard) == {"r1": 0.01, "r3": 0.01}

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 
-from qtts.core.jobs.output.stores import parquet_shards
-from qtts.core.jobs.output.stores.parquet_shards import ParquetShardWriter
+from qtts.core.jobs.output.stores.formats import parquet
+from qtts.core.jobs.output.stores.formats.parquet import ParquetShardWriter
 
 
 def _wav(values) -> bytes:
@@ -33,7 +33,7 @@ def test_datasets_decodes_the_audio_column(tmp_path, monkeypatch):
     datasets = pytest.importorskip("datasets")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     (tmp_path / "data").mkdir()
-    ids = [f"r{i}" for i in range(parquet_shards.ROW_GROUP_ROWS + 3)]  # two row groups
+    ids = [f"r{i}" for i in range(parquet.ROW_GROUP_ROWS + 3)]  # two row groups
     _shard(tmp_path / "data" / "s-000000.parquet", ids)
     ds = datasets.load_dataset(
         "parquet", data_dir=str(tmp_path / "data"), split="train", cache_dir=str(tmp_path / "cache")
@@ -47,7 +47,7 @@ def test_datasets_decodes_the_audio_column(tmp_path, monkeypatch):
 def test_copy_without_keeps_schema_and_order(tmp_path):
     _shard(tmp_path / "a.parquet", ["a", "b", "c"])
     with open(tmp_path / "b.parquet", "wb") as f:
-        kept = parquet_shards.copy_without(tmp_path / "a.parquet", f, ["b"])
-    assert kept == 2 and parquet_shards.keys_in(tmp_path / "b.parquet") == ["a", "c"]
+        kept = parquet.copy_without(parquet.SHARD, tmp_path / "a.parquet", f, {"b"})
+    assert kept == 2 and parquet.keys_in(parquet.SHARD, tmp_path / "b.parquet") == ["a", "c"]
     assert pq.read_schema(tmp_path / "b.parquet") == pq.read_schema(tmp_path / "a.parquet")
     assert b"huggingface" in pq.read_schema(tmp_path / "b.parquet").metadata

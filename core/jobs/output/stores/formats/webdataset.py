@@ -1,0 +1,108 @@
+"""--output webdataset: plain tar shards `{shard}.tar` whose members are `{key}.wav|flac`,
+`{key}.json` and, with --save-codes, `{key}.codes.npy`, all of one sample together.
+
+WebDataset takes a member's key as its name up to the first dot, so an id with a dot in it
+(`book1.ch2`) would come back as key `book1` with extension `ch2.wav`. The key is therefore the
+id with `%` written `%25` and `.` written `%2E` (percent-encoding of those two characters only):
+reversible (id_of_key), and the same as the id for every id without either. The `.json` member
+holds the true id. Knows tar members; no records beyond their fields, no rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from qtts.core.jobs.output.stores import tar_members
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, Part, Shard
+
+SHARD = Part("", ".tar")
+AUDIO_EXTENSIONS = ("wav", "flac")
+_ESCAPED = re.compile("%(25|2E)")
+
+
+def key_of_id(row_id: str) -> str:
+    return row_id.replace("%", "%25").replace(".", "%2E")
+
+
+def id_of_key(key: str) -> str:
+    return _ESCAPED.sub(lambda m: "%" if m.group(1) == "25" else ".", key)
+
+
+def _id_of_member(name: str) -> str:
+    return id_of_key(name.split(".", 1)[0])
+
+
+def audio_member(row_id: str, audio_format: str) -> str:
+    return f"{key_of_id(row_id)}.{audio_format}"
+
+
+class TarShardWriter:
+    """Appends samples to an open tar file (the shard's temp file)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._tar = tar_members.open_writer(file)
+
+    def add(self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict):
+        from qtts.core.jobs.output.stores.sample_fields import sample_meta
+
+        key = key_of_id(row_id)
+        meta = json.dumps(sample_meta(record), ensure_ascii=False).encode()
+        members = [(f"{key}.{audio_format}", audio), (f"{key}.json", meta)]
+        if codes is not None:
+            members.append((f"{key}.codes.npy", codes))
+        for name, data in members:
+            tar_members.add(self._tar, name, data)
+
+    def close(self) -> None:
+        self._tar.close()  # the end-of-archive blocks; the caller flushes and fsyncs the file
+
+
+def keys_in(part: Part, path: Path) -> list[str]:
+    """The ids of a shard's samples, in order."""
+    return tar_members.keys(path, _id_of_member)
+
+
+def copy_without(part: Part, path: Path, file: BinaryIO, drop: set[str]) -> int:
+    """The shard's members into `file`, less the samples of the ids in `drop`; samples kept."""
+    return tar_members.copy_without(path, file, drop, _id_of_member)
+
+
+def samples(shard: Shard, wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes | None]]:
+    """(id, audio bytes, codes bytes or None) of the shard's samples whose ids are in `wanted`,
+    in shard order; a sample's members sit together, so one sample is held at a time."""
+    for row_id, members in tar_members.samples(shard.key_path, _id_of_member, wanted):
+        by_ext = {name.partition(".")[2]: data for name, data in members.items()}
+        audio = next((by_ext[e] for e in AUDIO_EXTENSIONS if e in by_ext), None)
+        if audio is not None:
+            yield row_id, audio, by_ext.get("codes.npy")
+
+
+def durations(shard: Shard) -> dict[str, float]:
+    """{id: seconds} of a shard's samples, from their .json members."""
+    out = {}
+    with tarfile.open(shard.key_path, mode="r") as tar:
+        for info in tar:
+            if info.name.endswith(".json"):
+                meta = json.loads(tar.extractfile(info).read())
+                out[meta["id"]] = float(meta["duration_s"] or 0.0)
+    return out
+
+
+FORMAT = ArchiveFormat(
+    name="webdataset",
+    help="tar shards in OUT/data/ ({id}.wav, {id}.json)",
+    parts=(SHARD,),
+    member=audio_member,
+    writer=lambda open_part, sample_rate: TarShardWriter(open_part(SHARD)),
+    keys_in=keys_in,
+    copy_without=copy_without,
+    samples=samples,
+    durations=durations,
+    member_source=lambda path, kept: tar_members.TarMembers(path),
+    read_errors=lambda: (tarfile.TarError,),
+)

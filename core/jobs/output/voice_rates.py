@@ -1,0 +1,89 @@
+"""A row's speaking rate against its own voice's: `rate_ratio_min` and `rate_ratio_max` in
+results.parquet, for the keep rules --min-rate-ratio and --max-rate-ratio.
+
+chars_per_s alone cannot say that a row is fast: a voice speaks at its own rate, and a script at
+its own (about 14 letters a second in English, 4 characters in Chinese). So each piece of speech
+is compared to the median of the pieces of the same voice (the same speaker, instruct and
+reference clip) in the same language, over every ok row the views show. A whole row is one
+piece (its chars_per_s); a split row's pieces are its segments, measured apiece
+(`segment_chars_per_s`: each segment's text over its own audio, no pause), so a long row whose
+later segments speed up shows it in rate_ratio_max even when its average looks right. A row's
+two columns are the least and the greatest ratio of its pieces (equal for a whole row); null
+for a row that is not ok or has no rate (a qtts from before the measures). Columnar: one column
+of the records at a time. Knows record columns; no audio, no models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+RATE_COLUMNS = ("rate_ratio_min", "rate_ratio_max")
+VOICE_COLUMNS = ("speaker", "instruct", "ref_digest", "language")
+READ_COLUMNS = ("ref_digest",)  # what rate_ratios reads that the views do not show
+
+
+def rate_ratios(records, shown: np.ndarray) -> dict[str, pa.Array]:
+    """records: a RecordSource; shown: bool [winners], the ok rows the views show. Each
+    RATE_COLUMNS as an array over records.winners."""
+    n = len(shown)
+    positions = pa.array(records.positions())
+    groups = _voice_groups(records, positions, shown)
+    rate = records.column("chars_per_s").take(positions).combine_chunks()
+    segments = records.column("segment_chars_per_s").take(positions).combine_chunks()
+    owner, value = _pieces(rate, segments, shown)
+    keep = np.isfinite(value) & (value > 0)
+    owner, value = owner[keep], value[keep]
+    if not len(owner):
+        return {c: pa.nulls(n, pa.float64()) for c in RATE_COLUMNS}
+    ratio = value / _medians(groups[owner], value)
+    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    order = np.argsort(owner, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(owner[order]) != 0])
+    rows = owner[order][starts]
+    low[rows] = np.minimum.reduceat(ratio[order], starts)
+    high[rows] = np.maximum.reduceat(ratio[order], starts)
+    return {
+        "rate_ratio_min": pa.array(low, pa.float64(), from_pandas=True),
+        "rate_ratio_max": pa.array(high, pa.float64(), from_pandas=True),
+    }
+
+
+def _voice_groups(records, positions: pa.Array, shown: np.ndarray) -> np.ndarray:
+    """int [winners]: one number per (speaker, instruct, reference, language)."""
+    codes = []
+    for name in VOICE_COLUMNS:
+        values = records.column(name).take(positions).combine_chunks().cast(pa.string())
+        encoded = pc.dictionary_encode(pc.fill_null(values, "\x00"))
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+    if not len(shown):
+        return np.zeros(0, dtype=np.int64)
+    _, groups = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    return groups.reshape(-1)
+
+
+def _pieces(rate: pa.Array, segments: pa.Array, shown: np.ndarray):
+    """(owner row, chars_per_s) of every piece: a split row's segments, a whole row itself."""
+    lengths = pc.fill_null(pc.list_value_length(segments), 0).to_numpy(zero_copy_only=False)
+    split = shown & (lengths > 0)
+    whole = shown & ~split & pc.is_valid(rate).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(segments.filter(pa.array(split)))
+    seg_owner = np.repeat(np.flatnonzero(split), lengths[split])
+    seg_value = pc.fill_null(flat, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    whole_rows = np.flatnonzero(whole)
+    whole_value = rate.take(pa.array(whole_rows)).to_numpy(zero_copy_only=False)
+    owner = np.concatenate([seg_owner, whole_rows]).astype(np.int64)
+    return owner, np.concatenate([seg_value, whole_value.astype(np.float64)])
+
+
+def _medians(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each piece's group median (the mean of the two middle values of an even count)."""
+    order = np.lexsort((values, groups))
+    g, v = groups[order], values[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(g) != 0])
+    counts = np.diff(np.r_[starts, len(g)])
+    median = (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
+    by_group = np.zeros(int(groups.max()) + 1)
+    by_group[g[starts]] = median
+    return by_group[groups]

@@ -1,0 +1,229 @@
+"""OUT/README.md: the out dir as a Hugging Face dataset, a card that `datasets.load_dataset(OUT)`
+and the Hub read as they are, written by `qtts results`.
+
+The YAML header follows the Hub's dataset-card conventions: `configs` pointing at the layout's
+files (the files layout's metadata.jsonl AudioFolder with its audio files; the Parquet shards
+`data/*.parquet`, with a `filters` on `id` keeping only the rows the keep rules keep, as long as
+the list stays under MAX_FILTER_IDS; WebDataset tars as they are), `dataset_info` (the features,
+audio: Audio at the rows' sampling rate and the columns, where the loader does not type them
+itself; `download_size`, the bytes the config reads, so that datasets' cache of a local folder,
+keyed by its card, loads afresh once the rows or the rules change), `task_categories:
+text-to-speech`, the language tags of the rows and the size category. The body says which model
+and settings made the rows, the counts (ok, failed, pending, kept), the keep rules and the
+quality summary.
+
+The card carries a marker line: a README.md without it is the user's and is never overwritten;
+the card then goes to OUT/.qtts/README.md and the caller says so. Reads results.parquet's
+columns and the first Parquet shard's schema; knows no models.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.layout import Layout
+
+CARD_NAME = "README.md"
+MARKER = (
+    "<!-- qtts dataset card: `qtts results` rewrites this file; remove this line to keep it -->"
+)
+MAX_FILTER_IDS = 100_000  # ids a Parquet card's filter may list; beyond, every row loads
+SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")]
+SIZES += [(1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
+# Qwen3-TTS's language names (and dialects) as ISO 639-1 tags.
+LANGUAGE_TAGS = {
+    "chinese": "zh",
+    "english": "en",
+    "japanese": "ja",
+    "korean": "ko",
+    "german": "de",
+    "french": "fr",
+    "russian": "ru",
+    "portuguese": "pt",
+    "spanish": "es",
+    "italian": "it",
+    "beijing_dialect": "zh",
+    "sichuan_dialect": "zh",
+}
+METADATA_FEATURES = {"id": "id", "text": "text", "speaker": "speaker", "language": "language"}
+METADATA_FEATURES |= {"duration_s": "duration"}
+_DTYPES = {"string": "string", "large_string": "string", "double": "float64", "int64": "int64"}
+_DTYPES |= {"bool": "bool", "float": "float32"}
+# What the card reads of results.parquet (one column each, never the texts).
+READ = ("id", "status", "kept", "path", "member", "sample_rate", "language", "model", "settings")
+
+
+@dataclass(frozen=True)
+class Card:
+    path: Path  # where it was written
+    own_readme: bool  # OUT/README.md is the user's: the card went elsewhere
+
+
+def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
+    """The card for OUT's views as they are now (results.parquet, metadata.jsonl, OUT/data/)."""
+    path = out_dir / "results.parquet"
+    schema = pq.read_schema(path)
+    results = pq.read_table(path, columns=[c for c in READ if c in schema.names])
+    ok = results.filter(pc.fill_null(pc.equal(results["status"], "ok"), False))
+    kept = ok if "kept" not in ok.column_names else ok.filter(pc.fill_null(ok["kept"], False))
+    config, info, note = _layout(out_dir, ok, kept, schema)
+    if config is not None:  # datasets caches a folder's load by its card: a new size, a new load
+        info["download_size"] = _bytes(out_dir, config, kept)
+    header = {
+        "pretty_name": out_dir.resolve().name,
+        "task_categories": ["text-to-speech"],
+        "language": sorted(_languages(kept)),
+        "size_categories": [_size(len(kept) if note is None else len(ok))],
+        "tags": ["synthetic", "qtts", "qwen3-tts"],
+    }
+    if not header["language"]:
+        del header["language"]
+    if config is not None:
+        header["configs"] = [config]
+        header["dataset_info"] = info
+    text = _yaml(header) + _body(out_dir, counts, quality, rules, ok, kept, note)
+    target = out_dir / CARD_NAME
+    own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
+    if own:
+        target = Layout(out_dir).dir / CARD_NAME
+    atomic_write_bytes(target, text.encode("utf-8"))
+    return Card(target, own)
+
+
+def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
+    """(the config, dataset_info, a note on what loads) for the layout the ok rows are in; a
+    None config when no loader reads it as it is."""
+    members = ok["member"]
+    rate = int(ok["sample_rate"][0].as_py()) if len(ok) else 24000
+    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rate}}}
+    if len(ok) and members.null_count == len(ok):  # files
+        if not (out_dir / "metadata.jsonl").is_file():
+            return None, None, "no row is kept, so there is no metadata.jsonl"
+        suffixes = sorted({Path(p).suffix for p in ok["path"].to_pylist()})
+        paths = ["metadata.jsonl", *(f"*{s}" for s in suffixes)]
+        names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
+        columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
+        return _config(paths), {"features": [audio, *columns]}, None
+    suffixes = {Path(p).suffix for p in ok["path"].to_pylist()}
+    if suffixes == {".parquet"}:
+        shard = sorted((out_dir / "data").glob("*.parquet"))[0]
+        config = _config(["data/*.parquet"])
+        note = _filters(config, ok, kept)
+        return config, {"features": _shard_features(shard)}, note
+    if suffixes == {".tar"}:
+        note = None if len(kept) == len(ok) else "WebDataset tars load every ok row"
+        return _config(["data/*.tar"]), {}, note  # its builder types the members itself
+    return None, None, "the rows' layout has no loader that reads it as it is"
+
+
+def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:
+    """The bytes of what the config reads: the files layout's metadata.jsonl and kept audio
+    files (a stat each), or every shard."""
+    patterns = config["data_files"][0]["path"]
+    if patterns[0] != "metadata.jsonl":
+        return sum(p.stat().st_size for pattern in patterns for p in out_dir.glob(pattern))
+    files = [out_dir / "metadata.jsonl", *(Path(p) for p in kept["path"].to_pylist())]
+    return sum(p.stat().st_size for p in files if p.exists())
+
+
+def _config(paths: list[str]) -> dict:
+    return {"config_name": "default", "data_files": [{"split": "train", "path": paths}]}
+
+
+def _filters(config: dict, ok: pa.Table, kept: pa.Table) -> str | None:
+    """Keep rules as a filter on `id` (the shards hold every ok row); a note when it cannot."""
+    if len(kept) == len(ok):
+        return None
+    kept_ids = set(kept["id"].to_pylist())
+    dropped = [i for i in ok["id"].to_pylist() if i not in kept_ids]
+    op, ids = ("in", sorted(kept_ids)) if len(kept_ids) <= len(dropped) else ("not in", dropped)
+    if len(ids) > MAX_FILTER_IDS:
+        return f"the keep rules drop {len(dropped):,} rows, too many to list in a filter"
+    config["filters"] = [["id", op, ids]]
+    return None
+
+
+def _shard_features(shard: Path) -> list[dict]:
+    """The shard's own Hugging Face features (its schema's metadata), as the card lists them."""
+    schema = pq.read_schema(shard)
+    features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
+    out = []
+    for name in schema.names:
+        f = features[name]
+        if f.get("_type") == "Audio":
+            out.append({"name": name, "dtype": {"audio": {"sampling_rate": f["sampling_rate"]}}})
+        else:
+            out.append({"name": name, "dtype": f.get("dtype", "string")})
+    return out
+
+
+def _feature(name: str, type_: pa.DataType) -> dict:
+    return {"name": name, "dtype": _DTYPES.get(str(type_), "string")}
+
+
+def _score_names() -> list[str]:
+    from qtts.core.jobs.output.score_columns import SCORE_FIELDS
+
+    return SCORE_FIELDS.names
+
+
+def _languages(kept: pa.Table) -> set[str]:
+    names = pc.unique(pc.drop_null(kept["language"])).to_pylist()
+    return {LANGUAGE_TAGS[n.lower()] for n in names if n.lower() in LANGUAGE_TAGS}
+
+
+def _size(n: int) -> str:
+    return next((name for limit, name in SIZES if n < limit), "n>100M")
+
+
+def _yaml(header: dict) -> str:
+    import yaml
+
+    return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _body(out_dir, counts, quality, rules, ok, kept, note) -> str:
+    from qtts.core.quality.dataset_summary import summary_lines
+
+    models = sorted(set(pc.drop_null(ok["model"]).to_pylist()))
+    settings = sorted(set(pc.drop_null(ok["settings"]).to_pylist()))
+    listed = "every ok row" if rules.empty else f"`{rules.describe()}`"
+    lines = [
+        MARKER,
+        "",
+        f"# {out_dir.resolve().name}",
+        "",
+        "Speech synthesized by qtts, batch text-to-speech with the Qwen3-TTS models. "
+        "`results.parquet` holds every row with its outcome, measures and scores; `qtts results` "
+        "rewrites this card.",
+        "",
+        "| rows | ok | failed | pending | kept |",
+        "|---|---|---|---|---|",
+        f"| {counts['total']} | {counts['ok']} | {counts['failed']} | {counts['pending']} "
+        f"| {len(kept)} |",
+        "",
+        f"- Model: {', '.join(f'`{m}`' for m in models) or 'none yet'}",
+        f"- Settings fingerprint: {', '.join(f'`{s}`' for s in settings) or 'none yet'} (the "
+        "`settings` column: the digest of the job settings each row was made with)",
+        f"- Keep rules: {listed} (`qtts results --min-dnsmos ...`; kept rows are what loads)",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'ds = load_dataset("{out_dir.resolve()}", split="train")',
+        "```",
+        "",
+    ]
+    if note:
+        lines += [f"Note: {note}; `results.parquet`'s `kept` column says which rows pass.", ""]
+    summary = summary_lines(quality)
+    if summary:
+        lines += ["## Quality", "", "```", *summary, "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""An out dir that is a dataset: `qtts results` writes OUT/README.md, a dataset card whose YAML
+parses and whose counts are the results', and with it the real client (datasets < 4) loads
+`load_dataset(OUT)` (the folder itself, no data_dir) to the kept rows, audio decoded, in the files
+and the Parquet layouts. A README.md of the user's own is never overwritten."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from fakes import fake_env, qtts_cmd
+
+LOAD = """\
+import json, sys
+from datasets import load_dataset
+ds = load_dataset(sys.argv[1], split="train")
+row = ds[0]
+print(json.dumps({"ids": sorted(ds["id"]), "rate": row["audio"]["sampling_rate"],
+                  "samples": len(row["audio"]["array"])}))
+"""
+TEXTS = {"a1": "One.", "b2": "Two words here.", "c3": "Three words said.", "d4": "[fail] Four."}
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(qtts_cmd(*args), capture_output=True, text=True, env=fake_env(),
+                          timeout=180)  # fmt: skip
+
+
+def card(out) -> tuple[dict, str]:
+    text = (out / "README.md").read_text("utf-8")
+    head, body = re.match(r"---\n(.*?)\n---\n(.*)", text, flags=re.S).groups()
+    return yaml.safe_load(head), body
+
+
+def counts(body: str) -> dict[str, int]:
+    """The body's table of rows, ok, failed, pending, kept."""
+    lines = [line for line in body.splitlines() if line.startswith("|")]
+    names = [c.strip() for c in lines[0].strip("|").split("|")]
+    values = [int(c) for c in lines[2].strip("|").split("|")]
+    return dict(zip(names, values, strict=True))
+
+
+@pytest.fixture(scope="module", params=["files", "parquet"])
+def out(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(request.param)
+    manifest = root / "m.parquet"
+    table = {"id": list(TEXTS), "text": list(TEXTS.values()), "language": ["english"] * 4}
+    pq.write_table(pa.table(table), manifest)
+    out = root / "out"
+    made = run("batch", manifest, "--model", "fake-0.6b", "--speaker", "vivian", "-o", out,
+               "-q", "--output", request.param, "--shard-rows", 2)  # fmt: skip
+    assert made.returncode == 3, made.stderr  # d4 failed, as asked
+    return out
+
+
+def load(out, tmp_path) -> dict:
+    env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
+    read = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert read.returncode == 0, read.stderr[-3000:]
+    return json.loads(read.stdout.strip().splitlines()[-1])
+
+
+def test_the_card_says_what_results_say_and_load_dataset_reads_the_folder(out, tmp_path):
+    r = run("results", out)
+    assert r.returncode == 3, r.stderr  # a failed row: exit 3, as ever
+    summary = json.loads(r.stdout)
+    header, body = card(out)
+    assert header["task_categories"] == ["text-to-speech"] and header["language"] == ["en"]
+    assert header["size_categories"] == ["n<1K"]
+    audio = [f for f in header["dataset_info"]["features"] if f["name"] == "audio"]
+    assert audio == [{"name": "audio", "dtype": {"audio": {"sampling_rate": 24000}}}]
+    got = counts(body)
+    assert got == {"rows": summary["total"], "ok": summary["ok"], "failed": summary["failed"],
+                   "pending": summary["pending"], "kept": summary["ok"]}  # fmt: skip
+    assert (got["ok"], got["failed"]) == (3, 1) and "fake-0.6b" in body
+    loaded = load(out, tmp_path / "all")
+    assert loaded["ids"] == ["a1", "b2", "c3"] and loaded["rate"] == 24000
+    assert loaded["samples"] > 0
+
+
+def test_keep_rules_decide_what_load_dataset_gives(out, tmp_path):
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    rates = {row["id"]: row["chars_per_s"] for row in results if row["status"] == "ok"}
+    ceiling = sorted(rates.values())[1]  # the fastest row is left out
+    r = run("results", out, "--max-chars-per-s", ceiling)
+    assert r.returncode == 3, r.stderr
+    kept = sorted(i for i, rate in rates.items() if rate <= ceiling)
+    header, body = card(out)
+    assert counts(body)["kept"] == len(kept) == 2
+    assert f"--max-chars-per-s {ceiling:g}" in body
+    assert load(out, tmp_path / "kept")["ids"] == kept
+    assert run("results", out, "--keep-all").returncode == 3
+    assert load(out, tmp_path / "kept")["ids"] == sorted(rates)  # the same cache: a new card
+
+
+def test_a_users_own_readme_is_never_overwritten(out):
+    (out / "README.md").write_text("# My dataset\n", encoding="utf-8")
+    r = run("results", out)
+    assert (out / "README.md").read_text() == "# My dataset\n"
+    elsewhere = out / ".qtts" / "README.md"
+    assert f"the card went to {elsewhere}" in r.stderr.replace("\n", " ")
+    assert json.loads(r.stdout)["card"] == str(elsewhere)
+    assert yaml.safe_load(elsewhere.read_text().split("---\n")[1])["task_categories"]
+    (out / "README.md").unlink()

@@ -1,0 +1,116 @@
+"""The output registry: every format module in stores/formats/ is a --output choice with its help,
+each file name in OUT/data/ belongs to one format's part at most, a module breaking a rule stops
+the registry, an unknown layout or location is an error (never read as some default format),
+and `qtts --help` reads the formats without pyarrow or numpy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from qtts.core.errors import FatalError, UsageError
+from qtts.core.jobs.output.stores import registry
+from qtts.core.jobs.output.stores.locations import layouts
+from qtts.core.jobs.output.stores.open_store import StoreSpec
+from qtts.core.jobs.output.stores.registry import (
+    FILES,
+    FormatError,
+    OutputLayout,
+    _overlap,
+    archive_formats,
+    layouts_help,
+    part_of,
+)
+from qtts.core.jobs.output.stores.shard_files import shard_at
+from qtts.core.jobs.output.stores.shard_format import Part
+from qtts.core.jobs.spec import OutputSettings
+
+
+def test_every_format_is_a_choice_with_its_help():
+    formats = archive_formats()
+    assert {"webdataset", "parquet"} <= set(formats)
+    assert [m.value for m in OutputLayout] == [FILES, *formats]
+    help_text = layouts_help()
+    for fmt in formats.values():
+        assert f"{fmt.name}: {fmt.help}" in help_text
+        assert OutputLayout.parse(fmt.name, "--output") == fmt.name
+
+
+def test_each_file_is_a_part_of_one_shard_of_one_format():
+    for fmt in archive_formats().values():
+        for part in fmt.parts:
+            shard = "shard-1-of-4-0a1b2c3d-000007"
+            found = part_of(part.name(shard))
+            assert (found.fmt, found.part, found.shard) == (fmt, part, shard)
+            assert found.is_key == (part == fmt.key)
+    for name in ["x.zip", ".hidden", "a.b.tar", "a#b.tar", ".tar", "tar"]:
+        assert part_of(name) is None, name
+
+
+def test_parts_that_could_name_one_file_are_found():
+    assert _overlap(Part("", ".tar"), Part("", ".tar"))
+    assert _overlap(Part("a", ".tar"), Part("ab", ".tar"))  # "abX.tar": shard "bX" or "X"
+    assert _overlap(Part("", ".x.tar"), Part("p.", ".tar"))  # "p.x.tar": shard "p" or "x"
+    assert _overlap(Part("", ".tar"), Part("", ".b.tar")) is False  # a shard holds no dot
+    assert not _overlap(Part("", ".tar"), Part("recording.", ".tar"))
+    assert not _overlap(Part("cuts.", ".jsonl.gz"), Part("", ".parquet"))
+
+
+def _package(tmp_path, monkeypatch, package: str, modules: dict[str, str]) -> str:
+    root = tmp_path / package
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (root / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return package
+
+
+DECLARE = """
+from qtts.core.jobs.output.stores.formats.webdataset import FORMAT as WDS
+from dataclasses import replace
+from qtts.core.jobs.output.stores.shard_format import Part
+FORMAT = replace(WDS, name={name!r}, parts=(Part({head!r}, ".tar"),))
+"""
+
+
+def test_a_module_breaking_a_rule_stops_the_registry(tmp_path, monkeypatch):
+    no_format = _package(tmp_path, monkeypatch, "formats_a", {"helper": "X = 1\n"})
+    with pytest.raises(FormatError, match="declares no FORMAT"):
+        registry.discover(no_format)
+    clash = {"one": DECLARE.format(name="one", head="a"),
+             "two": DECLARE.format(name="two", head="ab")}  # fmt: skip
+    with pytest.raises(FormatError, match="could name one file"):
+        registry.discover(_package(tmp_path, monkeypatch, "formats_b", clash))
+    twice = {"one": DECLARE.format(name="x", head="a."), "two": DECLARE.format(name="x", head="b.")}
+    with pytest.raises(FormatError, match="two output layouts are named 'x'"):
+        registry.discover(_package(tmp_path, monkeypatch, "formats_c", twice))
+    fine = {"_shared": "", "one": DECLARE.format(name="x", head="a.")}
+    assert list(registry.discover(_package(tmp_path, monkeypatch, "formats_d", fine))) == ["x"]
+
+
+def test_an_unknown_layout_or_location_is_an_error(tmp_path):
+    with pytest.raises(UsageError, match="--output must be one of files, "):
+        StoreSpec(layout="zip")
+    with pytest.raises(UsageError, match="--output must be one of files, "):
+        OutputSettings(out_dir=tmp_path, layout="zip")
+    with pytest.raises(FatalError, match="no output format qtts knows"):
+        layouts(pa.array(["a.wav", "data/w-000000.zip#a.wav"]))
+    with pytest.raises(FatalError, match="no output format writes"):
+        shard_at(tmp_path, "data/w-000000.zip")
+    assert shard_at(tmp_path, "a.wav") is None
+
+
+def test_the_help_reads_the_formats_without_pyarrow_or_numpy():
+    code = (
+        "import sys\nimport qtts.cli.app\n"
+        "from qtts.core.jobs.output.stores.registry import archive_formats, layouts_help\n"
+        "assert archive_formats() and layouts_help()\n"
+        "print('pyarrow' in sys.modules, 'numpy' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]
