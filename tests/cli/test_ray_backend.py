@@ -246,10 +246,10 @@ main()
     assert "pip install 'qtts[ray]'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+@pytest.mark.parametrize("layout", ["webdataset", "parquet", "shar"])
 def test_two_workers_write_archive_shards_every_id_once(cluster, markers, checkpoint, tmp_path,
                                                         hooks, layout):  # fmt: skip
-    at = 6 if layout == "webdataset" else 7  # a row id of its own: its kill marker is per id
+    at = {"webdataset": 6, "parquet": 7, "shar": 8}[layout]  # an id of its own: a marker per id
     texts = [*TEXTS[:at], f"KILL this actor ({layout})", *TEXTS[at:]]  # its unit is retried
     manifest = _manifest(tmp_path / "m.parquet", texts)
     code, summary, out = _run(*_args(checkpoint, manifest, tmp_path / "out"), "--backend", "ray",
@@ -262,10 +262,14 @@ def test_two_workers_write_archive_shards_every_id_once(cluster, markers, checkp
 
         urls = sorted(str(p) for p in data.glob("*.tar"))
         ids = [json.loads(s["json"])["id"] for s in wds.WebDataset(urls, shardshuffle=False)]
-    else:
+    elif layout == "parquet":
         ids = [i for p in sorted(data.glob("*.parquet"))
                for i in pq.read_table(p, columns=["id"])["id"].to_pylist()]  # fmt: skip
+    else:
+        lhotse = pytest.importorskip("lhotse")
+        ids = [cut.id for cut in lhotse.CutSet.from_shar(in_dir=data)]
     assert sorted(ids) == [f"u{i:02d}" for i in range(len(texts))]  # every id exactly once
-    assert len(list(data.iterdir())) >= 4  # units of at most 3 rows: a shard each
+    shards = list(data.glob("recording.*")) if layout == "shar" else list(data.iterdir())
+    assert len(shards) >= 4  # units of at most 3 rows: a shard each
     results = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
     assert all(r["member"] is not None and r["path"].startswith(str(data)) for r in results)

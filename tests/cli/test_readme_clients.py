@@ -1,5 +1,5 @@
 """The README's reading-back snippets, run as written on an out dir of each archive layout: the
-webdataset library and Hugging Face datasets (before 4.0) read what qtts wrote."""
+webdataset library, Hugging Face datasets (before 4.0) and lhotse read what qtts wrote."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from fakes import fake_env, qtts_cmd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+LAYOUTS = {"webdataset": "webdataset", "parquet": "datasets", "shar": "lhotse"}  # -> its reader
 
 
 def snippets() -> dict[str, str]:
@@ -22,19 +23,19 @@ def snippets() -> dict[str, str]:
     found = {}
     for block in blocks:
         head = block.splitlines()[0]
-        for layout in ("webdataset", "parquet"):
+        for layout in LAYOUTS:
             if f"--output {layout}" in head:
                 found[layout] = block
     return found
 
 
-def test_the_readme_has_both_snippets():
-    assert set(snippets()) == {"webdataset", "parquet"}
+def test_the_readme_has_a_snippet_per_archive_layout():
+    assert set(snippets()) == set(LAYOUTS)
 
 
-@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_readme_snippet_reads_the_archives_back(tmp_path, layout):
-    pytest.importorskip("webdataset" if layout == "webdataset" else "datasets")
+    pytest.importorskip(LAYOUTS[layout])
     ids = ["a1", "book1.ch2", "c3"]
     manifest = tmp_path / "m.parquet"
     pq.write_table(pa.table({"id": ids, "text": ["One.", "Two two.", "Three."]}), manifest)
@@ -49,7 +50,7 @@ def test_a_readme_snippet_reads_the_archives_back(tmp_path, layout):
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert read.returncode == 0, read.stderr
     lines = read.stdout.strip().splitlines()
-    if layout == "webdataset":
+    if layout != "parquet":
         assert sorted(line.split()[0] for line in lines) == sorted(ids)
         assert all(" 24000 " in line for line in lines)
     else:
