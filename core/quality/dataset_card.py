@@ -111,16 +111,23 @@ def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
         names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
         columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
         return _config(paths), {"features": [audio, *columns]}, None
-    suffixes = {Path(p).suffix for p in ok["path"].to_pylist()}
-    if suffixes == {".parquet"}:
+    from qtts.core.jobs.output.stores.registry import part_of
+
+    # The archive format of the rows' shards, by the output-format registry (never by suffix: a
+    # Shar shard's recording part is a .tar too, and no Hub loader reads a Shar folder).
+    found = {part_of(Path(p).name) for p in ok["path"].unique().to_pylist()}
+    formats = {f.fmt.name for f in found if f is not None}
+    if None in found or len(formats) != 1:
+        return None, None, "the rows' layout has no loader that reads it as it is"
+    if formats == {"parquet"}:
         shard = sorted((out_dir / "data").glob("*.parquet"))[0]
         config = _config(["data/*.parquet"])
         note = _filters(config, ok, kept)
         return config, {"features": _shard_features(shard)}, note
-    if suffixes == {".tar"}:
+    if formats == {"webdataset"}:
         note = None if len(kept) == len(ok) else "WebDataset tars load every ok row"
         return _config(["data/*.tar"]), {}, note  # its builder types the members itself
-    return None, None, "the rows' layout has no loader that reads it as it is"
+    return None, None, f"no Hub loader reads the {formats.pop()} layout as it is"
 
 
 def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:

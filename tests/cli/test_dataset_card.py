@@ -109,3 +109,18 @@ def test_a_users_own_readme_is_never_overwritten(out):
     assert json.loads(r.stdout)["card"] == str(elsewhere)
     assert yaml.safe_load(elsewhere.read_text().split("---\n")[1])["task_categories"]
     (out / "README.md").unlink()
+
+
+def test_a_shar_out_dir_gets_a_card_without_a_hub_loader(tmp_path):
+    """No Hub loader reads a Shar folder, and its recording part is a .tar: the card is written
+    with its counts and says so, and names no WebDataset config over the Shar tars."""
+    manifest = tmp_path / "m.parquet"
+    pq.write_table(pa.table({"id": ["a1", "b2"], "text": ["One.", "Two words."]}), manifest)
+    out = tmp_path / "out"
+    made = run("batch", manifest, "--model", "fake-0.6b", "--speaker", "vivian", "-o", out,
+               "-q", "--output", "shar", "--shard-rows", 2)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert run("results", out).returncode == 0
+    header, body = card(out)
+    assert "configs" not in header
+    assert counts(body)["ok"] == 2 and "no Hub loader reads the shar layout" in body
