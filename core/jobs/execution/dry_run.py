@@ -32,7 +32,7 @@ from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.lock import LockHeldError, holder_pid
 from qtts.core.jobs.state.lock_probe import check_no_old_run, lock_is_held
-from qtts.core.jobs.state.records import SCAN_COLUMNS, empty
+from qtts.core.jobs.state.records import SCAN_COLUMNS, empty, with_repeated_encoded
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
 from qtts.core.jobs.work.decide import Work, decide_work
@@ -108,7 +108,9 @@ def dry_run(job) -> DryRunSummary:
     t0 = time.monotonic()
     spec, out = job.spec, job.spec.output.out_dir
     fresh = spec.output.overwrite
+    # the scan's columns as the run holds them (repeated strings encoded: docs/scale.md)
     records = empty() if fresh else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
+    records = with_repeated_encoded(records)
     work = decide_work(
         job.prepared,
         records,

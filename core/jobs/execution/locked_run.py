@@ -298,11 +298,17 @@ class JobRun:
         """Fold the journal into the state, rebuild the shared views, count this shard's rows."""
         self.failures.close()
         folded = state.compact(self.out, self.shard, ()) is not None
-        self._rebuild_results()
-        records = None if folded else self.records  # nothing journalled: the scan's columns
-        if records is None:  # read after the rebuild, which holds a column of every row itself
-            records, _ = state.read_own(self.out, self.shard, FINISH_COLUMNS)
+        # Only the shard's ids are counted from here: the rest of its rows (and the scan's
+        # columns, when this run journalled) go before the views' rebuild holds a column of
+        # every row itself (ten million rows: docs/scale.md)
         own = self.job.prepared.rows.select(["id"])
+        self.job.prepared.rows = own
+        records = None if folded else self.records  # nothing journalled: the scan's columns
+        self.records = None
+        pa.default_memory_pool().release_unused()
+        self._rebuild_results()
+        if records is None:
+            records, _ = state.read_own(self.out, self.shard, FINISH_COLUMNS)
         counted = [c for c in FINISH_COLUMNS if c in records.column_names]
         mine = aligned(own, records.select(counted))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
