@@ -6,15 +6,12 @@ exactly once. Fake model; the kills in a subprocess (tests/kill_points.py), the 
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,78 +19,29 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
+from layout_switch import (
+    IDS,
+    POINTS,
+    ROWS,
+    STORES,
+    assert_same_rows,
+    audio_and_codes,
+    copies,
+    kill_at,
+    litter,
+    made_at,
+    make_sources,
+    metadata_lists_what_is_there,
+    qtts,
+    recorded_where_it_is,
+    shard_sizes,
+    summary,
+)
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("fake_model")
-ROWS = 10
-IDS = [f"r{i:02d}" for i in range(ROWS)]
-KILL_POINTS = Path(__file__).resolve().parents[1] / "kill_points.py"
-STORES = "qtts.core.jobs.output.stores"
-
-
-def qtts(manifest, out, *extra, **env):
-    args = ["batch", manifest, "-o", out, "--model", "fake-0.6b", "--speaker", "vivian",
-            "--save-codes", *extra]  # fmt: skip
-    return CliRunner().invoke(app, [str(a) for a in args], env=env or None)
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def copies(out: Path) -> Counter:
-    """Every id's audio in the out dir: plain files, tar samples, Parquet rows."""
-    found = Counter(p.name.split(".")[0] for p in out.iterdir() if p.suffix in (".wav", ".flac"))
-    for shard in sorted((out / "data").glob("*.tar")):
-        with tarfile.open(shard) as tar:
-            found.update(json.loads(tar.extractfile(m).read())["id"]
-                         for m in tar if m.name.endswith(".json"))  # fmt: skip
-    for shard in sorted((out / "data").glob("*.parquet")):
-        found.update(pq.read_table(shard, columns=["id"])["id"].to_pylist())
-    return found
-
-
-def audio_and_codes(out: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """id -> (16-bit samples, codes) wherever the row is."""
-    got = {}
-    for p in out.iterdir():
-        if p.suffix in (".wav", ".flac"):
-            row_id = p.name.split(".")[0]
-            codes = np.load(out / f"{row_id}.codes.npy")
-            got[row_id] = (sf.read(p, dtype="int16")[0], codes)
-    for shard in sorted((out / "data").glob("*.tar")):
-        samples: dict[str, dict[str, bytes]] = {}
-        with tarfile.open(shard) as tar:
-            for m in tar:
-                key, _, ext = m.name.partition(".")
-                samples.setdefault(key, {})[ext] = tar.extractfile(m).read()
-        for sample in samples.values():
-            audio = sample.get("wav") or sample["flac"]
-            got[json.loads(sample["json"])["id"]] = (
-                sf.read(io.BytesIO(audio), dtype="int16")[0],
-                np.load(io.BytesIO(sample["codes.npy"])),
-            )
-    for shard in sorted((out / "data").glob("*.parquet")):
-        for row in pq.read_table(shard, columns=["id", "audio", "codes"]).to_pylist():
-            audio = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="int16")[0]
-            got[row["id"]] = (audio, np.load(io.BytesIO(row["codes"])))
-    return got
-
-
-def metadata_lists_what_is_there(out: Path) -> bool:
-    """metadata.jsonl (the AudioFolder view), where there is one, names only files that are there
-    (an AudioFolder loader fails on a missing one)."""
-    path = out / "metadata.jsonl"
-    if not path.exists():
-        return True
-    names = [json.loads(line)["file_name"] for line in path.read_text().splitlines()]
-    return all((out / name).exists() for name in names)
-
-
-def litter(out: Path) -> list[str]:
-    return [p.name for p in out.rglob("*") if ".qtts-tmp-" in p.name]
 
 
 @pytest.fixture
@@ -107,17 +55,6 @@ def finished(manifest, tmp_path):
     out = tmp_path / "out"
     assert qtts(manifest, out).exit_code == 0
     return out, audio_and_codes(out)
-
-
-def assert_same_rows(out: Path, before: dict) -> None:
-    assert copies(out) == Counter(IDS)
-    after = audio_and_codes(out)
-    for row_id, (audio, codes) in before.items():
-        np.testing.assert_array_equal(after[row_id][0], audio)
-        np.testing.assert_array_equal(after[row_id][1], codes)
-    results = pq.read_table(out / "results.parquet").to_pylist()
-    assert [r["status"] for r in results] == ["ok"] * ROWS
-    assert litter(out) == [] and not list((out / ".qtts").glob("repack*"))
 
 
 @pytest.mark.parametrize(
@@ -183,26 +120,6 @@ def test_a_sharded_job_switches_a_shard_at_a_time(manifest, tmp_path):
     assert list(out.glob("*.wav")) == []
 
 
-def made_at(out: Path) -> dict[str, float]:
-    """Each row's record time: the stamp its scores are kept by."""
-    from qtts.core.jobs.state.shard_state import read_all
-
-    records = read_all(out, ("id", "t"))
-    return dict(zip(records["id"].to_pylist(), records["t"].to_pylist(), strict=True))
-
-
-def recorded_where_it_is(out: Path) -> bool:
-    """Every id's latest record is ok and its audio is where the record says (the views)."""
-    from qtts.core.jobs.output.stores.presence import present
-    from qtts.core.jobs.state.listing import list_out_dir
-    from qtts.core.jobs.state.shard_state import read_all
-
-    records = read_all(out, ("id", "status", "file", "bytes"))
-    there = present(records["file"], records["bytes"], list_out_dir(out))
-    statuses = set(records["status"].to_pylist())
-    return sorted(records["id"].to_pylist()) == IDS and bool(there.all()) and statuses == {"ok"}
-
-
 def test_a_format_switch_transcodes(finished, manifest):
     out, before = finished
     stamps = made_at(out)
@@ -232,47 +149,10 @@ def test_a_dry_run_counts_rows_to_repack_and_to_synthesize(finished, manifest, w
 
 # -- a kill -9 at each step of a repack, then a rerun -------------------------------------------
 
-# The steps of a repack, in order: (the function called through, which call, before it runs or
-# after it returns)
-POINTS = {
-    "mid-batch": (f"{STORES}.repack:commit", 2, "before"),  # a batch done, the next one's temps
-    "mid-write": (f"{STORES}.repack_targets:_write", 5, "before"),  # files: the first batch's
-    "intent-written": (f"{STORES}.repack_commit:_name", 1, "before"),  # the commit point
-    "first-named": (f"{STORES}.repack_commit:_name", 2, "after"),  # the first new shard appears
-    "journalled": (f"{STORES}.repack_commit:take_out_rows", 1, "before"),  # old copies all there
-    "half-removed": (f"{STORES}.retract:_take_out", 2, "before"),  # one old copy gone
-    "intent-left": (f"{STORES}.repack_commit:unlink_quietly", 1, "before"),  # all but the intent
-}
-
-
-def kill_at(point: str | tuple, manifest, out, *extra) -> None:
-    target, n, when = POINTS[point] if isinstance(point, str) else point
-    args = ["batch", manifest, "-o", out, "--speaker", "vivian", "--model", "fake-0.6b",
-            "--save-codes", "-q", *extra]  # fmt: skip
-    cmd = [sys.executable, str(KILL_POINTS), target, str(n), when, "--", *map(str, args)]
-    proc = subprocess.run(cmd, env=fake_env(QTTS_FAKE_LOAD_FAIL="1"), capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert proc.returncode == 9, proc.stderr  # killed where asked, not before or after
-
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    """Finished out dirs to copy: files (wav), webdataset (shards of 3 rows) and parquet (of 4),
-    and what their rows hold."""
-    root = tmp_path_factory.mktemp("sources")
-    manifest = root / "m.parquet"
-    pq.write_table(pa.table({"id": IDS, "text": [f"Row {i} of a finished job." for i in IDS]}),
-                   manifest)  # fmt: skip
-    made = {}
-    for layout, rows in (("files", 3), ("webdataset", 3), ("parquet", 4)):
-        out = root / layout
-        r = subprocess.run(qtts_cmd("batch", manifest, "-o", out, "--speaker", "vivian", "--model",
-                                    "fake-0.6b", "--save-codes", "-q", "--output", layout,
-                                    "--shard-rows", rows),
-                           env=fake_env(), capture_output=True, text=True)  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        made[layout] = (out, audio_and_codes(out))
-    return manifest, made
+    return make_sources(tmp_path_factory.mktemp("sources"))
 
 
 SWITCHES = {
@@ -309,7 +189,8 @@ def test_a_kill_during_a_repack_then_a_rerun_keeps_every_id_once(sources, tmp_pa
     assert metadata_lists_what_is_there(out)  # no view names a file taken out
     r = qtts(manifest, out, *extra, QTTS_FAKE_LOAD_FAIL="1")  # the rerun needs no model either
     assert r.exit_code == 0, r.stderr
-    assert summary(r)["ok"] == 0
+    s = summary(r)  # the rows the killed run moved are skipped, the rest moved now: none made
+    assert (s["ok"], s["skipped"] + s["repacked"], s["pending"]) == (0, ROWS, 0), s
     assert_same_rows(out, made[source][1])
 
 
@@ -341,17 +222,6 @@ def test_each_source_shard_is_taken_out_once_whatever_the_batch_size(
     assert shard_sizes(out) == ([1, 3, 3, 3] if into[1] == 3 else [2, 4, 4])  # batches full
 
 
-def shard_sizes(out: Path) -> list[int]:
-    sizes = []
-    for shard in (out / "data").iterdir():
-        if shard.suffix == ".tar":
-            with tarfile.open(shard) as tar:
-                sizes.append(sum(m.name.endswith(".json") for m in tar))
-        else:
-            sizes.append(pq.ParquetFile(shard).metadata.num_rows)
-    return sorted(sizes)
-
-
 def test_a_kill_while_retracting_files_leaves_no_view_naming_them(sources, tmp_path):
     """Rows redone in an archive layout are first taken out of their plain files; metadata.jsonl
     goes before the first of them, so a kill there leaves no view naming a missing file."""
@@ -376,6 +246,7 @@ def test_a_rerun_in_another_layout_finishes_the_killed_repack_first(sources, tmp
     kill_at("first-named", manifest, out, "--output", "webdataset", "--shard-rows", 3)
     r = qtts(manifest, out, "--output", "parquet", QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0, r.stderr
+    assert (summary(r)["repacked"], summary(r)["ok"]) == (ROWS, 0)  # each moved once more
     assert_same_rows(out, made["files"][1])
     assert list((out / "data").glob("*.tar")) == [] and list(out.glob("*.wav")) == []
 
@@ -430,7 +301,8 @@ def test_a_signal_mid_repack_stops_between_rows_and_the_rerun_finishes(finished,
     assert copies(out) == Counter(IDS) and litter(out) == []
     monkeypatch.setattr(StopSignals, "check", check)
     r = qtts(manifest, out, "--output", "parquet", "--shard-rows", 3, QTTS_FAKE_LOAD_FAIL="1")
-    assert r.exit_code == 0 and summary(r)["repacked"] == ROWS - 3
+    assert r.exit_code == 0, r.stderr  # the three moved are skipped, never counted as made
+    assert (summary(r)["repacked"], summary(r)["skipped"], summary(r)["ok"]) == (ROWS - 3, 3, 0)
     assert_same_rows(out, before)
 
 

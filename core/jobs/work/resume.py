@@ -117,8 +117,10 @@ def scan(
         if n := int((stale & alike & ~has.source).sum()):
             reasons["file missing or not as recorded"] = n
         if n := int((stale & alike & has.source).sum()):
-            where = "writes {id}.codes.npy" if layout == FILES else "saves them in the shard"
-            reasons[f"codes file missing (--save-codes {where})"] = n
+            why = "codes file missing (--save-codes writes {id}.codes.npy)"
+            if layout != FILES:  # not a file of its own: none saved, or a plain file's gone
+                why = "codes missing (--save-codes packs them with each row's audio)"
+            reasons[why] = n
     stale_ids = pc.filter(valid["id"], pa.array(stale))
     return ResumeScan(done | moved, stale_ids, reasons, index, moved)
 

@@ -43,7 +43,12 @@ from qtts.core.jobs.output.stores.repack_commit import (
     take_out,
 )
 from qtts.core.jobs.output.stores.repack_commit import finish as commit_finish
-from qtts.core.jobs.output.stores.repack_sources import in_format, is_shard, read_container
+from qtts.core.jobs.output.stores.repack_sources import (
+    check_whole,
+    in_format,
+    is_shard,
+    read_container,
+)
 from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.writer import write_error
@@ -118,9 +123,10 @@ class _Mover:
             record = records.pop(row_id, None)
             if record is None:
                 continue
-            try:
+            try:  # a file cut short or damaged stays where it is, never packed as whole
+                check_whole(audio, nbytes=record["bytes"], samples=record["num_samples"])
                 audio = in_format(audio, spec.audio_format)
-            except (RuntimeError, ValueError) as e:  # a damaged file: soundfile cannot decode it
+            except (RuntimeError, ValueError) as e:  # soundfile's, or check_whole's
                 log.warning("cannot read %s back (%s)", record["file"], e)
                 records[row_id] = record
                 continue

@@ -12,9 +12,10 @@ output that has no name). Their old copies go later, by `take_out` (stores/retra
 file unlinked, a shard rewritten without them or removed), once the source shard they sit in
 has been read through (stores/repack.py), so a shard is rewritten once, not once per batch that
 took rows from it; then each intent whose rows are all out goes. After a kill the shard's next
-run carries out every intent left, oldest first (`finish`): named, journalled, taken out,
-removed. Every step is idempotent; a row whose new output is nowhere (only a hand could do
-that) keeps its old copy and record. Until its old copy goes, the records already name the new
+run carries out every intent left (`finish`): each named and journalled, oldest first, then
+their old copies taken out at once (a shard rewritten once again), then the intents removed.
+Every step is idempotent; a row whose new output is nowhere (only a hand could do that) keeps
+its old copy and record. Until its old copy goes, the records already name the new
 one, and readers go by the records.
 Knows locations, temp names and records; no audio.
 """
@@ -50,6 +51,7 @@ log = logging.getLogger("qtts")
 
 OLD_FILE = "old_file"  # the intent's column: where the row's audio was
 INTENT_SCHEMA = RECORD_SCHEMA.append(pa.field(OLD_FILE, pa.string()))
+TAKEN_OUT_BY = ("id", "file", "codes_saved", OLD_FILE)  # the columns take_out reads
 REPACK_TEMP = f"{TEMP_MARK}repack"  # one run per job shard: a fixed name is the shard's own
 
 
@@ -109,14 +111,21 @@ def retire(intents: list[Path]) -> None:
 
 
 def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
-    """Carry out every repack intent a killed run left, oldest first; the rows moved (0: none)."""
-    moved = 0
-    for path in Layout(out_dir).repack_intents(suffix):
-        rows = _forward(out_dir, journal, _read_intent(path))
-        take_out(out_dir, rows)
-        retire([path])
-        moved += rows.num_rows
-    return moved
+    """Carry out every repack intent a killed run left, oldest first; the rows moved (0: none).
+    Every intent is named and journalled before any old copy goes, and the old copies go at
+    once: a source shard that fed many batches is rewritten once, not once per intent (a
+    killed run holds back a shard's rows until it is read through: a shard of 1,000 rows into
+    batches of 100 leaves ten intents)."""
+    intents = Layout(out_dir).repack_intents(suffix)
+    if not intents:
+        return 0
+    batches = [_read_intent(path) for path in intents]  # every one readable before any step
+    moved = [_forward(out_dir, journal, batch) for batch in batches]
+    schema = pa.schema([INTENT_SCHEMA.field(name) for name in TAKEN_OUT_BY])
+    rows = pa.concat_tables([batch.select(TAKEN_OUT_BY).cast(schema) for batch in moved])
+    take_out(out_dir, rows)
+    retire(intents)
+    return rows.num_rows
 
 
 def _read_intent(path: Path) -> pa.Table:
@@ -126,9 +135,9 @@ def _read_intent(path: Path) -> pa.Table:
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise FatalError(
             f"the repack intent {path} is unreadable ({why}). It lists rows a killed run was "
-            "moving into another layout, which stay in two places without it: restore it if "
-            "you can, else remake the job into a new out dir (removing the intent leaves "
-            "those rows' audio twice in this one)"
+            "moving into another layout or audio format, which stay in two places without it: "
+            "restore it if you can, else remake the job into a new out dir (removing the "
+            "intent leaves those rows' audio twice in this one)"
         ) from None
 
 

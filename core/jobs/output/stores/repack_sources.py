@@ -2,10 +2,12 @@
 codes from `{id}.codes.npy`), an archive shard's samples through its format's reader (the
 registry's, by shard_files.shard_at), one container at a time, in its own order, one sample in
 memory at a time.
-And a row's audio in another encoding when the run's format differs: the 16-bit PCM decoded and
-encoded again, losslessly (the samples are the ones synthesized; nothing is resampled); in the
-same format, copied once its header reads as audio.
-Knows locations, formats and encodings; no records beyond ids.
+Each row's audio is checked before it is packed (`check_whole`): the size and sample count its
+record gives, read from the header alone, so a file cut short or damaged is never copied into
+the new layout as if it were whole. Then, when the run's format differs, its 16-bit PCM is
+decoded and encoded again, losslessly (the samples are the ones synthesized; nothing is
+resampled); in the same format its bytes are copied.
+Knows locations, formats and encodings; no records beyond ids and the numbers checked.
 """
 
 from __future__ import annotations
@@ -45,14 +47,26 @@ def audio_format_of(data: bytes) -> str | None:
     return MAGIC.get(bytes(data[:4]))
 
 
+def check_whole(data: bytes, *, nbytes: int | None, samples: int | None) -> None:
+    """Raise ValueError (soundfile: RuntimeError) where the audio is not what its record says:
+    another size (a body cut short, in any format: a FLAC's header still gives every sample)
+    or another sample count from its header (a WAV's shrinks to the data there). Nothing is
+    decoded; a record without the number (None) is not checked by it."""
+    import soundfile as sf
+
+    if nbytes is not None and len(data) != nbytes:
+        raise ValueError(f"{len(data):,} bytes where {nbytes:,} were written")
+    frames = sf.info(io.BytesIO(data)).frames
+    if samples is not None and frames != samples:
+        raise ValueError(f"{frames:,} samples where {samples:,} were written")
+
+
 def in_format(data: bytes, audio_format: str) -> bytes:
-    """The audio encoded as `audio_format` (wav | flac), 16-bit PCM as written. In the same
-    format its bytes are copied once their header reads as audio (soundfile: a RuntimeError
-    where it does not); a body cut short or damaged past the header is copied as it is."""
+    """The audio (check_whole first) encoded as `audio_format` (wav | flac), 16-bit PCM as
+    written; in the same format, its bytes as they are."""
     import soundfile as sf
 
     if audio_format_of(data) == audio_format:
-        sf.info(io.BytesIO(data))
         return data
     pcm, rate = sf.read(io.BytesIO(data), dtype="int16")
     out = io.BytesIO()

@@ -84,7 +84,7 @@ def test_a_row_in_another_format_without_its_codes_is_redone_for_its_codes():
     """Another format alone would only move it: the reason it is redone is its codes."""
     _, _, stale, reasons = _scan(save_codes=True)
     assert {"member", "flac", "flac_member"} <= stale
-    assert reasons["codes file missing (--save-codes saves them in the shard)"] == 3
+    assert reasons["codes missing (--save-codes packs them with each row's audio)"] == 3
     assert "format flac -> wav" not in reasons
 
 

@@ -1,6 +1,7 @@
 """The repack's parts: every registered archive format reads its samples back for a repack; a
 commit's intent is carried out once whatever step a kill cut it at (temps named, records
-journalled, old copies removed, nothing twice); audio changes format losslessly."""
+journalled, old copies removed, nothing twice); audio changes format losslessly, once checked
+against its record."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from qtts.core.jobs.output.stores import repack_commit
 from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.output.stores.registry import archive_format, archive_formats
 from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, repack_temp
-from qtts.core.jobs.output.stores.repack_sources import audio_format_of, in_format
+from qtts.core.jobs.output.stores.repack_sources import audio_format_of, check_whole, in_format
 from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
 from qtts.core.jobs.output.stores.shard_format import Shard
@@ -160,3 +161,22 @@ def test_a_format_change_keeps_every_sample():
     np.testing.assert_array_equal(sf.read(io.BytesIO(flac), dtype="int16")[0], pcm)
     np.testing.assert_array_equal(sf.read(io.BytesIO(in_format(flac, "wav")), dtype="int16")[0],
                                   pcm)  # fmt: skip
+
+
+def test_audio_is_checked_against_its_record_before_it_is_packed():
+    """A cut-short WAV still reads as audio (its header's count shrinks to the samples there); a
+    cut-short FLAC still says every sample: the recorded size and sample count tell both apart."""
+    data = wav(4)
+    samples = sf.info(io.BytesIO(data)).frames
+    check_whole(data, nbytes=len(data), samples=samples)
+    check_whole(data, nbytes=None, samples=None)  # a record without them: the header alone
+    half = data[: len(data) // 2]
+    with pytest.raises(ValueError, match="bytes where"):
+        check_whole(half, nbytes=len(data), samples=samples)
+    with pytest.raises(ValueError, match="samples where"):
+        check_whole(half, nbytes=None, samples=samples)
+    flac = in_format(data, "flac")
+    with pytest.raises(ValueError, match="bytes where"):
+        check_whole(flac[: len(flac) // 2], nbytes=len(flac), samples=samples)
+    with pytest.raises(RuntimeError):  # no audio header at all
+        check_whole(b"RIFF" + bytes(len(data) - 4), nbytes=len(data), samples=samples)
