@@ -12,7 +12,7 @@ from qtts.cli.errors import cli_errors
 from qtts.cli.job_options import failure_options, model_options, split_options, voice_options
 from qtts.core.errors import UsageError
 from qtts.core.jobs.choices import OnBudget, Split
-from qtts.core.jobs.spec import DEFAULT_SEGMENT_PAUSE_S, JobKind, JobSpec, OutputSettings
+from qtts.core.jobs.spec import DEFAULT_SEGMENT_PAUSE_S, JobKind, JobSpec, OutputOptions
 
 
 def run_manifest_bench(
@@ -41,7 +41,7 @@ def run_manifest_bench(
         spec = JobSpec(
             kind=JobKind.batch,
             source=manifest,
-            output=OutputSettings(out_dir="unused"),  # bench_manifest writes nothing
+            output=OutputOptions(out_dir="unused"),  # bench_manifest writes nothing
             model=model_options(model, device, dtype, batch_size, max_new_tokens),
             voice=voice_options(speaker=speaker),
             failures=failure_options(on_budget=on_budget),

@@ -34,14 +34,14 @@ from qtts.core.jobs.spec import (
     JobKind,
     JobSpec,
     ManifestColumns,
-    ModelSettings,
-    OutputSettings,
-    RaySettings,
+    ModelOptions,
+    OutputOptions,
+    RayOptions,
     RowDefaults,
     SamplingOverrides,
     ScaleOut,
-    SplitSettings,
-    VoiceSettings,
+    SplitOptions,
+    VoiceOptions,
 )
 
 log = logging.getLogger("qtts")
@@ -62,8 +62,8 @@ def model_options(
     dtype: o.DtypeOpt = Dtype.auto,
     batch_size: o.BatchSize = "auto",
     max_new_tokens: o.MaxNewTokens = None,
-) -> ModelSettings:
-    return ModelSettings(model, device, dtype, o.parse_batch_size(batch_size), max_new_tokens)
+) -> ModelOptions:
+    return ModelOptions(model, device, dtype, o.parse_batch_size(batch_size), max_new_tokens)
 
 
 def voice_options(
@@ -74,9 +74,9 @@ def voice_options(
     ref_text: o.RefText = None,
     x_vector_only: o.XVectorOnly = False,
     seed: o.Seed = 0,
-) -> VoiceSettings:
+) -> VoiceOptions:
     audio = None if ref_audio is None else str(ref_audio)
-    return VoiceSettings(
+    return VoiceOptions(
         RowDefaults(speaker, language, instruct, seed), audio, ref_text, x_vector_only
     )
 
@@ -109,10 +109,10 @@ def output_options(
     overwrite: o.Overwrite = False,
     input_moved: o.InputMoved = False,
     dry_run: o.DryRun = False,
-) -> OutputSettings:
+) -> OutputOptions:
     if shard_rows is not None and output == OutputLayout.files:  # harmless, but not what was meant
         log.warning("--shard-rows %d does nothing with --output files (a file a row)", shard_rows)
-    return OutputSettings(
+    return OutputOptions(
         out_dir=out_dir,
         audio_format=format,
         save_codes=save_codes,
@@ -128,10 +128,10 @@ def split_options(
     split: o.SplitOpt = Split.auto,
     max_segment_tokens: o.MaxSegmentTokens = None,
     segment_pause: o.SegmentPause = DEFAULT_SEGMENT_PAUSE_S,
-) -> SplitSettings:
+) -> SplitOptions:
     if split == Split.none and max_segment_tokens is not None:
         raise UsageError("--max-segment-tokens cuts long rows; --split none cuts none")
-    return SplitSettings(split, max_segment_tokens, segment_pause)
+    return SplitOptions(split, max_segment_tokens, segment_pause)
 
 
 def shard_options(num_shards: o.NumShards = None, shard_index: o.ShardIndex = None) -> ScaleOut:
@@ -147,7 +147,7 @@ def scale_out_options(
     gpus_per_worker: o.GpusPerWorker = None,
     ray_timeout: o.RayTimeout = 30.0,
 ) -> ScaleOut:
-    ray = RaySettings(ray_address, workers, gpus_per_worker, ray_timeout)
+    ray = RayOptions(ray_address, workers, gpus_per_worker, ray_timeout)
     return replace(shard_options(num_shards, shard_index), backend=backend, ray=ray)
 
 
@@ -179,11 +179,11 @@ def report_options(
 class JobOptions:
     """Every group of a job command's options, built and checked."""
 
-    model: ModelSettings
-    voice: VoiceSettings
+    model: ModelOptions
+    voice: VoiceOptions
     sampling: SamplingOverrides
-    output: OutputSettings
-    split: SplitSettings
+    output: OutputOptions
+    split: SplitOptions
     failures: FailurePolicy
     report: Reporting
     scale_out: ScaleOut

@@ -1,5 +1,5 @@
 """Engines on the tiny in-memory model (tests/unit/conftest.py `tiny`) for CPU tests: prompts,
-settings, and a continuous-batching run to codes."""
+tuning, and a continuous-batching run to codes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import torch
 
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.engine import Engine
 from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
 from qtts.core.engine.step.slots import SlotState
@@ -23,14 +23,14 @@ def sampling(greedy: bool) -> SamplingParams:
     return SamplingParams(not greedy, 0.9, 50, 1.0, 1.05)
 
 
-def gpu_settings(**overrides) -> EngineSettings:
+def gpu_tuning(**overrides) -> EngineTuning:
     """The GPU defaults (fused layer ops, grouped attention, padded group prefill, no host sync)
     without CUDA graphs, for CPU or meta tensors; environment ignored."""
-    base = EngineSettings.for_device("cuda", env={})
+    base = EngineTuning.for_device("cuda", env={})
     return replace(base, **{"cuda_graphs": False, **overrides})
 
 
-# The decode step's layer paths, with the GPU's other settings: the fused ops the GPU runs, its
+# The decode step's layer paths, with the GPU's other tuning: the fused ops the GPU runs, its
 # twin (the module path) and the CPU's packed predictor.
 GPU_PATHS = {
     "fused": {},
@@ -39,14 +39,14 @@ GPU_PATHS = {
 }
 
 
-def gpu_path_settings(path: str) -> EngineSettings:
-    return gpu_settings(**GPU_PATHS[path])
+def gpu_path_tuning(path: str) -> EngineTuning:
+    return gpu_tuning(**GPU_PATHS[path])
 
 
-def cpu_settings(dtype: torch.dtype = torch.float32, **overrides) -> EngineSettings:
+def cpu_tuning(dtype: torch.dtype = torch.float32, **overrides) -> EngineTuning:
     """The CPU defaults for `dtype` (environment ignored), checking every 2 steps with
     16-position views so that refills and view growth happen within a few frames."""
-    base = EngineSettings.for_device("cpu", env={}, dtype=dtype)
+    base = EngineTuning.for_device("cpu", env={}, dtype=dtype)
     return replace(base, **{"check_every": 2, "view_bucket": 16, **overrides})
 
 
@@ -65,7 +65,7 @@ def engine(
     tiny,
     slots: int,
     greedy: bool,
-    settings: EngineSettings | None = None,
+    tuning: EngineTuning | None = None,
     *,
     max_len: int = 128,
     max_frames: int = 16,
@@ -78,7 +78,7 @@ def engine(
     state = SlotState(config, slots, max_len, max_frames, max_trailing, talker=params,
                       subtalker=params, dtype=dtype, device=device)  # fmt: skip
     return Engine(model, config, state, pad_embedding(model.talker, config),
-                  settings or cpu_settings(dtype))  # fmt: skip
+                  tuning or cpu_tuning(dtype))  # fmt: skip
 
 
 def jobs(prompt_list, budget0: int = 6, seed0: int = 100) -> list[EngineJob]:
@@ -96,13 +96,13 @@ def run_codes(eng: Engine, job_list, step=None) -> dict:
 
 
 def prefilled(
-    tiny, slots: int, filled: int, greedy: bool, settings=None, budget: int = 12, device="cpu"
+    tiny, slots: int, filled: int, greedy: bool, tuning=None, budget: int = 12, device="cpu"
 ):
     """An engine with `filled` of its `slots` prefilled (slot i: prompt i, seed 7 + i); the rest
     stay empty and ride along as masked no-ops."""
     from qtts.core.engine.step.slots import SlotFill
 
-    eng = engine(tiny, slots, greedy, settings, device=device)
+    eng = engine(tiny, slots, greedy, tuning, device=device)
     fills = [SlotFill(i, pr, budget, 7 + i) for i, pr in enumerate(prompts(tiny)[:filled])]
     eng.prefill(fills)
     return eng

@@ -99,10 +99,10 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     from qtts.core.jobs.output.writer import encode_audio
     from qtts.core.jobs.spec import (
         JobSpec,
-        ModelSettings,
-        OutputSettings,
+        ModelOptions,
+        OutputOptions,
         RowDefaults,
-        VoiceSettings,
+        VoiceOptions,
     )
     from qtts.core.jobs.state.layout import Layout
     from qtts.core.jobs.state.record_job import record_job
@@ -113,9 +113,9 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     Layout(out).dir.mkdir(parents=True, exist_ok=True)
     if open_text_model is None:
         from qtts.core.synthesis.session import open_text_model
-    spec = JobSpec(kind="batch", source=str(manifest), output=OutputSettings(out, layout=layout),
-                   model=ModelSettings(model, device="cpu"),
-                   voice=VoiceSettings(RowDefaults(speaker="vivian")))  # fmt: skip
+    spec = JobSpec(kind="batch", source=str(manifest), output=OutputOptions(out, layout=layout),
+                   model=ModelOptions(model, device="cpu"),
+                   voice=VoiceOptions(RowDefaults(speaker="vivian")))  # fmt: skip
     job, req, _, _ = prepare_job(spec, open_text_model, env={})
     valid = job.prepared.valid()
     n = valid.num_rows

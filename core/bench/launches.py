@@ -2,7 +2,7 @@
 memory).
 
 `qtts bench --count-launches` builds the real 0.6B/1.7B model on the meta device in bf16, fills
-every slot with a sampled row, and runs one `Engine.decode_step` with the GPU's engine settings:
+every slot with a sampled row, and runs one `Engine.decode_step` with the GPU's engine tuning:
 the code `qtts batch` replays in a CUDA graph. A TorchDispatchMode sees every aten or custom op
 it issues; each op that computes counts as its launches (LAUNCHES_PER_OP, 1 by default). Views,
 allocations and metadata ops launch nothing and are not counted. Inside a CUDA graph each
@@ -22,7 +22,7 @@ from dataclasses import replace
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.build import EngineShape, build_engine
 from qtts.core.engine.loop.engine import Engine
 from qtts.core.engine.step.slots import SlotFill
@@ -96,15 +96,13 @@ def _launches_nothing(func) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
 
 
-def meta_engine(
-    model: str | ModelConfig, slots: int, settings: EngineSettings | None = None
-) -> Engine:
+def meta_engine(model: str | ModelConfig, slots: int, tuning: EngineTuning | None = None) -> Engine:
     """A published size ("0.6b", "1.7b") or a checkpoint's config, in bf16 on the meta device,
     every slot filled with a sampled row."""
     config = model_config(model) if isinstance(model, str) else model
     with torch.device("meta"):
         model = build_model(config).to(device="meta", dtype=torch.bfloat16).eval()
-    settings = settings or replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False)
+    tuning = tuning or replace(EngineTuning.for_device("cuda", env={}), cuda_graphs=False)
     shape = EngineShape(slots, COUNT_VIEW + 64, 128, 1)
     eng, _ = build_engine(
         model,
@@ -115,7 +113,7 @@ def meta_engine(
         subtalker=COUNT_PARAMS,
         dtype=torch.bfloat16,
         device="meta",
-        settings=settings,
+        tuning=tuning,
     )
     speaker = 0 if config.uses_speaker else None
     tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
@@ -181,10 +179,10 @@ def count_prefill(eng: Engine, prompts: int) -> LaunchCounter:
     return counter
 
 
-def prefill_launches(model: str | ModelConfig, prompts: int, settings=None) -> dict:
+def prefill_launches(model: str | ModelConfig, prompts: int, tuning=None) -> dict:
     """{"prefill_launches_per_layer_pass": n, "prefill_launches": total, ...} for one prefill
-    pass of `prompts` padded prompts on the GPU's path (or `settings`')."""
-    eng = meta_engine(model, prompts, settings)
+    pass of `prompts` padded prompts on the GPU's path (or `tuning`')."""
+    eng = meta_engine(model, prompts, tuning)
     counter = count_prefill(eng, prompts)
     layers = len(eng.talker.model.layers)
     per_pass, rest = divmod(counter.by_phase["talker_layers"], layers)

@@ -56,7 +56,7 @@ class ManifestBench:
     budgets: list[int] = field(default_factory=list)  # the smallest and largest max_new_tokens
     precision: str = ""  # what it computed in, as a job's fingerprint spells it
     on_budget: str = ""  # the frame-budget policy (ok: no retries)
-    split: str = ""  # the split settings (none: every row whole)
+    split: str = ""  # the split options (none: every row whole)
 
     def row(self) -> dict:
         return asdict(self)

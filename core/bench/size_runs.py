@@ -127,9 +127,9 @@ def count_sizes(size: str, sizes: list[int], emit) -> list[dict]:
         meta_engine,
         prefill_launches,
     )
-    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.device.tuning import EngineTuning
 
-    gpu = EngineSettings.for_device("cuda", env={})
+    gpu = EngineTuning.for_device("cuda", env={})
     twin = replace(gpu, cuda_graphs=False, layer_path="module")
     rows = []
     emit(

@@ -18,7 +18,7 @@ import torch
 
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
 from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed, padding_waste
@@ -67,14 +67,14 @@ MODES = ("graph", "packed", "fused", "module", "eager")
 def fast_mode(device, dtype: torch.dtype = torch.float32) -> str:
     """The path qtts batch takes on this device in this dtype: what `qtts bench` measures by
     default."""
-    settings = EngineSettings.for_device(device, dtype=dtype)
-    return "graph" if settings.cuda_graphs else settings.layer_path
+    tuning = EngineTuning.for_device(device, dtype=dtype)
+    return "graph" if tuning.cuda_graphs else tuning.layer_path
 
 
-def mode_settings(mode: str, device, dtype: torch.dtype = torch.float32) -> EngineSettings:
-    """qtts batch's settings for `device` and `dtype` (environment knobs included) for its fast
+def mode_tuning(mode: str, device, dtype: torch.dtype = torch.float32) -> EngineTuning:
+    """qtts batch's tuning for `device` and `dtype` (environment knobs included) for its fast
     mode, or the eager twin: the module path without graphs."""
-    base = EngineSettings.for_device(device, dtype=dtype)
+    base = EngineTuning.for_device(device, dtype=dtype)
     if mode == "eager":
         return replace(base, cuda_graphs=False, layer_path="module")
     if mode != fast_mode(device, dtype):
@@ -138,7 +138,7 @@ def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_l
 
     dev = torch.device(device)
     tokens = synthetic_tokens(0, config.talker.text_vocab_size, text_len)
-    settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
+    tuning = mode_tuning(mode, dev, model.talker.codec_head.weight.dtype)
     return plan_rows(
         config,
         model,
@@ -146,7 +146,7 @@ def bench_plan(config, model, decoder, device, mode, batch, rows, frames, text_l
         budgets=[frames + 1] * rows,
         tokens=[tokens] * rows,
         device=dev,
-        settings=settings,
+        tuning=tuning,
         batch_size=batch,
     )
 
@@ -183,7 +183,7 @@ def run_one(
     ]
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
-    settings = mode_settings(mode, dev, model.talker.codec_head.weight.dtype)
+    tuning = mode_tuning(mode, dev, model.talker.codec_head.weight.dtype)
     engine, step = build_engine(
         model,
         config,
@@ -193,12 +193,12 @@ def run_one(
         subtalker=params,
         dtype=talker.codec_head.weight.dtype,
         device=dev,
-        settings=settings,
+        tuning=tuning,
     )
     # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
-    decoder = with_kernels(decoder, gemm=settings.decoder_gemm)
-    stream = decode_stream(dev) if settings.decode_priority else None
-    vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if settings.cuda_graphs else decoder
+    decoder = with_kernels(decoder, gemm=tuning.decoder_gemm)
+    stream = decode_stream(dev) if tuning.decode_priority else None
+    vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if tuning.cuda_graphs else decoder
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
@@ -263,7 +263,7 @@ def run_one(
 
     for frames_done in overlapped(
         prioritized(handed_over(), stream), vocode, dev, gate=gate,
-        inline=not settings.vocoder_thread,
+        inline=not tuning.vocoder_thread,
     ):  # fmt: skip
         total_frames += frames_done
     sync(dev)
@@ -279,7 +279,7 @@ def run_one(
     # The vocoder and writing overlap the decode loop: "decode_loop" is the wall time after prefill.
     timers["decode_loop"] = res.wall_s - timers["prefill"]
     loop_s = decoded_at - start - timers["prefill"]
-    if not settings.vocoder_thread:  # inline (a CPU): the vocoder ran on the loop's thread
+    if not tuning.vocoder_thread:  # inline (a CPU): the vocoder ran on the loop's thread
         loop_s -= vocoded_before
     res.loop_ms_per_step = round(1e3 * loop_s / max(steps, 1), 3)
     res.phases_s = {k: round(v, 4) for k, v in timers.items()}
@@ -355,7 +355,7 @@ def profile_step(engine, step, prompts, repeats: int = 5) -> dict:
         ]
     )
     longest = max(p.embeds.shape[0] for p in prompts)
-    view = view_length(longest + 1, engine.settings.view_bucket, s.kv.max_len)  # a captured one
+    view = view_length(longest + 1, engine.tuning.view_bucket, s.kv.max_len)  # a captured one
 
     def clock(fn) -> float:
         fn()

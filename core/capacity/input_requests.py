@@ -5,7 +5,7 @@ manifest as `qtts batch` reads it, its columns named as the job names them (--id
 --text-column, --column), anything else as `qtts synth`'s text lines;
 qtts.core.jobs.work.lengths), ordered longest first, and the first chunk is cut into requests by
 the job's own code (qtts.core.jobs.work.chunks.chunk_requests): a long row becomes its segment
-requests under the same split settings, so the plan's length groups are the dry run's. Every row
+requests under the same split tuning, so the plan's length groups are the dry run's. Every row
 takes one voice (--speaker, or the checkpoint's first), as the prompt's length hardly depends on
 which. Without a tokenizer (--size) token counts are estimated from the text's bytes, and the same
 code cuts with those counts. Knows rows, requests and the TextModel; no tensors.
@@ -25,7 +25,7 @@ from qtts.core.errors import UsageError
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import looks_like_manifest
-from qtts.core.jobs.spec import ManifestColumns, SplitSettings
+from qtts.core.jobs.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Todo, chunk_requests, planned_frames
 from qtts.core.jobs.work.lengths import check_lengths
@@ -61,7 +61,7 @@ def input_requests(
     text_model: TextModel,
     source: str,
     budget: FrameBudget,
-    split: SplitSettings,
+    split: SplitOptions,
     speaker: str | None,
     columns: ManifestColumns | None = None,
 ) -> InputRequests:

@@ -22,12 +22,12 @@ from qtts.core.capacity.input_requests import (
     input_requests,
 )
 from qtts.core.capacity.vocoder_cost import vocoder_cost
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.footprint import Dims
 from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.plan.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
-from qtts.core.jobs.spec import ManifestColumns, SplitSettings
+from qtts.core.jobs.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
@@ -78,7 +78,7 @@ def plan_model(model: str | None, size: str | None, dtype: torch.dtype) -> PlanM
     weights = weights_bytes(
         talker,
         vocoder,
-        EngineSettings.for_device("cuda", env={}),
+        EngineTuning.for_device("cuda", env={}),
         model_dir / "speech_tokenizer" if base else None,
     )
     dims = dims_for(config, decoder, dtype)
@@ -115,7 +115,7 @@ def input_shapes(
     m: PlanModel,
     source: str,
     max_new_tokens: int | None,
-    split: SplitSettings,
+    split: SplitOptions,
     speaker: str | None,
     columns: ManifestColumns | None = None,
 ) -> tuple[list[RowShape], InputRequests, str]:

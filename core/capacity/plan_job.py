@@ -52,7 +52,7 @@ def plan_job(
     import torch
 
     from qtts.core.capacity.job_fit import input_shapes, plan_model, report, synthetic_shapes
-    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.device.tuning import EngineTuning
     from qtts.core.engine.plan.planner import GIB, plan_memory
     from qtts.core.synthesis.memory_plan import refusal
 
@@ -82,13 +82,13 @@ def plan_job(
         if got.more_chunks:
             what += "; memory planned for its first (longest) chunk, as the job plans each chunk"
         counts = {"requests": len(shapes), "split_rows": got.split_rows, "refused": got.refused}
-    settings = EngineSettings.for_device("cuda", env={})
+    tuning = EngineTuning.for_device("cuda", env={})
     plan = plan_memory(
         shapes,
         m.dims,
         budget_bytes=int(memory * GIB),
         weights_bytes=m.weights_bytes,
-        settings=settings,
+        tuning=tuning,
         batch_size=batch_size,
         device_kind="cuda",
     )

@@ -20,7 +20,7 @@ from qtts.core.doctor.decode import (
     prompts,
 )
 from qtts.core.doctor.teacher_forcing import agreement, forced_logits
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 
 # bf16 keeps 8 significant bits: through the layers logits move by ~1% of their range. A cast in
 # the wrong place or fp32 logits lost shows as tens of percent and broken argmaxes. Random weights
@@ -39,16 +39,16 @@ GRAPH_WORK = Workload(rows=6, slots=4, frames=260)
 FORCED_WORK = {"cpu": Workload(4, 4, 8), "cuda": Workload(8, 8, 32)}
 
 
-def _settings(device, dtype=torch.float32, **changes) -> EngineSettings:
+def _tuning(device, dtype=torch.float32, **changes) -> EngineTuning:
     """The device's defaults for `dtype` without the environment's knobs: the doctor names what
     it compares."""
-    return replace(EngineSettings.for_device(device, env={}, dtype=dtype), **changes)
+    return replace(EngineTuning.for_device(device, env={}, dtype=dtype), **changes)
 
 
-def _forced(models, device, settings, codes) -> dict:
+def _forced(models, device, tuning, codes) -> dict:
     config, model, _ = models
     work = Workload(len(codes), len(codes), max(int(c.shape[0]) for c in codes))
-    engine, _ = build(models, device, settings, work)
+    engine, _ = build(models, device, tuning, work)
     return forced_logits(engine, prompts(config, model, work.rows), codes)
 
 
@@ -79,9 +79,7 @@ def layer_paths(run: DoctorRun) -> Check:
     with exact_fp32(), few_threads(dev):
         models = random_models(run.size, dev, torch.float32)
         codes = {
-            path: greedy_codes(
-                models, dev, _settings(dev, cuda_graphs=False, layer_path=path), work
-            )
+            path: greedy_codes(models, dev, _tuning(dev, cuda_graphs=False, layer_path=path), work)
             for path in ("module", "fused")
         }
         diff = first_difference(codes["module"], codes["fused"])
@@ -96,7 +94,7 @@ def layer_paths(run: DoctorRun) -> Check:
             return verdict(name, diff is None, diff or same + "their torch twins)", figures)
         logits = {
             path: _forced(
-                models, dev, _settings(dev, cuda_graphs=False, layer_path=path), codes["module"]
+                models, dev, _tuning(dev, cuda_graphs=False, layer_path=path), codes["module"]
             )
             for path in ("module", "fused")
         }
@@ -123,8 +121,8 @@ def graph_replay(run: DoctorRun) -> Check:
     dev = run.device
     with exact_fp32(), few_threads(dev):
         models = random_models(run.size, dev, torch.float32)
-        eager = greedy_codes(models, dev, _settings(dev, cuda_graphs=False), GRAPH_WORK)
-        graphed = greedy_codes(models, dev, _settings(dev, cuda_graphs=True), GRAPH_WORK)
+        eager = greedy_codes(models, dev, _tuning(dev, cuda_graphs=False), GRAPH_WORK)
+        graphed = greedy_codes(models, dev, _tuning(dev, cuda_graphs=True), GRAPH_WORK)
     diff = first_difference(eager, graphed)
     figures = {
         "dtype": "float32",
@@ -152,14 +150,14 @@ def bf16_vs_fp32(run: DoctorRun) -> Check:
         return skipped(name, why_not)
     dev = run.device
     work = FORCED_WORK[dev.type]
-    settings = _settings(dev, torch.bfloat16, cuda_graphs=False)  # bf16's path, for both
+    tuning = _tuning(dev, torch.bfloat16, cuda_graphs=False)  # bf16's path, for both
     with exact_fp32(), few_threads(dev):
         fp32 = random_models(run.size, dev, torch.float32)
-        codes = greedy_codes(fp32, dev, settings, work)  # fp32's free-running decode: forced
-        reference = _forced(fp32, dev, settings, codes)
+        codes = greedy_codes(fp32, dev, tuning, work)  # fp32's free-running decode: forced
+        reference = _forced(fp32, dev, tuning, codes)
         del fp32
         bf16 = random_models(run.size, dev, torch.bfloat16)  # the same draw, cast
-        logits = _forced(bf16, dev, settings, codes)
+        logits = _forced(bf16, dev, tuning, codes)
     fig = _agreement_figures(reference, logits)
     same, worst = fig["all"]["argmax_agreement"], fig["all"]["worst_logit_rel_diff"]
     talker, predictor = fig["talker"]["argmax_agreement"], fig["predictor"]["argmax_agreement"]
@@ -169,4 +167,4 @@ def bf16_vs_fp32(run: DoctorRun) -> Check:
         f"{BF16_MIN_AGREEMENT:.0%}), worst logit diff {worst:.3f} (<= {BF16_LOGIT_REL_TOL}) "
         f"over {fig['all']['sites']} sites"
     )
-    return verdict(name, held, detail, {"layer_path": settings.layer_path, **fig})
+    return verdict(name, held, detail, {"layer_path": tuning.layer_path, **fig})

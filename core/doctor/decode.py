@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from qtts.core.bench.throughput import TEXT_LEN, synthetic_tokens
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.build import EngineShape, build_engine
 from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
 from qtts.core.model.config import SamplingParams
@@ -62,8 +62,8 @@ def prompts(config, model, rows: int) -> list:
     return [embed_prompt(model.talker, config, t) for t in _tokens(config, rows)]
 
 
-def build(models, device: torch.device, settings: EngineSettings, work: Workload):
-    """(engine, graphed step or None) for `work`, shaped by the memory plan for these settings."""
+def build(models, device: torch.device, tuning: EngineTuning, work: Workload):
+    """(engine, graphed step or None) for `work`, shaped by the memory plan for these tuning."""
     config, model, decoder = models
     plan = plan_rows(
         config,
@@ -72,7 +72,7 @@ def build(models, device: torch.device, settings: EngineSettings, work: Workload
         budgets=[work.frames + 1] * work.rows,
         tokens=_tokens(config, work.rows),
         device=device,
-        settings=settings,
+        tuning=tuning,
         batch_size=work.slots,
     )
     (group,) = plan.groups  # every row has the same shape
@@ -86,16 +86,16 @@ def build(models, device: torch.device, settings: EngineSettings, work: Workload
         subtalker=GREEDY,
         dtype=talker.codec_head.weight.dtype,
         device=device,
-        settings=settings,
+        tuning=tuning,
     )
     engine.suppress[engine.eos] = True
     return engine, step
 
 
-def greedy_codes(models, device, settings: EngineSettings, work: Workload) -> list[torch.Tensor]:
+def greedy_codes(models, device, tuning: EngineTuning, work: Workload) -> list[torch.Tensor]:
     """Each row's int64 [frames, 16] codes (CPU), by continuous batching over work.slots."""
     config, model, _ = models
-    engine, step = build(models, device, settings, work)
+    engine, step = build(models, device, tuning, work)
     jobs = [
         EngineJob(key=i, prompt=p, budget=work.frames + 1, seed=i)
         for i, p in enumerate(prompts(config, model, work.rows))

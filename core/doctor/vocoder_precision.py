@@ -12,7 +12,7 @@ import copy
 import torch
 
 from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed
 from qtts.core.model.codec import SpeechDecoder
@@ -55,7 +55,7 @@ def bf16_vocoder(run: DoctorRun) -> Check:
     codes = [torch.randint(0, book, (n, q), generator=gen).to(run.device) for n in ROW_FRAMES]
     with torch.inference_mode():
         reference = torch.cat(decode_bucketed(fp32, codes))
-        gemm = EngineSettings.for_device(run.device).decoder_gemm
+        gemm = EngineTuning.for_device(run.device).decoder_gemm
         bf16 = with_kernels(copy.deepcopy(fp32).to(torch.bfloat16), gemm=gemm)  # a job's path
         audio = torch.cat(decode_bucketed(bf16, codes))
     snr = audio_snr_db(reference, audio)

@@ -12,7 +12,7 @@ from qtts.core.bench.machine import seconds_per_call
 from qtts.core.capacity.vocoder_cost import vocoder_cost
 from qtts.core.doctor.check import Check, DoctorRun
 from qtts.core.doctor.speed import doctor_models, measured_machine
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.roofline import FRAME_S
 from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
@@ -26,9 +26,9 @@ REPEATS = {"cpu": 1, "cuda": 5}  # the CPU's window takes about half a second at
 def vocoder_window(run: DoctorRun) -> Check:
     dev = run.device
     dt = parse_dtype("auto", dev)
-    settings = EngineSettings.for_device(dev)
-    decoder = with_kernels(doctor_models(run)[2], gemm=settings.decoder_gemm)  # as a job decodes
-    graphs = settings.cuda_graphs
+    tuning = EngineTuning.for_device(dev)
+    decoder = with_kernels(doctor_models(run)[2], gemm=tuning.decoder_gemm)  # as a job decodes
+    graphs = tuning.cuda_graphs
     rows, frames = WINDOW_ROWS[dev.type], CHUNK_FRAMES + LEFT_CONTEXT
     forward = GraphedVocoder(decoder, rows) if graphs else decoder
     gen = torch.Generator(device=dev).manual_seed(0)

@@ -92,7 +92,7 @@ class ManifestColumns:
 
 
 @dataclass(frozen=True)
-class ModelSettings:
+class ModelOptions:
     """Which weights, on which device, in what precision, how many rows at once, for how long."""
 
     name: str = DEFAULT_MODEL
@@ -128,7 +128,7 @@ class RowDefaults:
 
 
 @dataclass(frozen=True)
-class VoiceSettings:
+class VoiceOptions:
     """The voice of rows that do not name their own, and how Base models clone one."""
 
     row_defaults: RowDefaults = RowDefaults()
@@ -169,7 +169,7 @@ SUBTALKER = "subtalker_"
 
 
 @dataclass(frozen=True)
-class OutputSettings:
+class OutputOptions:
     """Where the files go, in what format, and what to do with a folder that holds a job."""
 
     out_dir: Path
@@ -198,7 +198,7 @@ MAX_SEGMENT_PAUSE_S = 10.0
 
 
 @dataclass(frozen=True)
-class SplitSettings:
+class SplitOptions:
     """How long rows are cut into segments, synthesized apart and joined with a pause."""
 
     mode: Split = Split.auto
@@ -234,7 +234,7 @@ class SplitSettings:
         return f"{self.mode.value}/{self.limit}/{_exact(self.pause_s)}"
 
     @classmethod
-    def from_key(cls, key: str | None) -> SplitSettings:
+    def from_key(cls, key: str | None) -> SplitOptions:
         """The settings a record's key names; no key (a record made before qtts split long
         text) or one it cannot read: none."""
         mode, _, rest = (key or "").partition("/")
@@ -313,7 +313,7 @@ class FailurePolicy:
 
 
 @dataclass(frozen=True)
-class RaySettings:
+class RayOptions:
     """The cluster a `--backend ray` job joins and the actors it starts there."""
 
     address: str | None = None  # None: RAY_ADDRESS, else a local Ray for this job
@@ -337,7 +337,7 @@ class ScaleOut:
     num_shards: int | None = None  # with shard_index: rows with sha1(id) % N == I only
     shard_index: int | None = None
     backend: Backend = Backend.local
-    ray: RaySettings = RaySettings()
+    ray: RayOptions = RayOptions()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", Backend.parse(self.backend, "--backend"))
@@ -349,13 +349,13 @@ class ScaleOut:
 class JobSpec:
     kind: JobKind
     source: str  # path, or "-" for stdin (synth)
-    output: OutputSettings
-    model: ModelSettings = ModelSettings()
-    voice: VoiceSettings = VoiceSettings()
+    output: OutputOptions
+    model: ModelOptions = ModelOptions()
+    voice: VoiceOptions = VoiceOptions()
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     failures: FailurePolicy = FailurePolicy()
     scale_out: ScaleOut = ScaleOut()
-    split: SplitSettings = SplitSettings()
+    split: SplitOptions = SplitOptions()
     columns: ManifestColumns = field(default_factory=ManifestColumns)  # batch: source's names
 
     def __post_init__(self) -> None:

@@ -6,7 +6,7 @@ convolutions at 2-6x its fp32 rate, and bf16 halves the bytes every decode step 
 those units oneDNN emulates bf16 with fp32 arithmetic plus conversions: slower than fp32, so auto
 keeps fp32 there. The flags come from /proc/cpuinfo (what the kernel says the CPU can do); other
 systems and architectures keep fp32. Torch-free: the job layer resolves and pins this before any
-model loads (docs/engine-settings.md, "Precision").
+model loads (docs/engine-tuning.md, "Precision").
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def _snapshot(repo_id: str) -> Path:
 
     try:
         cached = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
-        if layout_problem(cached) is None:
+        if checkpoint_problem(cached) is None:
             return cached
     except Exception:  # not cached (LocalEntryNotFoundError) or unusable: fall through to online
         pass
@@ -125,7 +125,7 @@ def _model_type_problem(config_path: Path, expected: str) -> str | None:
     )
 
 
-def layout_problem(model_dir: Path) -> str | None:
+def checkpoint_problem(model_dir: Path) -> str | None:
     """The first missing or wrong piece of a checkpoint directory as a one-line message, or None."""
     d = Path(model_dir)
     hint = "re-download the full model repo"
@@ -154,9 +154,9 @@ def layout_problem(model_dir: Path) -> str | None:
     )
 
 
-def check_layout(model_dir: Path) -> None:
+def check_checkpoint_files(model_dir: Path) -> None:
     """Raise ModelLoadError naming the first missing piece of the checkpoint directory."""
-    problem = layout_problem(model_dir)
+    problem = checkpoint_problem(model_dir)
     if problem is not None:
         raise ModelLoadError(problem)
 

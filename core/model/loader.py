@@ -20,11 +20,11 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from qtts.core.model.cpu_precision import auto_cpu_precision
-from qtts.core.model.hub import ModelLoadError, check_layout, one_line, resolve_model_dir
+from qtts.core.model.hub import ModelLoadError, check_checkpoint_files, one_line, resolve_model_dir
 
 __all__ = [
     "ModelLoadError",
-    "check_layout",
+    "check_checkpoint_files",
     "load_strict",
     "parse_device",
     "use_device",

@@ -30,7 +30,7 @@ from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.model.hub import one_line
 from qtts.core.quality.audio import Clip, cores, read_ahead
 from qtts.core.quality.dataset import OUT_DIR, Dataset, open_dataset
-from qtts.core.quality.scorers import ScoreOptions, Scorer, plan_scorers
+from qtts.core.quality.scorers import ScoreOptions, Scorer, choose_scorers
 from qtts.core.quality.scores import SCORER_COLUMNS, current, read_scores, scatter
 from qtts.core.quality.scores import write_scores as _write
 from qtts.core.quality.summary import summarize
@@ -46,7 +46,7 @@ def score_path(path: Path, opts: ScoreOptions, progress: ProgressSink | None = N
     """Score PATH (a qtts out dir or an AudioFolder); the summary as one dict."""
     from qtts.core.jobs.state.lock import OutDirLock
 
-    scorers = plan_scorers(opts)
+    scorers = choose_scorers(opts)
     dataset = open_dataset(path)
     with OutDirLock(dataset.lock_path), StopSignals() as stop:
         summary = _score(dataset, scorers, opts, progress or NoProgress(), stop)

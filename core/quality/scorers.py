@@ -1,4 +1,4 @@
-"""The scorers a `qtts score` pass runs, named and planned before any model loads: DNSMOS P.835,
+"""The scorers a `qtts score` pass runs, named and chosen before any model loads: DNSMOS P.835,
 the ASR round trip and speaker similarity, each with its identity (what makes two of its scores
 comparable), the columns it fills, the rows it still needs, and how it loads. A scorer scores a
 chunk as `score(clips, rows)`: rows is the dataset's rows of those clips (text, language, ...),
@@ -53,7 +53,7 @@ class Scorer:
         return needs(table, self.name, self.identity, self.done)
 
 
-def plan_scorers(opts: ScoreOptions) -> list[Scorer]:
+def choose_scorers(opts: ScoreOptions) -> list[Scorer]:
     """The scorers asked for, with their identities (no model loaded yet)."""
     if not opts.dnsmos and not opts.asr_model and not opts.speaker_model:
         raise UsageError("nothing to score: --no-dnsmos, --no-speaker and no --asr-model")
@@ -100,7 +100,7 @@ def _speaker(opts: ScoreOptions) -> Scorer:
 
     if opts.speaker_model.strip().lower() == speaker_models.RESEMBLYZER:
         extra.require(extra.RESEMBLYZER_MODULES)
-    model = speaker_models.plan(opts.speaker_model)
+    model = speaker_models.choose(opts.speaker_model)
     scorer = speaker.SpeakerScorer(model, opts.device, opts.overwrite)
 
     def load() -> ScoreFn:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from qtts.core.model.hub import one_line
 from qtts.core.quality.audio import Clip, read_clip
 from qtts.core.quality.embeddings import EmbeddingStore
-from qtts.core.quality.speaker_models import SpeakerModelPlan, load
+from qtts.core.quality.speaker_models import SpeakerModelChoice, load
 
 COLUMNS = ("speaker_sim",)
 CENTROID = "speaker_sim_centroid"
@@ -28,14 +28,14 @@ SILENCE_PEAK = 1e-4  # -80 dBFS: no voice to embed (the floor voice cloning refu
 RULE = "cos/centroid-with-self:v1"  # changing how either cosine is made rescores every row
 
 
-def identity(model: SpeakerModelPlan) -> str:
+def identity(model: SpeakerModelChoice) -> str:
     return f"speaker:{model.identity}:{RULE}"
 
 
 class SpeakerScorer:
     """One pass's speaker scoring over a dataset: needs, score, flush, finish."""
 
-    def __init__(self, model: SpeakerModelPlan, device: str, overwrite: bool) -> None:
+    def __init__(self, model: SpeakerModelChoice, device: str, overwrite: bool) -> None:
         self.model, self.device, self.overwrite = model, device, overwrite
         self.identity = identity(model)
         self.store: EmbeddingStore | None = None

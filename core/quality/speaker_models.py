@@ -7,7 +7,7 @@ into unit-length speaker embeddings whose cosine is `speaker_sim`:
 - a Qwen3-TTS Base checkpoint: its ECAPA-TDNN speaker encoder, the one qtts clones voices with
   (qtts.core.model.speaker_encoder), read alone from the checkpoint (no talker), fed 16 kHz audio
   resampled to its 24 kHz (so nothing above 8 kHz: every scorer here reads clips at 16 kHz).
-A model is named first (`plan`: kind, folder and identity, nothing loaded) and loaded when the
+A model is named first (`choose`: kind, folder and identity, nothing loaded) and loaded when the
 pass has rows for it. Knows models and samples; no tables, no dataset files.
 """
 
@@ -27,20 +27,20 @@ OPTION = "--speaker-model"
 
 
 @dataclass(frozen=True)
-class SpeakerModelPlan:
+class SpeakerModelChoice:
     kind: str  # "resemblyzer" | "xvector" | "qwen3-base"
     directory: Path | None  # the checkpoint (None for resemblyzer)
     identity: str  # what makes two embeddings comparable
 
 
-def plan(spec: str) -> SpeakerModelPlan:
+def choose(spec: str) -> SpeakerModelChoice:
     """--speaker-model as a kind, a folder and an identity; ModelLoadError (one line) for a
     checkpoint that is neither an x-vector model nor a Qwen3-TTS Base checkpoint."""
     from qtts.core.model.hub import ModelLoadError
     from qtts.core.quality import checkpoints, ge2e
 
     if spec.strip().lower() == RESEMBLYZER:
-        return SpeakerModelPlan(RESEMBLYZER, None, ge2e.identity())
+        return SpeakerModelChoice(RESEMBLYZER, None, ge2e.identity())
     directory = checkpoints.model_dir(spec, OPTION)
     kind = _kind(directory)
     if kind is None:
@@ -48,7 +48,7 @@ def plan(spec: str) -> SpeakerModelPlan:
             f"{OPTION} {spec}: neither an x-vector model (WavLMForXVector, ...) nor a Qwen3-TTS "
             "Base checkpoint; pass resemblyzer, one of those, or its folder"
         )
-    return SpeakerModelPlan(kind, directory, f"{kind}:{checkpoints.files_identity(directory)}")
+    return SpeakerModelChoice(kind, directory, f"{kind}:{checkpoints.files_identity(directory)}")
 
 
 def _kind(directory: Path) -> str | None:
@@ -70,7 +70,7 @@ def _kind(directory: Path) -> str | None:
     return None
 
 
-def load(model: SpeakerModelPlan, device: str) -> Callable[[list[np.ndarray]], np.ndarray]:
+def load(model: SpeakerModelChoice, device: str) -> Callable[[list[np.ndarray]], np.ndarray]:
     """embed(clips) -> float32 [clips, dims], unit rows; device: auto | cpu | cuda[:N]."""
     import torch
 

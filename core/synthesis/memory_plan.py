@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.footprint import Dims
 from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape, plan_memory
 from qtts.core.errors import UsageError
@@ -89,7 +89,7 @@ def plan_job(
     dims: Dims,
     budget_bytes: int,
     weights_bytes: int,
-    settings: EngineSettings,
+    tuning: EngineTuning,
     batch_size: int | None,
     device_kind: str,
 ) -> MemoryPlan:
@@ -100,7 +100,7 @@ def plan_job(
         dims,
         budget_bytes=budget_bytes,
         weights_bytes=weights_bytes,
-        settings=settings,
+        tuning=tuning,
         batch_size=batch_size,
         device_kind=device_kind,
     )
@@ -138,12 +138,12 @@ def speech_encoder_bytes(st_dir: Path) -> int:
     return total
 
 
-def weights_bytes(model, decoder, settings: EngineSettings, encoder_dir: Path | None = None) -> int:
+def weights_bytes(model, decoder, tuning: EngineTuning, encoder_dir: Path | None = None) -> int:
     """What a job holds on its device (real or meta modules): the weights, the packed predictor
-    copy when the settings pack it (CPU), and the Mimi encoder in `encoder_dir` (Base checkpoints'
+    copy when the tuning pack it (CPU), and the Mimi encoder in `encoder_dir` (Base checkpoints'
     speech_tokenizer/, loaded for voice-clone rows; None: no encoder)."""
     weights = module_bytes([model, decoder])
-    if settings.layer_path == "packed":
+    if tuning.layer_path == "packed":
         weights += packed_copy_bytes(model)
     if encoder_dir is not None:
         weights += speech_encoder_bytes(encoder_dir)
@@ -157,13 +157,13 @@ def plan_rows(
     budgets: Sequence[int],
     tokens: Sequence[PromptTokens],
     device: torch.device,
-    settings: EngineSettings,
+    tuning: EngineTuning,
     batch_size: int | None,
     encoder_dir: Path | None = None,
 ) -> MemoryPlan:
     """The memory plan of rows (frame budgets, prompt tokens) for `model` and `decoder` held on
-    `device`, running the engine `settings` describe: `qtts batch` and `qtts bench` plan here."""
-    weights = weights_bytes(model, decoder, settings, encoder_dir)
+    `device`, running the engine `tuning` describe: `qtts batch` and `qtts bench` plan here."""
+    weights = weights_bytes(model, decoder, tuning, encoder_dir)
     dtype = model.talker.codec_head.weight.dtype
     dims = dims_for(config, decoder.cfg, dtype)
     return plan_job(
@@ -171,7 +171,7 @@ def plan_rows(
         dims,
         budget_bytes=device_budget(device),
         weights_bytes=weights,
-        settings=settings,
+        tuning=tuning,
         batch_size=batch_size,
         device_kind=device.type,
     )
@@ -199,7 +199,7 @@ def plan_without_weights(text_model, requests, placement: Placement) -> MemoryPl
         budgets=[r.max_new_tokens for r in requests],
         tokens=request_tokens(text_model, requests),
         device=dev,
-        settings=EngineSettings.for_device(dev, dtype=dt),
+        tuning=EngineTuning.for_device(dev, dtype=dt),
         batch_size=placement.batch_size,
         encoder_dir=st if base else None,
     )

@@ -18,7 +18,7 @@ from qtts.core.model.config import SamplingParams
 @dataclass(frozen=True)
 class Placement:
     """Where a synthesizer runs and how many rows it decodes at once: --device, --dtype and
-    --batch-size as given, travelling together from the job's settings to the loaded weights
+    --batch-size as given, travelling together from the job's options to the loaded weights
     ("auto" is resolved where the weights are loaded)."""
 
     device: str = "auto"  # auto, cpu, cuda or cuda:N

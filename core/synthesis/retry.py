@@ -4,7 +4,7 @@ A row whose codes run to its frame budget without EOS is, with a sampling checkp
 a runaway (babbling, or speech that never ends); another draw usually stops. With
 GenerationOptions.max_attempts > 1 the synthesizer runs such a row again, up to that many tries,
 each drawn with requests.attempt_seed(row seed, attempt): a pure function, so the attempts a row
-takes and the codes it keeps depend only on the row, its seed and the settings, never on its
+takes and the codes it keeps depend only on the row, its seed and the tuning, never on its
 batch. The first attempt is the request itself, so a row that stops at once is synthesized
 exactly as without retries. Both generators (the engine's passes and the naive one) follow this
 rule; the engine itself knows none of it.

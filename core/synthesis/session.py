@@ -12,7 +12,12 @@ import logging
 from pathlib import Path
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
-from qtts.core.model.hub import ModelLoadError, check_layout, checkpoint_identity, resolve_model_dir
+from qtts.core.model.hub import (
+    ModelLoadError,
+    check_checkpoint_files,
+    checkpoint_identity,
+    resolve_model_dir,
+)
 from qtts.core.synthesis.requests import Placement
 
 log = logging.getLogger("qtts")
@@ -95,13 +100,13 @@ class CheckpointText:
 
 def open_text_model(model: str) -> CheckpointText:
     model_dir = resolve_model_dir(model)
-    check_layout(model_dir)
+    check_checkpoint_files(model_dir)
     return CheckpointText(model, model_dir)
 
 
 def load_synthesizer(text_model: CheckpointText, placement: Placement):
     """Weights on the device. QTTS_GENERATOR=naive runs the yardstick instead of the engine."""
-    from qtts.core.engine.device.settings import synthesis_generator
+    from qtts.core.engine.device.tuning import synthesis_generator
     from qtts.core.synthesis.synthesizer import Synthesizer
 
     return Synthesizer.load(

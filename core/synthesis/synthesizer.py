@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from qtts.core.engine.device.cpu_runtime import apply_cpu_budget, describe_cpu_budget, trim_heap
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.planner import MemoryPlan
 from qtts.core.engine.step.layer_path import prepare_weights
 from qtts.core.engine.step.token_choice import RowParams
@@ -69,7 +69,7 @@ class Synthesizer:
         *,
         batch_size: int | None = None,
         generator: str = "engine",
-        settings: EngineSettings | None = None,
+        tuning: EngineTuning | None = None,
     ):
         if generator not in GENERATORS:
             raise ValueError(f"generator must be one of {GENERATORS}, not {generator!r}")
@@ -78,16 +78,14 @@ class Synthesizer:
         self.batch_size, self.generator = batch_size, generator  # batch_size None: planned
         self.dtype = model.talker.codec_head.weight.dtype
         # Read once: the memory plan and every engine pass of this synthesizer run the same engine.
-        self.settings = settings or EngineSettings.for_device(device, dtype=self.dtype)
+        self.tuning = tuning or EngineTuning.for_device(device, dtype=self.dtype)
         if generator == "engine":
-            prepare_weights(model, self.settings.layer_path)  # on their device, in their dtype
+            prepare_weights(model, self.tuning.layer_path)  # on their device, in their dtype
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
         # shape, captured before decoding); elsewhere the decoder runs eagerly. Its kernels
         # serve it on CUDA either way.
-        decoder = with_kernels(decoder, gemm=self.settings.decoder_gemm)
-        self.vocoder = (
-            GraphedVocoder(decoder, NAIVE_BATCH) if self.settings.cuda_graphs else decoder
-        )
+        decoder = with_kernels(decoder, gemm=self.tuning.decoder_gemm)
+        self.vocoder = GraphedVocoder(decoder, NAIVE_BATCH) if self.tuning.cuda_graphs else decoder
         # Rows per speech-decoder call: the engine path sets it from its memory plan.
         self.vocoder_rows = self._vocoder_backoff(NAIVE_BATCH)
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
@@ -95,7 +93,7 @@ class Synthesizer:
         self.vocoder_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         # The decode loop's stream, of the highest priority, for the same reason; None: the
         # caller's stream (a CPU, or QTTS_DECODE_PRIORITY=0).
-        self.decode_stream = decode_stream(device) if self.settings.decode_priority else None
+        self.decode_stream = decode_stream(device) if self.tuning.decode_priority else None
         self.tts_pad = pad_embedding(model.talker, self.config)
         self.references = None  # Base: reference prompts, each computed once per job
         # Held by graph capture, a pass's build and empty_cache (decode side, first) and by the
@@ -123,8 +121,8 @@ class Synthesizer:
         synth = cls(text_model, model, decoder, dev, **kwargs)
         # A job's process: a CPU's thread budget and allocator (nothing on GPU). Set here, not
         # by every Synthesizer, because it is process-wide.
-        if synth.settings.threads is not None:
-            kept = apply_cpu_budget(synth.settings.threads, synth.settings.vocoder_thread)
+        if synth.tuning.threads is not None:
+            kept = apply_cpu_budget(synth.tuning.threads, synth.tuning.vocoder_thread)
             log.info("cpu: %s", describe_cpu_budget(kept=kept))
         return synth
 
@@ -170,7 +168,7 @@ class Synthesizer:
             self.device,
             gate=self.device_gate,
             stream=self.vocoder_stream,
-            inline=not self.settings.vocoder_thread,
+            inline=not self.tuning.vocoder_thread,
         ):
             yield from items
         trim_heap()  # a CPU job's kept blocks: reused within this call, not beyond it
@@ -249,7 +247,7 @@ class Synthesizer:
             budgets=[r.max_new_tokens for r in requests],
             tokens=tokens,
             device=self.device,
-            settings=self.settings,
+            tuning=self.tuning,
             batch_size=self.batch_size,
             encoder_dir=encoder,
         )
@@ -323,7 +321,7 @@ class Synthesizer:
             subtalker=options.subtalker,
             dtype=self.dtype,
             device=self.device,
-            settings=self.settings,
+            tuning=self.tuning,
             gate=self.device_gate,
             on_capture_error=lambda e: log.warning("%s; decoding this pass without CUDA graphs", e),
         )

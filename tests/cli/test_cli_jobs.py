@@ -340,18 +340,18 @@ def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_pa
     from qtts.core.jobs.execution.run import run_job
     from qtts.core.jobs.spec import (
         JobSpec,
-        ModelSettings,
-        OutputSettings,
+        ModelOptions,
+        OutputOptions,
         RowDefaults,
-        VoiceSettings,
+        VoiceOptions,
     )
 
     texts = ["a", "a b c d e", "a b", "a b c d e f g h", "a b c"]
     m = write_manifest([{"id": f"r{i}", "text": t} for i, t in enumerate(texts)])
     synth = fakes.FakeSynthesizer()
-    spec = JobSpec(kind="batch", source=str(m), output=OutputSettings(tmp_path / "out"),
-                   model=ModelSettings(batch_size=2),
-                   voice=VoiceSettings(RowDefaults(speaker="ryan")))  # fmt: skip
+    spec = JobSpec(kind="batch", source=str(m), output=OutputOptions(tmp_path / "out"),
+                   model=ModelOptions(batch_size=2),
+                   voice=VoiceOptions(RowDefaults(speaker="ryan")))  # fmt: skip
     s = run_job(spec, fakes.open_text_model, lambda *a: synth)
     assert s.exit_code == 0 and s.ok == 5
     assert synth.calls == [["r3", "r1", "r4", "r2", "r0"]]  # longest first, one stream

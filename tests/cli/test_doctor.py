@@ -132,7 +132,7 @@ def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):
 
     monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
     graphed = SimpleNamespace(cuda_graphs=True, decoder_gemm=True)
-    monkeypatch.setattr(check.EngineSettings, "for_device", lambda device: graphed)
+    monkeypatch.setattr(check.EngineTuning, "for_device", lambda device: graphed)
     run = DoctorRun(torch.device("cpu"), "small")
     run.measured["models"] = (None, None, tiny_decoder())
     run.measured["spec"] = DeviceSpec("a stand-in", bandwidth=1e10, flops=1e11)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import app
 from qtts.core.jobs.long_text.segments import segment_seed
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import REQUEST_FIELDS, chunk_requests
 from qtts.core.synthesis.requests import attempt_seed
@@ -83,7 +83,7 @@ def test_a_2000_character_row_is_one_file_of_its_segments_and_pauses(done):
     # The codes are each segment's, in order: the same requests synthesized on their own.
     state = pq.read_table(out / ".qtts" / "state.parquet", filters=[("id", "=", "long")])
     chunk = chunk_requests(state.select(list(REQUEST_FIELDS)), fakes.FakeTextModel("fake"),
-                           FrameBudget(2048), SplitSettings())  # fmt: skip
+                           FrameBudget(2048), SplitOptions())  # fmt: skip
     parts = sorted(chunk.requests, key=lambda r: int(r.id.split("\x1f")[1]))
     np.testing.assert_array_equal(codes, np.concatenate([fakes.fake_codes(r) for r in parts]))
     assert sorted(p.name for p in out.glob("long*")) == ["long.codes.npy", "long.wav"]
@@ -132,7 +132,7 @@ def test_retry_tries_a_segment_again_not_its_row(tmp_path, write_manifest):
     res = results(out)
     state = pq.read_table(out / ".qtts" / "state.parquet", filters=[("id", "=", "long")])
     chunk = chunk_requests(state.select(list(REQUEST_FIELDS)), fakes.FakeTextModel("fake"),
-                           FrameBudget(2048), SplitSettings())  # fmt: skip
+                           FrameBudget(2048), SplitOptions())  # fmt: skip
     parts = sorted(chunk.requests, key=lambda r: int(r.id.split("\x1f")[1]))
     assert [p.seed for p in parts] == [segment_seed(5, k) for k in range(len(parts))]
     tries = [3 if "[runaway:2]" in p.text else 1 for p in parts]

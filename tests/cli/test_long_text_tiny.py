@@ -13,7 +13,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import REQUEST_FIELDS, chunk_requests
 from qtts.core.synthesis.requests import GenerationOptions
@@ -21,7 +21,7 @@ from qtts.core.synthesis.requests import GenerationOptions
 LONG = " ".join(f"Paragraph sentence {i} talks about the weather, the hills and the sea."
                 for i in range(30))  # fmt: skip
 STEPS = 6  # --max-new-tokens: the random model never stops, every segment makes 5 frames
-SPLIT = SplitSettings(max_segment_tokens=300)  # the tiny tokenizer: about a token per letter
+SPLIT = SplitOptions(max_segment_tokens=300)  # the tiny tokenizer: about a token per letter
 
 
 @pytest.fixture(scope="module")

@@ -239,9 +239,9 @@ def test_a_job_bigger_than_a_chunk_goes_longest_first_a_chunk_at_a_time(tmp_path
     from qtts.core.jobs.execution.run import run_job
     from qtts.core.jobs.spec import (
         JobSpec,
-        OutputSettings,
+        OutputOptions,
         RowDefaults,
-        VoiceSettings,
+        VoiceOptions,
     )
     from qtts.core.jobs.work import chunks
 
@@ -250,8 +250,8 @@ def test_a_job_bigger_than_a_chunk_goes_longest_first_a_chunk_at_a_time(tmp_path
     words = [1, 9, 4, 7, 2, 8, 3, 6, 5, 10]
     src.write_text("".join(" ".join(["w"] * n) + "\n" for n in words))
     synth = fakes.FakeSynthesizer()
-    spec = JobSpec(kind="synth", source=str(src), output=OutputSettings(tmp_path / "out"),
-                   voice=VoiceSettings(RowDefaults(speaker="ryan")))  # fmt: skip
+    spec = JobSpec(kind="synth", source=str(src), output=OutputOptions(tmp_path / "out"),
+                   voice=VoiceOptions(RowDefaults(speaker="ryan")))  # fmt: skip
     s = run_job(spec, fakes.open_text_model, lambda *a: synth)
     assert s.exit_code == 0 and s.ok == 10
     by_length = [f"{i + 1:06d}" for i in sorted(range(10), key=lambda i: -words[i])]

@@ -93,7 +93,7 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
 
     from teacher_forcing import agreement, forced_logits
 
-    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.device.tuning import EngineTuning
     from qtts.core.engine.loop.engine import Engine
     from qtts.core.engine.step.slots import SlotState
     from qtts.core.synthesis.prompt import prompt_tokens
@@ -113,9 +113,9 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
         weights = synth.model.talker.codec_head.weight.dtype
         state = SlotState(config, n, 256, frames + 1, 1, talker=opts.talker,
                           subtalker=opts.subtalker, dtype=weights, device="cuda")  # fmt: skip
-        settings = replace(EngineSettings.for_device("cuda"), cuda_graphs=False,
+        tuning = replace(EngineTuning.for_device("cuda"), cuda_graphs=False,
                            layer_path=path)  # fmt: skip
-        eng = Engine(synth.model, config, state, synth.tts_pad, settings)
+        eng = Engine(synth.model, config, state, synth.tts_pad, tuning)
         logits[dtype] = forced_logits(eng, prompts, codes, monkeypatch)
     for sites in (range(0, 1), range(1, 16)):
         same, worst, count = agreement(logits["float32"], logits["bfloat16"], sites, 2048)

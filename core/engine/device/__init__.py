@@ -1,3 +1,3 @@
 """How the engine runs on this device: the QTTS_* knobs read and checked (torch-free), a CPU's
-thread budget and allocator, and EngineSettings, the one settings object every path takes. The
+thread budget and allocator, and EngineTuning, the one tuning object every path takes. The
 bottom of the engine: imports nothing else of it."""

@@ -4,7 +4,7 @@ allocator that keeps its large blocks.
 Threads. Decoding and the speech decoder (vocoder) are both compute-bound on a CPU, and torch's
 thread count is one number for the whole process (torch.set_num_threads from any thread sets it
 for all). Three ways to share the cores, measured with `qtts bench` (QTTS_CPU_THREADS picks one;
-docs/engine-settings.md has the figures):
+docs/engine-tuning.md has the figures):
 - "overlap": the vocoder on its own thread beside decoding, both with every core: twice as many
   busy threads as cores, and OpenMP teams that wait on each other's cores.
 - "split": the same two threads with half the cores each: no oversubscription, but a phase with
@@ -38,7 +38,7 @@ from qtts.core.engine.device.knobs import read_knobs
 log = logging.getLogger("qtts")
 
 POLICIES = ("serial", "split", "overlap")
-# Serial on every core count. Measured on 2 cores (docs/engine-settings.md): serial 1.05-1.10
+# Serial on every core count. Measured on 2 cores (docs/engine-tuning.md): serial 1.05-1.10
 # audio-s/s, overlap 0.84-0.93, split 0.53. Both phases are compute-bound, so overlap only adds
 # oversubscription, and split idles half the cores whenever one phase waits; more cores make a
 # 16-row product scale worse per thread, which favours split there, but that has not been
@@ -91,7 +91,7 @@ def set_threads(threads: int) -> None:
 
 
 def apply_cpu_budget(threads: int | None, vocoder_thread: bool) -> bool:
-    """A CPU job's process settings (EngineSettings.threads and .vocoder_thread; threads None: a
+    """A CPU job's process tuning (EngineTuning.threads and .vocoder_thread; threads None: a
     GPU job, nothing to do): torch's thread count, and with one working thread the allocator
     (with two, both allocate large blocks from glibc's main heap: measured no faster, with more
     time in the kernel). For job processes only (Synthesizer.load, `qtts bench`), once the

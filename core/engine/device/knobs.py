@@ -1,8 +1,8 @@
 """The environment's QTTS_* knobs, read and checked in one place, without torch.
 
-`EngineSettings.for_device` applies them to a device's defaults; the CLI reads them before a job
+`EngineTuning.for_device` applies them to a device's defaults; the CLI reads them before a job
 takes its lock, so a bad value is a one-line usage error (exit 2) that changes nothing, instead
-of a failure after the weights are loaded. The table of knobs is in docs/engine-settings.md.
+of a failure after the weights are loaded. The table of knobs is in docs/engine-tuning.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""One way to assemble an engine: slot state, the Engine, and its decode graphs when the settings
+"""One way to assemble an engine: slot state, the Engine, and its decode graphs when the tuning
 replay graphs. `qtts batch` (one engine per memory-plan pass), `qtts bench` and the launch counter
-all build here, so what the bench measures and counts is what a job runs. Knows shapes, settings
+all build here, so what the bench measures and counts is what a job runs. Knows shapes, tuning
 and the model; no text, no files.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.engine import Engine
 from qtts.core.engine.loop.graphs import GraphCaptureError, GraphedDecodeStep, capture_broken
 from qtts.core.engine.step.slots import SlotState
@@ -26,7 +26,7 @@ class EngineShape:
     kv_len: int  # KV positions per slot
     max_frames: int
     max_trailing: int  # trailing text rows per slot
-    prefill_rows: int | None = None  # prompts per prefill pass, at most; None: the settings'
+    prefill_rows: int | None = None  # prompts per prefill pass, at most; None: the tuning'
     views: tuple[int, ...] = ()  # KV view lengths to capture a decode graph for
 
     def __post_init__(self) -> None:
@@ -57,7 +57,7 @@ def build_engine(
     subtalker: SamplingParams,
     dtype: torch.dtype,
     device,
-    settings: EngineSettings,
+    tuning: EngineTuning,
     gate: AbstractContextManager | None = None,
     on_capture_error: Callable[[GraphCaptureError], None] | None = None,
 ) -> tuple[Engine, GraphedDecodeStep | None]:
@@ -65,13 +65,13 @@ def build_engine(
     device work may run during a capture). A capture that fails for another reason than memory
     goes to `on_capture_error`, and the engine then decodes eagerly; without it, it raises."""
     if shape.prefill_rows is not None:
-        settings = replace(settings, prefill_group=min(settings.prefill_group, shape.prefill_rows))
+        tuning = replace(tuning, prefill_group=min(tuning.prefill_group, shape.prefill_rows))
     if capture_broken() is not None:  # an earlier failed capture: no graphs in this process
-        settings = replace(settings, cuda_graphs=False)
+        tuning = replace(tuning, cuda_graphs=False)
     # With graphs, the KV cache is allocated under the gate too: while the vocoder thread
     # captures, the allocator skips the retry that frees a finished graph's pool, and the
     # allocation would fail for memory that is there.
-    with (gate or nullcontext()) if settings.cuda_graphs else nullcontext():
+    with (gate or nullcontext()) if tuning.cuda_graphs else nullcontext():
         state = SlotState(
             config,
             shape.slots,
@@ -83,8 +83,8 @@ def build_engine(
             dtype=dtype,
             device=device,
         )
-        engine = Engine(model, config, state, tts_pad, settings)
-        if not settings.cuda_graphs:
+        engine = Engine(model, config, state, tts_pad, tuning)
+        if not tuning.cuda_graphs:
             return engine, None
         try:
             return engine, GraphedDecodeStep(engine, shape.views)

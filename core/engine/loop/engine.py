@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.refill import pack_refill
 from qtts.core.engine.step.decode_attention import attend_grouped
 from qtts.core.engine.step.layer_path import layer_steps
@@ -29,26 +29,26 @@ class Engine:
         config: ModelConfig,
         state: SlotState,
         tts_pad: torch.Tensor,
-        settings: EngineSettings | None = None,
+        tuning: EngineTuning | None = None,
     ):
         self.talker, self.config, self.state = model.talker, config, state
         self.tts_pad = tts_pad  # [H]
-        self.settings = settings or EngineSettings.for_device(tts_pad.device, dtype=tts_pad.dtype)
+        self.tuning = tuning or EngineTuning.for_device(tts_pad.device, dtype=tts_pad.dtype)
         self.timer: StepTimer | None = None  # marks prefill and the step's parts (engine.timer)
         # The stacks' decode passes: module, packed or fused (engine.layer_path).
         steps = layer_steps(
             model,
-            self.settings.layer_path,
+            self.tuning.layer_path,
             state.kv.max_len,
             state.cp_kv.k.shape[3],
-            self.settings.custom_ops,
+            self.tuning.custom_ops,
         )
         self.talker_step, self.predictor_step = steps.talker, steps.predictor
         self.predictor_first = steps.predictor_first
         self.talker_prefill = steps.talker_prefill  # the fused path's; None: the module's forward
         # GPU: attend over the cache view without repeating K/V
         # (qtts.core.engine.step.decode_attention).
-        self.decode_attend = attend_grouped if self.settings.grouped_attention else None
+        self.decode_attend = attend_grouped if self.tuning.grouped_attention else None
         t = config.talker
         self.eos = t.codec_eos_token_id
         dev = tts_pad.device
@@ -216,8 +216,8 @@ class Engine:
             seeds=seeds,
             frames=frames,
             codebook=codebook,
-            allow_host_sync=self.settings.allow_host_sync,
-            sampler=self.settings.sampler,
+            allow_host_sync=self.tuning.allow_host_sync,
+            sampler=self.tuning.sampler,
             **site,
         )
 

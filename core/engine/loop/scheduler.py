@@ -51,12 +51,12 @@ def run_continuous(
     decode step (default: the engine's eager step; a GraphedDecodeStep replays graphs).
     `again(job, result)`: the job to run after a finished one instead of yielding its result
     (queued ahead of the jobs not yet read), or None to yield it."""
-    state, settings = engine.state, engine.settings
+    state, tuning = engine.state, engine.tuning
     step = step or engine.decode_step
     waiting = iter(jobs)
     follow_ups: deque[EngineJob] = deque()  # from `again`: read before `waiting`
     ready: deque[tuple[EngineJob, Prompt]] = deque()  # prompts built ahead, in job order
-    lookahead = min(state.slots, settings.prefill_group)
+    lookahead = min(state.slots, tuning.prefill_group)
 
     def prepare(n: int) -> None:
         while len(ready) < n:
@@ -75,13 +75,13 @@ def run_continuous(
             job, prompt = ready.popleft()
             fills.append(SlotFill(slot=slot, prompt=prompt, budget=job.budget, seed=job.seed))
             occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
-        group = settings.prefill_group
+        group = tuning.prefill_group
         for start in range(0, len(fills), group):
             engine.prefill(fills[start : start + group])
         if all(job is None for job in occupant):
             return
-        check = settings.check_every
-        view = view_length(max(bound) + check + 1, settings.view_bucket, state.kv.max_len)
+        check = tuning.check_every
+        view = view_length(max(bound) + check + 1, tuning.view_bucket, state.kv.max_len)
         for _ in range(check):
             step(view)
         prepare(lookahead)  # host work that overlaps the steps just queued

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from qtts.core.engine.device.settings import EngineSettings, sampler_on
+from qtts.core.engine.device.tuning import EngineTuning, sampler_on
 from qtts.core.engine.plan.footprint import (
     Dims,
     prefill_activation_bytes,
@@ -191,7 +191,7 @@ def plan_memory(
     dims: Dims,
     budget_bytes: int,
     weights_bytes: int,
-    settings: EngineSettings,
+    tuning: EngineTuning,
     batch_size: int | None = None,
     device_kind: str = "cuda",
 ) -> MemoryPlan:
@@ -202,19 +202,19 @@ def plan_memory(
     margin = max(MIN_MARGIN, int(MARGIN_SHARE * budget_bytes))
     spare = budget_bytes - weights_bytes - margin
     longest = max((r.budget for r in rows), default=1)
-    per_utterance = vocoder_bytes(dims, 1, longest, graphs=settings.cuda_graphs)
+    per_utterance = vocoder_bytes(dims, 1, longest, graphs=tuning.cuda_graphs)
     cap = VOCODER_MAX_BATCH.get(device_kind, VOCODER_MAX_BATCH["cuda"])  # meta stands in for CUDA
     at_most = min(cap, max(len(rows), 1))  # never more rows than the job has
     vocoder_batch = max(1, min(at_most, int(VOCODER_SHARE * spare) // per_utterance))
     room = spare - vocoder_batch * per_utterance  # for the largest group's working set
     groups = length_groups(rows)
-    kernel_sampler = sampler_on(settings.sampler, device_kind) == "triton"  # the one that runs
+    kernel_sampler = sampler_on(tuning.sampler, device_kind) == "triton"  # the one that runs
 
     def group(index: list[int], slots: int) -> GroupPlan:
-        return _group(rows, index, slots, d=dims, settings=settings, kernel_sampler=kernel_sampler)
+        return _group(rows, index, slots, d=dims, tuning=tuning, kernel_sampler=kernel_sampler)
 
     def fits(index: list[int], slots: int) -> bool:
-        return group(index, slots).working_bytes(settings.cuda_graphs) <= room
+        return group(index, slots).working_bytes(tuning.cuda_graphs) <= room
 
     if batch_size is None:  # per group, as many as fit (0 where not even one does: fits is False)
         upper = MAX_AUTO_SLOTS.get(device_kind, MAX_AUTO_SLOTS["cpu"])
@@ -232,21 +232,21 @@ def plan_memory(
         vocoder_batch=vocoder_batch,
         vocoder_bytes=vocoder_batch * per_utterance,
         groups=tuple(planned),
-        graphs=settings.cuda_graphs,
+        graphs=tuning.cuda_graphs,
         requested=batch_size,
         largest_fitting=largest,
     )
 
 
 def _group(
-    rows, index: list[int], slots: int, d: Dims, settings: EngineSettings, kernel_sampler: bool
+    rows, index: list[int], slots: int, d: Dims, tuning: EngineTuning, kernel_sampler: bool
 ) -> GroupPlan:
     members = [rows[i] for i in index]
     kv_len = aligned_kv_len(max(r.kv_need for r in members))  # every view 16-aligned
     max_frames = max(r.budget for r in members)
     max_trailing = max(r.trailing for r in members)
     width = max(r.prompt for r in members)
-    prefill_rows = max(1, min(settings.prefill_group, slots))
+    prefill_rows = max(1, min(tuning.prefill_group, slots))
     return GroupPlan(
         rows=tuple(index),
         slots=slots,
@@ -254,14 +254,14 @@ def _group(
         max_frames=max_frames,
         max_trailing=max_trailing,
         prefill_rows=prefill_rows,
-        views=tuple(view_lengths(settings.view_bucket, kv_len)) if settings.cuda_graphs else (),
+        views=tuple(view_lengths(tuning.view_bucket, kv_len)) if tuning.cuda_graphs else (),
         state_bytes=slot_state_bytes(d, slots, kv_len, max_frames, max_trailing),
         kv_bytes=slots * kv_len * d.kv_bytes_per_position(),
         activation_bytes=step_activation_bytes(
-            d, slots, kv_len, not settings.grouped_attention, kernel_sampler
+            d, slots, kv_len, not tuning.grouped_attention, kernel_sampler
         ),
         prefill_bytes=prefill_activation_bytes(
-            d, prefill_rows, width, settings.layer_path == "fused", kernel_sampler
+            d, prefill_rows, width, tuning.layer_path == "fused", kernel_sampler
         ),
     )
 

@@ -71,7 +71,7 @@ CUSTOM_OPS = LayerOps(
     silu_mul=silu_mul,
 )
 # Their torch twins, called directly: what a CPU's custom ops run anyway, without the custom-op
-# dispatch (tens of us a call, 500 calls a step; EngineSettings.custom_ops).
+# dispatch (tens of us a call, 500 calls a step; EngineTuning.custom_ops).
 TWIN_OPS = LayerOps(
     rms_norm=rms_norm_twin,
     qk_norm_rope_cache=qk_norm_rope_cache_twin,

@@ -1,6 +1,6 @@
 """The one place a layer path becomes the callables a decode step runs its stacks through.
 
-`EngineSettings.layer_path` picks one of three implementations of the same layers: "module" (the
+`EngineTuning.layer_path` picks one of three implementations of the same layers: "module" (the
 model's forward, the twin of the others), "packed" (the predictor's one-token steps through packed
 weights, core/engine/step/packed_stack.py: the CPU default) and "fused" (both stacks through the
 fused ops, core/engine/step/fused_stack.py: the GPU default). Each is tied to the module path by its

@@ -8,7 +8,7 @@ function of (request seed, frame index, codebook index, vocab index) (qtts.core.
 so a request's tokens do not depend on its batch, slot, device or a resume. Every per-row parameter
 is a device tensor (graph-safe).
 
-The choice between kernel and twin is EngineSettings.sampler, made here by hand rather than by a
+The choice between kernel and twin is EngineTuning.sampler, made here by hand rather than by a
 CUDA kernel registered on one torch op (as kernels/rms_norm.py does): the twin uses host hints and
 the CPU's host-syncing top-k draw, which an op's tensor schema cannot carry, and either side may
 be forced on either device (the kernel interpreted on CPU, the twin on CUDA).
@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from qtts.core.engine.device.settings import sampler_on
+from qtts.core.engine.device.tuning import sampler_on
 from qtts.core.engine.step.noise import gumbel, noise_at, row_keys, uniform_noise
 from qtts.core.model.config import SamplingParams
 
@@ -228,7 +228,7 @@ def choose_tokens(
     suppress: torch.Tensor | None = None,  # bool [V]
     out: torch.Tensor | None = None,  # int64 [B]; written when given
     allow_host_sync: bool = False,  # see select_tokens
-    sampler: str = "auto",  # EngineSettings.sampler: "auto" | "torch" | "triton"
+    sampler: str = "auto",  # EngineTuning.sampler: "auto" | "torch" | "triton"
 ) -> torch.Tensor:
     """apply_penalties + select_tokens, by the Triton kernel or by this twin. Returns int64 [B]
     token ids (`out` itself when given)."""

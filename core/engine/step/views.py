@@ -1,6 +1,6 @@
 """KV view lengths: how much of a static cache a decode step attends over.
 
-Attention reads the first `view` positions of a slot's cache, a multiple of the settings'
+Attention reads the first `view` positions of a slot's cache, a multiple of the tuning'
 `view_bucket`, so a step's cost follows the longest live row instead of the cache size, and the
 GPU captures one graph per possible view. Plain integers: the planner sizes graphs from these
 without touching a tensor.

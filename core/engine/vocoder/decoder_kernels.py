@@ -9,7 +9,7 @@ On a CPU nothing changes: the modules keep their own layers there.
   next causal convolution's left padding too, so no padded copy of the activation is made.
 - The frame-rate convolutions (pre_conv, the upsampling transposed convolutions, the first
   decoder conv and the first block's transposed conv): one cuBLAS product each
-  (core/engine/vocoder/conv_gemm.py) when `gemm` (the engine settings' decoder_gemm), instead of
+  (core/engine/vocoder/conv_gemm.py) when `gemm` (the engine tuning' decoder_gemm), instead of
   cuDNN. On an H200 one convolution call of the decoder's window ran in cuDNN's kernel without
   tensor cores; which one is not known yet (tools/vocoder_probe.py now times each convolution
   alone), and these are the ones whose products stay small. Every later convolution (the first

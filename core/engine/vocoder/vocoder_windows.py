@@ -136,7 +136,7 @@ def longest_first(lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
-def plan_windows(
+def cut_windows(
     lengths: Sequence[int],
     chunk: int = CHUNK_FRAMES,
     context: int = LEFT_CONTEXT,
@@ -183,7 +183,7 @@ def padding_waste(
     context too: not padding). 0.0 when nothing is needed."""
     ordered = sorted(lengths, reverse=True)
     decoded = needed = 0
-    for w in plan_windows(lengths, chunk, context, max_waste):
+    for w in cut_windows(lengths, chunk, context, max_waste):
         decoded += w.rows * w.frames
         piece = ordered[w.first_row : w.first_row + w.rows]  # rows in a piece differ in length
         needed += sum(w.context + min(chunk, n - w.start) for n in piece)
@@ -211,7 +211,7 @@ def decode_bucketed(
     device = next(decoder.parameters()).device
     lengths = [int(c.shape[0]) for c in codes]
     order = longest_first(lengths)
-    windows = plan_windows(lengths, chunk, context, max_waste)
+    windows = cut_windows(lengths, chunk, context, max_waste)
     width = max((w.start - w.context + w.frames for w in windows), default=0)
     batch = torch.zeros(len(codes), q, width, dtype=torch.long, device=device)  # [B, Q, T]
     for j, i in enumerate(order):

@@ -28,7 +28,7 @@ from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.stores.open_store import writer_threads
 from qtts.core.jobs.output.writer import fsync_dir
 from qtts.core.jobs.output.writer_clock import WriterClock, WritingReport
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import Chunk, Todo, chunks
@@ -48,7 +48,7 @@ class LocalBackend:
     placement: Placement
     options: object  # GenerationOptions
     budget: FrameBudget
-    split: SplitSettings | None = None  # long rows cut into segments (None: every row whole)
+    split: SplitOptions | None = None  # long rows cut into segments (None: every row whole)
     synth: object = None  # loaded by prepare()
     writing: WritingReport | None = None  # what the last outcome stream's writing cost
 

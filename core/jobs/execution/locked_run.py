@@ -139,7 +139,7 @@ class JobRun:
             # The texts of a big job off the heap: deciding the work reads digests, not texts.
             prepared = self.job.prepared
             prepared.rows = spilled(prepared.rows, Layout(self.out).dir)
-            work = self._plan()
+            work = self._scan_and_decide()
             self._record_work(work)
             status, code = "done", 0
             try:
@@ -157,7 +157,8 @@ class JobRun:
             summary.exit_code = code or (3 if summary.failed or summary.pending else 0)
             return summary
 
-    def _plan(self) -> Work:
+    def _scan_and_decide(self) -> Work:
+        """Read this shard's records, clear what a killed run left half-written, decide the work."""
         records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         self.records = with_repeated_encoded(records)
         del records

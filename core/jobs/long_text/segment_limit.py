@@ -13,13 +13,13 @@ import logging
 from dataclasses import replace
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 
 log = logging.getLogger("qtts")
 
 
-def settle_segment_limit(split: SplitSettings, budget: FrameBudget) -> SplitSettings:
+def settle_segment_limit(split: SplitOptions, budget: FrameBudget) -> SplitOptions:
     """split with its limit set: the one given (UsageError when a segment that long does not fit
     the budget), or the default lowered to the longest segment that does."""
     if not split.enabled:

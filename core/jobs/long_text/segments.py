@@ -24,7 +24,7 @@ from qtts.core.jobs.interfaces import Synthesizer, TextModel
 from qtts.core.jobs.long_text.split_text import split_texts
 from qtts.core.jobs.output.measures import chars_per_s
 from qtts.core.jobs.output.recorder import utterance_error
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.synthesis.requests import (
     GenerationOptions,
@@ -60,7 +60,7 @@ def segment_seed(seed: int, index: int) -> int:
 
 
 def cut_rows(
-    texts: Sequence[str], tokens: Sequence[int], model: TextModel, split: SplitSettings | None
+    texts: Sequence[str], tokens: Sequence[int], model: TextModel, split: SplitOptions | None
 ) -> list[list[str]]:
     """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only."""
     if split is None or not split.enabled:

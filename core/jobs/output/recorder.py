@@ -49,7 +49,7 @@ class RecordContext:
     model: str  # the --model string
     run: str
     on_budget: str  # the budget policy's key (spec.FailurePolicy.key): ok | fail | retry/N
-    split: str = "none"  # the split settings' key (spec.SplitSettings.key)
+    split: str = "none"  # the split settings' key (spec.SplitOptions.key)
     tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
     store: StoreSpec = StoreSpec()  # where the rows go (the files layout unless asked)
 

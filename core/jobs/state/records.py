@@ -57,7 +57,7 @@ RECORD_SCHEMA = pa.schema(
         ("ref_text", pa.string()),
         ("ref_digest", pa.string()),  # content of the reference audio (Base models)
         ("settings", pa.string()),  # digest of the job settings (fingerprint.JobFingerprint)
-        ("split", pa.string()),  # the split settings it ran under (spec.SplitSettings.key)
+        ("split", pa.string()),  # the split settings it ran under (spec.SplitOptions.key)
         ("on_budget", pa.string()),  # the budget policy it ran under (spec.FailurePolicy.key)
         ("model", pa.string()),  # the --model string, for people reading results
         ("run", pa.string()),

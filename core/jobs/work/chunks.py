@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.long_text.segments import SplitRows, cut_rows, segment_id, segment_seed
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.synthesis.requests import Request
@@ -89,7 +89,7 @@ def longest_first(rows: pa.ChunkedArray, est_frames: np.ndarray) -> np.ndarray:
 
 
 def chunk_requests(
-    rows: pa.Table, model: TextModel, budget: FrameBudget, split: SplitSettings | None = None
+    rows: pa.Table, model: TextModel, budget: FrameBudget, split: SplitOptions | None = None
 ) -> Chunk:
     """Requests for `rows` with exact budgets, longest first."""
     fields = rows.to_pylist()
@@ -146,7 +146,7 @@ def chunks(
     model: TextModel,
     budget: FrameBudget,
     size: int | None = None,
-    split: SplitSettings | None = None,
+    split: SplitOptions | None = None,
 ) -> Iterator[Chunk]:
     """The job's requests, longest first, a chunk at a time."""
     for rows in todo.slices(size):

@@ -15,7 +15,7 @@ import pyarrow as pa
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.rows.validation import Prepared
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.state.listing import Listing
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.budget_resume import recheck_budget
@@ -62,7 +62,7 @@ def decide_work(
     audio_format: str,
     save_codes: bool,
     layout: str = FILES,
-    split: SplitSettings | None = None,
+    split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:
     """records: the shard's latest records (empty with --overwrite); settings: JobFingerprint;

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.rows.ids import patched
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import EST_FRAMES_PER_TOKEN, FrameBudget
 
 SAMPLE_ROWS = 1024  # rows counted exactly to learn this job's tokens per byte
@@ -48,7 +48,7 @@ def check_lengths(
     texts: pa.ChunkedArray | pa.Array,
     model: TextModel,
     budget: FrameBudget,
-    split: SplitSettings | None = None,
+    split: SplitOptions | None = None,
 ) -> Lengths:
     """split: long rows are cut into segments, so no row is refused here (each segment is
     checked when its chunk is cut) and only the sample is counted."""

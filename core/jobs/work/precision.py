@@ -4,7 +4,7 @@ to (`cpu_auto_dtype` in .qtts/job.json). The precision is in every row's fingerp
 the pin a rerun or a shard on a CPU of another kind (with or without native bf16) would redo
 rows that were fine. An explicit --dtype runs as given and leaves the pin alone; --overwrite
 resolves afresh. record_job writes the pin under the job lock. Torch-free: the CPU's capability
-comes from the TextModel. See docs/job-state.md and docs/engine-settings.md, "Precision".
+comes from the TextModel. See docs/job-state.md and docs/engine-tuning.md, "Precision".
 """
 
 from __future__ import annotations

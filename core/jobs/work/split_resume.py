@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.interfaces import TextModel
 from qtts.core.jobs.long_text.segments import cut_rows
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.state.records import as_bools
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
@@ -42,7 +42,7 @@ LOOK_BATCH = 65_536
 
 
 def recheck_split(
-    resume: ResumeScan, valid: pa.Table, records: pa.Table, split: SplitSettings, model: TextModel
+    resume: ResumeScan, valid: pa.Table, records: pa.Table, split: SplitOptions, model: TextModel
 ) -> ResumeScan:
     """resume with the done rows this run would cut differently moved to stale, with a reason."""
     at = np.flatnonzero(resume.done)
@@ -65,7 +65,7 @@ def recheck_split(
         mine = codes == code
         changed = mine & ~whole
         check = np.flatnonzero(mine & whole)
-        if len(check) and not _whole_by_settings(SplitSettings.from_key(key), split):
+        if len(check) and not _whole_by_settings(SplitOptions.from_key(key), split):
             texts = valid["text"].take(pa.array(at[check]))
             changed[check] = ~_stays_whole(texts, tokens.take(pa.array(check)), split, model)
         alike &= ~changed
@@ -81,7 +81,7 @@ def recheck_split(
     return resume
 
 
-def _whole_by_settings(old: SplitSettings, new: SplitSettings) -> bool:
+def _whole_by_settings(old: SplitOptions, new: SplitOptions) -> bool:
     """A row `old` left whole, `new` leaves whole too, whatever its text."""
     if not new.enabled:
         return True
@@ -91,7 +91,7 @@ def _whole_by_settings(old: SplitSettings, new: SplitSettings) -> bool:
     return old.mode == new.mode == "auto" and new.limit >= old.limit
 
 
-def _stays_whole(texts, tokens, split: SplitSettings, model: TextModel) -> np.ndarray:
+def _stays_whole(texts, tokens, split: SplitOptions, model: TextModel) -> np.ndarray:
     """Whether `split` leaves each text whole, from its recorded token count (a row recorded
     without one, or over the limit, is taken as cut: redone once, it records the new key)."""
     whole = as_bools(pc.less_equal(tokens, split.limit))

@@ -42,9 +42,9 @@ def test_a_nested_part_counts_once(monkeypatch):
 
 @pytest.mark.parametrize("path", ["module", "packed"])
 def test_parts_add_up_and_leave_the_step_unchanged(tiny_gqa, path):
-    settings = engines.cpu_settings(**engines.GPU_PATHS[path])
-    timed = engines.prefilled(tiny_gqa, 3, 3, greedy=True, settings=settings)
-    plain = engines.prefilled(tiny_gqa, 3, 3, greedy=True, settings=settings)
+    tuning = engines.cpu_tuning(**engines.GPU_PATHS[path])
+    timed = engines.prefilled(tiny_gqa, 3, 3, greedy=True, tuning=tuning)
+    plain = engines.prefilled(tiny_gqa, 3, 3, greedy=True, tuning=tuning)
     original_choose = engine_module.choose_tokens
 
     parts = sp.step_parts(timed, 64, repeats=2)

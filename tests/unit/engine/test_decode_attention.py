@@ -40,9 +40,9 @@ def test_grouped_decode_attention_with_the_cuda_output_layout(sdpa_bthd):
     torch.testing.assert_close(got, want)
 
 
-def _codes(tiny, greedy, settings):
+def _codes(tiny, greedy, tuning):
     prompts = engines.prompts(tiny)
-    eng = engines.engine(tiny, 3, greedy, settings)
+    eng = engines.engine(tiny, 3, greedy, tuning)
     return engines.run_codes(eng, engines.jobs(prompts))
 
 
@@ -50,10 +50,10 @@ def _codes(tiny, greedy, settings):
 def test_engine_codes_with_the_cuda_layout_and_gpu_attention(tiny_gqa, sdpa_bthd, greedy):
     """The GPU engine's attention choices (grouped decode attention, grouped padded prefill) on
     CPU with CUDA's SDPA layout give the CPU path's codes, with several KV heads."""
-    gpu_like = engines.cpu_settings(grouped_attention=True, prefill_group=3)
+    gpu_like = engines.cpu_tuning(grouped_attention=True, prefill_group=3)
     got = _codes(tiny_gqa, greedy, gpu_like)
     assert any(shape[2] > 1 and shape[1] == 2 for shape in sdpa_bthd), "no grouped call"
-    want = _codes(tiny_gqa, greedy, engines.cpu_settings())
+    want = _codes(tiny_gqa, greedy, engines.cpu_tuning())
     assert sorted(got) == sorted(want) == list(range(len(engines.TEXTS)))
     for key in want:
         assert torch.equal(got[key], want[key]), key

@@ -14,9 +14,9 @@ import torch
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
 def test_decode_step_traces_as_one_graph(tiny_gqa, path, greedy):
     torch._dynamo.reset()
-    settings = engines.gpu_path_settings(path)
-    traced = engines.prefilled(tiny_gqa, 3, 2, greedy, settings, budget=12)
-    eager = engines.prefilled(tiny_gqa, 3, 2, greedy, settings, budget=12)
+    tuning = engines.gpu_path_tuning(path)
+    traced = engines.prefilled(tiny_gqa, 3, 2, greedy, tuning, budget=12)
+    eager = engines.prefilled(tiny_gqa, 3, 2, greedy, tuning, budget=12)
     step = torch.compile(traced.decode_step, fullgraph=True, backend="eager", dynamic=False)
     for _ in range(3):
         step(64)  # raises torch._dynamo.exc.Unsupported on a graph break

@@ -26,7 +26,7 @@ def test_grouped_prefill_state_matches_single(tiny):
 
 
 def _codes(tiny, group, greedy):
-    eng = engines.engine(tiny, 3, greedy, engines.cpu_settings(prefill_group=group))
+    eng = engines.engine(tiny, 3, greedy, engines.cpu_tuning(prefill_group=group))
     return engines.run_codes(eng, engines.jobs(engines.prompts(tiny)))
 
 

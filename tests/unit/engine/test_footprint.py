@@ -54,8 +54,8 @@ def _bound(estimate: int, measured: int) -> None:
 @pytest.mark.parametrize("grouped", [False, True], ids=["cpu-repeat-kv", "grouped"])
 def test_decode_step_bound_on_cpu(tiny_gqa, grouped):
     config = tiny_gqa[0]
-    settings = engines.cpu_settings(grouped_attention=grouped, allow_host_sync=False)
-    eng = engines.engine(tiny_gqa, 6, False, settings, max_len=256, max_frames=32)
+    tuning = engines.cpu_tuning(grouped_attention=grouped, allow_host_sync=False)
+    eng = engines.engine(tiny_gqa, 6, False, tuning, max_len=256, max_frames=32)
     eng.state.finished.fill_(False)  # every slot computes
     dims = Dims.of(config, decoder_config("small"), 4, 4)
     for view in (64, 256):
@@ -87,11 +87,11 @@ def test_gpu_working_sets_bound_at_real_dimensions(size, fused_sdpa):
     from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
     config, model, decoder, dims = _real(size)
-    settings = engines.gpu_path_settings("module")
+    tuning = engines.gpu_path_tuning("module")
     p = engines.sampling(False)
     state = SlotState(config, 8, 1024, 64, 1, talker=p, subtalker=p, dtype=torch.bfloat16,
                       device="meta")  # fmt: skip
-    eng = Engine(model, config, state, pad_embedding(model.talker, config), settings)
+    eng = Engine(model, config, state, pad_embedding(model.talker, config), tuning)
     with LiveBytes() as live:
         eng.decode_step(1024)
     _bound(step_activation_bytes(dims, 8, 1024, repeats_kv=False, kernel_sampler=True), live.peak)
@@ -123,7 +123,7 @@ def test_fused_prefill_bound_at_real_dimensions(size):
     p = engines.sampling(False)
     state = SlotState(config, 64, 1024, 64, 1, talker=p, subtalker=p, dtype=torch.bfloat16,
                       device="meta")  # fmt: skip
-    eng = Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_settings())
+    eng = Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_tuning())
     prompts = [embed_prompt(model.talker, config, synthetic_tokens(i, 1000, 100 + i))
                for i in range(64)]  # fmt: skip
     width = max(pr.embeds.shape[0] for pr in prompts)
@@ -135,7 +135,7 @@ def test_fused_prefill_bound_on_cpu(tiny_gqa):
     """The same pass on CPU in fp32 (the ops' torch twins), where the attention half is the
     larger one."""
     config = tiny_gqa[0]
-    eng = engines.engine(tiny_gqa, 6, False, engines.gpu_settings())
+    eng = engines.engine(tiny_gqa, 6, False, engines.gpu_tuning())
     prompts = engines.prompts(tiny_gqa)
     width = max(pr.embeds.shape[0] for pr in prompts)
     dims = Dims.of(config, decoder_config("small"), 4, 4)
@@ -152,7 +152,7 @@ def test_the_fused_step_stays_within_the_module_paths_bound(fused_sdpa):
     p = engines.sampling(False)
     state = SlotState(config, 8, 1024, 64, 1, talker=p, subtalker=p, dtype=torch.bfloat16,
                       device="meta")  # fmt: skip
-    eng = Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_settings())
+    eng = Engine(model, config, state, pad_embedding(model.talker, config), engines.gpu_tuning())
     with LiveBytes() as live:
         eng.decode_step(1024)
     assert 0 < live.peak <= step_activation_bytes(dims, 8, 1024, False, kernel_sampler=True)

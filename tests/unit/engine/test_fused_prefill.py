@@ -95,7 +95,7 @@ def test_fused_engine_prefill_state_matches_single_prompts(tiny_gqa):
     """A grouped fused prefill into slots given out of order vs the CPU's one prompt at a time."""
     tiny = (tiny_gqa[0], copy.deepcopy(tiny_gqa[1]), tiny_gqa[2])
     single = engines.engine(tiny, 4, True)
-    fused = engines.engine(tiny, 4, True, engines.gpu_settings())
+    fused = engines.engine(tiny, 4, True, engines.gpu_tuning())
     assert fused.talker_prefill is not None and single.talker_prefill is None
     fills = [SlotFill(s, p, 10, s) for s, p in zip([3, 0, 2], engines.prompts(tiny), strict=False)]
     for f in fills:
@@ -118,9 +118,9 @@ def test_fused_prefill_groups_give_the_official_prefills_codes(tiny_gqa, greedy)
     prefills one prompt at a time with the official numerics."""
     tiny = (tiny_gqa[0], copy.deepcopy(tiny_gqa[1]), tiny_gqa[2])
     prompts, codes = engines.prompts(tiny), {}
-    for name, settings in (("cpu", engines.cpu_settings()),
-                           ("fused", engines.gpu_settings(prefill_group=3))):  # fmt: skip
-        eng = engines.engine(tiny, 3, greedy, settings)
+    for name, tuning in (("cpu", engines.cpu_tuning()),
+                           ("fused", engines.gpu_tuning(prefill_group=3))):  # fmt: skip
+        eng = engines.engine(tiny, 3, greedy, tuning)
         codes[name] = engines.run_codes(eng, engines.jobs(prompts))
     assert sorted(codes["fused"]) == sorted(codes["cpu"]) == list(range(len(engines.TEXTS)))
     for key, want in codes["cpu"].items():
@@ -129,7 +129,7 @@ def test_fused_prefill_groups_give_the_official_prefills_codes(tiny_gqa, greedy)
 
 def test_fused_prefill_has_no_host_sync(tiny_gqa):
     tiny = (tiny_gqa[0], copy.deepcopy(tiny_gqa[1]), tiny_gqa[2])
-    eng = engines.engine(tiny, 4, False, engines.gpu_settings())
+    eng = engines.engine(tiny, 4, False, engines.gpu_tuning())
     fills = [SlotFill(i, p, 10, i) for i, p in enumerate(engines.prompts(tiny)[:4])]
     with OpLog() as log:
         eng.prefill(fills)

@@ -72,7 +72,7 @@ def test_fused_engine_gives_the_module_paths_codes(tiny_gqa, greedy):
     prompts = engines.prompts(tiny)
     codes = {}
     for path in ("module", "fused"):
-        eng = engines.engine(tiny, 3, greedy, engines.gpu_path_settings(path))
+        eng = engines.engine(tiny, 3, greedy, engines.gpu_path_tuning(path))
         assert isinstance(eng.talker_step, FusedStack) == (path == "fused")
         codes[path] = engines.run_codes(eng, engines.jobs(prompts))
     assert codes["fused"].keys() == codes["module"].keys()
@@ -82,14 +82,14 @@ def test_fused_engine_gives_the_module_paths_codes(tiny_gqa, greedy):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_twins_called_directly_are_the_custom_ops(tiny_gqa, dtype):
-    """A CPU's fused stack calls the ops' torch twins itself (EngineSettings.custom_ops False):
+    """A CPU's fused stack calls the ops' torch twins itself (EngineTuning.custom_ops False):
     bit for bit what the custom ops give there, prefill and decode steps, codes and K/V."""
     tiny = (tiny_gqa[0], copy.deepcopy(tiny_gqa[1]).to(dtype), tiny_gqa[2])
     runs = {}
     for custom in (True, False):
-        settings = engines.cpu_settings(dtype, layer_path="fused", custom_ops=custom,
+        tuning = engines.cpu_tuning(dtype, layer_path="fused", custom_ops=custom,
                                         prefill_group=4)  # fmt: skip
-        eng = engines.engine(tiny, 3, False, settings, dtype=dtype)
+        eng = engines.engine(tiny, 3, False, tuning, dtype=dtype)
         assert eng.talker_step.ops is (CUSTOM_OPS if custom else TWIN_OPS)
         codes = engines.run_codes(eng, engines.jobs(engines.prompts(tiny)))
         runs[custom] = codes, eng.state.kv.k.clone()

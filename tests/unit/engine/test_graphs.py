@@ -69,12 +69,12 @@ def _state_tensors(state):
 
 
 # As on GPU, nothing reads the host; 32-position views keep the traces few (3 for 96 positions).
-SETTINGS = engines.cpu_settings(allow_host_sync=False, view_bucket=32)
+TUNING = engines.cpu_tuning(allow_host_sync=False, view_bucket=32)
 
 
 def _graphed_codes(tiny, backend, greedy=True):
-    eng = engines.engine(tiny, 3, greedy, SETTINGS, max_len=96, max_frames=48)
-    views = view_lengths(SETTINGS.view_bucket, eng.state.kv.max_len)
+    eng = engines.engine(tiny, 3, greedy, TUNING, max_len=96, max_frames=48)
+    views = view_lengths(TUNING.view_bucket, eng.state.kv.max_len)
     step = GraphedDecodeStep(eng, views, backend=backend)
     jobs = engines.jobs(engines.prompts(tiny), budget0=20)  # KV grows across buckets
     return engines.run_codes(eng, jobs, step=step), views
@@ -90,7 +90,7 @@ def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy,
     first_replay = next(i for i, (kind, _) in enumerate(backend.log) if kind == "replay")
     assert captures == sorted(views, reverse=True) and len(captures) == first_replay
     assert len(set(replays)) > 1, "the test should make the KV view grow"
-    eng = engines.engine(tiny, 3, greedy, SETTINGS, max_len=96, max_frames=48)
+    eng = engines.engine(tiny, 3, greedy, TUNING, max_len=96, max_frames=48)
     want = engines.run_codes(eng, engines.jobs(engines.prompts(tiny), budget0=20))
     assert sorted(got) == sorted(want) == list(range(len(engines.TEXTS)))
     for key in want:
@@ -146,8 +146,8 @@ def _state_copy(eng):
 def test_capture_after_a_prefill_leaves_the_state_as_it_was(tiny):
     """Warm-up runs real steps on a live state; capture must put it back exactly (the graph's
     first replay is then the step that was due), and decoding goes on as if nothing happened."""
-    eng = engines.prefilled(tiny, 3, 2, True, SETTINGS)
-    twin = engines.prefilled(tiny, 3, 2, True, SETTINGS)
+    eng = engines.prefilled(tiny, 3, 2, True, TUNING)
+    twin = engines.prefilled(tiny, 3, 2, True, TUNING)
     before = _state_copy(eng)
     step = GraphedDecodeStep(eng, [64], backend=Traced())
     for name, value in _state_copy(eng).items():
@@ -171,11 +171,11 @@ def test_capture_after_a_prefill_leaves_the_state_as_it_was(tiny):
     ],
 )
 def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
-    eng = engines.engine(tiny, 3, True, SETTINGS, max_len=96, max_frames=48)
+    eng = engines.engine(tiny, 3, True, TUNING, max_len=96, max_frames=48)
     fills = engines.jobs(engines.prompts(tiny)[:2], budget0=20)
     eng.prefill([SlotFill(j.key, j.prompt, j.budget, j.seed) for j in fills])
     before = _state_copy(eng)
-    views = view_lengths(SETTINGS.view_bucket, eng.state.kv.max_len)
+    views = view_lengths(TUNING.view_bucket, eng.state.kv.max_len)
     with pytest.raises(raised) as info:
         GraphedDecodeStep(eng, views, backend=Recording(fail_at=2, error=error))
     if raised is GraphCaptureError:

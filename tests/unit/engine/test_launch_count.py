@@ -15,7 +15,7 @@ from qtts.core.bench.launches import (
     meta_engine,
     prefill_launches,
 )
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 
 LAUNCH_BUDGET = 1500  # the issue's ceiling; the goal is <= 1,200
 # Per step: 103 layer passes x 9 ops (attention counted as 2 launches) + 16 stack calls x (final
@@ -46,7 +46,7 @@ def test_prefill_launches_are_pinned_and_within_budget(size):
 def test_the_prefill_counter_sees_the_module_path():
     """The module path's padded prefill (QTTS_LAYER_PATH=module), ~70 ops per layer pass: the
     count above is the fused path's, not a blind counter's."""
-    twin = replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False,
+    twin = replace(EngineTuning.for_device("cuda", env={}), cuda_graphs=False,
                    layer_path="module")  # fmt: skip
     got = prefill_launches("0.6b", 64, twin)
     assert got["prefill_launches_per_layer_pass"] > 6 * PREFILL_PER_LAYER_PASS
@@ -67,7 +67,7 @@ def test_the_counter_sees_the_unfused_twin():
     """The same counter on the module path (QTTS_LAYER_PATH=module): the ~70 ops per layer pass
     that the fused stack replaces, so the low count above is the fused path's, not a blind
     counter's."""
-    twin = replace(EngineSettings.for_device("cuda", env={}), cuda_graphs=False,
+    twin = replace(EngineTuning.for_device("cuda", env={}), cuda_graphs=False,
                    layer_path="module")  # fmt: skip
     counter = count_decode_step(meta_engine("0.6b", 64, twin))
     assert counter.total > 4 * LAUNCH_BUDGET

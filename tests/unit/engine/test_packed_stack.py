@@ -52,7 +52,7 @@ def test_bfloat16_stack_follows_the_module(tiny):
 
 def _codes(tiny, packed: bool, greedy: bool):
     eng = engines.engine(
-        tiny, 3, greedy, engines.cpu_settings(layer_path="packed" if packed else "module")
+        tiny, 3, greedy, engines.cpu_tuning(layer_path="packed" if packed else "module")
     )
     assert isinstance(eng.predictor_step, PackedStack) == packed
     texts = ["Hi.", "A longer sentence for the test.", "Mid line.", "Ok."]

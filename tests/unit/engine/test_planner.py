@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from qtts.core.capacity.job_fit import plan_model, synthetic_shapes
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
 from qtts.core.engine.step.views import KV_ALIGN, aligned_kv_len
 from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, frame_buckets
 from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
 
-GPU = EngineSettings.for_device("cuda", env={})
+GPU = EngineTuning.for_device("cuda", env={})
 
 
 @pytest.fixture(scope="module", params=["0.6b", "1.7b"])
@@ -112,11 +112,11 @@ def test_the_plan_sizes_the_sampler_the_settings_choose(model):
 
     rows = _rows(model, [20] * 8)
 
-    def activation(settings) -> int:
-        plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, settings, 8)
+    def activation(tuning) -> int:
+        plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, tuning, 8)
         return plan.groups[0].activation_bytes
 
-    twin = activation(EngineSettings.for_device("cuda", env={"QTTS_SAMPLER": "torch"}))
+    twin = activation(EngineTuning.for_device("cuda", env={"QTTS_SAMPLER": "torch"}))
     assert twin == activation(replace(GPU, sampler="torch"))
     assert twin > activation(replace(GPU, sampler="triton"))
 
@@ -144,10 +144,10 @@ def test_the_plans_memory_parts_add_up_to_its_total(model):
     from dataclasses import replace
 
     rows = _rows(model, [200] * 64)
-    for settings in (GPU, replace(GPU, cuda_graphs=False)):
-        plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, settings)
+    for tuning in (GPU, replace(GPU, cuda_graphs=False)):
+        plan = plan_memory(rows, model.dims, 80 * GIB, model.weights_bytes, tuning)
         parts = plan.as_json()["memory"]
         assert sum(parts.values()) == plan.total_bytes
         assert parts["kv_cache"] == plan.peak_group.kv_bytes > 0 < parts["slot_state"]
         held = [k for k in ("decode_step", "prefill") if k in parts]
-        assert len(held) == (2 if settings.cuda_graphs else 1)
+        assert len(held) == (2 if tuning.cuda_graphs else 1)

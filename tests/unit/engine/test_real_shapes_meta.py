@@ -40,8 +40,8 @@ def _engine(real, path: str = "fused"):
     _, config, model, _ = real
     state = SlotState(config, SLOTS, MAX_LEN, MAX_FRAMES, 1, talker=PARAMS, subtalker=PARAMS,
                       dtype=torch.bfloat16, device="meta")  # fmt: skip
-    settings = engines.gpu_path_settings(path)
-    return Engine(model, config, state, pad_embedding(model.talker, config), settings)
+    tuning = engines.gpu_path_tuning(path)
+    return Engine(model, config, state, pad_embedding(model.talker, config), tuning)
 
 
 def _fills(real, n: int, first_slot: int = 0) -> list[SlotFill]:

@@ -24,7 +24,7 @@ def test_next_prompts_are_built_between_the_steps_and_the_sync(tiny, monkeypatch
     monkeypatch.setattr(
         scheduler, "_host_flags", lambda s: events.append(("sync",)) or real_flags(s)
     )
-    eng = engines.engine(tiny, 2, True, engines.cpu_settings(prefill_group=2))
+    eng = engines.engine(tiny, 2, True, engines.cpu_tuning(prefill_group=2))
 
     def step(view):
         events.append(("step",))

@@ -18,10 +18,10 @@ from qtts.core.engine.vocoder.vocoder_windows import (
     batch_pieces,
     bucket_frames,
     bucket_shapes,
+    cut_windows,
     decode_bucketed,
     frame_buckets,
     padding_waste,
-    plan_windows,
     worst_padding_waste,
 )
 from qtts.core.model.codec import SpeechDecoder, decode_utterances
@@ -158,7 +158,7 @@ def test_rows_of_every_length_waste_at_most_max_waste():
 
 def test_padding_waste_counts_each_row_of_a_piece():
     """Rows decoded together may need different frames within one bucket: each row's own."""
-    windows = plan_windows([44, 40])
+    windows = cut_windows([44, 40])
     assert [(w.rows, w.frames) for w in windows] == [(2, 44)]
     assert padding_waste([44, 40]) == (88 - 84) / 84
     # Two windows: 300 kept (no padding), then 25 context + 100 kept (125: no padding), or
@@ -168,7 +168,7 @@ def test_padding_waste_counts_each_row_of_a_piece():
 
 def test_windows_tile_every_row_and_pad_within_the_bound():
     for n in [*range(1, 80), *range(280, 350), 599, 600, 601, 625, 650, 900, 1000]:
-        windows = plan_windows([n])
+        windows = cut_windows([n])
         kept = [(w.start, w.start + w.kept) for w in windows]
         assert kept == [(s, min(s + CHUNK_FRAMES, n)) for s in range(0, n, CHUNK_FRAMES)]
         for w in windows:
@@ -185,7 +185,7 @@ def test_every_row_of_a_group_pads_only_to_its_own_bucket():
                                 generator=gen).tolist()  # fmt: skip
         ordered = sorted(lengths, reverse=True)
         covered = [0] * len(lengths)
-        for w in plan_windows(lengths):
+        for w in cut_windows(lengths):
             assert w.rows in (1, 2, 4, 8, 16)
             for n in ordered[w.first_row : w.first_row + w.rows]:
                 own = w.context + min(CHUNK_FRAMES, n - w.start)
@@ -197,7 +197,7 @@ def test_every_row_of_a_group_pads_only_to_its_own_bucket():
 
 def test_groups_are_cut_by_bucket_into_powers_of_two_longest_first():
     assert batch_pieces(11) == [8, 2, 1] and batch_pieces(16) == [16] and batch_pieces(0) == []
-    windows = plan_windows([40, 700, 300, 301, 10])  # longest first: 700, 301, 300, 40, 10
+    windows = cut_windows([40, 700, 300, 301, 10])  # longest first: 700, 301, 300, 40, 10
     first = [(w.first_row, w.rows, w.kept, w.frames) for w in windows if w.start == 0]
     assert first == [(0, 2, 300, 300), (2, 1, 300, 300), (3, 1, 40, 44), (4, 1, 10, 25)]
     later = [(w.start, w.first_row, w.rows, w.kept, w.frames) for w in windows if w.start]

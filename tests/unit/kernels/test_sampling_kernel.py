@@ -20,7 +20,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from qtts.core.engine.device.settings import EngineSettings, sampler_on
+from qtts.core.engine.device.tuning import EngineTuning, sampler_on
 from qtts.core.engine.step.token_choice import (
     RowParams,
     apply_penalties,
@@ -341,11 +341,11 @@ def test_sampled_tokens_follow_the_filtered_distribution(kernel):
 def test_backend_choice():
     assert sampler_on("auto", "cpu") == "torch" and sampler_on("auto", "meta") == "triton"
     assert sampler_on("triton", "cpu") == "triton" and sampler_on("torch", "meta") == "torch"
-    cpu = EngineSettings.for_device("cpu", env={})
+    cpu = EngineTuning.for_device("cpu", env={})
     assert cpu.sampler == "auto"
-    assert EngineSettings.for_device("cpu", env={"QTTS_SAMPLER": "Triton"}).sampler == "triton"
+    assert EngineTuning.for_device("cpu", env={"QTTS_SAMPLER": "Triton"}).sampler == "triton"
     with pytest.raises(ValueError, match="QTTS_SAMPLER"):
-        EngineSettings.for_device("cpu", env={"QTTS_SAMPLER": "cuda"})
+        EngineTuning.for_device("cpu", env={"QTTS_SAMPLER": "cuda"})
     with pytest.raises(ValueError, match="sampler"):
         replace(cpu, sampler="cuda")
 

@@ -19,7 +19,7 @@ from torch import nn
 from qtts.core.model import hub, loader
 from qtts.core.model.loader import (
     ModelLoadError,
-    check_layout,
+    check_checkpoint_files,
     load_strict,
     parse_device,
     parse_dtype,
@@ -273,7 +273,7 @@ def test_parse_dtype():
 # ----------------------------------------------------------------------------- layout
 
 
-def make_layout(d: Path, *, tokenizer_json: bool = False) -> Path:
+def make_checkpoint_files(d: Path, *, tokenizer_json: bool = False) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps({"model_type": "qwen3_tts"}))
     (d / "generation_config.json").write_text("{}")
@@ -291,8 +291,8 @@ def make_layout(d: Path, *, tokenizer_json: bool = False) -> Path:
 
 
 def test_layout_complete(tmp_path):
-    check_layout(make_layout(tmp_path / "a"))
-    check_layout(make_layout(tmp_path / "b", tokenizer_json=True))
+    check_checkpoint_files(make_checkpoint_files(tmp_path / "a"))
+    check_checkpoint_files(make_checkpoint_files(tmp_path / "b", tokenizer_json=True))
 
 
 @pytest.mark.parametrize(
@@ -308,7 +308,7 @@ def test_layout_complete(tmp_path):
     ],
 )
 def test_layout_missing_piece_named(tmp_path, remove, named):
-    d = make_layout(tmp_path / "m")
+    d = make_checkpoint_files(tmp_path / "m")
     target = d / remove
     if target.is_dir():
         for f in target.iterdir():
@@ -317,21 +317,21 @@ def test_layout_missing_piece_named(tmp_path, remove, named):
     else:
         target.unlink()
     with pytest.raises(ModelLoadError) as exc:
-        check_layout(d)
+        check_checkpoint_files(d)
     msg = one_line(exc)
     assert msg.startswith("missing") and named in msg and str(d) in msg
 
 
 def test_layout_wrong_model_types(tmp_path):
-    d = make_layout(tmp_path / "m")
+    d = make_checkpoint_files(tmp_path / "m")
     (d / "speech_tokenizer" / "config.json").write_text(
         json.dumps({"model_type": "qwen3_tts_tokenizer_25hz"})
     )
     with pytest.raises(ModelLoadError, match="25 Hz"):
-        check_layout(d)
+        check_checkpoint_files(d)
     (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ModelLoadError, match="llama"):
-        check_layout(d)
+        check_checkpoint_files(d)
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -376,7 +376,7 @@ def go_online(monkeypatch):
 
 
 def test_resolve_repo_from_cache(tmp_path, monkeypatch):
-    fake = FakeHub(cached=make_layout(tmp_path / "snap"))
+    fake = FakeHub(cached=make_checkpoint_files(tmp_path / "snap"))
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
     assert resolve_model_dir(REPO) == tmp_path / "snap"
     assert fake.calls == [("cache", REPO)]
@@ -405,7 +405,7 @@ def test_resolve_partial_cache_goes_online(tmp_path, monkeypatch):
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "config.json").write_text("{}")
-    fake = FakeHub(cached=partial, online=make_layout(tmp_path / "full"))
+    fake = FakeHub(cached=partial, online=make_checkpoint_files(tmp_path / "full"))
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
     assert resolve_model_dir(REPO) == tmp_path / "full"
 

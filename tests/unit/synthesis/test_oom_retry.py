@@ -137,15 +137,15 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     import time
     from dataclasses import replace
 
-    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.device.tuning import EngineTuning
     from qtts.core.engine.loop import graphs
 
     text_model, s = synth
     expected, _ = _run(text_model, s)
-    cpu = EngineSettings.for_device("cpu", env={})
+    cpu = EngineTuning.for_device("cpu", env={})
     # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
-    monkeypatch.setattr(s, "settings", graphed)
+    monkeypatch.setattr(s, "tuning", graphed)
     vocoding, captures, jobs = threading.Event(), [], []
     real_batch = type(s)._vocode_batch
 
@@ -194,15 +194,15 @@ def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeyp
     eagerly, with a warning naming the failure, and the codes are the same."""
     from dataclasses import replace
 
-    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.device.tuning import EngineTuning
     from qtts.core.engine.loop import graphs
 
     text_model, s = synth
     expected, _ = _run(text_model, s)
-    cpu = EngineSettings.for_device("cpu", env={})
+    cpu = EngineTuning.for_device("cpu", env={})
     # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
-    monkeypatch.setattr(s, "settings", graphed)
+    monkeypatch.setattr(s, "tuning", graphed)
 
     class Broken(graphs.EagerGraphs):
         def capture(self, step, view_len):
@@ -223,11 +223,11 @@ def _graphed_on_cpu(s, monkeypatch):
     its own thread holding the device gate."""
     from dataclasses import replace
 
-    from qtts.core.engine.device.settings import EngineSettings
+    from qtts.core.engine.device.tuning import EngineTuning
 
-    cpu = EngineSettings.for_device("cpu", env={})
+    cpu = EngineTuning.for_device("cpu", env={})
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
-    monkeypatch.setattr(s, "settings", graphed)
+    monkeypatch.setattr(s, "tuning", graphed)
 
 
 def test_a_capture_that_breaks_turns_graphs_off_for_the_process(synth, monkeypatch):

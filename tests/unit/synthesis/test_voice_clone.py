@@ -161,16 +161,16 @@ def test_job_reference_defaults():
 
     from qtts.core.jobs.execution.run import apply_reference_defaults
     from qtts.core.jobs.rows.manifest import ROW_SCHEMA
-    from qtts.core.jobs.spec import JobSpec, OutputSettings, VoiceSettings
+    from qtts.core.jobs.spec import JobSpec, OutputOptions, VoiceOptions
 
     rows = pa.Table.from_pylist([{"row": 1, "id": "a", "text": "x"},
                                  {"row": 2, "id": "b", "text": "y", "ref_audio": "own.wav",
                                   "ref_text": "own"}], schema=ROW_SCHEMA)  # fmt: skip
-    out = OutputSettings(Path("o"))
-    voice = VoiceSettings(ref_audio="cli.wav", ref_text="cli text")
+    out = OutputOptions(Path("o"))
+    voice = VoiceOptions(ref_audio="cli.wav", ref_text="cli text")
     spec = JobSpec("batch", "m.parquet", out, voice=voice)
     a, b = apply_reference_defaults(rows, spec).to_pylist()
     assert Path(a["ref_audio"]).is_absolute() and a["ref_audio"].endswith("cli.wav")
     assert (a["ref_text"], b["ref_audio"], b["ref_text"]) == ("cli text", "own.wav", "own")
-    spec = JobSpec("batch", "m.parquet", out, voice=VoiceSettings(x_vector_only=True))
+    spec = JobSpec("batch", "m.parquet", out, voice=VoiceOptions(x_vector_only=True))
     assert apply_reference_defaults(rows, spec)["ref_text"].to_pylist() == [None, None]

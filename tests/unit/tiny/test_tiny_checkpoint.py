@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
-from qtts.core.model.hub import check_layout
+from qtts.core.model.hub import check_checkpoint_files
 from qtts.core.model.loader import read_safetensors
 from qtts.core.model.weights import load_weights
 from qtts.core.synthesis.requests import GenerationOptions, Request
@@ -48,7 +48,7 @@ def _synthesize(model_dir, budget):
 
 
 def test_layout_config_and_token_ids(cv17):
-    check_layout(cv17)
+    check_checkpoint_files(cv17)
     cfg = ModelConfig.from_file(cv17 / "config.json")
     assert (cfg.tts_model_type, cfg.tts_model_size) == ("custom_voice", "1b7")
     assert cfg.talker.spk_id == SPEAKERS

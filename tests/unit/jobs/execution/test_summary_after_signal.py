@@ -13,7 +13,7 @@ import pytest
 
 from qtts.core.jobs.execution.run import run_job
 from qtts.core.jobs.output.stores import files as writer  # the files layout encodes here
-from qtts.core.jobs.spec import JobSpec, OutputSettings, RowDefaults, VoiceSettings
+from qtts.core.jobs.spec import JobSpec, OutputOptions, RowDefaults, VoiceOptions
 
 
 class StoppedAfterAll(fakes.FakeSynthesizer):
@@ -50,8 +50,8 @@ def test_rows_written_after_sigterm_count_their_audio(
     spec = JobSpec(
         kind="batch",
         source=str(m),
-        output=OutputSettings(tmp_path / "out"),
-        voice=VoiceSettings(RowDefaults(speaker="ryan")),
+        output=OutputOptions(tmp_path / "out"),
+        voice=VoiceOptions(RowDefaults(speaker="ryan")),
     )
     s = run_job(spec, fakes.open_text_model, lambda *a: StoppedAfterAll(), env={})
     assert (s.status, s.exit_code, s.ok, s.pending) == ("interrupted", 143, 3, 0)

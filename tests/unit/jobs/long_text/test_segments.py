@@ -12,7 +12,7 @@ import pytest
 
 from qtts.core.jobs.long_text import segments
 from qtts.core.jobs.long_text.segments import segment_seed, synthesize_chunk
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import chunk_requests
 from qtts.core.synthesis.requests import GenerationOptions, RowFailure, Utterance
@@ -30,7 +30,7 @@ def _rows(*texts, seed=7) -> pa.Table:
     ])  # fmt: skip
 
 
-def _chunk(*texts, split=SplitSettings(max_segment_tokens=20), budget=FrameBudget(2048)):
+def _chunk(*texts, split=SplitOptions(max_segment_tokens=20), budget=FrameBudget(2048)):
     return chunk_requests(_rows(*texts), fakes.FakeTextModel("fake"), budget, split)
 
 
@@ -38,9 +38,9 @@ def test_a_row_under_the_limit_is_exactly_todays_request():
     texts = ("a short row.", "Two sentences here. And here.", "one two three four five six")
     today = chunk_requests(_rows(*texts), fakes.FakeTextModel("fake"), FrameBudget(2048))
     for mode in ("auto", "none"):
-        chunk = _chunk(*texts, split=SplitSettings(mode, 20))
+        chunk = _chunk(*texts, split=SplitOptions(mode, 20))
         assert chunk.requests == today.requests and chunk.split.place == {}
-    chunk = _chunk(*texts, split=SplitSettings("sentence", 20))  # every sentence: r1 is cut
+    chunk = _chunk(*texts, split=SplitOptions("sentence", 20))  # every sentence: r1 is cut
     assert set(chunk.split.place) == {"r1\x1f0", "r1\x1f1"}
     assert [r for r in chunk.requests if r.id in ("r0", "r2")] == [today.requests[0],
                                                                   today.requests[2]]  # fmt: skip
@@ -64,7 +64,7 @@ def test_a_long_row_becomes_segments_with_its_voice_and_derived_seeds():
 
 
 def test_segments_are_joined_with_pauses_and_codes_in_order():
-    chunk = _chunk(LONG, "short row", split=SplitSettings(max_segment_tokens=20, pause_s=0.5))
+    chunk = _chunk(LONG, "short row", split=SplitOptions(max_segment_tokens=20, pause_s=0.5))
     synth = fakes.FakeSynthesizer()
     out = {u.id: u for u in synthesize_chunk(synth, chunk, OPTIONS, "ok")}
     assert set(out) == {"r0", "r1"} and out["r1"].segment_frames is None
@@ -100,9 +100,9 @@ def test_a_segment_too_long_for_the_budget_fails_before_synthesis():
     word = "x" * 50
     text = f"Fine words here. {' '.join([word] * 3)}"  # fake: a word is a token
     budget = FrameBudget(6)  # 1.5 frames per token: at most 3 tokens fit in 5 frames
-    chunk = _chunk(text, "ok row", split=SplitSettings(max_segment_tokens=3), budget=budget)
+    chunk = _chunk(text, "ok row", split=SplitOptions(max_segment_tokens=3), budget=budget)
     assert chunk.split.failed == {} and len(chunk.requests) == 3  # cut between words: all fit
-    chunk = _chunk("one two three four five", split=SplitSettings("sentence", 5), budget=budget)
+    chunk = _chunk("one two three four five", split=SplitOptions("sentence", 5), budget=budget)
     (fail,) = synthesize_chunk(fakes.FakeSynthesizer(), chunk, OPTIONS, "ok")
     assert fail.id == "r0" and fail.error.startswith("text too long for the frame budget")
 
@@ -123,5 +123,5 @@ def test_calls_bound_the_audio_held_and_keep_a_row_in_one_call(monkeypatch):
     "key", ["auto/50/0.25", "sentence/7/0", "auto/50/0.30000000000000004", "none"]
 )
 def test_the_key_a_record_keeps_reads_back(key):
-    assert SplitSettings.from_key(key).key == key
-    assert SplitSettings.from_key(None).key == SplitSettings.from_key("garbage").key == "none"
+    assert SplitOptions.from_key(key).key == key
+    assert SplitOptions.from_key(None).key == SplitOptions.from_key("garbage").key == "none"

@@ -7,14 +7,14 @@ from __future__ import annotations
 import fakes
 import pyarrow as pa
 
-from qtts.core.jobs.spec import SplitSettings
+from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import check_lengths
 
 LONG = " ".join(["word"] * 273)  # the fake counts a token per word
 
 
-def _estimate(budget: FrameBudget, split: SplitSettings | None = SplitSettings()) -> list[int]:
+def _estimate(budget: FrameBudget, split: SplitOptions | None = SplitOptions()) -> list[int]:
     texts = pa.array([LONG, "a short row"], pa.large_string())
     return check_lengths(texts, fakes.FakeTextModel("m"), budget, split).est_frames.tolist()
 
@@ -22,7 +22,7 @@ def _estimate(budget: FrameBudget, split: SplitSettings | None = SplitSettings()
 def test_a_small_budget_caps_each_segment():
     # at least ceil(273 / 50) = 6 segments of 20 steps each; the short row its own 20
     assert _estimate(FrameBudget(8192, explicit=20)) == [6 * 20, 4 * 3]
-    longer = SplitSettings(max_segment_tokens=100)  # at least 3 segments
+    longer = SplitOptions(max_segment_tokens=100)  # at least 3 segments
     assert _estimate(FrameBudget(8192, explicit=20), longer) == [3 * 20, 4 * 3]
 
 

@@ -26,7 +26,7 @@ from qtts.core.jobs.output.stores.registry import (
 )
 from qtts.core.jobs.output.stores.shard_files import shard_at
 from qtts.core.jobs.output.stores.shard_format import Part
-from qtts.core.jobs.spec import OutputSettings
+from qtts.core.jobs.spec import OutputOptions
 
 
 def test_every_format_is_a_choice_with_its_help():
@@ -96,7 +96,7 @@ def test_an_unknown_layout_or_location_is_an_error(tmp_path):
     with pytest.raises(UsageError, match="--output must be one of files, "):
         StoreSpec(layout="zip")
     with pytest.raises(UsageError, match="--output must be one of files, "):
-        OutputSettings(out_dir=tmp_path, layout="zip")
+        OutputOptions(out_dir=tmp_path, layout="zip")
     with pytest.raises(FatalError, match="no output format qtts knows"):
         layouts(pa.array(["a.wav", "data/w-000000.zip#a.wav"]))
     with pytest.raises(FatalError, match="no output format writes"):

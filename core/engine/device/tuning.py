@@ -1,10 +1,10 @@
-"""How the engine runs on a device: one settings object, with the CPU and GPU defaults decided here.
+"""How the engine runs on a device: one tuning object, with the CPU and GPU defaults decided here.
 
-`qtts batch`, `qtts synth` and `qtts bench` all take their engine settings from
-`EngineSettings.for_device`, so the two never drift apart. Every QTTS_* knob of the engine and the
+`qtts batch`, `qtts synth` and `qtts bench` all take their engine tuning from
+`EngineTuning.for_device`, so the two never drift apart. Every QTTS_* knob of the engine and the
 synthesizer is read from the environment by core/engine/device/knobs.py (torch-free, so the CLI
 checks them before a job starts) and applied here, nowhere else (the table in
-docs/engine-settings.md). Knows devices and environment knobs; no tensors, no model.
+docs/engine-tuning.md). Knows devices and environment knobs; no tensors, no model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from qtts.kernels.backend import TRITON_AVAILABLE
 
 
 @dataclass(frozen=True)
-class EngineSettings:
+class EngineTuning:
     # Decode steps between host reads of the finished flags (the decode loop's only sync). A CPU
     # "sync" costs nothing, so the CPU checks every step and refills at once.
     check_every: int
@@ -51,7 +51,7 @@ class EngineSettings:
     allow_host_sync: bool
     # Who chooses tokens: "triton" (the kernel, kernels/sampling.py: one op per sampling site),
     # "torch" (its twin, core/engine/step/token_choice.py) or "auto" (by the tensors' device: these
-    # settings also run on CPU and meta tensors in tests and dry runs). `sampler_on` resolves
+    # tuning also run on CPU and meta tensors in tests and dry runs). `sampler_on` resolves
     # it, for the sampler and for the planner alike.
     sampler: str
     # The vocoder runs on its own thread beside the decode loop (GPU: its own stream), or after
@@ -75,9 +75,9 @@ class EngineSettings:
         device: torch.device | str,
         env: Mapping[str, str] = os.environ,
         dtype: torch.dtype = torch.float32,
-    ) -> EngineSettings:
+    ) -> EngineTuning:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
-        (docs/engine-settings.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
+        (docs/engine-tuning.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
         QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
@@ -101,19 +101,19 @@ class EngineSettings:
 
     def __post_init__(self):
         if min(self.check_every, self.view_bucket, self.prefill_group) < 1:
-            raise ValueError("engine settings: check_every, view_bucket, prefill_group must be > 0")
+            raise ValueError("engine tuning: check_every, view_bucket, prefill_group must be > 0")
         if self.cuda_graphs and self.allow_host_sync:
-            raise ValueError("engine settings: a step captured in a CUDA graph cannot sync")
+            raise ValueError("engine tuning: a step captured in a CUDA graph cannot sync")
         if self.layer_path not in LAYER_PATHS:
             raise ValueError(
                 f"QTTS_LAYER_PATH must be one of {', '.join(LAYER_PATHS)}, got {self.layer_path!r}"
             )
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"engine settings: sampler must be one of {SAMPLERS}")
+            raise ValueError(f"engine tuning: sampler must be one of {SAMPLERS}")
 
 
 def default_layer_path(cuda: bool, half: bool) -> str:
-    """The GPU runs the fused ops. A CPU runs what measured fastest there (docs/engine-settings.md,
+    """The GPU runs the fused ops. A CPU runs what measured fastest there (docs/engine-tuning.md,
     "Layer path on a CPU"): in bf16 the fused stack's torch twins (oneDNN multiplies the fused
     [out, in] weights best, and fewer ops cost less); in fp32 the packed predictor (MKL's small
     products run faster on its pre-transposed weights)."""
@@ -123,7 +123,7 @@ def default_layer_path(cuda: bool, half: bool) -> str:
 
 
 def sampler_on(sampler: str, device: torch.device | str) -> str:
-    """What `sampler` (EngineSettings.sampler) runs on `device`'s tensors: "triton" or "torch".
+    """What `sampler` (EngineTuning.sampler) runs on `device`'s tensors: "triton" or "torch".
     "auto": the kernel on CUDA when triton is importable, the twin elsewhere; meta tensors stand
     in for CUDA (dry runs and launch counts see the GPU's one op per site)."""
     if sampler != "auto":

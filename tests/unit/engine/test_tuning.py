@@ -1,4 +1,4 @@
-"""Engine settings: the device defaults, every environment knob read here and nowhere else, bad
+"""Engine tuning: the device defaults, every environment knob read here and nowhere else, bad
 values refused before any work, and one layer path turned into the engine's stacks."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import engines
 import pytest
 import torch
 
-from qtts.core.engine.device.settings import EngineSettings
+from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.step.fused_stack import FusedStack
 from qtts.core.engine.step.packed_stack import PackedStack
 
@@ -19,26 +19,26 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_layer_path_defaults_and_knob():
-    assert EngineSettings.for_device("cuda", env={}).layer_path == "fused"
-    assert EngineSettings.for_device("cpu", env={}).layer_path == "packed"  # float32
-    # bf16 on a CPU: the fused stack's twins, which measured faster there (the settings say why)
-    cpu_bf16 = EngineSettings.for_device("cpu", env={}, dtype=torch.bfloat16)
+    assert EngineTuning.for_device("cuda", env={}).layer_path == "fused"
+    assert EngineTuning.for_device("cpu", env={}).layer_path == "packed"  # float32
+    # bf16 on a CPU: the fused stack's twins, which measured faster there (the tuning say why)
+    cpu_bf16 = EngineTuning.for_device("cpu", env={}, dtype=torch.bfloat16)
     assert (cpu_bf16.layer_path, cpu_bf16.prefill_group) == ("fused", 64)  # one padded pass
-    assert EngineSettings.for_device("cpu", env={}).prefill_group == 1  # fp32: official numerics
-    assert EngineSettings.for_device("cuda", env={}, dtype=torch.float32).layer_path == "fused"
+    assert EngineTuning.for_device("cpu", env={}).prefill_group == 1  # fp32: official numerics
+    assert EngineTuning.for_device("cuda", env={}, dtype=torch.float32).layer_path == "fused"
     for path in ("module", "packed", "fused"):
         env = {"QTTS_LAYER_PATH": path.upper()}
-        assert EngineSettings.for_device("cuda", env=env).layer_path == path
+        assert EngineTuning.for_device("cuda", env=env).layer_path == path
     with pytest.raises(ValueError, match="QTTS_LAYER_PATH must be one of module, packed, fused"):
-        EngineSettings.for_device("cpu", env={"QTTS_LAYER_PATH": "turbo"})
+        EngineTuning.for_device("cpu", env={"QTTS_LAYER_PATH": "turbo"})
     with pytest.raises(ValueError, match="QTTS_FUSED is retired: set QTTS_LAYER_PATH"):
-        EngineSettings.for_device("cpu", env={"QTTS_FUSED": "1"})
+        EngineTuning.for_device("cpu", env={"QTTS_FUSED": "1"})
 
 
 @pytest.mark.parametrize("path", ["module", "packed", "fused"])
 def test_one_layer_path_builds_the_stacks(tiny_gqa, path):
-    settings = replace(engines.cpu_settings(), layer_path=path)
-    eng = engines.engine(tiny_gqa, 2, True, settings)
+    tuning = replace(engines.cpu_tuning(), layer_path=path)
+    eng = engines.engine(tiny_gqa, 2, True, tuning)
     model = tiny_gqa[1]
     kinds = {
         "module": (type(model.talker.model), type(model.talker.code_predictor.model)),
@@ -50,11 +50,11 @@ def test_one_layer_path_builds_the_stacks(tiny_gqa, path):
 
 
 def test_the_environment_is_read_only_in_the_settings_module():
-    """Reads of QTTS_* knobs (env.get, env[...], getenv) outside core/engine/device/settings.py (the
+    """Reads of QTTS_* knobs (env.get, env[...], getenv) outside core/engine/device/tuning.py (the
     CLI's own QTTS_DEBUG and the test hook QTTS_FAKE_SYNTH excepted: they change no synthesis)."""
     read = re.compile(r"(?:\.get\(|getenv\(|\[)\s*[\"'](QTTS_\w+)")
     found = []
-    home = ("core/engine/device/knobs.py", "core/engine/device/settings.py")
+    home = ("core/engine/device/knobs.py", "core/engine/device/tuning.py")
     for folder in ("core", "kernels", "cli"):
         for p in (REPO / folder).rglob("*.py"):
             if p.relative_to(REPO).as_posix() in home:
@@ -87,9 +87,9 @@ def test_cpu_thread_budget_policies_and_knob():
     assert (overlap.threads, overlap.vocoder_thread) == (8, True)
     with pytest.raises(ValueError, match="QTTS_CPU_THREADS must be one of auto, serial"):
         cpu_budget(2, env={"QTTS_CPU_THREADS": "many"})
-    cpu = EngineSettings.for_device("cpu", env={})
+    cpu = EngineTuning.for_device("cpu", env={})
     assert cpu.vocoder_thread is False and cpu.threads >= 1
-    gpu = EngineSettings.for_device("cuda", env={"QTTS_CPU_THREADS": "serial"})
+    gpu = EngineTuning.for_device("cuda", env={"QTTS_CPU_THREADS": "serial"})
     assert gpu.vocoder_thread is True and gpu.threads is None  # a GPU keeps its vocoder stream
 
 
@@ -97,11 +97,11 @@ def test_decode_priority_and_decoder_gemm_defaults_and_knobs():
     """The GPU prioritizes its decode stream and runs the decoder's frame-rate convolutions as
     products by default; each knob turns its part off (a comparison, or a way out if a GPU
     misbehaves); a CPU has no streams."""
-    cuda, cpu = EngineSettings.for_device("cuda", env={}), EngineSettings.for_device("cpu", env={})
+    cuda, cpu = EngineTuning.for_device("cuda", env={}), EngineTuning.for_device("cpu", env={})
     assert (cuda.decode_priority, cuda.decoder_gemm) == (True, True)
     assert cpu.decode_priority is False
     off = {"QTTS_DECODE_PRIORITY": "0", "QTTS_DECODER_GEMM": "0"}
-    cuda_off = EngineSettings.for_device("cuda", env=off)
+    cuda_off = EngineTuning.for_device("cuda", env=off)
     assert (cuda_off.decode_priority, cuda_off.decoder_gemm) == (False, False)
     with pytest.raises(ValueError, match="QTTS_DECODE_PRIORITY must be one of 1, 0"):
-        EngineSettings.for_device("cuda", env={"QTTS_DECODE_PRIORITY": "high"})
+        EngineTuning.for_device("cuda", env={"QTTS_DECODE_PRIORITY": "high"})
