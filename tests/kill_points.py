@@ -13,6 +13,7 @@ import importlib
 import os
 import runpy
 import sys
+import threading
 
 
 def arm(target: str, n: int, when: str) -> None:
@@ -22,16 +23,18 @@ def arm(target: str, n: int, when: str) -> None:
     for part in parents:
         owner = getattr(owner, part)
     original = getattr(owner, name)
-    calls = 0
+    calls, counting = 0, threading.Lock()
 
     @functools.wraps(original)
     def wrapped(*args, **kwargs):
         nonlocal calls
-        calls += 1
-        if calls == n and when == "before":
+        with counting:  # writer threads call in parallel: each call knows its own number
+            calls += 1
+            mine = calls
+        if mine == n and when == "before":
             os._exit(9)
         result = original(*args, **kwargs)
-        if calls == n and when == "after":
+        if mine == n and when == "after":
             os._exit(9)
         return result
 

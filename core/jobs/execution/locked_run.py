@@ -32,7 +32,7 @@ from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
 from qtts.core.jobs.output.stores import retract
-from qtts.core.jobs.output.stores.files import row_id_of
+from qtts.core.jobs.output.stores.files import drop_audiofolder_view, row_id_of
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES
 from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
 from qtts.core.jobs.output.stores.repack import finish_killed, repack
@@ -207,6 +207,8 @@ class JobRun:
             rest = work.resume.stale
             if len(taken):
                 rest = pc.filter(rest, pc.invert(pc.is_in(rest, value_set=taken)))
+            if len(rest):  # their files are replaced (another format's removed) as they are redone:
+                drop_audiofolder_view(self.out)  # never a view that lists a file gone after a kill
             self.journal.append_table(pending_records(rest, run=self.run_id))
         if work.skipped or work.moved:
             moved = f", {work.moved} to repack into {self.ctx.store.layout}" * bool(work.moved)

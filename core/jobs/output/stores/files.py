@@ -22,6 +22,7 @@ from qtts.core.jobs.output.writer import (
     atomic_write_bytes,
     encode_audio,
     encode_codes,
+    fsync_dir,
     unlink_quietly,
     write_error,
 )
@@ -30,6 +31,13 @@ from qtts.core.jobs.state.journal import Journal
 
 CODES_SUFFIX = ".codes.npy"
 METADATA_NAME = "metadata.jsonl"  # the layout's view (an AudioFolder), rebuilt by results.py
+
+
+def drop_audiofolder_view(out_dir: Path) -> None:
+    """metadata.jsonl out, durably, before any plain file it lists goes: the run's end (or, after
+    a kill, the next run's) rebuilds it, and an AudioFolder loader fails on a file gone."""
+    unlink_quietly(out_dir / METADATA_NAME)
+    fsync_dir(out_dir)
 
 
 def audio_name(row_id: str, audio_format: str) -> str:
@@ -89,13 +97,16 @@ class FilesStore:
                 with part("measures"):
                     record = row.record(path.name, len(data), self.save_codes)
                 with part("journal"):
-                    path.unlink(missing_ok=True)  # a redone row's old audio, before its new line
+                    # A redone row's old audio (and another format's, and codes no longer
+                    # saved) go before its new line: once that line is durable the row is done,
+                    # and a kill must not leave a second copy that no rerun looks at again.
+                    path.unlink(missing_ok=True)
+                    for name in self._stale(row.id):
+                        unlink_quietly(self.out_dir / name)
                     self.journal.append([record])
 
             with part("write"):  # the journal's parts are its own
                 atomic_write_bytes(path, data, journal)
-                for name in self._stale(row.id):
-                    unlink_quietly(self.out_dir / name)
         except OSError as e:
             raise write_error(e, path) from e
 

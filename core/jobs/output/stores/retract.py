@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.output.stores.files import METADATA_NAME, codes_name
+from qtts.core.jobs.output.stores.files import codes_name, drop_audiofolder_view
 from qtts.core.jobs.output.stores.locations import (
     ARCHIVE_DIR,
     FILES,
@@ -102,8 +102,7 @@ def take_out_rows(out_dir: Path, ids, locations, *, keep_codes: bool = False) ->
     if len(names) == 0:
         return 0, 0
     if not pc.all(pc.fill_null(is_archived(locations), False)).as_py():  # a plain file goes
-        unlink_quietly(out_dir / METADATA_NAME)
-        fsync_dir(out_dir)
+        drop_audiofolder_view(out_dir)
     starts = np.flatnonzero(np.r_[True, ~as_bools(pc.equal(names[1:], names[:-1]))])
     for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
         row_ids = table["id"].slice(start, end - start).to_pylist()
