@@ -193,8 +193,8 @@ def made_at(out: Path) -> dict[str, float]:
 
 def recorded_where_it_is(out: Path) -> bool:
     """Every id's latest record is ok and its audio is where the record says (the views)."""
+    from qtts.core.jobs.output.stores.listing import list_out_dir
     from qtts.core.jobs.output.stores.presence import present
-    from qtts.core.jobs.state.listing import list_out_dir
     from qtts.core.jobs.state.shard_state import read_all
 
     records = read_all(out, ("id", "status", "file", "bytes"))

@@ -11,9 +11,9 @@ import fakes
 import pyarrow.parquet as pq
 import pytest
 
+from qtts.core.jobs.contract.spec import JobSpec, OutputSettings, RowDefaults, VoiceSettings
 from qtts.core.jobs.execution.run import run_job
 from qtts.core.jobs.output.stores import files as writer  # the files layout encodes here
-from qtts.core.jobs.spec import JobSpec, OutputSettings, RowDefaults, VoiceSettings
 
 
 class StoppedAfterAll(fakes.FakeSynthesizer):
