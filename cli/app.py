@@ -117,7 +117,7 @@ for _run, _epilog in (
 def main() -> None:
     """The console script: a command line Typer refuses while parsing (a value out of range, an
     unknown option) is one `Error:` line naming the option, exit 2, not a usage block."""
-    from qtts.core.jobs.arrow_memory import use_returning_pool
+    from qtts.core.jobs.state.arrow_memory import use_returning_pool
 
     use_returning_pool()  # before any table is made: every one then uses the same pool
     try:

@@ -11,8 +11,8 @@ import typer
 from qtts.cli.errors import cli_errors
 from qtts.cli.job_options import failure_options, model_options, split_options, voice_options
 from qtts.core.errors import UsageError
-from qtts.core.jobs.choices import OnBudget, Split
-from qtts.core.jobs.spec import DEFAULT_SEGMENT_PAUSE_S, JobKind, JobSpec, OutputOptions
+from qtts.core.jobs.contract.choices import OnBudget, Split
+from qtts.core.jobs.contract.spec import DEFAULT_SEGMENT_PAUSE_S, JobKind, JobSpec, OutputOptions
 
 
 def run_manifest_bench(

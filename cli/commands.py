@@ -28,7 +28,7 @@ from qtts.cli.job_options import (
 )
 from qtts.cli.logs import setup_logging
 from qtts.cli.progress import Progress
-from qtts.core.jobs.spec import JobKind
+from qtts.core.jobs.contract.spec import JobKind
 
 FAKE_ENV = "QTTS_FAKE_SYNTH"
 

@@ -1,9 +1,9 @@
 """The job commands' options, declared once and shared by `synth` and `batch`.
 
 Each builder's signature is a group of options (the Annotated aliases of qtts.cli.options), and its
-body turns them into the typed settings group of qtts.core.jobs.spec. `job_command` gives a command
-every group's options and calls it with the groups built into one JobOptions, so a value goes from
-the command line to the JobSpec field that holds it without passing through a dict.
+body turns them into the typed settings group of qtts.core.jobs.contract.spec. `job_command` gives
+a command every group's options and calls it with the groups built into one JobOptions, so a value
+goes from the command line to the JobSpec field that holds it without passing through a dict.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.cli.logs import setup_logging
 from qtts.core.errors import UsageError
-from qtts.core.jobs.choices import (
+from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
     AudioFormat,
@@ -27,8 +27,7 @@ from qtts.core.jobs.choices import (
     Dtype,
     Split,
 )
-from qtts.core.jobs.output.stores.registry import OutputLayout
-from qtts.core.jobs.spec import (
+from qtts.core.jobs.contract.spec import (
     DEFAULT_SEGMENT_PAUSE_S,
     FailurePolicy,
     JobKind,
@@ -43,6 +42,7 @@ from qtts.core.jobs.spec import (
     SplitOptions,
     VoiceOptions,
 )
+from qtts.core.jobs.output.stores.registry import OutputLayout
 
 log = logging.getLogger("qtts")
 
@@ -157,7 +157,7 @@ def failure_options(
     on_budget: o.OnBudgetOpt = None,
     max_attempts: o.MaxAttempts = None,
 ) -> FailurePolicy:
-    """on_budget None: the command's default (core/jobs/spec.py, default_on_budget)."""
+    """on_budget None: the command's default (core/jobs/contract/spec.py, default_on_budget)."""
     limits = [n for n in (1 if fail_fast else None, max_failures) if n is not None]
     return FailurePolicy(min(limits) if limits else None, on_budget, max_attempts)
 

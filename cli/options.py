@@ -3,7 +3,7 @@ into the help panels a user scans: input and resume, voice, sampling, output, en
 logging. Help text is Rich markup: a literal "[" is written "\\[".
 
 Defaults for sampling are None: None keeps the checkpoint's generation_config.json value.
-The choices come from qtts.core.jobs.choices, --output's from the output registry (standard
+The choices come from qtts.core.jobs.contract.choices, --output's from the output registry (standard
 library only, both: `qtts --help` stays fast).
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from qtts.core.jobs.choices import (
+from qtts.core.jobs.contract.choices import (
     DEFAULT_SHARD_ROWS,
     AudioFormat,
     Backend,

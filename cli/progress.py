@@ -6,7 +6,8 @@ row split into segments counts each segment's audio as it is made, so the ETA mo
 row that takes minutes (the row's own count, when it finishes, replaces its segments'). Log
 records go through the bar (tqdm.write), never into it. Never writes to stdout.
 
-Implements qtts.core.jobs.interfaces.ProgressSink; knows nothing of a job beyond rows and seconds.
+Implements qtts.core.jobs.contract.interfaces.ProgressSink; knows nothing of a job beyond rows and
+seconds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""What the layout-switch tests share (tests/cli/test_layout_switch*.py): the CLI run, where each
-id's audio is in an out dir (plain files, tar samples, Parquet rows) and what it holds, the
-finished out dirs they switch, and a kill -9 at a chosen step of a repack (tests/kill_points.py)."""
+"""What the layout-switch tests share (tests/cli/test_layout_switch.py and its _checks twin): the
+CLI run, where each id's audio is in an out dir (plain files, tar samples, Parquet rows) and what
+it holds, the finished out dirs they switch, and a kill -9 at a chosen step of a repack
+(tests/kill_points.py)."""
 
 from __future__ import annotations
 
@@ -116,8 +117,8 @@ def made_at(out: Path) -> dict[str, float]:
 
 def recorded_where_it_is(out: Path) -> bool:
     """Every id's latest record is ok and its audio is where the record says (the views)."""
+    from qtts.core.jobs.output.stores.listing import list_out_dir
     from qtts.core.jobs.output.stores.presence import present
-    from qtts.core.jobs.state.listing import list_out_dir
     from qtts.core.jobs.state.shard_state import read_all
 
     records = read_all(out, ("id", "status", "file", "bytes"))

@@ -94,21 +94,21 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     """Make `out` look exactly like a finished `qtts batch MANIFEST --speaker vivian --device
     cpu` of num_shards shards: job file, settings, one state per shard, a file per row (every
     one `samples` long), the views. Returns the rows."""
-    from qtts.core.jobs.execution.run import prepare_job, source_path
-    from qtts.core.jobs.output.results import input_rows, rebuild
-    from qtts.core.jobs.output.writer import encode_audio
-    from qtts.core.jobs.spec import (
+    from qtts.core.jobs.contract.spec import (
         JobSpec,
         ModelOptions,
         OutputOptions,
         RowDefaults,
         VoiceOptions,
     )
+    from qtts.core.jobs.execution.record_job import record_job
+    from qtts.core.jobs.execution.run import prepare_job, source_path
+    from qtts.core.jobs.output.results import input_rows, rebuild
+    from qtts.core.jobs.output.writer import encode_audio
     from qtts.core.jobs.state.layout import Layout
-    from qtts.core.jobs.state.record_job import record_job
     from qtts.core.jobs.state.records import OK, RECORD_SCHEMA
     from qtts.core.jobs.state.shard_state import write_state
-    from qtts.core.jobs.work.shards import Shard
+    from qtts.core.jobs.state.shards import Shard
 
     Layout(out).dir.mkdir(parents=True, exist_ok=True)
     if open_text_model is None:
@@ -154,7 +154,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
         write_state(Layout(out).state(shard.suffix), own)
     from dataclasses import replace
 
-    from qtts.core.jobs.work.shards import ShardRequest
+    from qtts.core.jobs.state.shards import ShardRequest
 
     req = ShardRequest(num_shards, 0, "--num-shards/--shard-index") if num_shards > 1 else req
     scale_out = replace(job.spec.scale_out, num_shards=num_shards)

@@ -23,12 +23,12 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from qtts.core.jobs.contract.interfaces import LoadSynthesizer, OpenTextModel
+from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.run import prepare_job
-from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel
 from qtts.core.jobs.long_text.segments import synthesize_chunk
 from qtts.core.jobs.output.recorder import utterance_error
-from qtts.core.jobs.spec import JobSpec
-from qtts.core.jobs.state.listing import list_out_dir
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.state.records import empty
 from qtts.core.jobs.work.chunks import chunks
 from qtts.core.jobs.work.decide import decide_work
@@ -121,7 +121,7 @@ def job_work(spec: JobSpec, open_text_model: OpenTextModel):
             budget=job.budget,
             settings=job.settings,
             registry={},
-            layout=spec.output.layout.value,
+            layout=spec.output.layout,
             audio_format=spec.output.audio_format.value,
             save_codes=spec.output.save_codes,
             split=spec.split,

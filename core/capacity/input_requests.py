@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import looks_like_manifest
-from qtts.core.jobs.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Todo, chunk_requests, planned_frames
 from qtts.core.jobs.work.lengths import check_lengths

@@ -26,9 +26,9 @@ from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.footprint import Dims
 from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.plan.roofline import FRAME_S, DeviceSpec, decode_step_cost
-from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
-from qtts.core.jobs.spec import ManifestColumns, SplitOptions
+from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.segment_limit import settle_segment_limit
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.sizes import decoder_config, model_config
@@ -131,7 +131,7 @@ def input_shapes(
 
         text = CheckpointText(m.name, m.model_dir)
         note = "token counts from the checkpoint's tokenizer"
-    got = input_requests(text, source, budget, split, speaker, columns)
+    got = input_requests(text, source, budget, split=split, speaker=speaker, columns=columns)
     if m.model_dir is None:
         counts = text.count_text_tokens([r.text for r in got.requests])
         tokens = [synthetic_tokens(m.config, n) for n in counts]

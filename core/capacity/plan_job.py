@@ -73,7 +73,9 @@ def plan_job(
         shapes, frames = synthetic_shapes(m, text_tokens, rows, max_new_tokens)
         what, total = f"{rows} rows of {text_tokens} text tokens", sum(frames)
     else:
-        shapes, got, note = input_shapes(m, str(source), max_new_tokens, split, speaker, columns)
+        shapes, got, note = input_shapes(
+            m, str(source), max_new_tokens, split=split, speaker=speaker, columns=columns
+        )
         rows, total = got.rows, got.frames
         cut = f", {got.split_rows} split into segments" if got.split_rows else ""
         what = f"{rows} rows of {source} ({len(shapes)} requests{cut}; {note})"

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.layout import Layout
 
 CARD_NAME = "README.md"
@@ -88,7 +88,9 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     if config is not None:
         header["configs"] = [config]
         header["dataset_info"] = info
-    text = _yaml(header) + _body(out_dir, counts, quality, rules, ok, kept, note)
+    text = _yaml(header) + _body(
+        out_dir, counts, quality=quality, rules=rules, ok=ok, kept=kept, note=note
+    )
     target = out_dir / CARD_NAME
     own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
     if own:

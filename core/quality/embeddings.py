@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.output.writer import atomic_write
+from qtts.core.jobs.state.atomic_files import atomic_write
 
 IDENTITY_FILE = "identity.txt"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from qtts.core.jobs.output.keep_rules import RULES, KeepRules
-from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.quality import dataset_summary as ds
 
 BINS = 40

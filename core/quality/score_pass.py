@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import QttsError
+from qtts.core.jobs.contract.interfaces import NoProgress, ProgressSink
 from qtts.core.jobs.execution.interrupt import StopSignals
-from qtts.core.jobs.interfaces import NoProgress, ProgressSink
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.model.hub import one_line
 from qtts.core.quality.audio import Clip, cores, read_ahead

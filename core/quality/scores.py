@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS
-from qtts.core.jobs.output.writer import atomic_write
+from qtts.core.jobs.state.atomic_files import atomic_write
 from qtts.core.model.hub import one_line
 
 SCORER_COLUMNS = {"dnsmos": "dnsmos_scorer", "asr": "asr_scorer", "speaker": "speaker_scorer"}

@@ -1,7 +1,8 @@
 """Opening a checkpoint for a job: the cheap text side first (to validate every row), weights after.
 
-Implements the TextModel and Synthesizer protocols of qtts.core.jobs.interfaces on the real model.
-Knows the checkpoint layout and the generator; knows nothing of manifests or output files.
+Implements the TextModel and Synthesizer protocols of qtts.core.jobs.contract.interfaces on the
+real model. Knows the checkpoint layout and the generator; knows nothing of manifests or output
+files.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def row_params(options: GenerationOptions, n: int, device) -> tuple[RowParams, R
 
 
 class Synthesizer:
-    """The Synthesizer protocol (qtts.core.jobs.interfaces) on a loaded checkpoint."""
+    """The Synthesizer protocol (qtts.core.jobs.contract.interfaces) on a loaded checkpoint."""
 
     def __init__(
         self,

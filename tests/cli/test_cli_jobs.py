@@ -337,14 +337,14 @@ def test_stale_temp_files_are_removed(tmp_path):
 def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):
     """One synthesize call with the whole job, longest first: the engine keeps --batch-size slots
     busy and refills each as it frees (continuous batching)."""
-    from qtts.core.jobs.execution.run import run_job
-    from qtts.core.jobs.spec import (
+    from qtts.core.jobs.contract.spec import (
         JobSpec,
         ModelOptions,
         OutputOptions,
         RowDefaults,
         VoiceOptions,
     )
+    from qtts.core.jobs.execution.run import run_job
 
     texts = ["a", "a b c d e", "a b", "a b c d e f g h", "a b c"]
     m = write_manifest([{"id": f"r{i}", "text": t} for i, t in enumerate(texts)])

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import EXAMPLES, app
 from qtts.cli.errors import EXIT_CODES
-from qtts.core.jobs.choices import DEFAULT_MODEL
+from qtts.core.jobs.contract.choices import DEFAULT_MODEL
 
 COMMANDS = ["", "synth", "batch", "info", "bench", "plan", "results", "score", "doctor"]
 SENTENCE_ENDS = (".", ":", ";", "!", "?")

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from qtts.cli import commands
 from qtts.cli.job_options import JobOptions, job_command, scale_out_options
-from qtts.core.jobs.choices import AudioFormat, Backend, Dtype
-from qtts.core.jobs.spec import JobKind
+from qtts.core.jobs.contract.choices import AudioFormat, Backend, Dtype
+from qtts.core.jobs.contract.spec import JobKind
 
 
 def _option_names(command) -> set[str]:

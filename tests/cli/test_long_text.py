@@ -19,8 +19,8 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import segment_seed
-from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import REQUEST_FIELDS, chunk_requests
 from qtts.core.synthesis.requests import attempt_seed

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.output import results, writer
-from qtts.core.jobs.state import jobfile
+from qtts.core.jobs.output import results
+from qtts.core.jobs.state import atomic_files, jobfile
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 FULL = os.strerror(errno.ENOSPC)
@@ -29,7 +29,7 @@ def full_disk(final, data, *rest):
     def write(f):
         raise OSError(errno.ENOSPC, FULL)
 
-    writer.atomic_write(final, write, *rest)
+    atomic_files.atomic_write(final, write, *rest)
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_qtts_results_on_a_full_disk_names_the_file_and_keeps_the_views(done, mo
             write(f)
             raise OSError(errno.ENOSPC, FULL)  # the fsync of results.parquet, say
 
-        writer.atomic_write(final, fails_at_the_end, *rest)
+        atomic_files.atomic_write(final, fails_at_the_end, *rest)
 
     monkeypatch.setattr(results, "atomic_write", results_on_a_full_disk)
     r = qtts("results", out)

@@ -236,13 +236,13 @@ def test_a_job_bigger_than_a_chunk_goes_longest_first_a_chunk_at_a_time(tmp_path
     exact estimate orders them again; every row synthesized once."""
     import fakes
 
-    from qtts.core.jobs.execution.run import run_job
-    from qtts.core.jobs.spec import (
+    from qtts.core.jobs.contract.spec import (
         JobSpec,
         OutputOptions,
         RowDefaults,
         VoiceOptions,
     )
+    from qtts.core.jobs.execution.run import run_job
     from qtts.core.jobs.work import chunks
 
     monkeypatch.setattr(chunks, "CHUNK_ROWS", 3)

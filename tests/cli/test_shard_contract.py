@@ -104,7 +104,7 @@ def test_a_partly_resubmitted_array_keeps_the_recorded_count(manifest, tmp_path)
         env = {**SLURM, "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": str(task)}
         assert qtts("batch", manifest, "-o", out, "--speaker", "ryan", env=env).exit_code == 0
     (out / "u00.wav").unlink()  # some shard lost a file; resubmit only its task
-    from qtts.core.jobs.work.shards import shard_of
+    from qtts.core.jobs.state.shards import shard_of
 
     task = shard_of("u00", 4)
     env = {

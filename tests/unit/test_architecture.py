@@ -1,6 +1,8 @@
 """The architecture the tree shows is the one the imports obey: no import cycle among the project's
 modules (imports inside functions included), every edge points down the layers of qtts.core
-(jobs -> synthesis -> engine -> model), and the jobs layer works with torch missing altogether."""
+(jobs -> synthesis -> engine -> model) and down the folders inside a layer, the jobs layer works
+with torch missing altogether, and a call of six or more positional arguments is one of a few
+known custom-op calls."""
 
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ def test_imports_point_down_the_layers():
 # folder before it, never after (docs/architecture.md, "What each layer may know").
 FOLDER_ORDER = {
     "qtts.core.engine": ["device", "step", "loop", "vocoder", "plan"],
+    "qtts.core.jobs": ["contract", "state", "rows", "output", "long_text", "work", "execution"],
 }
 
 
@@ -148,6 +151,60 @@ def test_folders_inside_a_layer_import_down_their_order():
 def test_a_folder_order_violation_is_seen():
     """The check can fail: the engine's order reversed finds the imports that go down it."""
     assert _folder_order_violations("qtts.core.engine", FOLDER_ORDER["qtts.core.engine"][::-1])
+
+
+def test_a_jobs_folder_order_violation_is_seen():
+    """The check can fail for the jobs layer too: its order reversed finds imports that go down
+    it, and so does each neighbouring pair of its folders swapped (each folder imports from the
+    one just below it), but the bottom two: contract and state need nothing of each other."""
+    order = FOLDER_ORDER["qtts.core.jobs"]
+    assert _folder_order_violations("qtts.core.jobs", order[::-1])
+    for i in range(1, len(order) - 1):
+        swapped = [*order[:i], order[i + 1], order[i], *order[i + 2 :]]
+        assert _folder_order_violations("qtts.core.jobs", swapped), (order[i], order[i + 1])
+
+
+def test_jobs_modules_are_all_in_folders():
+    """qtts.core.jobs holds folders and its __init__ only: a module at the top would sit outside
+    the folder order."""
+    loose = [p.name for p in (REPO / "core" / "jobs").glob("*.py") if p.name != "__init__.py"]
+    assert loose == []
+
+
+# Calls of six or more positional arguments outside kernels/: a keyword names what each value is,
+# so only custom-op calls on the graphed path keep positions (torch.library custom ops take
+# their tensors positionally; a keyword there costs the dispatcher's argument parsing each step).
+POSITIONAL_CALLS = {
+    ("core/engine/step/fused_stack.py", "ops.qk_norm_rope_cache"): "custom op, every decode step",
+    ("core/engine/step/fused_stack.py", "ops.qk_norm_rope_prefill"): "custom op, every prefill",
+    ("core/engine/step/token_choice.py", "sample_tokens_op"): "custom op, every sampled token",
+}
+MANY_POSITIONAL = 6
+
+
+def _positional_calls(paths, root: Path = REPO) -> dict[tuple[str, str], int]:
+    found: dict[tuple[str, str], int] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Call):
+                plain = [a for a in node.args if not isinstance(a, ast.Starred)]
+                if len(plain) >= MANY_POSITIONAL:
+                    key = (str(path.relative_to(root)), ast.unparse(node.func))
+                    found[key] = found.get(key, 0) + 1
+    return found
+
+
+def test_many_positional_arguments_only_in_custom_op_calls():
+    paths = [p for p in _modules().values() if p.relative_to(REPO).parts[0] != "kernels"]
+    assert set(_positional_calls(paths)) == set(POSITIONAL_CALLS)
+
+
+def test_a_call_of_many_positional_arguments_is_seen(tmp_path):
+    """The check can fail: six positional arguments are counted; a starred one or a keyword is
+    not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("f(1, 2, 3, 4, 5, 6)\ng(1, 2, 3, 4, 5, *rest)\nh(1, 2, 3, 4, 5, x=6)\n")
+    assert _positional_calls([probe], root=tmp_path) == {("probe.py", "f"): 1}
 
 
 def test_one_out_of_memory_loop():

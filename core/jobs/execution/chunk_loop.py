@@ -14,15 +14,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 
+from qtts.core.jobs.contract.interfaces import Synthesizer
 from qtts.core.jobs.long_text.segments import synthesize_chunk
 from qtts.core.jobs.output.recorder import Outcome, RowRecorder
 from qtts.core.jobs.work.chunks import Chunk
+from qtts.core.synthesis.requests import GenerationOptions
 
 
 def run_chunk(
-    synth,
+    synth: Synthesizer,
     chunk: Chunk,
-    options,
+    options: GenerationOptions,
     recorder: RowRecorder,
     guard: Callable[[], AbstractContextManager] = nullcontext,
 ) -> Iterator[Outcome | Future[Outcome]]:

@@ -23,13 +23,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.execution.locked_run import failing_now, overwritten
+from qtts.core.jobs.execution.locked_run import Job, failing_now, overwritten
 from qtts.core.jobs.execution.out_dir import check_out_dir
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.lock import LockHeldError, holder_pid
 from qtts.core.jobs.state.lock_probe import check_no_old_run, lock_is_held
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty, with_repeated_encoded
@@ -88,7 +88,7 @@ class DryRunSummary:
         )
 
 
-def refuse_as_the_run_would(job) -> None:
+def refuse_as_the_run_would(job: Job) -> None:
     """job: locked_run.Job. The run's out dir and lock checks, in its order, asked without
     creating a file or taking a lock: raises LockHeldError (75) or UsageError (2) with the run's
     own line."""
@@ -103,7 +103,7 @@ def refuse_as_the_run_would(job) -> None:
         check_no_old_run(layout, recorded.num_shards)
 
 
-def dry_run(job) -> DryRunSummary:
+def dry_run(job: Job) -> DryRunSummary:
     """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
     t0 = time.monotonic()
     spec, out = job.spec, job.spec.output.out_dir
@@ -119,7 +119,7 @@ def dry_run(job) -> DryRunSummary:
         budget=job.budget,
         settings=job.settings,
         registry=read_registry(out),
-        layout=spec.output.layout.value,
+        layout=spec.output.layout,
         audio_format=spec.output.audio_format.value,
         save_codes=spec.output.save_codes,
         split=spec.split,
@@ -153,11 +153,11 @@ def dry_run(job) -> DryRunSummary:
     )
 
 
-def _taken_out(job, work: Work, records: pa.Table) -> pa.ChunkedArray:
+def _taken_out(job: Job, work: Work, records: pa.Table) -> pa.ChunkedArray:
     """The locations the run would take out of its outputs before redoing their rows, chosen as
     locked_run chooses them: every ok row under --overwrite, else the rows to redo and the rows
     done before that fail validation now."""
-    out, layout = job.spec.output.out_dir, job.spec.output.layout.value
+    out, layout = job.spec.output.out_dir, job.spec.output.layout
     if job.spec.output.overwrite:
         ok = overwritten(out, job.shard, layout)
         locations = ok["file"] if ok is not None else pa.chunked_array([], pa.string())
@@ -171,7 +171,7 @@ def _flat(ids) -> pa.Array:
     return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
 
-def _first_chunk_plan(job, work: Work) -> tuple[str, Chunk | None]:
+def _first_chunk_plan(job: Job, work: Work) -> tuple[str, Chunk | None]:
     """The plan of the longest rows: the chunk that must fit for the job to fit (and the
     chunk: which of its rows are split is known exactly)."""
     if work.todo.num_rows == 0:

@@ -9,7 +9,7 @@ import logging
 from dataclasses import fields, replace
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.spec import SUBTALKER, SamplingOverrides
+from qtts.core.jobs.contract.spec import SUBTALKER, SamplingOverrides
 from qtts.core.model.config import GenerationDefaults, SamplingParams
 from qtts.core.synthesis.requests import GenerationOptions
 

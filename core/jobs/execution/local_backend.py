@@ -21,18 +21,18 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from qtts.core.jobs.contract.interfaces import LoadSynthesizer, Synthesizer, TextModel
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
-from qtts.core.jobs.interfaces import LoadSynthesizer, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.stores.open_store import writer_threads
-from qtts.core.jobs.output.writer import fsync_dir
 from qtts.core.jobs.output.writer_clock import WriterClock, WritingReport
-from qtts.core.jobs.spec import SplitOptions
+from qtts.core.jobs.state.atomic_files import fsync_dir
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import Chunk, Todo, chunks
-from qtts.core.synthesis.requests import Placement
+from qtts.core.synthesis.requests import GenerationOptions, Placement
 
 log = logging.getLogger("qtts")
 
@@ -46,10 +46,10 @@ class LocalBackend:
     text_model: TextModel
     load_synthesizer: LoadSynthesizer
     placement: Placement
-    options: object  # GenerationOptions
+    options: GenerationOptions
     budget: FrameBudget
     split: SplitOptions | None = None  # long rows cut into segments (None: every row whole)
-    synth: object = None  # loaded by prepare()
+    synth: Synthesizer | None = None  # loaded by prepare()
     writing: WritingReport | None = None  # what the last outcome stream's writing cost
 
     def prepare(self, stop: StopSignals) -> None:
@@ -88,7 +88,12 @@ class LocalBackend:
             report.dir_fsync_s, report.busy_s = writes.fsync_s, clock.busy()
 
     def _chunk(
-        self, synth, chunk: Chunk, recorder: RowRecorder, writes: WriteQueue, stop: StopSignals
+        self,
+        synth: Synthesizer,
+        chunk: Chunk,
+        recorder: RowRecorder,
+        writes: WriteQueue,
+        stop: StopSignals,
     ) -> Iterator[Outcome]:
         for result in run_chunk(synth, chunk, self.options, recorder, guard=stop.interruptible):
             if isinstance(result, Outcome):

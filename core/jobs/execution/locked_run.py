@@ -19,31 +19,31 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.contract.interfaces import NoProgress, ProgressSink, TextModel
+from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.failures import FailureLog
 from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.execution.run_counts import hit_budget, made_now_s, moved_aside
 from qtts.core.jobs.execution.summary import JobSummary
-from qtts.core.jobs.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
 from qtts.core.jobs.output.stores import retract
 from qtts.core.jobs.output.stores.files import drop_audiofolder_view, row_id_of
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES
 from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
 from qtts.core.jobs.output.stores.repack import finish_killed, repack
-from qtts.core.jobs.output.writer import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.rows.text_spill import spilled
 from qtts.core.jobs.rows.validation import Prepared
-from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.atomic_files import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.records import (
     FAILED,
     OK,
@@ -53,13 +53,13 @@ from qtts.core.jobs.state.records import (
     with_repeated_encoded,
 )
 from qtts.core.jobs.state.shard_state import UnreadableState
-from qtts.core.jobs.work.budget import FRAME_S
+from qtts.core.jobs.state.shards import Shard
+from qtts.core.jobs.work.budget import FRAME_S, FrameBudget
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.decide import Work, decide_work
 from qtts.core.jobs.work.fingerprint import JobFingerprint, read_registry
 from qtts.core.jobs.work.precision import Precision
 from qtts.core.jobs.work.resume import aligned
-from qtts.core.jobs.work.shards import Shard
 
 log = logging.getLogger("qtts")
 
@@ -88,7 +88,7 @@ class Job:
     shard: Shard
     rows: pa.Table  # every input row (row, id, text): results cover them all
     prepared: Prepared  # this shard's rows, resolved and validated
-    budget: Any  # FrameBudget
+    budget: FrameBudget
     settings: JobFingerprint
     inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
     precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
@@ -113,7 +113,7 @@ class JobRun:
             tries=job.tries,
             split=job.spec.split.key,
             store=StoreSpec(
-                layout=job.spec.output.layout.value,
+                layout=job.spec.output.layout,
                 audio_format=job.spec.output.audio_format.value,
                 save_codes=job.spec.output.save_codes,
                 shard_rows=job.spec.output.shard_rows,
@@ -237,8 +237,8 @@ class JobRun:
             self.shard.suffix,
             self.journal,
             self.run_id,
-            ids,
-            old["file"],
+            ids=ids,
+            locations=old["file"],
             layout=self.ctx.store.layout,
         )
 

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +41,13 @@ from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.layout import RAY_PREFIX, Layout
 from qtts.core.jobs.state.records import OK, ROW_FIELDS
 from qtts.core.jobs.work.chunks import Todo, chunk_requests
+
+if TYPE_CHECKING:
+    from qtts.core.jobs.contract.interfaces import LoadSynthesizer, OpenTextModel
+    from qtts.core.jobs.contract.spec import JobSpec, SplitOptions
+    from qtts.core.jobs.execution.locked_run import Job
+    from qtts.core.jobs.work.budget import FrameBudget
+    from qtts.core.synthesis.requests import GenerationOptions, Placement
 
 log = logging.getLogger("qtts")
 
@@ -90,7 +97,14 @@ class RayBackend:
     slots: int
 
     @classmethod
-    def connect(cls, spec, job, options, open_text_model, load_synthesizer) -> RayBackend:
+    def connect(
+        cls,
+        spec: JobSpec,
+        job: Job,
+        options: GenerationOptions,
+        open_text_model: OpenTextModel,
+        load_synthesizer: LoadSynthesizer,
+    ) -> RayBackend:
         """Reach the cluster (or start a local one) and size the actors; writes nothing."""
         ray = import_ray()
         started = _connect(ray, spec.scale_out.ray.address, spec.scale_out.ray.timeout)
@@ -167,7 +181,9 @@ class RayBackend:
             if self.started:  # our own local cluster: stop its actors with the job
                 ray.shutdown()
 
-    def _missing(self, todo, seen, journal, ctx) -> Iterator[Outcome]:
+    def _missing(
+        self, todo: Todo, seen: list[pa.Array], journal: Journal, ctx: RecordContext
+    ) -> Iterator[Outcome]:
         """Rows no unit returned (a bug or a lost unit): those an actor did publish and journal
         (a unit lost after its shard was sealed) are ok; the rest failed, by the driver, which
         would otherwise hide a published row behind a newer failed record."""
@@ -195,16 +211,16 @@ class SynthesisActor:
     def __init__(
         self,
         *,
-        model,
-        placement,
-        out_dir,
-        options,
-        budget,
-        split,
-        ctx,
-        started,
-        open_text_model,
-        load_synthesizer,
+        model: str,
+        placement: Placement,
+        out_dir: str,
+        options: GenerationOptions,
+        budget: FrameBudget,
+        split: SplitOptions | None,
+        ctx: RecordContext,
+        started: float,
+        open_text_model: OpenTextModel,
+        load_synthesizer: LoadSynthesizer,
     ) -> None:
         self.text_model = open_text_model(model)
         self.synth = load_synthesizer(self.text_model, placement)

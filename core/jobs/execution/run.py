@@ -4,8 +4,8 @@ record -> settle the precision (CPU auto as the out dir pinned it) -> (dry run: 
 (qtts.core.jobs.execution.locked_run).
 
 Nothing is created on disk until the input, the options, the device and the cluster are known
-good. The model comes in through injected factories (qtts.core.jobs.interfaces), so the CLI passes
-the real ones and tests pass fakes. Knows no tensors and no command-line parsing.
+good. The model comes in through injected factories (qtts.core.jobs.contract.interfaces), so the
+CLI passes the real ones and tests pass fakes. Knows no tensors and no command-line parsing.
 """
 
 from __future__ import annotations
@@ -20,28 +20,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError, UsageError
-from qtts.core.jobs.choices import Dtype
+from qtts.core.jobs.contract.choices import Dtype
+from qtts.core.jobs.contract.interfaces import (
+    LoadSynthesizer,
+    OpenTextModel,
+    ProgressSink,
+    TextModel,
+)
+from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.execution.local_backend import LocalBackend
 from qtts.core.jobs.execution.locked_run import Job, JobRun
 from qtts.core.jobs.execution.out_dir import make_out_dir
+from qtts.core.jobs.execution.record_job import record_job
 from qtts.core.jobs.execution.segment_progress import with_segment_progress
 from qtts.core.jobs.execution.summary import JobSummary
-from qtts.core.jobs.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink, TextModel
-from qtts.core.jobs.long_text.segment_limit import settle_segment_limit
+from qtts.core.jobs.output.stores.registry import check_layout
 from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
-from qtts.core.jobs.spec import JobSpec
 from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import OutDirLock
-from qtts.core.jobs.state.record_job import record_job
 from qtts.core.jobs.state.records import one_chunk
+from qtts.core.jobs.state.ref_digests import RefDigests
+from qtts.core.jobs.state.shards import ShardRequest, local_rank_device, shard_request
 from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.fingerprint import RefDigests, job_fingerprint
+from qtts.core.jobs.work.fingerprint import job_fingerprint
 from qtts.core.jobs.work.precision import for_ray_actors, log_precision, settle_precision
-from qtts.core.jobs.work.shards import local_rank_device, shard_request
+from qtts.core.jobs.work.segment_limit import settle_segment_limit
+from qtts.core.synthesis.requests import GenerationOptions
 
 log = logging.getLogger("qtts")
 
@@ -108,9 +116,12 @@ def source_path(spec: JobSpec) -> str:
     return spec.source if spec.source == "-" else str(Path(spec.source).resolve())
 
 
-def prepare_job(spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]):
+def prepare_job(
+    spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]
+) -> tuple[Job, ShardRequest, GenerationOptions, RefDigests]:
     """(Job, shard request, sampling options, reference digests): everything decided before
     the lock; writes nothing."""
+    check_layout(spec.output.layout)  # an unknown --output: a UsageError naming the choices
     manifest = find_manifest(spec.source) if spec.kind == "batch" else None
     rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     out = spec.output.out_dir

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from qtts.core.jobs.interfaces import LoadSynthesizer, ProgressSink, Synthesizer
+from qtts.core.jobs.contract.interfaces import LoadSynthesizer, ProgressSink, Synthesizer
 from qtts.core.jobs.long_text.segments import row_of_segment
 from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
 

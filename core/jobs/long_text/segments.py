@@ -15,17 +15,17 @@ Knows requests, utterances and text; no tensors, no files.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from qtts.core.jobs.interfaces import Synthesizer, TextModel
+from qtts.core.jobs.contract.interfaces import Synthesizer
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.split_text import split_texts
 from qtts.core.jobs.output.measures import chars_per_s
 from qtts.core.jobs.output.recorder import utterance_error
-from qtts.core.jobs.spec import SplitOptions
-from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.synthesis.requests import (
     GenerationOptions,
     Request,
@@ -60,15 +60,19 @@ def segment_seed(seed: int, index: int) -> int:
 
 
 def cut_rows(
-    texts: Sequence[str], tokens: Sequence[int], model: TextModel, split: SplitOptions | None
+    texts: Sequence[str],
+    tokens: Sequence[int],
+    count: Callable[[list[str]], np.ndarray],
+    split: SplitOptions | None,
 ) -> list[list[str]]:
-    """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only."""
+    """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only.
+    count: the model's token count of each text in a list (qtts.core.jobs.work.lengths, batched:
+    bounded memory)."""
     if split is None or not split.enabled:
         return [[t] for t in texts]
     limit = split.limit
     every = split.mode == "sentence"
     picked = [i for i, n in enumerate(tokens) if every or n > limit]
-    count = lambda pieces: count_tokens(model, pieces)  # noqa: E731  (batched: bounded memory)
     cut = split_texts([texts[i] for i in picked], limit, count, every_sentence=every)
     out = [[t] for t in texts]
     for i, segments in zip(picked, cut, strict=True):
@@ -98,10 +102,23 @@ class SplitRows:
         return None if place is None else place[0]
 
 
+class SplitChunk(Protocol):
+    """What synthesize_chunk reads of a chunk (qtts.core.jobs.work.chunks.Chunk)."""
+
+    @property
+    def requests(self) -> Sequence[Request]: ...
+
+    @property
+    def est_frames(self) -> Sequence[int]: ...
+
+    @property
+    def split(self) -> SplitRows: ...
+
+
 def synthesize_chunk(
-    synth: Synthesizer, chunk, options: GenerationOptions, on_budget: str
+    synth: Synthesizer, chunk: SplitChunk, options: GenerationOptions, on_budget: str
 ) -> Iterator[Utterance | RowFailure]:
-    """One result per row of the chunk (qtts.core.jobs.work.chunks.Chunk): rows failed before
+    """One result per row of the chunk: rows failed before
     synthesis, then each row as it completes (on_budget: what a segment that hits its frame
     budget does to its row)."""
     for row_id, reason in chunk.split.failed.items():

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.layout import Layout
 
 # Each rule: its option (what the user typed, without "--"), the column it reads, and whether

@@ -29,14 +29,15 @@ from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
 from qtts.core.jobs.output.measures import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
 from qtts.core.jobs.output.stores.files import METADATA_NAME
+from qtts.core.jobs.output.stores.listing import Listing, list_out_dir
 from qtts.core.jobs.output.stores.locations import containers, is_archived, members
 from qtts.core.jobs.output.stores.presence import present
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.voice_rates import RATE_COLUMNS, READ_COLUMNS, rate_ratios
-from qtts.core.jobs.output.writer import atomic_write, cleanup_temp_files, unlink_quietly
+from qtts.core.jobs.state.atomic_files import atomic_write, cleanup_temp_files, unlink_quietly
+from qtts.core.jobs.state.jobfile import JobFile
 from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.listing import Listing, list_out_dir
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
 from qtts.core.jobs.state.shard_state import UnreadableState
@@ -358,8 +359,8 @@ def _state_stamp(out_dir: Path) -> set[tuple[str, int, int]]:
 def input_rows(kind: str, source: str, columns: Mapping[str, str] | None = None) -> pa.Table:
     """row, id and text of every input row (text only where an id is null: results need it);
     columns: the manifest's column for each field named otherwise, as the job file records."""
+    from qtts.core.jobs.contract.spec import ManifestColumns
     from qtts.core.jobs.rows.manifest import read_manifest, read_text_lines
-    from qtts.core.jobs.spec import ManifestColumns
 
     if kind == "synth":
         return read_text_lines(source).select(["row", "id", "text"])
@@ -389,7 +390,7 @@ def rebuilt_counts(out_dir: Path, rows: pa.Table) -> Counts:
     return counts
 
 
-def job_rows(out_dir: Path, source: str | None = None):
+def job_rows(out_dir: Path, source: str | None = None) -> tuple[JobFile, pa.Table]:
     """(the job file, every input row): the input re-read from where the job file says, or
     from `source`; a UsageError when OUT holds no job or the job read stdin."""
     from qtts.core.errors import UsageError
@@ -407,7 +408,7 @@ def job_rows(out_dir: Path, source: str | None = None):
     return job, input_rows(job.kind, source, job.columns)
 
 
-def counts_summary(out_dir: Path, job, counts: Counts) -> dict:
+def counts_summary(out_dir: Path, job: JobFile, counts: Counts) -> dict:
     """`qtts results`' counts, as its JSON line gives them."""
     return {
         "total": counts.total,

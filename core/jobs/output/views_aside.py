@@ -26,8 +26,8 @@ from qtts.core.jobs.output.results import (
     rebuild_once,
     rebuilt_counts,
 )
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.listing import list_out_dir
 
 
 @dataclass(frozen=True)

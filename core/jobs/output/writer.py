@@ -1,9 +1,6 @@
-"""Writing files safely: atomic writes (temp file in the same folder, fsync, os.replace), the
-temp files a kill leaves, and the WAV/FLAC and codes .npy encodings every output store uses.
-
-A reader of the out dir sees either no file or a whole file, never a partial one; a temp file left
-by a kill -9 is removed by the next run (cleanup_temp_files) and by a second Ctrl-C
-(remove_live_temps). New files get 0666 & ~umask, like any other program's output.
+"""The bytes every output store writes and what a failed write means: the WAV/FLAC and codes .npy
+encodings, and disk full (DiskFullError) or an out dir that cannot be written (OutputError), both
+fatal. The writes themselves are atomic (qtts.core.jobs.state.atomic_files).
 Knows file formats; no naming rule (the stores own that), no tensors, models or rows.
 """
 
@@ -11,25 +8,14 @@ from __future__ import annotations
 
 import errno
 import io
-import itertools
-import os
-import threading
-from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
 from qtts.core.errors import FatalError
 
-TEMP_MARK = ".qtts-tmp-"
 AUDIO_FORMATS = ("wav", "flac")
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-_counter = itertools.count()
-_live_temps: set[str] = set()
-_live_lock = threading.Lock()
 
 
 class DiskFullError(OSError, FatalError):
@@ -42,97 +28,6 @@ class OutputError(OSError, FatalError):
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _DISK_FULL
-
-
-def atomic_write(
-    final: Path,
-    write: Callable[[BinaryIO], None],
-    before_replace: Callable[[], None] | None = None,
-) -> None:
-    """Write `final` through a temp file in the same folder: whole file or nothing.
-
-    before_replace runs once the temp file is durable, just before it takes the final name (the
-    job journals the row there, so no finished file ever lacks its journal line)."""
-    tmp = temp_path(final)
-    with tracked(tmp):
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            if before_replace is not None:
-                before_replace()
-            os.replace(tmp, final)
-        except BaseException as e:
-            unlink_quietly(tmp)
-            if isinstance(e, OSError) and e.filename is None and e.strerror:
-                e.filename = str(final)  # a failed write or fsync names no file (a full disk)
-            raise
-
-
-def temp_path(final: Path) -> Path:
-    """Where `final` is written before it takes its name: unique, hidden, in the same folder."""
-    return final.parent / f".{final.name}{TEMP_MARK}{os.getpid()}-{next(_counter)}"
-
-
-@contextmanager
-def tracked(tmp: Path):
-    """While inside, `tmp` is a live temp file: an immediate exit removes it."""
-    with _live_lock:
-        _live_temps.add(str(tmp))
-    try:
-        yield tmp
-    finally:
-        with _live_lock:
-            _live_temps.discard(str(tmp))
-
-
-def atomic_write_bytes(
-    final: Path, data: bytes, before_replace: Callable[[], None] | None = None
-) -> None:
-    atomic_write(final, lambda f: f.write(data), before_replace)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make renames inside `path` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def cleanup_temp_files(
-    out_dir: Path,
-    owns: Callable[[str], bool] = lambda final: True,
-    names: Iterable[str] | None = None,
-) -> int:
-    """Remove temp files a killed run left in out_dir: those whose final file name `owns`
-    accepts (a shard owns its rows' files; other shards may be writing theirs right now).
-    names: the temp files of a listing already made (else the folder is searched)."""
-    removed = 0
-    if names is None:
-        names = [p.name for p in out_dir.glob(f".*{TEMP_MARK}*")]
-    for name in names:
-        final = name[1 : name.index(TEMP_MARK)]
-        if owns(final) and (out_dir / name).is_file():
-            unlink_quietly(out_dir / name)
-            removed += 1
-    return removed
-
-
-def remove_live_temps() -> None:
-    """Best effort, for an immediate exit: remove the temp files being written right now."""
-    with _live_lock:
-        paths = list(_live_temps)
-    for p in paths:
-        unlink_quietly(Path(p))
 
 
 def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
@@ -158,10 +53,3 @@ def write_error(e: OSError, path: Path) -> OSError:
     if is_disk_full(e):
         return DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}")
     return OutputError(e.errno, f"cannot write {path}: {e.strerror or e}")
-
-
-def unlink_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -1,9 +1,9 @@
 """Which column of a manifest holds each field qtts reads, and which Arrow types a field accepts.
 
 The fields' own names are the default; --id-column, --text-column and --column FIELD=NAME
-(qtts.core.jobs.spec.ManifestColumns) name others. A missing required or mapped column refuses
-the manifest with one line naming the flag, the file and the columns it has. Knows names and
-Arrow types; reads no file.
+(qtts.core.jobs.contract.spec.ManifestColumns) name others. A missing required or mapped column
+refuses the manifest with one line naming the flag, the file and the columns it has. Knows names
+and Arrow types; reads no file.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from qtts.core.errors import ManifestError
-from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
+from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
 # The kinds of Arrow type each field accepts ("null": a column with no value in it).
 ACCEPTS = {"id": ("text", "integer", "null"), "seed": ("integer", "floating", "null")}

@@ -21,11 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from qtts.core.errors import ManifestError
+from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 from qtts.core.jobs.rows.columns import pick_columns
 from qtts.core.jobs.rows.delimited_check import check_records
 from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
-from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
 INT64 = (-(2**63), 2**63)
 JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",

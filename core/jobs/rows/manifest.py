@@ -19,13 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError
+from qtts.core.jobs.contract.spec import ManifestColumns
 from qtts.core.jobs.rows.columns import label, type_kind
 from qtts.core.jobs.rows.file_lines import UTF8_BOM
 from qtts.core.jobs.rows.ids import blank_ids, file_keys
 from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
 from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
-from qtts.core.jobs.spec import ManifestColumns
 
 STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text")
 # What every reader returns; seed stays as the manifest typed it (validation checks it). Text is

@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from qtts.core.errors import ManifestError
+from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 from qtts.core.jobs.rows.columns import accepts, label, pick_columns, type_kind
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
-from qtts.core.jobs.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
 WIDE = {"integer": pa.int64(), "floating": pa.float64(), "null": pa.null()}
 

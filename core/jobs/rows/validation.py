@@ -19,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.ids import id_errors, patched
 from qtts.core.jobs.rows.manifest import BLANK
-from qtts.core.jobs.spec import RowDefaults
 from qtts.core.jobs.state.records import text_digests
-from qtts.core.jobs.work.fingerprint import RefDigests
+from qtts.core.jobs.state.ref_digests import RefDigests
 
 MAX_SEED = 2**63 - 1
 BASE_NEEDS_REF = "missing ref_audio: Base models clone a voice from reference audio"

@@ -1,2 +1,3 @@
-"""The out dir's durable job state: its layout, the job file, journals, per-shard state, records,
-the locks."""
+"""The out dir's durable job state: its layout, atomic writes, the job file, shards, journals,
+per-shard state, records, the locks, the reference-audio digest cache. The lowest folder beside
+qtts.core.jobs.contract, and needs nothing of it."""

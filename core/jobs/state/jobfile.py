@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.work.shards import UNSHARDED, Shard, ShardRequest
+from qtts.core.jobs.state.shards import UNSHARDED, Shard, ShardRequest
 
 log = logging.getLogger("qtts")
 

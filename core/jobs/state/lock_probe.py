@@ -13,7 +13,7 @@ from pathlib import Path
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.work.shards import Shard
+from qtts.core.jobs.state.shards import Shard
 
 try:
     import fcntl

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.errors import FatalError
-from qtts.core.jobs.output.writer import atomic_write
+from qtts.core.jobs.state.atomic_files import atomic_write
 from qtts.core.jobs.state.journal import journal_pieces, read_journals
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.records import (
@@ -34,7 +34,7 @@ from qtts.core.jobs.state.records import (
     latest,
     overlay,
 )
-from qtts.core.jobs.work.shards import Shard
+from qtts.core.jobs.state.shards import Shard
 
 log = logging.getLogger("qtts")
 

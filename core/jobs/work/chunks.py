@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import SplitRows, cut_rows, segment_id, segment_seed
-from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.synthesis.requests import Request
@@ -94,7 +95,9 @@ def chunk_requests(
     """Requests for `rows` with exact budgets, longest first."""
     fields = rows.to_pylist()
     tokens = count_tokens(model, [r["text"] for r in fields])
-    cuts = cut_rows([r["text"] for r in fields], tokens.tolist(), model, split)
+    cuts = cut_rows(
+        [r["text"] for r in fields], tokens.tolist(), partial(count_tokens, model), split
+    )
     units = [(i, k, text) for i, texts in enumerate(cuts) for k, text in enumerate(texts)]
     counts = tokens
     if len(units) > len(fields):  # whole rows keep their count; segments are counted

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import SplitOptions
+from qtts.core.jobs.output.stores.listing import Listing
 from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.rows.validation import Prepared
-from qtts.core.jobs.spec import SplitOptions
-from qtts.core.jobs.state.listing import Listing
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.budget_resume import recheck_budget
 from qtts.core.jobs.work.chunks import Todo
+from qtts.core.jobs.work.fingerprint import JobFingerprint
 from qtts.core.jobs.work.lengths import check_lengths
 from qtts.core.jobs.work.resume import ResumeScan, scan
 from qtts.core.jobs.work.split_resume import recheck_split
@@ -57,7 +58,7 @@ def decide_work(
     *,
     model: TextModel,
     budget: FrameBudget,
-    settings,
+    settings: JobFingerprint,
     registry: dict,
     audio_format: str,
     save_codes: bool,
@@ -65,7 +66,7 @@ def decide_work(
     split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:
-    """records: the shard's latest records (empty with --overwrite); settings: JobFingerprint;
+    """records: the shard's latest records (empty with --overwrite); settings: this run's;
     split: how long rows are cut (None: every row whole, and no record's split is checked);
     on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
     valid = prepared.valid()

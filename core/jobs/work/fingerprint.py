@@ -5,22 +5,23 @@ audio content and text) plus the digest of the job settings it ran under: the mo
 (its config, tokenizer and weight files, read cheaply: see TextModel.identity), the precision it
 ran in, both sampling sites, the frame budget and the audio format. The settings behind each
 digest are kept in OUT/.qtts/settings.json, so a rerun can say which setting changed.
-Reference audio is identified by content (sha256), cached by path, size and mtime in
-OUT/.qtts/refs.json so an unchanged clip is not read again.
-Knows settings, hashes and two small JSON files; no rows beyond columns, no models.
+Reference audio is identified by content (qtts.core.jobs.state.ref_digests).
+Knows settings, hashes and one small JSON file; no rows beyond columns, no models.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qtts.core.jobs.output.writer import atomic_write_bytes
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.layout import Layout
+
+if TYPE_CHECKING:
+    from qtts.core.synthesis.requests import GenerationOptions
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,14 @@ def digest_of(values: Any) -> str:
 
 
 def job_fingerprint(
-    *, model: str, precision: str, options, max_new_tokens: int | None, audio_format: str
+    *,
+    model: str,
+    precision: str,
+    options: GenerationOptions,
+    max_new_tokens: int | None,
+    audio_format: str,
 ) -> JobFingerprint:
-    """options: GenerationOptions (the merged sampling of both sites). Each site is every field
+    """options: the merged sampling of both sites. Each site is every field
     of its SamplingParams, read from the dataclass: a sampling field added there is in the
     fingerprint without a change here."""
     return JobFingerprint(
@@ -108,37 +114,3 @@ def setting_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
         elif a != b:
             parts.append("model (its files changed)" if key == "model" else f"{key} {a} -> {b}")
     return ", ".join(parts) or "settings"
-
-
-class RefDigests:
-    """sha256 of reference clips, cached by (path, size, mtime) across runs."""
-
-    def __init__(self, out_dir: Path) -> None:
-        self.path = Layout(out_dir).refs_file
-        try:
-            self.cache: dict[str, list] = json.loads(self.path.read_text("utf-8"))
-        except (OSError, ValueError):
-            self.cache = {}
-        self.changed = False
-
-    def digest(self, path: str) -> str:
-        st = os.stat(path)
-        hit = self.cache.get(path)
-        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
-            return hit[2]
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        value = h.hexdigest()[:32]
-        self.cache[path] = [st.st_size, st.st_mtime_ns, value]
-        self.changed = True
-        return value
-
-    def save(self) -> None:
-        """Best effort: a lost cache costs a re-read, never a wrong answer."""
-        if self.changed and self.path.parent.is_dir():
-            try:
-                atomic_write_bytes(self.path, json.dumps(self.cache).encode())
-            except OSError:
-                pass

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.rows.ids import patched
-from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import EST_FRAMES_PER_TOKEN, FrameBudget
 
 SAMPLE_ROWS = 1024  # rows counted exactly to learn this job's tokens per byte

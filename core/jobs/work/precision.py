@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.state.jobfile import JobFile
 
 log = logging.getLogger("qtts")
@@ -83,7 +84,12 @@ def log_precision(precision: Precision) -> None:
 
 
 def cpu_auto_to_record(
-    out, recorded: JobFile | None, cpu_auto: str | None, *, overwrite: bool, seen: str | None = None
+    out: Path,
+    recorded: JobFile | None,
+    cpu_auto: str | None,
+    *,
+    overwrite: bool,
+    seen: str | None = None,
 ) -> str | None:
     """The job file's cpu_auto_dtype after this run (under the job lock): the pin it holds, or
     this run's when it resolved --dtype auto on a CPU and none is recorded (or --overwrite

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.output.stores.listing import Listing
 from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.output.stores.presence import Held, held
-from qtts.core.jobs.state.listing import Listing
 from qtts.core.jobs.state.lookup import PART, index_in
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes

@@ -17,13 +17,15 @@ Knows record columns and the split settings; the TextModel only for flagged text
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.interfaces import TextModel
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import cut_rows
-from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.state.records import as_bools
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
@@ -101,7 +103,9 @@ def _stays_whole(texts, tokens, split: SplitOptions, model: TextModel) -> np.nda
     for i in range(0, len(flagged), LOOK_BATCH):  # a sentence end inside: the cut decides
         part = flagged[i : i + LOOK_BATCH]
         looked = texts.take(pa.array(part)).to_pylist()
-        cuts = cut_rows(looked, count_tokens(model, looked).tolist(), model, split)
+        cuts = cut_rows(
+            looked, count_tokens(model, looked).tolist(), partial(count_tokens, model), split
+        )
         whole[part] = [len(c) == 1 for c in cuts]
     return whole
 

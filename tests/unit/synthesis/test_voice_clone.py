@@ -159,9 +159,9 @@ def test_clone_prompt_sizes_match_the_embedding(base_talker, text, ref_text, fra
 def test_job_reference_defaults():
     import pyarrow as pa
 
+    from qtts.core.jobs.contract.spec import JobSpec, OutputOptions, VoiceOptions
     from qtts.core.jobs.execution.run import apply_reference_defaults
     from qtts.core.jobs.rows.manifest import ROW_SCHEMA
-    from qtts.core.jobs.spec import JobSpec, OutputOptions, VoiceOptions
 
     rows = pa.Table.from_pylist([{"row": 1, "id": "a", "text": "x"},
                                  {"row": 2, "id": "b", "text": "y", "ref_audio": "own.wav",

@@ -22,14 +22,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qtts.core.jobs.choices import DEFAULT_SHARD_ROWS
+from qtts.core.jobs.contract.choices import DEFAULT_SHARD_ROWS
 from qtts.core.jobs.output.stores.base import RowOutput
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, member_location
 from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
 from qtts.core.jobs.output.stores.shard_format import Shard, ShardWriter
-from qtts.core.jobs.output.writer import encode_audio, encode_codes, temp_path, write_error
+from qtts.core.jobs.output.writer import encode_audio, encode_codes, write_error
 from qtts.core.jobs.output.writer_clock import WriterClock
+from qtts.core.jobs.state.atomic_files import temp_path
 from qtts.core.jobs.state.journal import Journal
 
 SHARD_MAX_AGE_S = 600.0  # an open shard older than this is sealed when its next row comes

@@ -17,16 +17,9 @@ from pathlib import Path
 
 from qtts.core.jobs.output.stores.base import RowOutput
 from qtts.core.jobs.output.stores.locations import FILES
-from qtts.core.jobs.output.writer import (
-    AUDIO_FORMATS,
-    atomic_write_bytes,
-    encode_audio,
-    encode_codes,
-    fsync_dir,
-    unlink_quietly,
-    write_error,
-)
+from qtts.core.jobs.output.writer import AUDIO_FORMATS, encode_audio, encode_codes, write_error
 from qtts.core.jobs.output.writer_clock import WriterClock
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 
 CODES_SUFFIX = ".codes.npy"

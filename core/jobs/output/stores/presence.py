@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.output.stores.files import CODES_SUFFIX
+from qtts.core.jobs.output.stores.listing import Listing
 from qtts.core.jobs.output.stores.locations import FILES, containers, is_archived, layouts
-from qtts.core.jobs.state.listing import Listing
 from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.records import as_bools
 

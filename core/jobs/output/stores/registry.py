@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.choices import Choice
+from qtts.core.jobs.contract.choices import Choice
 from qtts.core.jobs.output.stores.shard_format import SHARD_NAME_NEVER, ArchiveFormat, Part
 
 FILES = "files"

@@ -42,7 +42,7 @@ from qtts.core.jobs.output.stores.locations import (
 )
 from qtts.core.jobs.output.stores.retract import take_out_rows
 from qtts.core.jobs.output.stores.shard_files import name_parts, shard_at
-from qtts.core.jobs.output.writer import TEMP_MARK, atomic_write, fsync_dir, unlink_quietly
+from qtts.core.jobs.state.atomic_files import TEMP_MARK, atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.records import RECORD_SCHEMA, as_bools

@@ -23,7 +23,7 @@ from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.output.stores.repack_commit import OLD_FILE, repack_temp
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
 from qtts.core.jobs.output.stores.shard_format import Shard
-from qtts.core.jobs.output.writer import fsync_dir, tracked, unlink_quietly
+from qtts.core.jobs.state.atomic_files import fsync_dir, tracked, unlink_quietly
 
 FILES_BATCH = 1000  # plain files committed at once
 

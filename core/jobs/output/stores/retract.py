@@ -37,7 +37,7 @@ from qtts.core.jobs.output.stores.locations import (
 )
 from qtts.core.jobs.output.stores.registry import part_of
 from qtts.core.jobs.output.stores.shard_files import shard_at
-from qtts.core.jobs.output.writer import atomic_write, fsync_dir, unlink_quietly
+from qtts.core.jobs.state.atomic_files import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.records import as_bools, pending_records

@@ -21,7 +21,7 @@ from qtts.core.errors import FatalError
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR
 from qtts.core.jobs.output.stores.registry import part_of
 from qtts.core.jobs.output.stores.shard_format import Part, Shard
-from qtts.core.jobs.output.writer import fsync_dir, tracked, unlink_quietly
+from qtts.core.jobs.state.atomic_files import fsync_dir, tracked, unlink_quietly
 
 
 class ShardFiles:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from qtts.cli.job_options import sampling_options
+from qtts.core.jobs.contract.spec import SamplingOverrides
 from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.output.recorder import utterance_error
-from qtts.core.jobs.spec import SamplingOverrides
 from qtts.core.jobs.work.fingerprint import job_fingerprint
 from qtts.core.model.config import GenerationDefaults, SamplingParams
 from qtts.core.synthesis.requests import Utterance

@@ -11,9 +11,9 @@ import fakes
 import pyarrow.parquet as pq
 import pytest
 
+from qtts.core.jobs.contract.spec import JobSpec, OutputOptions, RowDefaults, VoiceOptions
 from qtts.core.jobs.execution.run import run_job
 from qtts.core.jobs.output.stores import files as writer  # the files layout encodes here
-from qtts.core.jobs.spec import JobSpec, OutputOptions, RowDefaults, VoiceOptions
 
 
 class StoppedAfterAll(fakes.FakeSynthesizer):

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text import segments
 from qtts.core.jobs.long_text.segments import segment_seed, synthesize_chunk
-from qtts.core.jobs.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import chunk_requests
 from qtts.core.synthesis.requests import GenerationOptions, RowFailure, Utterance

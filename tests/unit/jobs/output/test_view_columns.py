@@ -64,7 +64,7 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
     from qtts.core.jobs.state import shard_state
     from qtts.core.jobs.state.journal import Journal
     from qtts.core.jobs.state.layout import Layout
-    from qtts.core.jobs.work.shards import UNSHARDED
+    from qtts.core.jobs.state.shards import UNSHARDED
 
     layout = Layout(tmp_path)
     layout.dir.mkdir()
@@ -102,7 +102,7 @@ def _small_out_dir(tmp_path):
     from qtts.core.jobs.state import shard_state
     from qtts.core.jobs.state.journal import Journal
     from qtts.core.jobs.state.layout import Layout
-    from qtts.core.jobs.work.shards import UNSHARDED
+    from qtts.core.jobs.state.shards import UNSHARDED
 
     Layout(tmp_path).dir.mkdir()
     records = []
@@ -126,7 +126,7 @@ def test_a_state_that_fails_to_read_mid_rebuild_is_read_again_if_it_changed(tmp_
     from qtts.core.jobs.state import record_source, shard_state
     from qtts.core.jobs.state.journal import Journal
     from qtts.core.jobs.state.layout import Layout
-    from qtts.core.jobs.work.shards import UNSHARDED
+    from qtts.core.jobs.state.shards import UNSHARDED
 
     records, rows = _small_out_dir(tmp_path)
     real, calls = record_source.RecordSource.column, []

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qtts.core.jobs.output.writer import (
+from qtts.core.jobs.state.atomic_files import (
     TEMP_MARK,
     atomic_write,
     atomic_write_bytes,

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from qtts.core.errors import ManifestError, UsageError
+from qtts.core.jobs.contract.spec import ManifestColumns
 from qtts.core.jobs.rows.manifest import read_manifest
 from qtts.core.jobs.rows.sources import find_manifest
-from qtts.core.jobs.spec import ManifestColumns
 
 
 def _rows(source, columns=None, **kw) -> list[tuple]:

@@ -7,12 +7,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.manifest import ROW_SCHEMA, read_parquet_manifest
 from qtts.core.jobs.rows.validation import prepare_rows
-from qtts.core.jobs.spec import RowDefaults
+from qtts.core.jobs.state.ref_digests import RefDigests
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import chunk_requests
-from qtts.core.jobs.work.fingerprint import RefDigests
 from qtts.core.jobs.work.lengths import check_lengths
 
 

@@ -14,7 +14,7 @@ from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import to_table
-from qtts.core.jobs.work.shards import Shard
+from qtts.core.jobs.state.shards import Shard
 
 MERGE = ("id", "status", "file", "bytes", "run", "t")
 LATER = ("text", "num_frames", "error", "segment_frames", "chars_per_s")

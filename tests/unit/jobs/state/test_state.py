@@ -9,14 +9,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qtts.core.jobs.state import listing as listing_module
+from qtts.core.jobs.output.stores import listing as listing_module
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.journal import Journal, read_journal
 from qtts.core.jobs.state.jsonl import json_strings, metadata_lines
 from qtts.core.jobs.state.layout import Layout
-from qtts.core.jobs.state.listing import list_out_dir
 from qtts.core.jobs.state.records import conform, latest, overlay, to_table
-from qtts.core.jobs.work.shards import UNSHARDED, Shard
+from qtts.core.jobs.state.shards import UNSHARDED, Shard
 
 
 def rec(row_id, status="ok", t=1.0, **kw):

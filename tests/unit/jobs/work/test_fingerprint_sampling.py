@@ -11,8 +11,8 @@ import re
 import pytest
 
 from qtts.cli.job_options import sampling_options
+from qtts.core.jobs.contract.spec import SUBTALKER, SamplingOverrides
 from qtts.core.jobs.execution.generation import generation_options
-from qtts.core.jobs.spec import SUBTALKER, SamplingOverrides
 from qtts.core.jobs.work.fingerprint import job_fingerprint
 from qtts.core.model.config import GenerationDefaults, SamplingParams
 from qtts.core.synthesis.requests import GenerationOptions

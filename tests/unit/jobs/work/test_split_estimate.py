@@ -7,7 +7,7 @@ from __future__ import annotations
 import fakes
 import pyarrow as pa
 
-from qtts.core.jobs.spec import SplitOptions
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import check_lengths
 

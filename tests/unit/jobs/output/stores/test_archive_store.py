@@ -13,7 +13,7 @@ from store_rows import journalled, row
 
 from qtts.core.jobs.output.stores.archive import ArchiveStore
 from qtts.core.jobs.output.stores.registry import archive_format
-from qtts.core.jobs.output.writer import TEMP_MARK, cleanup_temp_files
+from qtts.core.jobs.state.atomic_files import TEMP_MARK, cleanup_temp_files
 from qtts.core.jobs.state.journal import Journal
 
 

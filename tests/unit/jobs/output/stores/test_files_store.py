@@ -3,12 +3,13 @@ appears, the old version's other files removed."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import soundfile as sf
 from store_rows import journalled, row
 
-from qtts.core.jobs.output import writer
 from qtts.core.jobs.output.stores import files
 from qtts.core.jobs.output.stores.files import FilesStore
 from qtts.core.jobs.output.writer import DiskFullError
@@ -59,7 +60,7 @@ def test_published_since_names_rows_and_seconds(tmp_path):
     store.submit(row("a", 4800)).result()
     store.close()
     assert store.published(["a", "b"], since=0.0) == {"a": pytest.approx(0.2)}
-    assert store.published(["a"], since=writer.os.stat(tmp_path / "a.wav").st_mtime + 5) == {}
+    assert store.published(["a"], since=os.stat(tmp_path / "a.wav").st_mtime + 5) == {}
 
 
 def test_row_id_of_names_only_row_files():

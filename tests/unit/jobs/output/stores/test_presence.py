@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.output.stores.presence import held, present
-from qtts.core.jobs.state.listing import list_out_dir
 
 
 def test_files_need_their_size_and_members_their_shard(tmp_path):

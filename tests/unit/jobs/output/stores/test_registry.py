@@ -12,6 +12,8 @@ import pyarrow as pa
 import pytest
 
 from qtts.core.errors import FatalError, UsageError
+from qtts.core.jobs.contract.spec import JobSpec, OutputOptions
+from qtts.core.jobs.execution.run import prepare_job
 from qtts.core.jobs.output.stores import registry
 from qtts.core.jobs.output.stores.locations import layouts
 from qtts.core.jobs.output.stores.open_store import StoreSpec
@@ -26,7 +28,6 @@ from qtts.core.jobs.output.stores.registry import (
 )
 from qtts.core.jobs.output.stores.shard_files import shard_at
 from qtts.core.jobs.output.stores.shard_format import Part
-from qtts.core.jobs.spec import OutputOptions
 
 
 def test_every_format_is_a_choice_with_its_help():
@@ -95,8 +96,9 @@ def test_a_module_breaking_a_rule_stops_the_registry(tmp_path, monkeypatch):
 def test_an_unknown_layout_or_location_is_an_error(tmp_path):
     with pytest.raises(UsageError, match="--output must be one of files, "):
         StoreSpec(layout="zip")
-    with pytest.raises(UsageError, match="--output must be one of files, "):
-        OutputOptions(out_dir=tmp_path, layout="zip")
+    spec = JobSpec("batch", str(tmp_path / "absent.csv"), OutputOptions(tmp_path, layout="zip"))
+    with pytest.raises(UsageError, match="--output must be one of files, "):  # before any row
+        prepare_job(spec, open_text_model=None, env={})
     with pytest.raises(FatalError, match="no output format qtts knows"):
         layouts(pa.array(["a.wav", "data/w-000000.zip#a.wav"]))
     with pytest.raises(FatalError, match="no output format writes"):

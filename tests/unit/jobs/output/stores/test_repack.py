@@ -22,7 +22,8 @@ from qtts.core.jobs.output.stores.repack_sources import audio_format_of, check_w
 from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
 from qtts.core.jobs.output.stores.shard_format import Shard
-from qtts.core.jobs.output.writer import encode_audio, encode_codes, temp_path
+from qtts.core.jobs.output.writer import encode_audio, encode_codes
+from qtts.core.jobs.state.atomic_files import temp_path
 from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.layout import Layout
 

@@ -11,14 +11,14 @@ from store_rows import journalled, row
 
 from qtts.core.jobs.output.stores import retract, shard_files
 from qtts.core.jobs.output.stores.archive import ArchiveStore
+from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.output.stores.presence import present
 from qtts.core.jobs.output.stores.repack_commit import _name, repack_temp
 from qtts.core.jobs.output.stores.repack_targets import open_target
-from qtts.core.jobs.output.writer import TEMP_MARK
+from qtts.core.jobs.state.atomic_files import TEMP_MARK
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.listing import list_out_dir
 
 
 def _store(tmp_path, shard_rows=2):

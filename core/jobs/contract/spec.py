@@ -1,10 +1,10 @@
 """A job's settings, as the command line gave them, in the groups a user thinks in: which model
 and engine, which voice, how to sample, where the output goes, when failures stop the job, and how
-the job spreads over shards or a Ray cluster. Each group checks its own values on construction.
+the job spreads over shards or a Ray cluster. Each group checks its own values on construction,
+but for --output's name, which the output registry knows (the run checks it first of all).
 
-Standard library only at import (with qtts.core.jobs.choices and the output registry, whose
-formats import only the standard library): the CLI builds these while drawing
-`--help`.
+Standard library only at import (with qtts.core.jobs.contract.choices): the CLI builds these while
+drawing `--help`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.choices import (
+from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
     AudioFormat,
@@ -27,7 +27,6 @@ from qtts.core.jobs.choices import (
     OnBudget,
     Split,
 )
-from qtts.core.jobs.output.stores.registry import OutputLayout  # files and each format
 
 if TYPE_CHECKING:
     from qtts.core.synthesis.requests import Placement
@@ -175,7 +174,10 @@ class OutputOptions:
     out_dir: Path
     audio_format: AudioFormat = AudioFormat.wav
     save_codes: bool = False
-    layout: OutputLayout = OutputLayout.files  # --output: files, or archive shards in OUT/data/
+    # --output: files, or an archive format's name (shards in OUT/data/). The output registry
+    # (qtts.core.jobs.output.stores.registry) knows the names: the CLI offers only those, and the
+    # run checks the name before it reads a row.
+    layout: str = "files"
     shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
@@ -184,7 +186,7 @@ class OutputOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
         object.__setattr__(self, "audio_format", AudioFormat.parse(self.audio_format, "--format"))
-        object.__setattr__(self, "layout", OutputLayout.parse(self.layout, "--output"))
+        object.__setattr__(self, "layout", str(self.layout))  # a Choice prints as it is typed
         if self.shard_rows < 1:
             raise UsageError(f"--shard-rows must be >= 1, got {self.shard_rows}")
 
@@ -202,7 +204,7 @@ class SplitOptions:
     """How long rows are cut into segments, synthesized apart and joined with a pause."""
 
     mode: Split = Split.auto
-    # None: not given; the job fits the default to the model (core/jobs/long_text/segment_limit.py)
+    # None: not given; the job fits the default to the model (core/jobs/work/segment_limit.py)
     max_segment_tokens: int | None = None
     pause_s: float = DEFAULT_SEGMENT_PAUSE_S
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR
-from qtts.core.jobs.output.writer import TEMP_MARK
+from qtts.core.jobs.state.atomic_files import TEMP_MARK
 
 BATCH = 1 << 16
 

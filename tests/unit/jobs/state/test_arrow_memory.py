@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 SHOW = (
-    "import pyarrow as pa; from qtts.cli.app import main; import qtts.core.jobs.arrow_memory as m; "
+    "import pyarrow as pa; from qtts.cli.app import main; "
+    "import qtts.core.jobs.state.arrow_memory as m; "
 )
 
 
@@ -39,7 +40,7 @@ def test_the_environments_pool_stands():
 
 def test_the_command_line_chooses_it_first(monkeypatch):
     from qtts.cli import app
-    from qtts.core.jobs import arrow_memory
+    from qtts.core.jobs.state import arrow_memory
 
     calls = []
     monkeypatch.setattr(arrow_memory, "use_returning_pool", lambda: calls.append(1) or "x")

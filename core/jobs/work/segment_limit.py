@@ -13,7 +13,7 @@ import logging
 from dataclasses import replace
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.spec import SplitOptions
+from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
 
 log = logging.getLogger("qtts")

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.work.shards import (
+from qtts.core.jobs.state.shards import (
     UNSHARDED,
     Shard,
     local_rank_device,

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.output.stores.retract import remove_every_archive
-from qtts.core.jobs.output.writer import cleanup_temp_files
 from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.atomic_files import cleanup_temp_files
 from qtts.core.jobs.state.jobfile import (
     JOB_LOCK_TIMEOUT_S,
     check_input,
@@ -23,16 +24,19 @@ from qtts.core.jobs.state.jobfile import (
 )
 from qtts.core.jobs.state.layout import LEGACY_JOB_FILE, Layout
 from qtts.core.jobs.state.lock_probe import old_run_error, old_split_locks
+from qtts.core.jobs.state.shards import ShardRequest
 from qtts.core.jobs.work.fingerprint import remember
 from qtts.core.jobs.work.precision import cpu_auto_to_record
-from qtts.core.jobs.work.shards import ShardRequest
 
 SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
+if TYPE_CHECKING:
+    from qtts.core.jobs.execution.locked_run import Job
+
 LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
 
 
-def record_job(job, req: ShardRequest, source: str) -> None:
-    """job: locked_run.Job, whose shard lock this process holds."""
+def record_job(job: Job, req: ShardRequest, source: str) -> None:
+    """Record `job`, whose shard lock this process holds."""
     from filelock import FileLock
 
     spec, out = job.spec, job.spec.output.out_dir

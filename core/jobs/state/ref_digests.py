@@ -1,0 +1,50 @@
+"""Reference audio identified by content: the sha256 of each clip, cached by path, size and mtime
+in OUT/.qtts/refs.json so an unchanged clip is not read again. Row validation
+(qtts.core.jobs.rows.validation) puts the digest in each row's inputs, so a changed clip redoes
+its rows (qtts.core.jobs.work.fingerprint).
+Knows one small JSON file and the clips' bytes; no rows, no settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from qtts.core.jobs.state.atomic_files import atomic_write_bytes
+from qtts.core.jobs.state.layout import Layout
+
+
+class RefDigests:
+    """sha256 of reference clips, cached by (path, size, mtime) across runs."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = Layout(out_dir).refs_file
+        try:
+            self.cache: dict[str, list] = json.loads(self.path.read_text("utf-8"))
+        except (OSError, ValueError):
+            self.cache = {}
+        self.changed = False
+
+    def digest(self, path: str) -> str:
+        st = os.stat(path)
+        hit = self.cache.get(path)
+        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
+            return hit[2]
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        value = h.hexdigest()[:32]
+        self.cache[path] = [st.st_size, st.st_mtime_ns, value]
+        self.changed = True
+        return value
+
+    def save(self) -> None:
+        """Best effort: a lost cache costs a re-read, never a wrong answer."""
+        if self.changed and self.path.parent.is_dir():
+            try:
+                atomic_write_bytes(self.path, json.dumps(self.cache).encode())
+            except OSError:
+                pass
