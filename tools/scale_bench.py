@@ -105,12 +105,12 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     from qtts.core.jobs.execution.run import prepare_job, source_path
     from qtts.core.jobs.output.results import input_rows, rebuild
     from qtts.core.jobs.output.writer import encode_audio
-    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.state.paths import StatePaths
     from qtts.core.jobs.state.records import OK, RECORD_SCHEMA
     from qtts.core.jobs.state.shard_state import write_state
     from qtts.core.jobs.state.shards import Shard
 
-    Layout(out).dir.mkdir(parents=True, exist_ok=True)
+    StatePaths(out).dir.mkdir(parents=True, exist_ok=True)
     if open_text_model is None:
         from qtts.core.synthesis.session import open_text_model
     spec = JobSpec(kind="batch", source=str(manifest), output=OutputOptions(out, layout=layout),
@@ -151,7 +151,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     for index in range(num_shards):
         shard = Shard(num_shards, index, "--num-shards/--shard-index")
         own = records.filter(pa.array(shard.mask(records["id"])))
-        write_state(Layout(out).state(shard.suffix), own)
+        write_state(StatePaths(out).state(shard.suffix), own)
     from dataclasses import replace
 
     from qtts.core.jobs.state.shards import ShardRequest

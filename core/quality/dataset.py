@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.output.score_columns import SCORES_NAME, record_stamps
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.model.hub import one_line
 
 METADATA_NAME = "metadata.jsonl"
@@ -69,13 +69,13 @@ class Dataset:
 
     @property
     def embeddings_dir(self) -> Path:
-        hidden = Layout(self.root).dir if self.kind == OUT_DIR else self.root / FOLDER_STATE
+        hidden = StatePaths(self.root).dir if self.kind == OUT_DIR else self.root / FOLDER_STATE
         return hidden / SPEAKERS_DIR
 
     @property
     def lock_path(self) -> Path:
         return (
-            Layout(self.root).dir / "score.lock"
+            StatePaths(self.root).dir / "score.lock"
             if self.kind == OUT_DIR
             else self.root / FOLDER_LOCK
         )
@@ -85,7 +85,7 @@ def open_dataset(path: Path) -> Dataset:
     """PATH as a qtts out dir or an AudioFolder; a usage error (exit 2) when it is neither."""
     if not path.is_dir():
         raise UsageError(f"{path} is not a folder: pass a qtts out dir or an AudioFolder")
-    if Layout(path).job_file.is_file():
+    if StatePaths(path).job_file.is_file():
         return Dataset(path, OUT_DIR, _out_dir_rows(path))
     if (path / METADATA_NAME).is_file():
         return Dataset(path, AUDIOFOLDER, _folder_rows(path))

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 CARD_NAME = "README.md"
 MARKER = (
@@ -94,7 +94,7 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     target = out_dir / CARD_NAME
     own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
     if own:
-        target = Layout(out_dir).dir / CARD_NAME
+        target = StatePaths(out_dir).dir / CARD_NAME
     atomic_write_bytes(target, text.encode("utf-8"))
     return Card(target, own)
 

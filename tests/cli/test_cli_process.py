@@ -15,8 +15,8 @@ import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
 
-from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import OutDirLock
+from qtts.core.jobs.state.paths import StatePaths
 
 ROWS = 24
 
@@ -42,7 +42,7 @@ def wait_for(predicate, timeout: float = 30.0) -> None:
 
 def journal_lines(out) -> int:
     try:
-        return Layout(out).journal("").read_bytes().count(b"\n")
+        return StatePaths(out).journal("").read_bytes().count(b"\n")
     except FileNotFoundError:
         return 0
 
@@ -69,7 +69,7 @@ def test_signal_flushes_and_exits(tmp_path, manifest, sig, code):
     assert len(rows) == s["ok"] and all(r["status"] == "ok" for r in rows)
     assert all(sf.read(r["path"])[0].size for r in rows)
     assert litter(out) == []
-    with OutDirLock(Layout(out).lock("")):  # released
+    with OutDirLock(StatePaths(out).lock("")):  # released
         pass
     before = snapshot(out)
     r = subprocess.run(qtts_cmd("batch", manifest, "-o", out, "--speaker", "ryan"),
@@ -133,11 +133,11 @@ def test_lock_held_by_another_run_exits_75(tmp_path, write_manifest):
 def test_lock_held_by_a_plain_flock_exits_75(tmp_path, write_manifest):
     m = write_manifest([{"id": "a", "text": "x"}])
     out = tmp_path / "out"
-    Layout(out).dir.mkdir(parents=True)
+    StatePaths(out).dir.mkdir(parents=True)
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import fcntl, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX);"
-         "print('held', flush=True); time.sleep(60)", str(Layout(out).lock(""))],
+         "print('held', flush=True); time.sleep(60)", str(StatePaths(out).lock(""))],
         stdout=subprocess.PIPE,
     )  # fmt: skip
     try:

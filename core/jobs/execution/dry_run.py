@@ -29,9 +29,9 @@ from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
-from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import LockHeldError, holder_pid
 from qtts.core.jobs.state.lock_probe import check_no_old_run, lock_is_held
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty, with_repeated_encoded
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
@@ -93,14 +93,14 @@ def refuse_as_the_run_would(job: Job) -> None:
     creating a file or taking a lock: raises LockHeldError (75) or UsageError (2) with the run's
     own line."""
     out = job.spec.output.out_dir
-    layout = Layout(out)
-    check_out_dir(layout.dir)  # before any read: under a file, every read fails oddly
-    own = layout.lock(job.shard.suffix)
+    paths = StatePaths(out)
+    check_out_dir(paths.dir)  # before any read: under a file, every read fails oddly
+    own = paths.lock(job.shard.suffix)
     if lock_is_held(own):
         raise LockHeldError(own, holder_pid(own))
     recorded = read_job_file(out, legacy_ok=job.spec.output.overwrite)
     if recorded is not None and recorded.num_shards != job.shard.count:  # only --overwrite
-        check_no_old_run(layout, recorded.num_shards)
+        check_no_old_run(paths, recorded.num_shards)
 
 
 def dry_run(job: Job) -> DryRunSummary:

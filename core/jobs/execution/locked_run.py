@@ -43,7 +43,7 @@ from qtts.core.jobs.rows.validation import Prepared
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.atomic_files import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import (
     FAILED,
     OK,
@@ -121,7 +121,7 @@ class JobRun:
                 run_tag=self.run_id.rsplit("-", 1)[-1],
             ),
         )
-        self.journal = Journal(Layout(self.out).journal(self.shard.suffix))
+        self.journal = Journal(StatePaths(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
         self.aborted = False
         self.t0 = time.monotonic()
@@ -138,7 +138,7 @@ class JobRun:
                 state.reset(self.out, self.shard)
             # The texts of a big job off the heap: deciding the work reads digests, not texts.
             prepared = self.job.prepared
-            prepared.rows = spilled(prepared.rows, Layout(self.out).dir)
+            prepared.rows = spilled(prepared.rows, StatePaths(self.out).dir)
             work = self._scan_and_decide()
             self._record_work(work)
             status, code = "done", 0
@@ -169,11 +169,11 @@ class JobRun:
         )
         if removed:
             log.info("removed temp files left by an interrupted run")
-        layout = Layout(self.out)
+        paths = StatePaths(self.out)
         suffix = self.shard.suffix
-        own = {layout.state(suffix).name, layout.retract_intent(suffix).name}
+        own = {paths.state(suffix).name, paths.retract_intent(suffix).name}
         cleanup_temp_files(
-            layout.dir, owns=lambda final: final in own or layout.is_repack_intent(final, suffix)
+            paths.dir, owns=lambda final: final in own or paths.is_repack_intent(final, suffix)
         )
         j = self.job
         return decide_work(

@@ -38,7 +38,7 @@ from qtts.core.jobs.execution.ray_local import start_local_ray
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.state.journal import Journal, read_journals
-from qtts.core.jobs.state.layout import RAY_PREFIX, Layout
+from qtts.core.jobs.state.paths import RAY_PREFIX, StatePaths
 from qtts.core.jobs.state.records import OK, ROW_FIELDS
 from qtts.core.jobs.work.chunks import Todo, chunk_requests
 
@@ -227,7 +227,7 @@ class SynthesisActor:
         self.out_dir, self.options, self.budget, self.ctx = Path(out_dir), options, budget, ctx
         self.split = split
         self.started = started  # when the driver handed the rows out (wall clock)
-        self.journal = Journal(Layout(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
+        self.journal = Journal(StatePaths(self.out_dir).ray_journal(uuid.uuid4().hex[:12]))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         ids = batch["id"].to_pylist()
@@ -253,8 +253,8 @@ class SynthesisActor:
 
 def _published_by_actors(out_dir: Path, ids: pa.ChunkedArray, run: str) -> dict[str, float]:
     """{id: seconds} of `ids` that actors of this run journalled ok (a rare path: lost units)."""
-    layout = Layout(out_dir)
-    actors = [p for p in layout.journals() if p.name.startswith(RAY_PREFIX)]
+    paths = StatePaths(out_dir)
+    actors = [p for p in paths.journals() if p.name.startswith(RAY_PREFIX)]
     records, _ = read_journals(actors)
     ok = pc.and_(pc.equal(records["status"], OK), pc.equal(records["run"], run))
     ok = pc.and_(pc.fill_null(ok, False), pc.is_in(records["id"], value_set=ids.combine_chunks()))

@@ -22,8 +22,8 @@ from qtts.core.jobs.state.jobfile import (
     resolve_shard,
     write_job_file,
 )
-from qtts.core.jobs.state.layout import LEGACY_JOB_FILE, Layout
 from qtts.core.jobs.state.lock_probe import old_run_error, old_split_locks
+from qtts.core.jobs.state.paths import LEGACY_JOB_FILE, StatePaths
 from qtts.core.jobs.state.shards import ShardRequest
 from qtts.core.jobs.work.fingerprint import remember
 from qtts.core.jobs.work.precision import cpu_auto_to_record
@@ -40,10 +40,10 @@ def record_job(job: Job, req: ShardRequest, source: str) -> None:
     from filelock import FileLock
 
     spec, out = job.spec, job.spec.output.out_dir
-    layout = Layout(out)
-    with FileLock(str(layout.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
+    paths = StatePaths(out)
+    with FileLock(str(paths.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
         recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
-        cleanup_temp_files(layout.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
+        cleanup_temp_files(paths.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
         if spec.output.overwrite:
             _remove_legacy(out)
         check_input(
@@ -63,7 +63,7 @@ def record_job(job: Job, req: ShardRequest, source: str) -> None:
                 f"{out} was just recorded with {now} shard(s) by another run; run again to join it"
             )
         if recorded is not None and recorded.num_shards != shard.count:
-            _no_old_run(layout, recorded.num_shards)
+            _no_old_run(paths, recorded.num_shards)
             remove_every_archive(out)  # first: shards without records would be made again
             state.remove_every_shard(out)
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
@@ -80,17 +80,17 @@ def record_job(job: Job, req: ShardRequest, source: str) -> None:
         remember(out, job.settings)
 
 
-def _no_old_run(layout: Layout, old_count: int) -> None:
+def _no_old_run(paths: StatePaths, old_count: int) -> None:
     """No run of the old split may be going (the new split's tasks, starting beside this one,
     are welcome)."""
     from filelock import FileLock, Timeout
 
-    for path in (p for p in old_split_locks(layout, old_count) if p.exists()):
+    for path in (p for p in old_split_locks(paths, old_count) if p.exists()):
         lock = FileLock(str(path), timeout=0)
         try:
             lock.acquire()
         except Timeout:
-            raise old_run_error(layout, path) from None
+            raise old_run_error(paths, path) from None
         lock.release()
 
 

@@ -40,8 +40,8 @@ from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_t
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
 from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
-from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lock import OutDirLock
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import one_chunk
 from qtts.core.jobs.state.ref_digests import RefDigests
 from qtts.core.jobs.state.shards import ShardRequest, local_rank_device, shard_request
@@ -247,9 +247,9 @@ def run_job(
             budget=job.budget,
             split=spec.split,
         )
-    layout = Layout(spec.output.out_dir)
-    make_out_dir(layout.dir)
-    with OutDirLock(layout.lock(job.shard.suffix)):
+    paths = StatePaths(spec.output.out_dir)
+    make_out_dir(paths.dir)
+    with OutDirLock(paths.lock(job.shard.suffix)):
         record_job(job, req, source_path(spec))
         log_precision(job.precision)  # once the run goes ahead: a refused run says one line
         refs.save()

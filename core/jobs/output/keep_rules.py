@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 # Each rule: its option (what the user typed, without "--"), the column it reads, and whether
 # the value is a floor (the column must be at least it) or a ceiling (at most it).
@@ -98,7 +98,7 @@ class KeepRules:
 
 def read_keep_rules(out_dir: Path) -> KeepRules:
     """The out dir's rules (none when it has no keep.json)."""
-    path = Layout(out_dir).keep_file
+    path = StatePaths(out_dir).keep_file
     try:
         data = json.loads(path.read_text())
         return KeepRules(dict(data.get("bounds", {})), bool(data.get("no_budget_hits", False)))
@@ -113,7 +113,7 @@ def read_keep_rules(out_dir: Path) -> KeepRules:
 
 def write_keep_rules(out_dir: Path, rules: KeepRules) -> None:
     """Save the rules (atomically); empty rules remove the file."""
-    path = Layout(out_dir).keep_file
+    path = StatePaths(out_dir).keep_file
     if rules.empty:
         try:
             os.unlink(path)

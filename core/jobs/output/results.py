@@ -37,7 +37,7 @@ from qtts.core.jobs.output.voice_rates import RATE_COLUMNS, READ_COLUMNS, rate_r
 from qtts.core.jobs.state.atomic_files import atomic_write, cleanup_temp_files, unlink_quietly
 from qtts.core.jobs.state.jobfile import JobFile
 from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
 from qtts.core.jobs.state.shard_state import UnreadableState
@@ -192,7 +192,7 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
     scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
     keys = {**METADATA_KEYS, **{c: c for c in scored}}
     rules = read_keep_rules(out_dir)
-    staging = Layout(into).view_staging
+    staging = StatePaths(into).view_staging
     staged = StagedColumns(staging, picks.records, picks.source, BATCH)
 
     def write_both(results_file, metadata_file=None) -> None:
@@ -275,7 +275,7 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
     than wait_s (it rebuilds after us, seeing our state)."""
     from filelock import FileLock, Timeout
 
-    path = Layout(out_dir).results_lock
+    path = StatePaths(out_dir).results_lock
     lock = FileLock(str(path), timeout=wait_s)
     try:
         lock.acquire()
@@ -340,14 +340,14 @@ def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
 
 
 def _state_files(out_dir: Path) -> list[Path]:
-    layout = Layout(out_dir)
-    return [*layout.states(), *layout.journals()]
+    paths = StatePaths(out_dir)
+    return [*paths.states(), *paths.journals()]
 
 
 def _state_stamp(out_dir: Path) -> set[tuple[str, int, int]]:
     """What a finishing shard changes: its state file (journals change all the time)."""
     stamp = set()
-    for p in Layout(out_dir).states():
+    for p in StatePaths(out_dir).states():
         try:
             st = p.stat()
         except FileNotFoundError:
@@ -384,7 +384,7 @@ def rebuilt_counts(out_dir: Path, rows: pa.Table) -> Counts:
         from qtts.core.errors import LockHeldError
 
         raise LockHeldError(
-            f"another process has held {Layout(out_dir).results_lock} for "
+            f"another process has held {StatePaths(out_dir).results_lock} for "
             f"{RESULTS_COMMAND_WAIT_S} s; try again later"
         )
     return counts

@@ -27,7 +27,7 @@ from qtts.core.jobs.output.results import (
     rebuilt_counts,
 )
 from qtts.core.jobs.output.stores.listing import list_out_dir
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 
 @dataclass(frozen=True)
@@ -60,5 +60,5 @@ def _aside_in(out_dir: Path) -> Path | None:
     """Where the views are built aside: OUT/.qtts where this process may write there (the lock
     alone cannot be opened), so ten million rows' staged columns and results.parquet land on the
     out dir's disk, not in $TMPDIR (often small, or memory); else $TMPDIR (None)."""
-    folder = Layout(out_dir).dir
+    folder = StatePaths(out_dir).dir
     return folder if os.access(folder, os.W_OK | os.X_OK) else None

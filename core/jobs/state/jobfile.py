@@ -20,7 +20,7 @@ from pathlib import Path
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.shards import UNSHARDED, Shard, ShardRequest
 
 log = logging.getLogger("qtts")
@@ -51,13 +51,13 @@ class JobFile:
 def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     """The recorded job, or None when the out dir holds none yet (legacy_ok: nor one of qtts
     0.1, which --overwrite replaces)."""
-    layout = Layout(out_dir)
-    if layout.legacy() and not legacy_ok:
+    paths = StatePaths(out_dir)
+    if paths.legacy() and not legacy_ok:
         raise UsageError(
             f"{out_dir} was written by qtts 0.1, which kept no row fingerprints: "
             "redo it with --overwrite, or use a new --out-dir"
         )
-    path = layout.job_file
+    path = paths.job_file
     try:
         data = json.loads(path.read_text("utf-8"))
     except (FileNotFoundError, NotADirectoryError):  # no out dir yet (or it cannot be one)
@@ -88,7 +88,7 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
 
 def write_job_file(out_dir: Path, job: JobFile) -> None:
     data = (json.dumps(asdict(job), indent=2) + "\n").encode()
-    atomic_write_bytes(Layout(out_dir).job_file, data)
+    atomic_write_bytes(StatePaths(out_dir).job_file, data)
 
 
 def check_input(

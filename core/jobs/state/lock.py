@@ -1,5 +1,5 @@
 """One run per out dir (per shard of it): an exclusive, non-blocking filelock on OUT/.qtts/run.lock
-(run-shard-I-of-N.lock for shard I of N, so shards share the dir; qtts.core.jobs.state.layout).
+(run-shard-I-of-N.lock for shard I of N, so shards share the dir; qtts.core.jobs.state.paths).
 
 A second run names the holder's pid: Linux's /proc/locks says who holds the flock; elsewhere the
 pid the holder wrote into the lock file is used. The lock is

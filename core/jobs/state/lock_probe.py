@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.shards import Shard
 
 try:
@@ -56,23 +56,23 @@ def _held_by_filelock(path: Path) -> bool:
     return False
 
 
-def old_split_locks(layout: Layout, old_count: int) -> list[Path]:
+def old_split_locks(paths: StatePaths, old_count: int) -> list[Path]:
     """The run locks of an out dir split into `old_count` shards."""
     if old_count == 1:
-        return [layout.lock("")]
-    return [layout.lock(Shard(old_count, i).suffix) for i in range(old_count)]
+        return [paths.lock("")]
+    return [paths.lock(Shard(old_count, i).suffix) for i in range(old_count)]
 
 
-def check_no_old_run(layout: Layout, old_count: int) -> None:
+def check_no_old_run(paths: StatePaths, old_count: int) -> None:
     """--overwrite may change the shard count only while no run of the old split is going (the
     new split's tasks, starting beside this one, are welcome)."""
-    for path in old_split_locks(layout, old_count):
+    for path in old_split_locks(paths, old_count):
         if lock_is_held(path):
-            raise old_run_error(layout, path)
+            raise old_run_error(paths, path)
 
 
-def old_run_error(layout: Layout, path: Path) -> UsageError:
+def old_run_error(paths: StatePaths, path: Path) -> UsageError:
     return UsageError(
         f"--overwrite cannot change the shard count while another run "
-        f"holds {path.name} in {layout.dir}"
+        f"holds {path.name} in {paths.dir}"
     )

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.state.journal import read_journals
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import (
     RECORD_SCHEMA,
     conform,
@@ -54,10 +54,10 @@ class RecordSource:
         """merge: the columns read now (keep id, status, run and t: the merge needs them);
         later: the columns `column` may be asked for (the journals' are kept); shard_suffix:
         one job shard's state and journals only (None: every shard's)."""
-        layout = Layout(out_dir)
+        paths = StatePaths(out_dir)
         own = shard_suffix is not None
         states, bases, offset = [], [], 0
-        for path in [layout.state(shard_suffix)] if own else layout.states():
+        for path in [paths.state(shard_suffix)] if own else paths.states():
             handle = _open(path)
             if handle is None:  # removed since it was listed (--overwrite): it holds nothing
                 continue
@@ -69,8 +69,8 @@ class RecordSource:
         del bases
         if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
             base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
-        paths = layout.own_journals(shard_suffix) if own else layout.journals()
-        journals, _ = read_journals(paths, tuple(dict.fromkeys((*merge, *later))))
+        journal_paths = paths.own_journals(shard_suffix) if own else paths.journals()
+        journals, _ = read_journals(journal_paths, tuple(dict.fromkeys((*merge, *later))))
         held = [overlay(base, _positioned(journals.select(list(merge)), offset))]
         del base  # held hands the only reference to one_chunk
         return cls(states, journals, one_chunk(held))

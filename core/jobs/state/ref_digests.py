@@ -13,14 +13,14 @@ import os
 from pathlib import Path
 
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 
 class RefDigests:
     """sha256 of reference clips, cached by (path, size, mtime) across runs."""
 
     def __init__(self, out_dir: Path) -> None:
-        self.path = Layout(out_dir).refs_file
+        self.path = StatePaths(out_dir).refs_file
         try:
             self.cache: dict[str, list] = json.loads(self.path.read_text("utf-8"))
         except (OSError, ValueError):

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from qtts.core.errors import FatalError
 from qtts.core.jobs.state.atomic_files import atomic_write
 from qtts.core.jobs.state.journal import journal_pieces, read_journals
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import (
     MERGE_COLUMNS,
     PENDING,
@@ -92,10 +92,10 @@ def read_own(
 ) -> tuple[pa.Table, dict[Path, int]]:
     """(latest record per id of this shard's rows, pending ones included; bytes read per
     journal). columns: only these record columns (records.SCAN_COLUMNS)."""
-    layout = Layout(out_dir)
+    paths = StatePaths(out_dir)
     wanted = None if columns is None else tuple(_with_merge(columns))
-    journals, sizes = read_journals(layout.own_journals(shard.suffix), wanted)
-    records = overlay(read_state_file(layout.state(shard.suffix), columns), journals)
+    journals, sizes = read_journals(paths.own_journals(shard.suffix), wanted)
+    records = overlay(read_state_file(paths.state(shard.suffix), columns), journals)
     return records.combine_chunks(), sizes  # one chunk: takes over it are single passes
 
 
@@ -104,13 +104,13 @@ def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     (columns: only these; the journals' MERGE_COLUMNS are read too). Left in chunks: the
     caller takes from it once. An unreadable state raises UnreadableState: what reads every
     shard shows records, and must not show a shard's rows as never done."""
-    layout = Layout(out_dir)
-    states = [read_state_file(p, columns, strict=True) for p in layout.states()]
+    paths = StatePaths(out_dir)
+    states = [read_state_file(p, columns, strict=True) for p in paths.states()]
     base = pa.concat_tables(states) if states else conform(empty(), columns)
     if len(states) > 1 and pc.count_distinct(base["id"]).as_py() < base.num_rows:
         base = latest(base)  # shards own disjoint ids; this only mends a hand-edited out dir
     wanted = None if columns is None else tuple(_with_merge(columns))
-    journals, _ = read_journals(layout.journals(), wanted)
+    journals, _ = read_journals(paths.journals(), wanted)
     return overlay(base, journals)
 
 
@@ -128,13 +128,13 @@ def compact(out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None)
     column of them: the merge is decided on MERGE_COLUMNS (each record's position in the state,
     then in the journals), then the state is copied a row group at a time and the journals a
     piece at a time (the same bytes read again), each less the records that lost."""
-    layout = Layout(out_dir)
-    journals = layout.own_journals(shard.suffix)
+    paths = StatePaths(out_dir)
+    journals = paths.own_journals(shard.suffix)
     if not any(p.stat().st_size for p in journals if p.exists()):
         for path in journals:
             _remove_if_size(path, 0)
         return None
-    path = layout.state(shard.suffix)
+    path = paths.state(shard.suffix)
     handle, base = _open_state(path)
     try:
         keep, sizes = _winners(base, journals)
@@ -213,15 +213,15 @@ def write_state(path: Path, table: pa.Table) -> None:
 
 def reset(out_dir: Path, shard: Shard) -> None:
     """--overwrite: this shard's earlier outcomes no longer count."""
-    layout = Layout(out_dir)
-    for path in [layout.state(shard.suffix), *layout.own_journals(shard.suffix)]:
+    paths = StatePaths(out_dir)
+    for path in [paths.state(shard.suffix), *paths.own_journals(shard.suffix)]:
         _remove_if_size(path, None)
 
 
 def remove_every_shard(out_dir: Path) -> None:
     """--overwrite with another shard count: the old split's state is void."""
-    layout = Layout(out_dir)
-    for path in [*layout.states(), *layout.journals()]:
+    paths = StatePaths(out_dir)
+    for path in [*paths.states(), *paths.journals()]:
         _remove_if_size(path, None)
 
 

@@ -2,7 +2,7 @@
 
 A row belongs to shard sha1(id) % N (never Python's salted hash()), so reordering or appending to
 a manifest never moves a row to another shard, and every process computes the same split. Each
-shard has its own lock, journal and state in the shared out dir (qtts.core.jobs.state.layout), so
+shard has its own lock, journal and state in the shared out dir (qtts.core.jobs.state.paths), so
 shards run at the same time. N is pinned by the out dir's job file
 (qtts.core.jobs.state.jobfile), which decides what a disagreeing environment means.
 Knows ids, names and environment variables; touches no files.
@@ -70,7 +70,7 @@ class Shard:
 
     @property
     def suffix(self) -> str:
-        """What this shard's files add to their names (qtts.core.jobs.state.layout)."""
+        """What this shard's files add to their names (qtts.core.jobs.state.paths)."""
         return f"-shard-{self.index}-of-{self.count}" if self.sharded else ""
 
     def describe(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 if TYPE_CHECKING:
     from qtts.core.synthesis.requests import GenerationOptions
@@ -65,7 +65,7 @@ def job_fingerprint(
 
 def read_registry(out_dir: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads(Layout(out_dir).settings_file.read_text("utf-8"))
+        data = json.loads(StatePaths(out_dir).settings_file.read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -78,7 +78,7 @@ def remember(out_dir: Path, settings: JobFingerprint) -> None:
         return
     registry[settings.digest] = settings.values
     data = (json.dumps(registry, indent=1) + "\n").encode()
-    atomic_write_bytes(Layout(out_dir).settings_file, data)
+    atomic_write_bytes(StatePaths(out_dir).settings_file, data)
 
 
 def format_twins(registry: dict[str, Any], current: dict[str, Any]) -> list[str]:

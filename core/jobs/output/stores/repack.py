@@ -53,8 +53,8 @@ from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.writer import write_error
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.layout import Layout
 from qtts.core.jobs.state.lookup import index_in
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import RECORD_SCHEMA
 
@@ -78,7 +78,7 @@ def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec,
     source.winners = source.winners.drop_columns(["run"])  # merged on; each record gets `run`
     try:
         shown, where = _in_container_order(source.winners, ids)
-        folder = Layout(out_dir).repack_staging(suffix)
+        folder = StatePaths(out_dir).repack_staging(suffix)
         with StagedColumns(folder, source, shown, STAGE_ROWS) as staging:
             for name in STAGED:
                 staging.stage(name)
@@ -187,7 +187,7 @@ def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
     records removed."""
     if commit_finish(out_dir, suffix, journal):
         log.info("finished moving the rows a killed run was repacking")
-    shutil.rmtree(Layout(out_dir).repack_staging(suffix), ignore_errors=True)
+    shutil.rmtree(StatePaths(out_dir).repack_staging(suffix), ignore_errors=True)
 
 
 def _in_container_order(winners: pa.Table, ids: pa.Array) -> tuple[np.ndarray, pa.Array]:

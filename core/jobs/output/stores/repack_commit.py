@@ -44,7 +44,7 @@ from qtts.core.jobs.output.stores.retract import take_out_rows
 from qtts.core.jobs.output.stores.shard_files import name_parts, shard_at
 from qtts.core.jobs.state.atomic_files import TEMP_MARK, atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import RECORD_SCHEMA, as_bools
 
 log = logging.getLogger("qtts")
@@ -82,7 +82,7 @@ def commit(
     """rows (INTENT_SCHEMA): a batch whose new outputs are durable under their temp names.
     Writes its intent, names its outputs and journals its rows; their old copies stay (take_out).
     (the intent, the rows moved)."""
-    path = Layout(out_dir).repack_intent(suffix, batch)
+    path = StatePaths(out_dir).repack_intent(suffix, batch)
     atomic_write(path, lambda f: pq.write_table(rows.cast(INTENT_SCHEMA), f))
     fsync_dir(path.parent)
     return path, _forward(out_dir, journal, rows)
@@ -116,7 +116,7 @@ def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
     once: a source shard that fed many batches is rewritten once, not once per intent (a
     killed run holds back a shard's rows until it is read through: a shard of 1,000 rows into
     batches of 100 leaves ten intents)."""
-    intents = Layout(out_dir).repack_intents(suffix)
+    intents = StatePaths(out_dir).repack_intents(suffix)
     if not intents:
         return 0
     batches = [_read_intent(path) for path in intents]  # every one readable before any step

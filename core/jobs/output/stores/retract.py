@@ -39,7 +39,7 @@ from qtts.core.jobs.output.stores.registry import part_of
 from qtts.core.jobs.output.stores.shard_files import shard_at
 from qtts.core.jobs.state.atomic_files import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import as_bools, pending_records
 
 log = logging.getLogger("qtts")
@@ -53,7 +53,7 @@ def retract(
     intent = pa.table({"id": ids, "file": locations}).filter(taken_out(locations, layout))
     if intent.num_rows == 0:
         return intent["id"].combine_chunks()
-    path = Layout(out_dir).retract_intent(suffix)
+    path = StatePaths(out_dir).retract_intent(suffix)
     atomic_write(path, lambda f: pq.write_table(intent, f))
     finish(out_dir, suffix, journal, run)
     return intent["id"].combine_chunks()
@@ -76,7 +76,7 @@ def outputs_touched(locations) -> int:
 
 def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
     """Carry out a retraction an earlier step (or a killed run) left in its intent file."""
-    path = Layout(out_dir).retract_intent(suffix)
+    path = StatePaths(out_dir).retract_intent(suffix)
     if not path.exists():
         return
     intent = pq.read_table(path)
@@ -146,7 +146,7 @@ def remove_every_archive(out_dir: Path) -> None:
         if part_of(name) is not None:  # every format's files, no other file
             unlink_quietly(data / name)
     for pattern in ("retract*.parquet", "repack*.parquet"):
-        for path in Layout(out_dir).dir.glob(pattern):
+        for path in StatePaths(out_dir).dir.glob(pattern):
             unlink_quietly(path)
-    for path in Layout(out_dir).dir.glob("repack-columns*"):
+    for path in StatePaths(out_dir).dir.glob("repack-columns*"):
         shutil.rmtree(path, ignore_errors=True)

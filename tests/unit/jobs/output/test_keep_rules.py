@@ -8,7 +8,7 @@ import pytest
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules, write_keep_rules
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 TABLE = pa.table(
     {
@@ -52,18 +52,18 @@ def test_bad_rules_are_usage_errors():
 
 
 def test_saved_rules_round_trip_and_empty_rules_remove_the_file(tmp_path):
-    Layout(tmp_path).dir.mkdir()
+    StatePaths(tmp_path).dir.mkdir()
     assert read_keep_rules(tmp_path).empty  # no file: no rules
     rules = KeepRules({"min-dnsmos": 3.25}, no_budget_hits=True)
     write_keep_rules(tmp_path, rules)
     assert read_keep_rules(tmp_path) == rules
     write_keep_rules(tmp_path, KeepRules())
-    assert not Layout(tmp_path).keep_file.exists()
+    assert not StatePaths(tmp_path).keep_file.exists()
 
 
 def test_a_damaged_rules_file_is_one_usage_error(tmp_path):
-    Layout(tmp_path).dir.mkdir()
-    Layout(tmp_path).keep_file.write_text("{not json")
+    StatePaths(tmp_path).dir.mkdir()
+    StatePaths(tmp_path).keep_file.write_text("{not json")
     with pytest.raises(UsageError, match="keep.json"):
         read_keep_rules(tmp_path)
 

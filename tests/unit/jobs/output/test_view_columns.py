@@ -63,11 +63,11 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
     from qtts.core.jobs.output import results
     from qtts.core.jobs.state import shard_state
     from qtts.core.jobs.state.journal import Journal
-    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.state.paths import StatePaths
     from qtts.core.jobs.state.shards import UNSHARDED
 
-    layout = Layout(tmp_path)
-    layout.dir.mkdir()
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
     ids = [f"r{i}" for i in range(11)]
     records = []
     for i, row_id in enumerate(ids):
@@ -77,9 +77,9 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
                         "file": f"{row_id}.wav" if ok else None, "bytes": 44 if ok else None,
                         "text": f"text {i}", "num_frames": i, "run": "R", "error": None if ok
                         else "boom"})  # fmt: skip
-    Journal(layout.journal("")).append(records[::-1])
+    Journal(paths.journal("")).append(records[::-1])
     shard_state.compact(tmp_path, UNSHARDED)
-    Journal(layout.journal("")).append([{**records[4], "text": "redone", "t": 50.0}])
+    Journal(paths.journal("")).append([{**records[4], "text": "redone", "t": 50.0}])
     rows = pa.table({"row": list(range(12)), "id": [*ids[:6], None, *ids[6:]],
                      "text": [None] * 6 + ["no id"] + [None] * 5})  # fmt: skip
     monkeypatch.setattr(results, "BATCH", 4)
@@ -95,22 +95,22 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
         assert (r["status"], r["text"], r["num_frames"], r["error"]) == (
             want["status"], want["text"], want["num_frames"], want["error"])  # fmt: skip
     assert got[4]["text"] == "redone"
-    assert not layout.view_staging.exists()
+    assert not paths.view_staging.exists()
 
 
 def _small_out_dir(tmp_path):
     from qtts.core.jobs.state import shard_state
     from qtts.core.jobs.state.journal import Journal
-    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.state.paths import StatePaths
     from qtts.core.jobs.state.shards import UNSHARDED
 
-    Layout(tmp_path).dir.mkdir()
+    StatePaths(tmp_path).dir.mkdir()
     records = []
     for i in range(5):
         (tmp_path / f"r{i}.wav").write_bytes(b"x" * 44)
         records.append({"id": f"r{i}", "status": "ok", "t": 1.0, "file": f"r{i}.wav",
                         "bytes": 44, "text": f"old {i}", "run": "R"})  # fmt: skip
-    Journal(Layout(tmp_path).journal("")).append(records)
+    Journal(StatePaths(tmp_path).journal("")).append(records)
     shard_state.compact(tmp_path, UNSHARDED)
     rows = pa.table({"row": list(range(5)), "id": [f"r{i}" for i in range(5)],
                      "text": pa.nulls(5, pa.large_string())})  # fmt: skip
@@ -125,7 +125,7 @@ def test_a_state_that_fails_to_read_mid_rebuild_is_read_again_if_it_changed(tmp_
     from qtts.core.jobs.output import results
     from qtts.core.jobs.state import record_source, shard_state
     from qtts.core.jobs.state.journal import Journal
-    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.state.paths import StatePaths
     from qtts.core.jobs.state.shards import UNSHARDED
 
     records, rows = _small_out_dir(tmp_path)
@@ -134,7 +134,9 @@ def test_a_state_that_fails_to_read_mid_rebuild_is_read_again_if_it_changed(tmp_
     def column(self, name):
         calls.append(name)
         if len(calls) == 1:  # another process finishes: the state is replaced, this read fails
-            Journal(Layout(tmp_path).journal("")).append([{**records[2], "text": "new", "t": 2.0}])
+            Journal(StatePaths(tmp_path).journal("")).append(
+                [{**records[2], "text": "new", "t": 2.0}]
+            )
             shard_state.compact(tmp_path, UNSHARDED)
             raise shard_state.unreadable_state(self.states[0][0], OSError("Stale file handle"))
         return real(self, name)

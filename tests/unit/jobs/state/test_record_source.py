@@ -11,7 +11,7 @@ import pytest
 
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import to_table
 from qtts.core.jobs.state.shards import Shard
@@ -38,20 +38,20 @@ def rec(row_id, status="ok", t=1.0, run="R1", **kw):
 def _out_dir(tmp_path):
     """Two sharded states (one compacted twice), journals of both shards and of a Ray actor,
     with pending records, a run's own pending-then-ok, and a re-done row."""
-    layout = Layout(tmp_path)
-    layout.dir.mkdir()
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
     first, second = Shard(2, 0), Shard(2, 1)
-    Journal(layout.journal(first.suffix)).append([rec(f"a{i}", t=1 + i / 100) for i in range(30)])
+    Journal(paths.journal(first.suffix)).append([rec(f"a{i}", t=1 + i / 100) for i in range(30)])
     state.compact(tmp_path, first)
-    Journal(layout.journal(second.suffix)).append(
+    Journal(paths.journal(second.suffix)).append(
         [rec(f"b{i}", "failed" if i % 5 == 0 else "ok", t=2) for i in range(20)]
     )
     state.compact(tmp_path, second)
-    Journal(layout.journal(first.suffix)).append(
+    Journal(paths.journal(first.suffix)).append(
         [rec("a3", "pending", 5, run="R2"), rec("a3", "ok", 4, run="R2"), rec("a4", "pending", 6)]
     )
-    Journal(layout.journal(second.suffix)).append([rec("b7", "ok", 9, run="R3", error=None)])
-    Journal(layout.ray_journal("x")).append([rec("c1", t=3), rec("a17", "failed", 8, error="e")])
+    Journal(paths.journal(second.suffix)).append([rec("b7", "ok", 9, run="R3", error=None)])
+    Journal(paths.ray_journal("x")).append([rec("c1", t=3), rec("a17", "failed", 8, error="e")])
     return tmp_path
 
 
@@ -79,25 +79,25 @@ def test_a_state_replaced_after_the_merge_is_read_as_it_was(tmp_path):
     out = _out_dir(tmp_path)
     source = RecordSource.open(out, MERGE, LATER)
     before = source.column("text").take(pa.array(source.positions()))
-    layout = Layout(out)
+    paths = StatePaths(out)
     for shard in (Shard(2, 0), Shard(2, 1)):
-        Journal(layout.journal(shard.suffix)).append([rec(f"new{shard.suffix}", t=99)])
+        Journal(paths.journal(shard.suffix)).append([rec(f"new{shard.suffix}", t=99)])
         state.compact(out, shard)  # rewritten: other rows, other order
     assert source.column("text").take(pa.array(source.positions())).equals(before)
 
 
 def test_an_unreadable_state_names_the_file(tmp_path):
     out = _out_dir(tmp_path)
-    Layout(out).states()[0].write_bytes(b"not parquet")
+    StatePaths(out).states()[0].write_bytes(b"not parquet")
     with pytest.raises(state.UnreadableState, match=r"state-shard-0-of-2\.parquet is unreadable"):
         RecordSource.open(out, MERGE, LATER)
 
 
 def test_a_state_without_a_newer_column_reads_it_as_null(tmp_path):
     out = tmp_path
-    Layout(out).dir.mkdir()
+    StatePaths(out).dir.mkdir()
     old = to_table([rec("a"), rec("b")]).drop_columns(["chars_per_s", "segment_frames"])
-    pq.write_table(old, Layout(out).state(""))
+    pq.write_table(old, StatePaths(out).state(""))
     source = RecordSource.open(out, MERGE, LATER)
     assert source.column("chars_per_s").null_count == 2
     assert source.column("text").to_pylist() == ["text of a at 1.0", "text of b at 1.0"]

@@ -82,19 +82,19 @@ def test_torchrun_local_rank_picks_the_gpu():
 
 
 def test_each_shard_has_its_own_lock_journal_and_state(tmp_path):
-    from qtts.core.jobs.state.layout import Layout
+    from qtts.core.jobs.state.paths import StatePaths
 
-    layout, one, s3 = Layout(tmp_path), UNSHARDED.suffix, Shard(16, 3).suffix
-    names = [p.relative_to(tmp_path).as_posix() for p in (layout.lock(one), layout.journal(one),
-             layout.state(one), layout.lock(s3), layout.journal(s3), layout.state(s3))]  # fmt: skip
+    paths, one, s3 = StatePaths(tmp_path), UNSHARDED.suffix, Shard(16, 3).suffix
+    names = [p.relative_to(tmp_path).as_posix() for p in (paths.lock(one), paths.journal(one),
+             paths.state(one), paths.lock(s3), paths.journal(s3), paths.state(s3))]  # fmt: skip
     assert names == [".qtts/run.lock", ".qtts/journal.jsonl", ".qtts/state.parquet",
                      ".qtts/run-shard-3-of-16.lock", ".qtts/journal-shard-3-of-16.jsonl",
                      ".qtts/state-shard-3-of-16.parquet"]  # fmt: skip
-    layout.dir.mkdir()
-    for path in (layout.journal(one), layout.journal(s3), layout.ray_journal("abc")):
+    paths.dir.mkdir()
+    for path in (paths.journal(one), paths.journal(s3), paths.ray_journal("abc")):
         path.touch()
-    assert set(layout.own_journals(one)) == {layout.journal(one), layout.ray_journal("abc")}
-    assert layout.own_journals(s3) == [layout.journal(s3)]
+    assert set(paths.own_journals(one)) == {paths.journal(one), paths.ray_journal("abc")}
+    assert paths.own_journals(s3) == [paths.journal(s3)]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.journal import Journal, read_journal
 from qtts.core.jobs.state.jsonl import json_strings, metadata_lines
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import conform, latest, overlay, to_table
 from qtts.core.jobs.state.shards import UNSHARDED, Shard
 
@@ -69,12 +69,12 @@ def test_a_damaged_middle_line_is_skipped_not_fatal(tmp_path):
 
 @pytest.mark.parametrize("shard", [UNSHARDED, Shard(3, 1)])
 def test_compaction_folds_journals_into_the_state_and_removes_them(tmp_path, shard):
-    layout = Layout(tmp_path)
-    layout.dir.mkdir()
-    Journal(layout.journal(shard.suffix)).append([rec("a"), rec("b", "failed")])
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
+    Journal(paths.journal(shard.suffix)).append([rec("a"), rec("b", "failed")])
     assert state.compact(tmp_path, shard).num_rows == 2
-    assert not layout.journal(shard.suffix).exists() and layout.state(shard.suffix).exists()
-    Journal(layout.journal(shard.suffix)).append([rec("b", "ok", 2), rec("a", "pending", 3)])
+    assert not paths.journal(shard.suffix).exists() and paths.state(shard.suffix).exists()
+    Journal(paths.journal(shard.suffix)).append([rec("b", "ok", 2), rec("a", "pending", 3)])
     records = state.compact(tmp_path, shard)
     assert {r["id"]: r["status"] for r in records.to_pylist()} == {"b": "ok"}  # pending: no row
     assert state.compact(tmp_path, shard) is None  # nothing new: the state is left as it was
@@ -104,13 +104,13 @@ def test_a_compaction_streams_the_state_and_journal_into_row_groups(tmp_path, mo
     record at once gives: each id's latest, pending ones dropped, every column kept."""
     from qtts.core.jobs.state import journal
 
-    layout = Layout(tmp_path)
-    layout.dir.mkdir()
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
     monkeypatch.setattr(state, "STATE_ROWS", 7)
     monkeypatch.setattr(journal, "PIECE_BYTES", 200)
-    state.write_state(layout.state(""), to_table([rec(f"r{i}", text=f"t{i}") for i in range(40)]))
+    state.write_state(paths.state(""), to_table([rec(f"r{i}", text=f"t{i}") for i in range(40)]))
     redone = [rec(f"r{i}", "failed", 2.0, text=f"new {i}") for i in range(0, 40, 3)]
-    Journal(layout.journal("")).append([*redone, rec("r5", "pending", 3.0), rec("x", t=2.0)])
+    Journal(paths.journal("")).append([*redone, rec("r5", "pending", 3.0), rec("x", t=2.0)])
     every = state.read_all(tmp_path).to_pylist()  # every record at once
     expected = {r["id"]: r for r in every if r["status"] != "pending"}
     counted = state.compact(tmp_path, UNSHARDED, ("id", "status"))
@@ -118,15 +118,15 @@ def test_a_compaction_streams_the_state_and_journal_into_row_groups(tmp_path, mo
     folded = state.read_all(tmp_path)
     assert {r["id"]: r for r in folded.to_pylist()} == expected
     assert {r["id"]: r["text"] for r in folded.to_pylist()}["r3"] == "new 3"
-    assert "r5" not in expected and not layout.journal("").exists()
-    assert pq.ParquetFile(layout.state("")).num_row_groups > 5
+    assert "r5" not in expected and not paths.journal("").exists()
+    assert pq.ParquetFile(paths.state("")).num_row_groups > 5
 
 
 def test_reading_a_subset_of_columns_conforms_old_states(tmp_path):
-    layout = Layout(tmp_path)
-    layout.dir.mkdir()
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
     old = pa.table({"id": ["a"], "status": ["ok"], "file": ["a.wav"]})  # an older, thinner state
-    state.write_state(layout.state(""), old)
+    state.write_state(paths.state(""), old)
     records, _ = state.read_own(tmp_path, UNSHARDED, ("id", "status", "settings"))
     assert records.column_names == ["id", "status", "settings"]
     assert records.to_pylist() == [{"id": "a", "status": "ok", "settings": None}]
@@ -138,10 +138,10 @@ def test_a_killed_runs_pending_records_are_read_with_a_few_columns(tmp_path):
     finished some: the scan reads its records without `run`, which settling them needs."""
     from qtts.core.jobs.state.records import SCAN_COLUMNS
 
-    layout = Layout(tmp_path)
-    layout.dir.mkdir()
-    state.write_state(layout.state(""), to_table([rec(i, run="old") for i in "abc"]))
-    Journal(layout.journal("")).append(
+    paths = StatePaths(tmp_path)
+    paths.dir.mkdir()
+    state.write_state(paths.state(""), to_table([rec(i, run="old") for i in "abc"]))
+    Journal(paths.journal("")).append(
         [rec(i, "pending", 5.0, run="R") for i in "abc"] + [rec("a", "ok", 4.0, run="R")]
     )
     for columns in (SCAN_COLUMNS, ("id", "status")):

@@ -25,7 +25,7 @@ from qtts.core.jobs.output.stores.shard_format import Shard
 from qtts.core.jobs.output.writer import encode_audio, encode_codes
 from qtts.core.jobs.state.atomic_files import temp_path
 from qtts.core.jobs.state.journal import Journal, read_journals
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 SR = 24000
 
@@ -68,7 +68,7 @@ def _files_out(tmp_path, n=3):
     for i in range(n):
         data[f"r{i}"] = wav(i)
         (tmp_path / f"r{i}.wav").write_bytes(data[f"r{i}"])
-    return Journal(Layout(tmp_path).journal("")), data
+    return Journal(StatePaths(tmp_path).journal("")), data
 
 
 def _sealed_batch(tmp_path, data, layout="webdataset") -> pa.Table:
@@ -91,7 +91,7 @@ def test_a_commit_names_and_journals_and_the_old_copies_go_after(tmp_path):
     shard = tmp_path / "data" / "run-repack-000000.tar"
     assert repack_temp(shard).exists() and not shard.exists()
     intent, moved = repack_commit.commit(tmp_path, "", journal, rows, 0)
-    assert intent == Layout(tmp_path).repack_intent("", 0) and intent.exists()
+    assert intent == StatePaths(tmp_path).repack_intent("", 0) and intent.exists()
     assert moved.num_rows == 3 and shard.exists() and not repack_temp(shard).exists()
     assert _journalled(journal) == ["r0", "r1", "r2"]
     assert len(list(tmp_path.glob("*.wav"))) == 3  # the old copies stay until taken out
@@ -106,7 +106,7 @@ def test_a_commit_names_and_journals_and_the_old_copies_go_after(tmp_path):
 def test_a_killed_commit_is_finished_once_by_the_next_run(tmp_path, cut):
     journal, data = _files_out(tmp_path)
     rows = _sealed_batch(tmp_path, data)
-    pq.write_table(rows, Layout(tmp_path).repack_intent("", 0))  # the commit point, a kill
+    pq.write_table(rows, StatePaths(tmp_path).repack_intent("", 0))  # the commit point, a kill
     shard = tmp_path / "data" / "run-repack-000000.tar"
     if cut != "before naming":
         repack_temp(shard).rename(shard)
@@ -117,13 +117,13 @@ def test_a_killed_commit_is_finished_once_by_the_next_run(tmp_path, cut):
         repack_commit.finish(tmp_path, "", journal)
     assert shard.exists() and list(tmp_path.glob("*.wav")) == []
     assert sorted(set(_journalled(journal))) == ["r0", "r1", "r2"]
-    assert Layout(tmp_path).repack_intents("") == []
+    assert StatePaths(tmp_path).repack_intents("") == []
 
 
 def test_rows_whose_new_output_is_gone_stay_where_they_were(tmp_path, caplog):
     journal, data = _files_out(tmp_path)
     rows = _sealed_batch(tmp_path, data, layout="parquet")
-    pq.write_table(rows, Layout(tmp_path).repack_intent("", 0))
+    pq.write_table(rows, StatePaths(tmp_path).repack_intent("", 0))
     repack_temp(tmp_path / "data" / "run-repack-000000.parquet").unlink()  # by hand
     assert repack_commit.finish(tmp_path, "", journal) == 0
     assert len(list(tmp_path.glob("*.wav"))) == 3 and _journalled(journal) == []
@@ -134,7 +134,7 @@ def test_a_damaged_intent_is_one_line_naming_it_and_what_to_do(tmp_path):
     from qtts.core.errors import FatalError
 
     journal, _ = _files_out(tmp_path)
-    Layout(tmp_path).repack_intent("", 0).write_bytes(b"not parquet")
+    StatePaths(tmp_path).repack_intent("", 0).write_bytes(b"not parquet")
     with pytest.raises(FatalError, match=r"repack intent .*repack\.000000\.parquet is unr") as e:
         repack_commit.finish(tmp_path, "", journal)
     assert "restore it" in str(e.value) and "remove it to" not in str(e.value)
@@ -143,7 +143,7 @@ def test_a_damaged_intent_is_one_line_naming_it_and_what_to_do(tmp_path):
 
 def test_files_written_from_a_shard_keep_their_codes(tmp_path):
     (tmp_path / ".qtts").mkdir()
-    journal = Journal(Layout(tmp_path).journal(""))
+    journal = Journal(StatePaths(tmp_path).journal(""))
     target = open_target(tmp_path, StoreSpec(layout="files", save_codes=True), "run")
     target.add(record("a", "data/x.tar#a.wav"), wav(0), b"codes", "data/x.tar#a.wav")
     rows = pa.Table.from_pylist(target.seal(), schema=INTENT_SCHEMA)

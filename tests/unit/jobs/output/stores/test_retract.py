@@ -11,7 +11,7 @@ from qtts.core.jobs.output.stores import retract
 from qtts.core.jobs.output.stores.archive import ArchiveStore
 from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.state.journal import Journal, read_journals
-from qtts.core.jobs.state.layout import Layout
+from qtts.core.jobs.state.paths import StatePaths
 
 
 def _archive(tmp_path, ids, layout="webdataset"):
@@ -43,7 +43,7 @@ def test_partial_retraction_rewrites_the_shard_without_those_rows(tmp_path):
         shard = out / "data" / fmt.key.name("w-000000")
         assert n.to_pylist() == ["b.1"] and fmt.keys_in(fmt.key, shard) == ["a", "c"]
         assert _statuses(journal) == {"b.1": "pending"}
-        assert not Layout(out).retract_intent("").exists()
+        assert not StatePaths(out).retract_intent("").exists()
 
 
 def test_retracting_every_row_removes_the_shard(tmp_path):
@@ -58,13 +58,13 @@ def test_a_killed_retraction_is_finished_by_the_next_run(tmp_path):
     records = _archive(tmp_path, ["a", "b", "c"])
     (tmp_path / ".qtts").mkdir()
     # killed after the intent was written: no pending record, the shard untouched
-    pq.write_table(records.slice(0, 2), Layout(tmp_path).retract_intent("-shard-0-of-2"))
+    pq.write_table(records.slice(0, 2), StatePaths(tmp_path).retract_intent("-shard-0-of-2"))
     journal = Journal(tmp_path / ".qtts" / "j2.jsonl")
     retract.finish(tmp_path, "-shard-0-of-2", journal, "next")
     fmt = archive_format("webdataset")
     assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == ["c"]
     assert _statuses(journal) == {"a": "pending", "b": "pending"}
-    assert not Layout(tmp_path).retract_intent("-shard-0-of-2").exists()
+    assert not StatePaths(tmp_path).retract_intent("-shard-0-of-2").exists()
 
 
 def test_files_are_retracted_only_when_the_run_writes_another_layout(tmp_path):

@@ -19,7 +19,7 @@ RAY_PREFIX = "journal-ray-"
 
 
 @dataclass(frozen=True)
-class Layout:
+class StatePaths:
     out: Path
 
     @property
