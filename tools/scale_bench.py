@@ -101,7 +101,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
         RowDefaults,
         VoiceOptions,
     )
-    from qtts.core.jobs.execution.record_job import record_job
+    from qtts.core.jobs.execution.job_files import write_job_files
     from qtts.core.jobs.execution.run import prepare_job, source_path
     from qtts.core.jobs.output.results import input_rows, rebuild
     from qtts.core.jobs.output.writer import encode_audio
@@ -159,7 +159,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     req = ShardRequest(num_shards, 0, "--num-shards/--shard-index") if num_shards > 1 else req
     scale_out = replace(job.spec.scale_out, num_shards=num_shards)
     job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, scale_out=scale_out))
-    record_job(job, req, source_path(spec))
+    write_job_files(job, req, source_path(spec))
     if layout == "files":
         _link_files(out, names, wav)
     else:

@@ -29,10 +29,10 @@ from qtts.core.jobs.contract.interfaces import (
 )
 from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.generation import generation_options
+from qtts.core.jobs.execution.job_files import write_job_files
 from qtts.core.jobs.execution.local_backend import LocalBackend
 from qtts.core.jobs.execution.locked_run import Job, JobRun
 from qtts.core.jobs.execution.out_dir import make_out_dir
-from qtts.core.jobs.execution.record_job import record_job
 from qtts.core.jobs.execution.segment_progress import with_segment_progress
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.output.stores.registry import check_layout
@@ -250,7 +250,7 @@ def run_job(
     paths = StatePaths(spec.output.out_dir)
     make_out_dir(paths.dir)
     with OutDirLock(paths.lock(job.shard.suffix)):
-        record_job(job, req, source_path(spec))
+        write_job_files(job, req, source_path(spec))
         log_precision(job.precision)  # once the run goes ahead: a refused run says one line
         refs.save()
         return JobRun(job, backend, progress).execute()

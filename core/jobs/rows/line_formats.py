@@ -2,11 +2,11 @@
 reads, under the fields' names: only those columns are converted and kept. An empty file has no
 rows.
 
-A row's number is its record's place in the file (JSON Lines: blank lines not counted; CSV/TSV:
+A row's number is its place in the file (JSON Lines: blank lines not counted; CSV/TSV:
 the header not counted). Strings stay strings (a CSV id "007" is not the number 7). A CSV is
-checked record by record after it is read, and a delimited file pyarrow refuses is scanned for
+checked row by row after it is read, and a delimited file pyarrow refuses is scanned for
 the line at fault (delimited_check.py). JSON Lines
-types id and seed as the first record gives them (strings elsewhere); a line that is not a JSON
+types id and seed as the first row gives them (strings elsewhere); a line that is not a JSON
 object, is not UTF-8, or gives a field another type refuses the manifest naming the file and the
 line, found by a scan that runs only when pyarrow refuses. TSV has no quoting (a '"' is text);
 CSV quotes as RFC 4180 does, newlines inside quotes included. Knows the formats; no row
@@ -23,7 +23,7 @@ import pyarrow as pa
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 from qtts.core.jobs.rows.columns import pick_columns
-from qtts.core.jobs.rows.delimited_check import check_records
+from qtts.core.jobs.rows.delimited_check import check_csv_rows
 from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 
@@ -50,7 +50,7 @@ def read_delimited_rows(
         raise ManifestError(f"cannot read manifest {where}: no such file") from None
     except (OSError, pa.ArrowException) as e:
         if "Empty CSV file" not in str(e):
-            check_records(path, where, tsv=tsv, refused=str(e))  # the line at fault, if any
+            check_csv_rows(path, where, tsv=tsv, refused=str(e))  # the line at fault, if any
             raise unreadable(where, e) from None
         return no_rows(wanted)  # not even a header: no rows, whatever the columns
     fields = pick_columns(names, columns, where, wanted)
@@ -60,31 +60,31 @@ def read_delimited_rows(
     try:
         table = csv.read_csv(path, parse_options=parse, convert_options=convert)
     except (OSError, pa.ArrowException) as e:
-        check_records(path, where, tsv=tsv, refused=str(e))  # the line, where one is at fault
+        check_csv_rows(path, where, tsv=tsv, refused=str(e))  # the line, where one is at fault
         raise unreadable(where, e) from None
     if not tsv:  # what pyarrow forgives in quoting (delimited_check.py)
-        check_records(path, where, tsv=False, rows=table.num_rows)
+        check_csv_rows(path, where, tsv=False, rows=table.num_rows)
     return pa.table({name: table[column] for name, column in fields.items()})
 
 
 def read_jsonl_rows(
     source: ManifestSource, columns: ManifestColumns, wanted: tuple[str, ...] | None = None
 ) -> pa.Table:
-    """A JSON Lines manifest's wanted fields; a field no record has counts as missing."""
+    """A JSON Lines manifest's wanted fields; a field no row has counts as missing."""
     import pyarrow.json as pj
 
     path, where = source.files[0], source.given
     try:
-        first = _first_record(path, where)
+        first = _first_json_row(path, where)
     except FileNotFoundError:
         raise ManifestError(f"cannot read manifest {where}: no such file") from None
     except OSError as e:
         raise unreadable(where, e) from None
-    if first is None:  # no record: no rows, whatever the columns
+    if first is None:  # no row: no rows, whatever the columns
         return no_rows(wanted)
     every = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
-    # Read every wanted field's column; which exist: the first record's keys, and any column a
-    # later record fills (pyarrow leaves out the rest, so they cannot be listed).
+    # Read every wanted field's column; which exist: the first row's keys, and any column a
+    # later row fills (pyarrow leaves out the rest, so they cannot be listed).
     fields = {f: columns.column(f) for f in wanted or every}
     types = {c: _json_type(f, first.get(c)) for f, c in fields.items()}
     schema = pa.schema(list(types.items()))
@@ -108,7 +108,7 @@ def _arrow_type(name: str) -> pa.DataType:
 
 
 def _json_type(name: str, value) -> pa.DataType:
-    """A field's type, from its value in the first record (strings when it has none there)."""
+    """A field's type, from its value in the first row (strings when it has none there)."""
     if name == "seed":
         return pa.float64() if isinstance(value, float) else pa.int64()
     if name == "id" and isinstance(value, int) and not isinstance(value, bool):
@@ -116,7 +116,7 @@ def _json_type(name: str, value) -> pa.DataType:
     return _arrow_type(name)
 
 
-def _first_record(path: Path, where: str) -> dict | None:
+def _first_json_row(path: Path, where: str) -> dict | None:
     with path.open("rb") as f:  # a minified JSON array is one huge line: refused before reading it
         head = f.read(1 << 16).removeprefix(UTF8_BOM).lstrip()
         if head and not head.startswith(b"{"):
@@ -124,24 +124,24 @@ def _first_record(path: Path, where: str) -> dict | None:
         f.seek(0)
         for number, line in numbered_lines(f):
             if line.strip():
-                record = _record(line, number, where)
-                if isinstance(record, str):
-                    raise ManifestError(record)
-                return record
+                row = _json_row(line, number, where)
+                if isinstance(row, str):
+                    raise ManifestError(row)
+                return row
     return None
 
 
-def _record(line: bytes, number: int, where: str) -> dict | str:
+def _json_row(line: bytes, number: int, where: str) -> dict | str:
     """The line's object, or why it is none (one line naming the file and the line)."""
     try:
-        record = json.loads(line)
+        row = json.loads(line)
     except UnicodeDecodeError:
         return f"manifest {where} line {number}: invalid UTF-8"
     except ValueError as e:
         return f"manifest {where} line {number}: not JSON ({e.args[0].split(':')[0]})"
-    if not isinstance(record, dict):
+    if not isinstance(row, dict):
         return f"manifest {where} line {number}: not a JSON object"
-    return record
+    return row
 
 
 def _bad_line(
@@ -153,13 +153,13 @@ def _bad_line(
         for number, line in numbered_lines(f):
             if not line.strip():
                 continue
-            record = _record(line, number, where)
-            if isinstance(record, str):
-                return ManifestError(record)
-            for column, value in record.items():
+            row = _json_row(line, number, where)
+            if isinstance(row, str):
+                return ManifestError(row)
+            for column, value in row.items():
                 if column in want and value is not None and type(value) not in want[column]:
                     got = JSON_TYPES.get(type(value), type(value).__name__)
-                    hint = " (the first record's type; give every id one, strings are safest)"
+                    hint = " (the first row's type; give every id one, strings are safest)"
                     return ManifestError(
                         f"manifest {where} line {number}: {column!r} is {got}, expected "
                         f"{JSON_TYPES[want[column][0]]}" + hint * (column == id_column)

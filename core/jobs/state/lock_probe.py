@@ -2,7 +2,7 @@
 must meet the refusals a run would (lock held: exit 75; another split still running: exit 2)
 while writing nothing. The probe opens an existing lock file read-only and never creates one
 (a missing lock file is a lock nobody holds). check_no_old_run is the run's own check too
-(record_job), so the dry run and the run say the same line. Knows lock names; no rows, models.
+(write_job_files), so the dry run and the run say the same line. Knows lock names; no rows, models.
 """
 
 from __future__ import annotations

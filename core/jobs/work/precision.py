@@ -3,7 +3,7 @@ resolves them, except that `--dtype auto` on a CPU keeps what the out dir's firs
 to (`cpu_auto_dtype` in .qtts/job.json). The precision is in every row's fingerprint, so without
 the pin a rerun or a shard on a CPU of another kind (with or without native bf16) would redo
 rows that were fine. An explicit --dtype runs as given and leaves the pin alone; --overwrite
-resolves afresh. record_job writes the pin under the job lock. Torch-free: the CPU's capability
+resolves afresh. write_job_files writes the pin under the job lock. Torch-free: the CPU's capability
 comes from the TextModel. See docs/job-state.md and docs/engine-tuning.md, "Precision".
 """
 
@@ -83,7 +83,7 @@ def log_precision(precision: Precision) -> None:
         log.info("%s", line)
 
 
-def cpu_auto_to_record(
+def cpu_auto_for_job_file(
     out: Path,
     recorded: JobFile | None,
     cpu_auto: str | None,

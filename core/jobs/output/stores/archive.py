@@ -27,7 +27,7 @@ from qtts.core.jobs.output.stores.base import RowOutput
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, member_location
 from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
-from qtts.core.jobs.output.stores.shard_format import Shard, ShardWriter
+from qtts.core.jobs.output.stores.shard_format import ArchiveShard, ShardWriter
 from qtts.core.jobs.output.writer import encode_audio, encode_codes, write_error
 from qtts.core.jobs.output.writer_clock import WriterClock
 from qtts.core.jobs.state.atomic_files import temp_path
@@ -73,8 +73,8 @@ class ArchiveStore:
         self._encoders = ThreadPoolExecutor(encoders, thread_name_prefix="qtts-encode")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-archive")
 
-    def shard(self, k: int) -> Shard:
-        return Shard(self.fmt, self.dir, f"{self.prefix}-{k:06d}")
+    def shard(self, k: int) -> ArchiveShard:
+        return ArchiveShard(self.fmt, self.dir, f"{self.prefix}-{k:06d}")
 
     def submit(self, row: RowOutput) -> Future[None]:
         encoded = self._encoders.submit(self._encode, row)

@@ -22,7 +22,7 @@ from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES, member_lo
 from qtts.core.jobs.output.stores.registry import archive_format
 from qtts.core.jobs.output.stores.repack_commit import OLD_FILE, repack_temp
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
-from qtts.core.jobs.output.stores.shard_format import Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 from qtts.core.jobs.state.atomic_files import fsync_dir, tracked, unlink_quietly
 
 FILES_BATCH = 1000  # plain files committed at once
@@ -85,7 +85,7 @@ class ShardTarget(_Target):
         return len(self.rows) >= self.shard_rows
 
     def _start(self, sample_rate: int) -> None:
-        shard = Shard(self.fmt, self.dir, f"{self.prefix}-repack-{self._k:06d}")
+        shard = ArchiveShard(self.fmt, self.dir, f"{self.prefix}-repack-{self._k:06d}")
         self._k += 1
         self._files = ShardFiles(shard, repack_temp, exclusive=False)
         self._writer = self.fmt.writer(self._files.open, sample_rate)

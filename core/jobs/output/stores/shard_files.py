@@ -20,7 +20,7 @@ from typing import BinaryIO
 from qtts.core.errors import FatalError
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR
 from qtts.core.jobs.output.stores.registry import part_of
-from qtts.core.jobs.output.stores.shard_format import Part, Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveShard, Part
 from qtts.core.jobs.state.atomic_files import fsync_dir, tracked, unlink_quietly
 
 
@@ -29,7 +29,7 @@ class ShardFiles:
     temp_of: a part's final path -> its temp path; exclusive: the temp must be new (a live
     writer's unique name) rather than truncated (a repack's fixed one)."""
 
-    def __init__(self, shard: Shard, temp_of: Callable[[Path], Path], *, exclusive: bool):
+    def __init__(self, shard: ArchiveShard, temp_of: Callable[[Path], Path], *, exclusive: bool):
         self.shard, self.temp_of, self.exclusive = shard, temp_of, exclusive
         self.files: dict[Part, tuple[Path, BinaryIO]] = {}
         self._live = ExitStack()  # while the temps are live, an immediate exit removes them
@@ -86,7 +86,7 @@ def _rename(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def shard_at(out_dir: Path, container: str) -> Shard | None:
+def shard_at(out_dir: Path, container: str) -> ArchiveShard | None:
     """The shard whose key part a location's container names (relative to the out dir), or
     None for a plain file. A container in OUT/data/ that is no format's key part is an error:
     it is never read, rewritten or removed as some other format."""
@@ -96,10 +96,10 @@ def shard_at(out_dir: Path, container: str) -> Shard | None:
     found = part_of(name)
     if found is None or not found.is_key:
         raise FatalError(f"{out_dir / container}: no output format writes a shard of that name")
-    return Shard(found.fmt, out_dir / ARCHIVE_DIR, found.shard)
+    return ArchiveShard(found.fmt, out_dir / ARCHIVE_DIR, found.shard)
 
 
-def name_parts(shard: Shard, temp_of: Callable[[Path], Path]) -> bool:
+def name_parts(shard: ArchiveShard, temp_of: Callable[[Path], Path]) -> bool:
     """Each part's temp, if still there, takes the part's name, the key last (a rerun after a
     kill finishes what was begun); whether the shard's key part is named now."""
     for _, path in shard.paths():

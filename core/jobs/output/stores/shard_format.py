@@ -1,6 +1,6 @@
 """What an archive format is, as the rest of the output seam sees it: the contract a format module
 in stores/formats/ fills in (ArchiveFormat), the files a shard is made of (Part), and one shard's
-files in a folder (Shard).
+files in a folder (ArchiveShard).
 
 A shard is one or more part files in OUT/data/, each named `{head}{shard}{tail}` from the
 shard's name (`{job shard}{run tag}-{k:06d}`: never a `.` or a `#` in it, so a file name is a
@@ -89,8 +89,8 @@ class ArchiveFormat:
     copy_without: Callable[[Part, Path, BinaryIO, set[str]], int]  # a part less some ids: kept
     # (shard, ids) -> (id, audio bytes, codes bytes | None) of those it holds, in shard order,
     # one sample in memory at a time
-    samples: Callable[[Shard, Collection[str]], Iterator[tuple[str, bytes, bytes | None]]]
-    durations: Callable[[Shard], dict[str, float]]  # {id: seconds} of every sample
+    samples: Callable[[ArchiveShard, Collection[str]], Iterator[tuple[str, bytes, bytes | None]]]
+    durations: Callable[[ArchiveShard], dict[str, float]]  # {id: seconds} of every sample
     member_source: Callable[[Path, KeptBlocks], MemberSource]  # (key part path, shared blocks)
     # what reading a damaged part raises besides OSError (a function: its library loads late)
     read_errors: Callable[[], tuple[type[BaseException], ...]] = tuple
@@ -101,7 +101,7 @@ class ArchiveFormat:
 
 
 @dataclass(frozen=True)
-class Shard:
+class ArchiveShard:
     """One shard's files in a folder (OUT/data/)."""
 
     fmt: ArchiveFormat

@@ -137,7 +137,7 @@ def test_a_csv_that_cannot_be_opened_again_keeps_the_readers_error(tmp_path, mon
     def denied(*_, **__):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(delimited_check, "_count_records", denied)
+    monkeypatch.setattr(delimited_check, "_count_csv_rows", denied)
     with pytest.raises(ManifestError, match="cannot read manifest .*Expected 2 columns, got 3"):
         read_manifest(str(path))
 

@@ -9,7 +9,7 @@ import pytest
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.state.jobfile import JobFile, read_job_file, write_job_file
-from qtts.core.jobs.work.precision import cpu_auto_to_record, for_ray_actors, settle_precision
+from qtts.core.jobs.work.precision import cpu_auto_for_job_file, for_ray_actors, settle_precision
 
 
 class Cpu:
@@ -60,14 +60,14 @@ def test_an_explicit_dtype_or_a_gpu_runs_as_resolved_and_pins_nothing():
 
 
 def test_what_record_job_pins():
-    assert cpu_auto_to_record("out", None, "bfloat16", overwrite=False) == "bfloat16"
-    assert cpu_auto_to_record("out", job(None), "float32", overwrite=False) == "float32"
-    assert cpu_auto_to_record("out", job("bfloat16"), "bfloat16", overwrite=False) == "bfloat16"
-    assert cpu_auto_to_record("out", job("bfloat16"), None, overwrite=False) == "bfloat16"
-    assert cpu_auto_to_record("out", job("bfloat16"), None, overwrite=True) == "bfloat16"
-    assert cpu_auto_to_record("out", None, None, overwrite=False) is None
+    assert cpu_auto_for_job_file("out", None, "bfloat16", overwrite=False) == "bfloat16"
+    assert cpu_auto_for_job_file("out", job(None), "float32", overwrite=False) == "float32"
+    assert cpu_auto_for_job_file("out", job("bfloat16"), "bfloat16", overwrite=False) == "bfloat16"
+    assert cpu_auto_for_job_file("out", job("bfloat16"), None, overwrite=False) == "bfloat16"
+    assert cpu_auto_for_job_file("out", job("bfloat16"), None, overwrite=True) == "bfloat16"
+    assert cpu_auto_for_job_file("out", None, None, overwrite=False) is None
     # --overwrite resolves afresh over the pin it saw before the lock
-    assert cpu_auto_to_record("out", job("bfloat16"), "float32", overwrite=True,
+    assert cpu_auto_for_job_file("out", job("bfloat16"), "float32", overwrite=True,
                               seen="bfloat16") == "float32"  # fmt: skip
 
 
@@ -77,7 +77,7 @@ def test_a_pin_recorded_meanwhile_by_another_run_is_refused(overwrite):
     pick differently: the one that records second sees a pin it did not see before the lock."""
     with pytest.raises(UsageError, match="out was just recorded with --dtype auto = float32 on "
                                          "CPU by another run; run again to join it"):  # fmt: skip
-        cpu_auto_to_record("out", job("float32"), "bfloat16", overwrite=overwrite, seen=None)
+        cpu_auto_for_job_file("out", job("float32"), "bfloat16", overwrite=overwrite, seen=None)
 
 
 def test_settle_remembers_the_pin_it_saw():

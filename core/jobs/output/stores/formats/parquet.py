@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, KeptBlocks, Part, Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, KeptBlocks, Part
 
 SHARD = Part("", ".parquet")
 ROW_GROUP_ROWS = 64  # about 30 MB of 10 s WAV clips per group
@@ -83,7 +83,9 @@ def keys_in(part: Part, path: Path) -> list[str]:
     return pq.read_table(path, columns=["id"])["id"].to_pylist()
 
 
-def samples(shard: Shard, wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes | None]]:
+def samples(
+    shard: ArchiveShard, wanted: Collection[str]
+) -> Iterator[tuple[str, bytes, bytes | None]]:
     """(id, audio bytes, codes bytes or None) of the shard's rows whose ids are in `wanted`, in
     shard order, a row group at a time."""
     import pyarrow as pa
@@ -103,7 +105,7 @@ def samples(shard: Shard, wanted: Collection[str]) -> Iterator[tuple[str, bytes,
         )
 
 
-def durations(shard: Shard) -> dict[str, float]:
+def durations(shard: ArchiveShard) -> dict[str, float]:
     import pyarrow.parquet as pq
 
     table = pq.read_table(shard.key_path, columns=["id", "duration_s"])

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from qtts.core.jobs.output.stores import tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, Part, Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, Part
 
 CUTS = Part("cuts.", ".jsonl.gz")
 CODES = Part("codes.", ".tar")
@@ -152,7 +152,9 @@ def copy_without(part: Part, path: Path, file: BinaryIO, drop: set[str]) -> int:
     return kept
 
 
-def samples(shard: Shard, wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes | None]]:
+def samples(
+    shard: ArchiveShard, wanted: Collection[str]
+) -> Iterator[tuple[str, bytes, bytes | None]]:
     """(id, audio, codes or None) of the rows in `wanted`, in shard order: the recording and
     codes tars read side by side (they hold the same rows in the same order)."""
     codes = _codes(shard.path(CODES), wanted)
@@ -173,7 +175,7 @@ def _codes(path: Path, wanted: Collection[str]) -> Iterator[tuple[str, bytes | N
         yield row_id, next((d for n, d in members.items() if n.endswith(".npy")), None)
 
 
-def durations(shard: Shard) -> dict[str, float]:
+def durations(shard: ArchiveShard) -> dict[str, float]:
     out = {}
     with gzip.open(shard.path(CUTS), "rb") as f:
         for line in f:

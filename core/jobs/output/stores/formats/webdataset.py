@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from qtts.core.jobs.output.stores import tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, Part, Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, Part
 
 SHARD = Part("", ".tar")
 AUDIO_EXTENSIONS = ("wav", "flac")
@@ -72,7 +72,9 @@ def copy_without(part: Part, path: Path, file: BinaryIO, drop: set[str]) -> int:
     return tar_members.copy_without(path, file, drop, _id_of_member)
 
 
-def samples(shard: Shard, wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes | None]]:
+def samples(
+    shard: ArchiveShard, wanted: Collection[str]
+) -> Iterator[tuple[str, bytes, bytes | None]]:
     """(id, audio bytes, codes bytes or None) of the shard's samples whose ids are in `wanted`,
     in shard order; a sample's members sit together, so one sample is held at a time."""
     for row_id, members in tar_members.samples(shard.key_path, _id_of_member, wanted):
@@ -82,7 +84,7 @@ def samples(shard: Shard, wanted: Collection[str]) -> Iterator[tuple[str, bytes,
             yield row_id, audio, by_ext.get("codes.npy")
 
 
-def durations(shard: Shard) -> dict[str, float]:
+def durations(shard: ArchiveShard) -> dict[str, float]:
     """{id: seconds} of a shard's samples, from their .json members."""
     out = {}
     with tarfile.open(shard.key_path, mode="r") as tar:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from qtts.core.jobs.output.stores import registry, tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, Part, Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, Part
 
 META = Part("meta.", ".jsonl")
 AUDIO = Part("audio.", ".tar")
@@ -54,7 +54,7 @@ def copy_without(part: Part, path: Path, file, drop) -> int:
     return len(kept)
 
 
-def samples(shard: Shard, wanted):
+def samples(shard: ArchiveShard, wanted):
     for row_id, members in tar_members.samples(shard.key_path, _id, wanted):
         audio = next(d for n, d in members.items() if not n.endswith(".npy"))
         yield row_id, audio, next((d for n, d in members.items() if n.endswith(".npy")), None)

@@ -21,7 +21,7 @@ from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, repack_tem
 from qtts.core.jobs.output.stores.repack_sources import audio_format_of, check_whole, in_format
 from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
-from qtts.core.jobs.output.stores.shard_format import Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 from qtts.core.jobs.output.writer import encode_audio, encode_codes
 from qtts.core.jobs.state.atomic_files import temp_path
 from qtts.core.jobs.state.journal import Journal, read_journals
@@ -45,7 +45,7 @@ def codes_npy(i: int) -> bytes:
 
 @pytest.mark.parametrize("layout", sorted(archive_formats()))
 def test_every_format_reads_back_the_samples_a_repack_asks_for(tmp_path, layout):
-    shard = Shard(archive_format(layout), tmp_path, "s")
+    shard = ArchiveShard(archive_format(layout), tmp_path, "s")
     files = ShardFiles(shard, temp_path, exclusive=True)
     ids = ["a", "b.1", "c%2", "d"]
     writer = shard.fmt.writer(files.open, SR)

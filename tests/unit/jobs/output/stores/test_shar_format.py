@@ -18,7 +18,7 @@ from qtts.core.jobs.output.stores import retract
 from qtts.core.jobs.output.stores.archive import ArchiveStore
 from qtts.core.jobs.output.stores.formats import shar
 from qtts.core.jobs.output.stores.member_reader import MemberReader
-from qtts.core.jobs.output.stores.shard_format import Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 from qtts.core.jobs.state.journal import Journal
 
 lhotse = pytest.importorskip("lhotse")  # the test extra
@@ -76,7 +76,7 @@ def test_taking_rows_out_keeps_the_three_files_in_step(tmp_path):
     assert sorted(_cuts(tmp_path)) == ["c%3", "plain"]
     names = sorted(p.name for p in (tmp_path / "data").iterdir())
     assert names == ["codes.w-000000.tar", "cuts.w-000000.jsonl.gz", "recording.w-000000.tar"]
-    shard = Shard(shar.FORMAT, tmp_path / "data", "w-000000")
+    shard = ArchiveShard(shar.FORMAT, tmp_path / "data", "w-000000")
     for part, path in shard.paths():
         assert shar.keys_in(part, path) == ["plain", "c%3"]
 
@@ -99,5 +99,5 @@ def test_a_member_and_the_durations_read_back(tmp_path):
     assert where["c%3"] == "data/recording.w-000000.tar#c%3.flac"
     assert reader.source(where["c%3"])().read()[:4] == b"fLaC"
     assert reader.order([where["c%3"], where["plain"]]).tolist() == [1, 0]
-    shard = Shard(shar.FORMAT, tmp_path / "data", "w-000000")
+    shard = ArchiveShard(shar.FORMAT, tmp_path / "data", "w-000000")
     assert shar.durations(shard) == {i: len(rows[i].audio) / 24000 for i in IDS[:3]}

@@ -11,7 +11,7 @@ import soundfile as sf
 
 from qtts.core.jobs.output.stores.formats import webdataset
 from qtts.core.jobs.output.stores.formats.webdataset import TarShardWriter, id_of_key, key_of_id
-from qtts.core.jobs.output.stores.shard_format import Shard
+from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 
 HOSTILE = ["plain", "book1.ch2", "a.b.c", "100%", "50%2E", "%252E", "x%y.z", "ünï.cödé", "#1"]
 
@@ -52,5 +52,5 @@ def test_copy_without_drops_whole_samples(tmp_path):
     with open(tmp_path / "b.tar", "wb") as f:
         kept = webdataset.copy_without(webdataset.SHARD, tmp_path / "a.tar", f, {"r.2"})
     assert kept == 2 and webdataset.keys_in(webdataset.SHARD, tmp_path / "b.tar") == ["r1", "r3"]
-    shard = Shard(webdataset.FORMAT, tmp_path, "b")
+    shard = ArchiveShard(webdataset.FORMAT, tmp_path, "b")
     assert webdataset.durations(shard) == {"r1": 0.01, "r3": 0.01}

@@ -1,4 +1,4 @@
-"""Recording a run in the out dir, under the job lock: the job file (input, shard count and what
+"""Writing a run into the out dir, under the job lock: the job file (input, shard count and what
 --dtype auto means on a CPU, checked again now that no other run can change them between check
 and write) and the settings registry. --overwrite with another shard count voids the old split's
 state, but only while no other run holds a lock in the out dir; on an out dir of qtts 0.1 it
@@ -26,7 +26,7 @@ from qtts.core.jobs.state.lock_probe import old_run_error, old_split_locks
 from qtts.core.jobs.state.paths import LEGACY_JOB_FILE, StatePaths
 from qtts.core.jobs.state.shards import ShardRequest
 from qtts.core.jobs.work.fingerprint import remember
-from qtts.core.jobs.work.precision import cpu_auto_to_record
+from qtts.core.jobs.work.precision import cpu_auto_for_job_file
 
 SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
 
 
-def record_job(job: Job, req: ShardRequest, source: str) -> None:
+def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
     """Record `job`, whose shard lock this process holds."""
     from filelock import FileLock
 
@@ -71,7 +71,7 @@ def record_job(job: Job, req: ShardRequest, source: str) -> None:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
         cpu_auto = job.precision.cpu_auto if job.precision is not None else None
         seen = job.precision.seen if job.precision is not None else None
-        pin = cpu_auto_to_record(
+        pin = cpu_auto_for_job_file(
             out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
         )
         new = replace(new, cpu_auto_dtype=pin)
