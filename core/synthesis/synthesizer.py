@@ -4,7 +4,8 @@ Loads the talker and the speech-tokenizer decoder strictly from the checkpoint, 
 generates codes with the fast engine (continuous batching over `batch_size` slots; the default) or
 the naive generator (static batches; the yardstick), runs a row that hits its frame budget again
 while attempts remain (qtts.core.synthesis.retry), decodes finished codes to audio in batches,
-and fails a row on its own (non-finite audio). Knows tensors and token ids; no manifests, no files.
+and fails a row on its own (non-finite audio). `Synthesizer.synthesize` reads as that pass
+(docs/architecture.md, "One pass"). Knows tensors and token ids; no manifests, no files.
 """
 
 from __future__ import annotations
@@ -129,9 +130,24 @@ class Synthesizer:
     def synthesize(
         self, requests: Sequence[Request], options: GenerationOptions
     ) -> Iterator[Utterance | RowFailure]:
+        """Requests -> utterances, each row as it finishes: prompts (a row that cannot run fails
+        alone, first) -> the memory plan and its engine passes (codes, a length group at a time)
+        -> the vocoder's windows (audio)."""
         requests = list(requests)
         if not requests:
             return
+        requests, tokens, failed = self._prompts(requests)
+        yield from failed
+        if not requests:
+            return
+        codes = self._generate(requests, tokens, options)
+        for utterances in self._vocoded(codes):
+            yield from utterances
+        trim_heap()  # a CPU job's kept blocks: reused within this call, not beyond it
+
+    def _prompts(self, requests: list[Request]):
+        """(requests, prompt tokens, failures): a Base row whose reference is unusable, or a row
+        too long for the talker's positions, fails alone."""
         tokens = [
             prompt_tokens(
                 self.config,
@@ -143,35 +159,36 @@ class Synthesizer:
             )
             for r in requests
         ]
+        failed = []
         if self.references is not None:  # Base: resolve references; bad ones fail their rows
             from qtts.core.synthesis.voice_clone import clone_inputs
 
             requests, tokens, failed = clone_inputs(
                 self.references, self.text_model.tokenizer, requests, tokens
             )
-            yield from failed
         requests, tokens, too_long = self._within_positions(requests, tokens)
-        yield from too_long
-        if not requests:
-            return
+        return requests, tokens, failed + too_long
+
+    def _generate(self, requests, tokens, options):
+        """Finished codes, a group at a time: [(request, codes [F, G], hit_budget, Attempt
+        kept)]. Lazy: the plan and its passes run as groups are asked for (on the decode stream)."""
         if self.generator == "naive":
-            finished = self._naive(requests, tokens, options)
-        else:
-            finished = self._engine(requests, tokens, options)
-        # groups: [(request, codes [F, G], hit_budget, Attempt kept)]. The vocoder runs beside
-        # the decode loop (GPU), or after each finished group on the decode thread (a CPU's
-        # serial budget: core/engine/device/cpu_runtime.py).
+            return self._naive(requests, tokens, options)
+        return self._engine(requests, tokens, options)
+
+    def _vocoded(self, finished):
+        """Each finished group's utterances and failures, in order. The vocoder runs beside the
+        decode loop (GPU), or after each finished group on the decode thread (a CPU's serial
+        budget: core/engine/device/cpu_runtime.py)."""
         work = lambda group: list(self._vocode(group))  # noqa: E731
-        for items in overlapped(
+        return overlapped(
             prioritized(finished, self.decode_stream),
             work,
             self.device,
             gate=self.device_gate,
             stream=self.vocoder_stream,
             inline=not self.tuning.vocoder_thread,
-        ):
-            yield from items
-        trim_heap()  # a CPU job's kept blocks: reused within this call, not beyond it
+        )
 
     def _within_positions(self, requests, tokens):
         """(requests, tokens, failures): a row whose prompt plus frame budget would run past the

@@ -101,3 +101,17 @@ def test_the_layout_table_covers_the_tree():
         if not own:
             missing.append(f"{parent}/ (no row)")
     assert missing == []
+
+
+def test_the_one_pass_reads_as_the_code():
+    """docs/architecture.md, "One pass": each block is the code of the pass it names, line for
+    line (indentation aside), so the page cannot drift from the functions it shows."""
+    doc = (REPO / "docs" / "architecture.md").read_text("utf-8")
+    section = doc.split("\n## One pass\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    sources = ["core/jobs/execution/locked_run.py", "core/synthesis/synthesizer.py"]
+    assert len(blocks) == len(sources)
+    for block, source in zip(blocks, sources, strict=True):
+        code = [line.strip() for line in (REPO / source).read_text("utf-8").splitlines()]
+        shown = [line.strip() for line in block.splitlines()]
+        assert any(code[i : i + len(shown)] == shown for i in range(len(code))), source

@@ -95,6 +95,8 @@ class LocalBackend:
         writes: WriteQueue,
         stop: StopSignals,
     ) -> Iterator[Outcome]:
+        """One chunk: the synthesizer's utterances (engine, vocoder) to the writers as they
+        finish, each outcome yielded once its write settles (a failure at once)."""
         for result in run_chunk(synth, chunk, self.options, recorder, guard=stop.interruptible):
             if isinstance(result, Outcome):
                 yield result

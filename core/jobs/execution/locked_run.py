@@ -1,13 +1,13 @@
-"""The locked part of a job: resume, the synthesis loop, state, results, summary.
+"""The locked part of a job: one pass over the shard's rows, from the work to the summary.
 
-Runs with the shard's lock held. Finishes what a killed run left half done (a retraction, a
-repack), decides the work (qtts.core.jobs.work.decide), records rows that fail validation and
-rows that must be redone, repacks the rows done in another layout or format (no model), then
-consumes the backend's outcomes (local or Ray: one loop) to report progress, count failures and
-stop after too many. Whatever happens (signal, disk full, too many failures, a crash), the
-shard's journal is folded into its state and results.parquet is rebuilt before returning or
-raising; the summary counts its rows (run_counts). Knows records and outcomes; no tensors, no
-CLI.
+Runs with the shard's lock held; `JobRun.execute` reads as the pass (docs/architecture.md, "One
+pass"). Finishes what a killed run left half done (a retraction, a repack), decides the work
+(qtts.core.jobs.work.decide), records rows that fail validation and rows that must be redone,
+repacks the rows done in another layout or format (no model), then consumes the backend's
+outcomes (local or Ray: one loop) to report progress, count failures and stop after too many.
+Whatever happens (signal, disk full, too many failures, a crash), the shard's journal is folded
+into its state and results.parquet is rebuilt before returning or raising; the summary counts
+its rows (run_counts). Knows records and outcomes; no tensors, no CLI.
 """
 
 from __future__ import annotations
@@ -130,35 +130,37 @@ class JobRun:
         self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
 
     def execute(self) -> JobSummary:
+        """One pass: rows -> work -> requests -> engine -> vocoder -> store, then the end
+        recorded (state folded, views rebuilt, summary), whatever stopped the pass."""
         with StopSignals(on_exit_now=remove_live_temps) as stop:
-            retract.finish(self.out, self.shard.suffix, self.journal, self.run_id)  # a killed run's
-            finish_killed(self.out, self.shard.suffix, self.journal)  # a killed run's repack
-            if self.spec.output.overwrite:
-                self._retract_everything()
-                state.reset(self.out, self.shard)
-            # The texts of a big job off the heap: deciding the work reads digests, not texts.
-            prepared = self.job.prepared
-            prepared.rows = spilled(prepared.rows, StatePaths(self.out).dir)
-            work = self._scan_and_decide()
-            self._record_work(work)
-            status, code = "done", 0
+            self._settle_killed_run()  # a killed run's half-done work; --overwrite
+            work = self._scan_and_decide()  # rows -> work: done, to redo, to repack, to do
+            self._record_work(work)  # rows to redo pending, rows failing validation failed
+            stopped = None
             try:
-                self._repack(work, stop)
-                self._loop(work, stop)
+                self._repack(work, stop)  # rows done in another layout moved, no model
+                self._synthesize(work, stop)  # requests -> engine -> vocoder -> store
             except Interrupted as e:
-                status, code = "interrupted", e.exit_code
+                stopped = e
             except BaseException:
-                self.progress.close()
                 self._finish_after_error()
                 raise
-            self.progress.close()
-            summary = self._finish(work)
-            summary.status = "aborted" if status == "done" and self.aborted else status
-            summary.exit_code = code or (3 if summary.failed or summary.pending else 0)
-            return summary
+            return self._finish(work, stopped)
+
+    def _settle_killed_run(self) -> None:
+        """What a killed run left half done (a retraction, a repack) is finished first; then
+        --overwrite takes this shard's outputs out and forgets its state."""
+        retract.finish(self.out, self.shard.suffix, self.journal, self.run_id)
+        finish_killed(self.out, self.shard.suffix, self.journal)
+        if self.spec.output.overwrite:
+            self._retract_everything()
+            state.reset(self.out, self.shard)
 
     def _scan_and_decide(self) -> Work:
         """Read this shard's records, clear what a killed run left half-written, decide the work."""
+        # The texts of a big job off the heap: deciding the work reads digests, not texts.
+        prepared = self.job.prepared
+        prepared.rows = spilled(prepared.rows, StatePaths(self.out).dir)
         records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         self.records = with_repeated_encoded(records)
         del records
@@ -262,7 +264,10 @@ class JobRun:
         repack(self.out, self.shard.suffix, self.journal, ids, spec=store,
                settings=self.ctx.settings, run=self.run_id, stop=stop)  # fmt: skip
 
-    def _loop(self, work: Work, stop: StopSignals) -> None:
+    def _synthesize(self, work: Work, stop: StopSignals) -> None:
+        """The rows to do through the backend (the local one: chunks of requests, longest
+        first -> the synthesizer's engine passes and vocoder -> the output store), each outcome
+        counted as it lands; too many failures stop it (the rest stays pending)."""
         if self._too_many_failures():
             self.aborted = True
             return
@@ -297,8 +302,9 @@ class JobRun:
         return row_id is not None and self.shard.owns(row_id)
 
     # -- the end ---------------------------------------------------------------------------------
-    def _finish(self, work: Work) -> JobSummary:
+    def _finish(self, work: Work, stopped: Interrupted | None) -> JobSummary:
         """Fold the journal into the state, rebuild the shared views, count this shard's rows."""
+        self.progress.close()
         self.failures.close()
         folded = state.compact(self.out, self.shard, ()) is not None
         # Only the shard's ids are counted from here: the rest of its rows (and the scan's
@@ -322,15 +328,20 @@ class JobRun:
         # Rows chosen to move but still where they were (unreadable audio, or a signal or a
         # full disk stopped the repack before them) were done before: skipped, never made now.
         skipped = work.skipped + len(self.repacked) - repacked
+        pending = work.total - done - failed
+        if stopped is not None:
+            status, code = "interrupted", stopped.exit_code
+        else:
+            status, code = ("aborted" if self.aborted else "done"), 0
         return JobSummary(
-            status="done",
-            exit_code=0,
+            status=status,
+            exit_code=code or (3 if failed or pending else 0),
             total=work.total,
             ok=done - skipped - repacked,
             failed=failed,
             skipped=skipped,
             repacked=repacked,
-            pending=work.total - done - failed,
+            pending=pending,
             hit_frame_budget=hit_budget(mine, self.run_id),
             audio_s=made_now_s(mine, self.run_id),
             wall_s=time.monotonic() - self.t0,
@@ -365,6 +376,8 @@ class JobRun:
             )
 
     def _finish_after_error(self) -> None:
+        """The pass raised: fold the state and rebuild results (the error is raised after)."""
+        self.progress.close()
         try:
             state.compact(self.out, self.shard)
             self._rebuild_results()
