@@ -167,7 +167,7 @@ def _taken_out(job: Job, work: Work, records: pa.Table) -> pa.ChunkedArray:
     return locations.filter(taken_out(locations, layout))
 
 
-def _flat(ids) -> pa.Array:
+def _flat(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("qtts")
 
@@ -26,7 +30,7 @@ class FailureLog:
             name = f"row {one_line(row_id)}" if named else f"row {row} (no id)"
             log.warning("%s: %s", name, one_line(str(reason)))
 
-    def add_table(self, rows) -> None:
+    def add_table(self, rows: pa.Table) -> None:
         """rows: an Arrow table with id, row and error: the first few said, all counted."""
         if rows.num_rows == 0:
             return

@@ -6,6 +6,7 @@ needs no line here (its field says whether it only shapes a draw)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import fields, replace
 
 from qtts.core.errors import UsageError
@@ -54,7 +55,9 @@ def idle_flags_warning(o: SamplingOverrides, options: GenerationOptions) -> str 
     return f"{why}: {said}; --sample turns sampling on"
 
 
-def _site(default: SamplingParams, given, *, flag_prefix: str) -> SamplingParams:
+def _site(
+    default: SamplingParams, given: Mapping[str, float | int | bool], *, flag_prefix: str
+) -> SamplingParams:
     params = replace(default, **given)
     for name, valid in params.out_of_range():
         raise UsageError(f"{flag_prefix}{_flag(name)} {valid}")

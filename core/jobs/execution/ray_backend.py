@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -71,7 +72,7 @@ class RayConnectError(FatalError):
     """The Ray cluster could not be reached in time (exit 1)."""
 
 
-def import_ray():
+def import_ray() -> ModuleType:
     try:
         import ray
         import ray.data  # noqa: F401
@@ -262,7 +263,7 @@ def _published_by_actors(out_dir: Path, ids: pa.ChunkedArray, run: str) -> dict[
     return dict(zip(made["id"].to_pylist(), made["duration_s"].to_pylist(), strict=True))
 
 
-def _connect(ray, address: str | None, timeout: float) -> bool:
+def _connect(ray: ModuleType, address: str | None, timeout: float) -> bool:
     """Join the given cluster (or RAY_ADDRESS) within `timeout` seconds, or start a local one;
     True if started here."""
     if ray.is_initialized():
@@ -321,7 +322,9 @@ def _driver_knobs(env: Mapping[str, str] = os.environ) -> dict:
     return {"runtime_env": {"env_vars": knobs}} if knobs else {}
 
 
-def _actors(ray, workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:
+def _actors(
+    ray: ModuleType, workers: int | None, gpus_per_worker: float | None
+) -> tuple[int, float]:
     """(workers, GPUs per worker), checked against the cluster so a job that cannot be hosted
     fails at once with the numbers, not after a long wait."""
     cluster_gpus = float(ray.cluster_resources().get("GPU", 0))

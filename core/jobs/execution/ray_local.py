@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 log = logging.getLogger("qtts")
 
@@ -21,13 +22,13 @@ REAPER = Path(__file__).with_name("ray_reaper.py")
 _watchdog: subprocess.Popen | None = None  # its stdin's write end must live as long as we do
 
 
-def start_local_ray(ray, num_cpus: int) -> None:
+def start_local_ray(ray: ModuleType, num_cpus: int) -> None:
     """ray.init of a cluster of this machine only, with the watchdog on its helpers."""
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     watch_ray_helpers(ray)
 
 
-def watch_ray_helpers(ray) -> None:
+def watch_ray_helpers(ray: ModuleType) -> None:
     """Start the watchdog unless one already watches this process."""
     global _watchdog
     if _watchdog is not None and _watchdog.poll() is None:

@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -195,7 +196,7 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
     staging = StatePaths(into).view_staging
     staged = StagedColumns(staging, picks.records, picks.source, BATCH)
 
-    def write_both(results_file, metadata_file=None) -> None:
+    def write_both(results_file: BinaryIO, metadata_file: BinaryIO | None = None) -> None:
         schema = _empty_results().schema
         for name in scored:
             schema = schema.append(SCORE_FIELDS.field(name))
@@ -222,7 +223,7 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
         if metadata_file is not None and not listed:
             raise _NothingListed  # results.parquet is whole; metadata.jsonl's temp is dropped
 
-    def write_metadata_or_none(results_file) -> None:
+    def write_metadata_or_none(results_file: BinaryIO) -> None:
         try:
             atomic_write(into / METADATA_NAME, lambda f: write_both(results_file, f))
         except _NothingListed:

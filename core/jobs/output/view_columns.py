@@ -39,7 +39,7 @@ class StagedColumns:
         self.folder.mkdir(parents=True)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._readers.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -68,7 +68,9 @@ class StagedColumns:
             yield name, reader.get_batch(k).column(0)
 
 
-def _gather(chunks: list[pa.Array], starts: np.ndarray, at: np.ndarray, type_) -> pa.Array:
+def _gather(
+    chunks: list[pa.Array], starts: np.ndarray, at: np.ndarray, type_: pa.DataType
+) -> pa.Array:
     """The values at positions `at` of the chunks laid end to end, in `at`'s order. Each chunk
     is taken from alone: pyarrow's take on a chunked array first joins every chunk into one
     (a second copy of the whole column, per call)."""

@@ -19,12 +19,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.state.record_source import RecordSource
+
 RATE_COLUMNS = ("rate_ratio_min", "rate_ratio_max")
 VOICE_COLUMNS = ("speaker", "instruct", "ref_digest", "language")
 READ_COLUMNS = ("ref_digest",)  # what rate_ratios reads that the views do not show
 
 
-def rate_ratios(records, shown: np.ndarray) -> dict[str, pa.Array]:
+def rate_ratios(records: RecordSource, shown: np.ndarray) -> dict[str, pa.Array]:
     """records: a RecordSource; shown: bool [winners], the ok rows the views show. Each
     RATE_COLUMNS as an array over records.winners."""
     n = len(shown)
@@ -50,7 +52,7 @@ def rate_ratios(records, shown: np.ndarray) -> dict[str, pa.Array]:
     }
 
 
-def _voice_groups(records, positions: pa.Array, shown: np.ndarray) -> np.ndarray:
+def _voice_groups(records: RecordSource, positions: pa.Array, shown: np.ndarray) -> np.ndarray:
     """int [winners]: one number per (speaker, instruct, reference, language)."""
     codes = []
     for name in VOICE_COLUMNS:

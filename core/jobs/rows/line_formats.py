@@ -107,7 +107,7 @@ def _arrow_type(name: str) -> pa.DataType:
     return pa.large_string() if name == "text" else pa.string()
 
 
-def _json_type(name: str, value) -> pa.DataType:
+def _json_type(name: str, value: object) -> pa.DataType:
     """A field's type, from its value in the first row (strings when it has none there)."""
     if name == "seed":
         return pa.float64() if isinstance(value, float) else pa.int64()

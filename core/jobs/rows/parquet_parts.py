@@ -84,7 +84,12 @@ def _same_columns(
             )
 
 
-def _read(source, schemas, columns: ManifestColumns, fields: dict[str, str]) -> pa.Table:
+def _read(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    fields: dict[str, str],
+) -> pa.Table:
     """The fields' columns at their widest type over the parts, in the parts' order."""
     import pyarrow.dataset as ds
 
@@ -97,7 +102,13 @@ def _read(source, schemas, columns: ManifestColumns, fields: dict[str, str]) -> 
     return pa.table({name: table[column] for name, column in fields.items()})
 
 
-def _wide_type(source, schemas, columns: ManifestColumns, name: str, column: str) -> pa.DataType:
+def _wide_type(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    name: str,
+    column: str,
+) -> pa.DataType:
     """One kind of type over every part (refused otherwise), as the type the parts widen to."""
     seen: int | None = None  # the first part with values in the column
     for i, schema in enumerate(schemas):

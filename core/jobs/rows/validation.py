@@ -158,7 +158,7 @@ def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
     return seeds, errors
 
 
-def _seed_error(value) -> str:
+def _seed_error(value: int | float) -> str:
     if isinstance(value, float) and not value.is_integer():
         return f"seed must be an integer, got {value}"
     # A float past 2**53 is not the integer that was typed: say it as the float it was read as

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ class Journal:
 
             self.append_bytes(table_lines(table))
 
-    def append_bytes(self, parts) -> None:
+    def append_bytes(self, parts: Iterable[bytes | memoryview]) -> None:
         """Whole lines, appended as one write per part and fsynced once."""
         with self._lock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)

@@ -35,7 +35,7 @@ def json_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.fill_null(quoted, "null")
 
 
-def json_values(column) -> pa.Array:
+def json_values(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """Each value as JSON: strings quoted, numbers and booleans as they print, null as null."""
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     t = column.type

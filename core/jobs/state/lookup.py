@@ -16,7 +16,9 @@ import pyarrow.compute as pc
 PART = 1 << 20  # values hashed at once
 
 
-def index_in(keys, values, part: int = PART) -> pa.Array:
+def index_in(
+    keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray, part: int = PART
+) -> pa.Array:
     """Per key, the index of its first equal in `values`, or null (pc.index_in's answer, as
     int64)."""
     if isinstance(keys, pa.ChunkedArray):
@@ -31,5 +33,5 @@ def index_in(keys, values, part: int = PART) -> pa.Array:
     return found
 
 
-def _array(values) -> pa.Array:
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

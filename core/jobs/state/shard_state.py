@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -141,7 +142,7 @@ def compact(out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None)
         del base
         kept: list[pa.Table] = []
 
-        def write(f) -> None:
+        def write(f: BinaryIO) -> None:
             with pq.ParquetWriter(f, RECORD_SCHEMA, compression="zstd") as writer:
                 for part in _records(handle, journals, sizes, keep):
                     writer.write_table(part, row_group_size=STATE_ROWS)
@@ -192,7 +193,9 @@ def _winners(base: pa.Table, journals: list[Path]) -> tuple[np.ndarray, dict[Pat
     return keep, sizes
 
 
-def _records(handle, journals: list[Path], sizes: dict[Path, int], keep: np.ndarray):
+def _records(
+    handle: pq.ParquetFile | None, journals: list[Path], sizes: dict[Path, int], keep: np.ndarray
+):
     """The winning records (every column), a state row group or a journal piece at a time."""
     at = 0
     for group in range(handle.num_row_groups if handle is not None else 0):

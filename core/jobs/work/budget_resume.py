@@ -64,7 +64,7 @@ def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
     return (attempts == 1) & ~hit  # fail
 
 
-def _numpy(column) -> np.ndarray:
+def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return _one(column).to_numpy(zero_copy_only=False)
 
 

@@ -96,5 +96,5 @@ def _split_estimate(
     return out
 
 
-def _count(model: TextModel, texts, mask: np.ndarray) -> np.ndarray:
+def _count(model: TextModel, texts: pa.ChunkedArray | pa.Array, mask: np.ndarray) -> np.ndarray:
     return count_tokens(model, texts.take(pa.array(np.flatnonzero(mask))).to_pylist())

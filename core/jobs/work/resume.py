@@ -15,6 +15,7 @@ Knows record columns; no file names, no models, no tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -125,7 +126,16 @@ def scan(
     return ResumeScan(done | moved, stale_ids, reasons, index, moved)
 
 
-def _held(ids, records: pa.Table, index: pa.Array, listing: Listing, **where) -> Held:
+def _held(
+    ids: pa.Array | pa.ChunkedArray,
+    records: pa.Table,
+    index: pa.Array,
+    listing: Listing,
+    *,
+    layout: str,
+    audio_format: str,
+    save_codes: bool,
+) -> Held:
     """presence.held over the rows, their recorded locations taken a slice at a time where the
     listing is small enough to hash again per slice (an archive layout: a name per shard), so
     ten million member locations (half a gigabyte) are never copied at once; else at once (a
@@ -136,11 +146,26 @@ def _held(ids, records: pa.Table, index: pa.Array, listing: Listing, **where) ->
     for start in range(0, rows, step):
         at = index.slice(start, step)
         taken = [records[name].take(at) for name in ("file", "bytes", "codes_saved")]
-        parts.append(held(ids.slice(start, step), *taken, listing, **where))
+        parts.append(
+            held(
+                ids.slice(start, step),
+                *taken,
+                listing,
+                layout=layout,
+                audio_format=audio_format,
+                save_codes=save_codes,
+            )
+        )
     return Held(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Held)))
 
 
-def _same_but_format(old_settings, same_settings, same_inputs, registry, current) -> np.ndarray:
+def _same_but_format(
+    old_settings: pa.Array | pa.ChunkedArray,
+    same_settings: np.ndarray,
+    same_inputs: dict[str, np.ndarray],
+    registry: dict[str, Any],
+    current: dict[str, Any],
+) -> np.ndarray:
     """Per row: its inputs are this run's and its settings too, but for the audio format."""
     alike = same_settings.copy()
     twins = format_twins(registry, current)
@@ -151,12 +176,12 @@ def _same_but_format(old_settings, same_settings, same_inputs, registry, current
     return alike
 
 
-def _plain(column):
+def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """A dictionary-encoded column (speaker, language) as its values, to compare."""
     return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
-def _same(new, old) -> np.ndarray:
+def _same(new: pa.Array | pa.ChunkedArray, old: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Equal, or both null."""
     both_null = pc.and_(pc.is_null(new), pc.is_null(old))
     return as_bools(pc.or_(pc.fill_null(pc.equal(new, old), False), both_null))

@@ -93,7 +93,12 @@ def _whole_by_settings(old: SplitOptions, new: SplitOptions) -> bool:
     return old.mode == new.mode == "auto" and new.limit >= old.limit
 
 
-def _stays_whole(texts, tokens, split: SplitOptions, model: TextModel) -> np.ndarray:
+def _stays_whole(
+    texts: pa.Array | pa.ChunkedArray,
+    tokens: pa.Array | pa.ChunkedArray,
+    split: SplitOptions,
+    model: TextModel,
+) -> np.ndarray:
     """Whether `split` leaves each text whole, from its recorded token count (a row recorded
     without one, or over the limit, is taken as cut: redone once, it records the new key)."""
     whole = as_bools(pc.less_equal(tokens, split.limit))

@@ -18,6 +18,7 @@ their files shard_files'.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,7 @@ class ArchiveStore:
             codes = encode_codes(row.codes) if self.save_codes and row.codes is not None else None
         return audio, codes
 
-    def _guarded(self, step, *args) -> None:
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
         try:
             step(*args)
         except OSError as e:

@@ -54,7 +54,7 @@ def is_archived(locations: pa.Array) -> pa.Array:
     return pc.match_substring_regex(locations, f"{_SHARD}{MEMBER_SEP}")
 
 
-def layouts(locations) -> pa.DictionaryArray:
+def layouts(locations: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     """Which layout made each location (null where there is none), dictionary-encoded: one byte
     a row, not a string (ten million of them at a rerun's scan). FatalError for a member of a
     shard no format names."""

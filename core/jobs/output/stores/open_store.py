@@ -84,7 +84,12 @@ class StoreSpec:
         return self._archive(out_dir, journal, f"{self.prefix}{self.run_tag}-u{digest}")
 
     def _archive(
-        self, out_dir: Path, journal: Journal, prefix: str, workers: int = 1, clock=None
+        self,
+        out_dir: Path,
+        journal: Journal,
+        prefix: str,
+        workers: int = 1,
+        clock: WriterClock | None = None,
     ) -> ArchiveStore:
         return ArchiveStore(
             out_dir,

@@ -25,7 +25,9 @@ from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.records import as_bools
 
 
-def present(locations, sizes, listing: Listing) -> np.ndarray:
+def present(
+    locations: pa.Array | pa.ChunkedArray, sizes: pa.Array | pa.ChunkedArray, listing: Listing
+) -> np.ndarray:
     """Per record: its audio is in the out dir as recorded."""
     at = index_in(containers(locations), listing.files["name"])  # names hashed a part at a time
     listed = listing.files["size"].combine_chunks()
@@ -48,10 +50,10 @@ class Held:
 
 
 def held(
-    ids,
-    locations,
-    sizes,
-    codes_saved,
+    ids: pa.Array | pa.ChunkedArray,
+    locations: pa.Array | pa.ChunkedArray,
+    sizes: pa.Array | pa.ChunkedArray,
+    codes_saved: pa.Array | pa.ChunkedArray,
     listing: Listing,
     *,
     layout: str,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -57,7 +58,7 @@ def discover(package_name: str) -> dict[str, ArchiveFormat]:
     return found
 
 
-def _check_parts(fmt: ArchiveFormat, others) -> None:
+def _check_parts(fmt: ArchiveFormat, others: Iterable[ArchiveFormat]) -> None:
     if not fmt.parts:
         raise FormatError(f"format {fmt.name!r} has no parts")
     for part in fmt.parts:

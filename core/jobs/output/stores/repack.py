@@ -28,6 +28,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +59,9 @@ from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import RECORD_SCHEMA
 
+if TYPE_CHECKING:
+    from qtts.core.jobs.output.stores.open_store import StoreSpec
+
 log = logging.getLogger("qtts")
 
 MERGE = ("id", "status", "file", "bytes", "run", "t")  # read at once; the rest is staged
@@ -65,8 +69,15 @@ STAGED = tuple(name for name in RECORD_SCHEMA.names if name not in MERGE)
 STAGE_ROWS = 4096  # records built into Python objects at once
 
 
-def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec, settings: str,
-           run: str, stop) -> tuple[int, int]:  # fmt: skip
+class StopCheck(Protocol):
+    """What a repack asks of the run's signal handlers (execution.interrupt.StopSignals, a
+    folder above): check() raises Interrupted once a stopping signal has come."""
+
+    def check(self) -> None: ...
+
+
+def repack(out_dir: Path, suffix: str, journal: Journal, ids: pa.Array, *, spec: StoreSpec,
+           settings: str, run: str, stop: StopCheck) -> tuple[int, int]:  # fmt: skip
     """Move the rows `ids` (done, in another layout or format) into spec's (open_store.StoreSpec)
     layout and format; settings: this run's digest; stop: StopSignals. (rows moved, rows left
     where they were: their audio could not be read back)."""
@@ -106,14 +117,14 @@ class _Mover:
     """Rows into the target a source container at a time, committed as batches fill; the old
     copies of committed rows taken out once their source shard has been read through."""
 
-    def __init__(self, out_dir: Path, suffix: str, journal: Journal, spec) -> None:
+    def __init__(self, out_dir: Path, suffix: str, journal: Journal, spec: StoreSpec) -> None:
         self.out, self.suffix, self.journal, self.spec = out_dir, suffix, journal, spec
         self.target = open_target(out_dir, spec, f"{spec.prefix}{spec.run_tag}")
         self.moved = self.unread = self.batches = 0
         self.reading: str | None = None  # the source shard being read: its old rows stay
         self.pending: list[tuple[Path, pa.Table]] = []  # committed: (intent, rows not out yet)
 
-    def container(self, name: str, records: dict[str, dict], stop) -> None:
+    def container(self, name: str, records: dict[str, dict], stop: StopCheck) -> None:
         """records: id -> new record (its `file` still the old location) of the rows in it."""
         spec = self.spec
         with_codes = spec.save_codes and (spec.layout != FILES or is_shard(name))
@@ -200,7 +211,13 @@ def _in_container_order(winners: pa.Table, ids: pa.Array) -> tuple[np.ndarray, p
 
 
 def _records(
-    winners, shown, where, staging, *, settings: str, run: str
+    winners: pa.Table,
+    shown: np.ndarray,
+    where: pa.Array,
+    staging: StagedColumns,
+    *,
+    settings: str,
+    run: str,
 ) -> Iterator[tuple[str, dict]]:
     """(container, record) of each row in container order, the record with this run's settings
     digest and run. Its `t` stays the time its audio was made: the stamp its scores are kept

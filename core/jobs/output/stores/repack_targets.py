@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qtts.core.jobs.output.stores.files import audio_name, codes_name
 from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES, member_location
@@ -24,6 +25,9 @@ from qtts.core.jobs.output.stores.repack_commit import OLD_FILE, repack_temp
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
 from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 from qtts.core.jobs.state.atomic_files import fsync_dir, tracked, unlink_quietly
+
+if TYPE_CHECKING:
+    from qtts.core.jobs.output.stores.open_store import StoreSpec
 
 FILES_BATCH = 1000  # plain files committed at once
 
@@ -140,7 +144,7 @@ def _write(target: _Target, final: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def open_target(out_dir: Path, spec, prefix: str) -> ShardTarget | FilesTarget:
+def open_target(out_dir: Path, spec: StoreSpec, prefix: str) -> ShardTarget | FilesTarget:
     """spec: open_store.StoreSpec (the run's layout, format, codes and shard size)."""
     if spec.layout == FILES:
         return FilesTarget(out_dir, spec.audio_format, spec.save_codes)

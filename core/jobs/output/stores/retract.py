@@ -37,6 +37,7 @@ from qtts.core.jobs.output.stores.locations import (
 )
 from qtts.core.jobs.output.stores.registry import part_of
 from qtts.core.jobs.output.stores.shard_files import shard_at
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, Part
 from qtts.core.jobs.state.atomic_files import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.paths import StatePaths
@@ -46,7 +47,14 @@ log = logging.getLogger("qtts")
 
 
 def retract(
-    out_dir: Path, suffix: str, journal: Journal, run: str, ids, locations, *, layout: str
+    out_dir: Path,
+    suffix: str,
+    journal: Journal,
+    run: str,
+    ids: pa.Array | pa.ChunkedArray,
+    locations: pa.Array | pa.ChunkedArray,
+    *,
+    layout: str,
 ) -> pa.Array:
     """Take the rows `ids` (recorded at `locations`) out of the outputs this run would not
     replace by name; the ids taken out (their records are pending now)."""
@@ -59,7 +67,7 @@ def retract(
     return intent["id"].combine_chunks()
 
 
-def taken_out(locations, layout: str) -> pa.Array:
+def taken_out(locations: pa.Array | pa.ChunkedArray, layout: str) -> pa.Array:
     """Which of these rows' outputs a run writing `layout` takes out before redoing them: every
     archive member, and plain files too unless the run writes files (it replaces those by name)."""
     if layout == FILES:
@@ -67,7 +75,7 @@ def taken_out(locations, layout: str) -> pa.Array:
     return pc.is_valid(locations)
 
 
-def outputs_touched(locations) -> int:
+def outputs_touched(locations: pa.Array | pa.ChunkedArray) -> int:
     """How many output files taking out these locations rewrites or removes (shards, files)."""
     if len(locations) == 0:
         return 0
@@ -89,7 +97,13 @@ def finish(out_dir: Path, suffix: str, journal: Journal, run: str) -> None:
     log.info("took %d row(s) out of %d output file(s) to redo them", rows, files)
 
 
-def take_out_rows(out_dir: Path, ids, locations, *, keep_codes: bool = False) -> tuple[int, int]:
+def take_out_rows(
+    out_dir: Path,
+    ids: pa.Array | pa.ChunkedArray,
+    locations: pa.Array | pa.ChunkedArray,
+    *,
+    keep_codes: bool = False,
+) -> tuple[int, int]:
     """Remove the rows `ids` from their outputs at `locations` (a plain file goes with its
     codes file unless keep_codes; a shard is rewritten without them, or removed), a container's
     rows at a time (sorted by container), never a Python object per row at once; then the
@@ -125,7 +139,7 @@ def _take_out(out_dir: Path, container: str, ids: list[str], keep_codes: bool) -
             _rewrite_part(shard.fmt, part, path, gone)
 
 
-def _rewrite_part(fmt, part, path: Path, gone: set[str]) -> None:
+def _rewrite_part(fmt: ArchiveFormat, part: Part, path: Path, gone: set[str]) -> None:
     """One part file less the rows `gone`: rewritten atomically, removed when none is left,
     untouched when it holds none of them (a rerun finishing a retraction)."""
     held = fmt.keys_in(part, path)
