@@ -1,7 +1,7 @@
 """The job commands' options, declared once and shared by `synth` and `batch`.
 
 Each builder's signature is a group of options (the Annotated aliases of qtts.cli.options), and its
-body turns them into the typed settings group of qtts.core.jobs.contract.spec. `job_command` gives
+body turns them into the typed option group of qtts.core.jobs.contract.spec. `job_command` gives
 a command every group's options and calls it with the groups built into one JobOptions, so a value
 goes from the command line to the JobSpec field that holds it without passing through a dict.
 """

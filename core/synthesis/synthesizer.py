@@ -38,6 +38,7 @@ from qtts.core.synthesis.decode_overlap import decode_stream, overlapped, priori
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.prompt import (
+    PromptTokens,
     embed_clone_prompt,
     embed_prompt,
     pad_embedding,
@@ -49,6 +50,8 @@ from qtts.core.synthesis.retry import Attempt
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "naive")
 NAIVE_BATCH = 16  # the naive generator's batch (it is not memory-planned: a yardstick)
+# A finished row: its request, its codes [F, G], whether it hit its frame budget, the attempt kept
+Finished = tuple[Request, torch.Tensor, bool, Attempt]
 
 
 def row_params(options: GenerationOptions, n: int, device) -> tuple[RowParams, RowParams]:
@@ -145,7 +148,9 @@ class Synthesizer:
             yield from utterances
         trim_heap()  # a CPU job's kept blocks: reused within this call, not beyond it
 
-    def _prompts(self, requests: list[Request]):
+    def _prompts(
+        self, requests: list[Request]
+    ) -> tuple[list[Request], list[PromptTokens], list[RowFailure]]:
         """(requests, prompt tokens, failures): a Base row whose reference is unusable, or a row
         too long for the talker's positions, fails alone."""
         tokens = [
@@ -169,14 +174,18 @@ class Synthesizer:
         requests, tokens, too_long = self._within_positions(requests, tokens)
         return requests, tokens, failed + too_long
 
-    def _generate(self, requests, tokens, options):
+    def _generate(
+        self, requests: list[Request], tokens: list[PromptTokens], options: GenerationOptions
+    ) -> Iterator[list[Finished]]:
         """Finished codes, a group at a time: [(request, codes [F, G], hit_budget, Attempt
         kept)]. Lazy: the plan and its passes run as groups are asked for (on the decode stream)."""
         if self.generator == "naive":
             return self._naive(requests, tokens, options)
         return self._engine(requests, tokens, options)
 
-    def _vocoded(self, finished):
+    def _vocoded(
+        self, finished: Iterator[list[Finished]]
+    ) -> Iterator[list[Utterance | RowFailure]]:
         """Each finished group's utterances and failures, in order. The vocoder runs beside the
         decode loop (GPU), or after each finished group on the decode thread (a CPU's serial
         budget: core/engine/device/cpu_runtime.py)."""

@@ -1,7 +1,9 @@
 """One name, one meaning (docs/architecture.md, "Glossary"): every identifier of the source that
 holds one of the glossary's words is listed here under the meaning it has, so a new one fails
 until someone decides it means what the glossary says. Names are split into words
-(`MemoryPlan` -> memory, plan), so `planner` or `settings_file` are read as what they are."""
+(`MemoryPlan` -> memory, plan), so `planner` or `settings_file` are read as what they are. The
+package's source is held to it; tools/ (scripts beside it: the oracle's stop plans, the peers'
+run plans) is not."""
 
 from __future__ import annotations
 
@@ -86,21 +88,39 @@ def test_a_name_with_a_second_meaning_is_seen():
     ]  # fmt: skip
 
 
-def test_the_state_paths_are_held_in_paths_never_in_layout():
-    """`layout` names an output layout only: StatePaths(...) is bound to `paths`, and every
-    parameter typed StatePaths is called `paths`."""
+def misnamed_state_paths(tree: ast.AST) -> list[int]:
+    """Lines where a StatePaths is held in a name other than `paths`: assigned (plainly, with an
+    annotation, or to an attribute) or taken as a parameter typed StatePaths."""
     bad = []
-    for path, tree in trees().items():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                called = ast.unparse(node.value.func)
-                targets = [ast.unparse(t) for t in node.targets]
-                if called == "StatePaths" and targets != ["paths"]:
-                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
-            elif isinstance(node, ast.arg) and node.annotation is not None:
-                if ast.unparse(node.annotation) == "StatePaths" and node.arg != "paths":
-                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {t.attr if isinstance(t, ast.Attribute) else ast.unparse(t) for t in targets}
+            if ast.unparse(node.value.func) == "StatePaths" and names != {"paths"}:
+                bad.append(node.lineno)
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            if ast.unparse(node.annotation) == "StatePaths" and node.arg != "paths":
+                bad.append(node.lineno)
+    return bad
+
+
+def test_the_state_paths_are_held_in_paths_never_in_layout():
+    """`layout` names an output layout only: a StatePaths is always held in `paths`."""
+    bad = [f"{p.relative_to(REPO)}:{line}" for p, t in trees().items()
+           for line in misnamed_state_paths(t)]  # fmt: skip
     assert bad == []
+
+
+def test_a_misnamed_state_paths_is_seen():
+    probe = """
+layout = StatePaths(out)
+self.layout = StatePaths(out)
+where: StatePaths = StatePaths(out)
+def f(layout: StatePaths): ...
+paths = StatePaths(out)
+self.paths = StatePaths(out)
+"""
+    assert misnamed_state_paths(ast.parse(probe)) == [2, 3, 4, 5]
 
 
 def test_the_glossary_defines_each_word():

@@ -1,4 +1,4 @@
-"""The closed sets a job's settings choose from, defined once for the command line and the core.
+"""The closed sets a job's options choose from, defined once for the command line and the core.
 
 Standard library only (and qtts.core.errors): the CLI imports this to build `--help` without
 torch or pyarrow. Each choice is a str Enum, so a value compares equal to its spelling

@@ -1,4 +1,4 @@
-"""A job's settings, as the command line gave them, in the groups a user thinks in: which model
+"""A job's options, as the command line gave them, in the groups a user thinks in: which model
 and engine, which voice, how to sample, where the output goes, when failures stop the job, and how
 the job spreads over shards or a Ray cluster. Each group checks its own values on construction,
 but for --output's name, which the output registry knows (the run checks it first of all).

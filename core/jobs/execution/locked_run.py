@@ -154,6 +154,7 @@ class JobRun:
         finish_killed(self.out, self.shard.suffix, self.journal)
         if self.spec.output.overwrite:
             self._retract_everything()
+            drop_audiofolder_view(self.out)  # each row's file goes as it is made again
             state.reset(self.out, self.shard)
 
     def _scan_and_decide(self) -> Work:
@@ -209,9 +210,10 @@ class JobRun:
             rest = work.resume.stale
             if len(taken):
                 rest = pc.filter(rest, pc.invert(pc.is_in(rest, value_set=taken)))
+            self.journal.append_table(pending_records(rest, run=self.run_id))
             if len(rest):  # their files are replaced (another format's removed) as they are redone:
                 drop_audiofolder_view(self.out)  # never a view that lists a file gone after a kill
-            self.journal.append_table(pending_records(rest, run=self.run_id))
+            # (pending first: a view another shard rebuilds meanwhile lists none of them)
         if work.skipped or work.moved:
             moved = f", {work.moved} to repack into {self.ctx.store.layout}" * bool(work.moved)
             log.info(
@@ -231,7 +233,7 @@ class JobRun:
         self.journal.append_table(stamped(fresh, status=FAILED, **self.ctx.stamp()))
         self.failures.add_table(rejected)
 
-    def _retract(self, ids: pa.Array, records: pa.Table) -> pa.Array:
+    def _retract(self, ids: pa.Array | pa.ChunkedArray, records: pa.Table) -> pa.Array:
         """The ids taken out of their outputs (now pending)."""
         old = aligned(pa.table({"id": ids}), records.select(["id", "file"]))
         return retract.retract(
@@ -385,7 +387,7 @@ class JobRun:
             log.error("could not update the job state or results.parquet: %s", e)
 
 
-def failing_now(work: Work, records: pa.Table) -> pa.Array:
+def failing_now(work: Work, records: pa.Table) -> pa.Array | pa.ChunkedArray:
     """The ids done before that fail validation now (an emptied text, say): their outputs go."""
     old = aligned(work.rejected.select(["id"]), records.select(["id", "status"]))
     return pc.filter(work.rejected["id"], pc.fill_null(pc.equal(old["status"], OK), False))

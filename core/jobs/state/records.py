@@ -101,7 +101,7 @@ def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[st
     }
 
 
-def pending_records(ids: pa.Array, *, run: str) -> pa.Table:
+def pending_records(ids: pa.Array | pa.ChunkedArray, *, run: str) -> pa.Table:
     """Rows that are not done after all: they must be redone."""
     n = len(ids)
     return pa.table(

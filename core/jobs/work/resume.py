@@ -35,7 +35,7 @@ FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as u
 @dataclass
 class ResumeScan:
     done: np.ndarray  # bool per valid row: nothing to synthesize (moved rows included)
-    stale: pa.Array  # ids that were ok but must be redone
+    stale: pa.Array | pa.ChunkedArray  # ids that were ok but must be redone
     reasons: dict[str, int] = field(default_factory=dict)  # why stale rows are redone -> rows
     record_at: pa.Array | None = None  # per valid row: its record's index in records (or null)
     moved: np.ndarray | None = None  # bool per valid row: done, but to repack into this layout

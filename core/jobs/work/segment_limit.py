@@ -4,7 +4,7 @@ A limit the user gave (--max-segment-tokens) is the user's call: refused when th
 speak a segment that long. The default (50 tokens) was chosen for the published checkpoints; a
 checkpoint whose generation config allows fewer frames gets the longest limit it can speak, said
 in one log line, so a default run never fails on a value the user did not set.
-Knows the split settings and the budget rules; no model, no tensors.
+Knows the split options and the budget rules; no model, no tensors.
 """
 
 from __future__ import annotations

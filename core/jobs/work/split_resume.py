@@ -1,7 +1,7 @@
 """The resume rule for split settings: a done row is redone only when this run would cut it
 differently.
 
-The split settings (--split, --max-segment-tokens, --segment-pause) are not in the job settings
+The split options (--split, --max-segment-tokens, --segment-pause) are not in the job settings
 digest: they shape only the rows they cut. Each record keeps the settings it ran under (its
 `split` key), how many segments the row made and its text's token count. A done row stays done
 when its key is this run's; a row made in segments is redone whenever the key differs (the cut or

@@ -1,11 +1,13 @@
 """The files layout: one `{id}.wav|flac` per row at the top of the out dir (and `{id}.codes.npy`
-with --save-codes), each written atomically (core/jobs/output/writer.py) on a small thread pool.
+with --save-codes), each written atomically (core/jobs/state/atomic_files.py) on a small thread
+pool.
 
 The row's record is journalled once its audio is durable in the temp file, just before the
-rename, so a published file always has its record. A redone row's old audio goes just before its
-new record (a kill between the record and the rename leaves no file, never an old one passing
-for the new), and once the new audio is published, the files of the row's earlier version that
-this run does not make (another format's audio, codes without --save-codes) go too. Each part
+rename, so a published file always has its record. A redone row's old files go just before its
+new record: its old audio, and what this run does not make (another format's audio, codes
+without --save-codes). A kill between the record and the rename leaves no file, never an old one
+passing for the new, and a kill after it never leaves two copies of one row. metadata.jsonl goes
+before the first redone row replaces its file (drop_audiofolder_view). Each part
 of a row's writing is timed on its clock (core/jobs/output/writer_clock.py).
 Knows file names; no records beyond building them.
 """

@@ -59,7 +59,7 @@ def test_an_explicit_dtype_or_a_gpu_runs_as_resolved_and_pins_nothing():
     assert (str(p), p.cpu_auto, p.why) == ("cuda:bfloat16", None, "--dtype auto: bfloat16 on CUDA")
 
 
-def test_what_record_job_pins():
+def test_what_write_job_files_pins():
     assert cpu_auto_for_job_file("out", None, "bfloat16", overwrite=False) == "bfloat16"
     assert cpu_auto_for_job_file("out", job(None), "float32", overwrite=False) == "float32"
     assert cpu_auto_for_job_file("out", job("bfloat16"), "bfloat16", overwrite=False) == "bfloat16"
