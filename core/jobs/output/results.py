@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
 from qtts.core.jobs.output.measures import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
-from qtts.core.jobs.output.stores.files import METADATA_NAME
+from qtts.core.jobs.output.stores.files import METADATA_KEYS, METADATA_NAME
 from qtts.core.jobs.output.stores.listing import Listing, list_out_dir
 from qtts.core.jobs.output.stores.locations import containers, is_archived, members
 from qtts.core.jobs.output.stores.presence import present
@@ -37,7 +37,7 @@ from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.voice_rates import RATE_COLUMNS, READ_COLUMNS, rate_ratios
 from qtts.core.jobs.state.atomic_files import atomic_write, cleanup_temp_files, unlink_quietly
 from qtts.core.jobs.state.jobfile import JobFile
-from qtts.core.jobs.state.jsonl import METADATA_KEYS, table_lines
+from qtts.core.jobs.state.jsonl import table_lines
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
 from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA

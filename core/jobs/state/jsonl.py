@@ -1,6 +1,6 @@
-"""JSON lines from Arrow columns, without a Python object per row: OUT/metadata.jsonl (the
-Hugging Face AudioFolder metadata of ok rows) and the journal lines of many rows at once (rows
-to redo, rows failing validation). Strings are escaped for JSON by column-wide replaces; the
+"""JSON lines from Arrow columns, without a Python object per row: the journal lines of many rows
+at once (rows to redo, rows failing validation), and the lines output/results.py writes into
+OUT/metadata.jsonl. Strings are escaped for JSON by column-wide replaces; the
 rare value holding a control character goes through json.dumps. Tests check every line against
 json.loads. Knows JSON and columns."""
 
@@ -69,18 +69,3 @@ def table_lines(table: pa.Table, names: dict[str, str] | None = None):
     """json_lines of a whole table, a batch at a time (bytes to write)."""
     for batch in table.to_batches(BATCH):
         yield lines_bytes(json_lines(batch, names))
-
-
-METADATA_KEYS = {
-    "file_name": "file_name",
-    "id": "id",
-    "text": "text",
-    "speaker": "speaker",
-    "language": "language",
-    "duration_s": "duration",
-}
-
-
-def metadata_lines(ok: pa.RecordBatch) -> pa.Array:
-    """ok: results rows with file_name, id, text, speaker, language, duration_s."""
-    return json_lines(ok, METADATA_KEYS)

@@ -26,6 +26,15 @@ from qtts.core.jobs.state.journal import Journal
 
 CODES_SUFFIX = ".codes.npy"
 METADATA_NAME = "metadata.jsonl"  # the layout's view (an AudioFolder), rebuilt by results.py
+# metadata.jsonl's keys from results.parquet's columns (the Hub's AudioFolder reads file_name)
+METADATA_KEYS = {
+    "file_name": "file_name",
+    "id": "id",
+    "text": "text",
+    "speaker": "speaker",
+    "language": "language",
+    "duration_s": "duration",
+}
 
 
 def drop_audiofolder_view(out_dir: Path) -> None:

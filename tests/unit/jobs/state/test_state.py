@@ -1,4 +1,4 @@
-"""Records, journals and the shard state: newest wins, cut lines, compaction, listings, the
+"""Records, journals and the shard state: newest wins, cut lines, compaction, the
 metadata writer's JSON."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qtts.core.jobs.output.stores import listing as listing_module
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores.files import METADATA_KEYS
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.journal import Journal, read_journal
-from qtts.core.jobs.state.jsonl import json_strings, metadata_lines
+from qtts.core.jobs.state.jsonl import json_lines, json_strings
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import conform, latest, overlay, to_table
 from qtts.core.jobs.state.shards import UNSHARDED, Shard
@@ -153,19 +152,6 @@ def test_a_killed_runs_pending_records_are_read_with_a_few_columns(tmp_path):
     assert sorted(every["status"].to_pylist()) == ["ok", "pending", "pending"]
 
 
-def test_a_listing_keeps_every_file_across_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(listing_module, "BATCH", 7)
-    for i in range(30):
-        (tmp_path / f"f{i}.wav").write_bytes(b"x" * i)
-    (tmp_path / ".f1.wav.qtts-tmp-9-1").write_bytes(b"half")
-    (tmp_path / ".qtts").mkdir()
-    full, names_only = list_out_dir(tmp_path), list_out_dir(tmp_path, sizes=False)
-    sizes = dict(zip(full.files["name"].to_pylist(), full.files["size"].to_pylist(), strict=True))
-    assert sizes == {f"f{i}.wav": i for i in range(30)} and full.temps == [".f1.wav.qtts-tmp-9-1"]
-    assert sorted(names_only.names().to_pylist()) == sorted(sizes)
-    assert names_only.files["size"].null_count == 30
-
-
 TRICKY = ["plain", 'say "hi"', "back\\slash", "new\nline", "tab\tand\x01ctl", "日本語 ✓", "", None]
 
 
@@ -180,7 +166,7 @@ def test_metadata_lines_parse_as_json():
     batch = pa.RecordBatch.from_pylist([
         {"file_name": f"{i}.wav", "id": str(i), "text": t, "speaker": "ryan", "language": None,
          "duration_s": 0.08 * i} for i, t in enumerate(TRICKY)])  # fmt: skip
-    lines = "".join(metadata_lines(batch).to_pylist()).splitlines()
+    lines = "".join(json_lines(batch, METADATA_KEYS).to_pylist()).splitlines()
     assert [json.loads(x) for x in lines] == [
         {"file_name": f"{i}.wav", "id": str(i), "text": t, "speaker": "ryan", "language": None,
          "duration": 0.08 * i} for i, t in enumerate(TRICKY)]  # fmt: skip

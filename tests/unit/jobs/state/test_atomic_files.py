@@ -1,4 +1,4 @@
-"""Atomic files, audio/codes encoding, the stale files a redone row removes, the lock."""
+"""Atomic files (a write is whole or absent, temps cleaned by owner) and the out dir lock."""
 
 from __future__ import annotations
 
