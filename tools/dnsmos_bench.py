@@ -1,10 +1,12 @@
-"""How fast `qtts score` runs DNSMOS on this machine, in audio-seconds per second.
+"""How fast `qtts score` runs DNSMOS and speaker similarity on this machine, in audio-s/s.
 
 Writes an AudioFolder of CLIPS clips of SECONDS each (24 kHz 16-bit WAV, as qtts writes them:
 espeak-ng speech repeated to length when espeak-ng is installed, else pink-ish noise; DNSMOS
 costs the same per segment whatever it hears), then times two things: the model alone
 (onnxruntime, every core, SEGMENTS_PER_CALL segments a call) and the whole `qtts score` pass
-(read, resample to 16 kHz, score, write scores.parquet). The last stdout line is JSON.
+(read, resample to 16 kHz, score, write scores.parquet); then, with --speaker-model (resemblyzer
+by default; "none" skips it), a `qtts score` pass of speaker similarity alone on the same clips.
+The last stdout line is JSON.
 
     python tools/dnsmos_bench.py --clips 32 --seconds 8
 """
@@ -81,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clips", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each clip")
+    parser.add_argument("--speaker-model", default="resemblyzer", help='"none": DNSMOS only')
     args = parser.parse_args()
     from qtts.core.quality.audio import cores
     from qtts.core.quality.score_pass import ScoreOptions, score_path
@@ -89,14 +92,27 @@ def main() -> None:
         folder = make_folder(Path(tmp) / "data", args.clips, args.seconds)
         model = model_rate(args.clips, args.seconds, cores())
         summary = score_path(folder, ScoreOptions(device="auto", speaker_model=None))
+        speaker = None
+        if args.speaker_model != "none":
+            only = ScoreOptions(dnsmos=False, speaker_model=args.speaker_model, device="auto")
+            speaker = score_path(folder, only)
     result = {"clips": args.clips, "clip_s": args.seconds, "cores": cores(),
               "cpu": _cpu_name(), "model": model,
               "pass": {"seconds": summary["seconds"],
                        "audio_s_per_s": summary["audio_s_per_s"]}}  # fmt: skip
+    if speaker is not None:
+        result["speaker_pass"] = {"model": args.speaker_model, "seconds": speaker["seconds"],
+                                  "audio_s_per_s": speaker["audio_s_per_s"]}  # fmt: skip
     print(
         f"DNSMOS alone: {model['audio_s_per_s']} audio-s/s ({model['segments_per_s']} "
         f"segments/s on {model['provider']}, {cores()} cores); the whole qtts score pass: "
         f"{summary['audio_s_per_s']} audio-s/s"
+        + (
+            f"; speaker similarity ({args.speaker_model}) alone: {speaker['audio_s_per_s']} "
+            "audio-s/s"
+            if speaker
+            else ""
+        )  # fmt: skip
     )
     print(json.dumps(result))
 
