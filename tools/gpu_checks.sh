@@ -19,6 +19,11 @@
 #                                      # vocoder, without the priority stream, 1.7b): at most
 #                                      # 520 s of limits, device timeout_s 590; with issue39 in
 #                                      # the same 15 minutes there is no room for a rerun
+#   bash tools/gpu_checks.sh job       # the real job against the bench (tools/job_check.py)
+#   bash tools/gpu_checks.sh peers     # the peers side by side (tools/peers_bench.py)
+#   bash tools/gpu_checks.sh first     # a fresh session's one call: the decoder's GPU tests,
+#                                      # the steady bench with and without the vocoder, the job
+#                                      # and the peers (580 s of limits, device timeout_s 590)
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -66,6 +71,28 @@ setup() {  # $OUT, the missing wheels, the package on PYTHONPATH, the card's nam
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
     | tee -a "$OUT/gpu.txt"
+}
+
+job_run() {  # JOB_LIMIT seconds: the real job against the bench on the same rows (issue 39, item 3)
+  # The checkpoint, a warm-up bench, the bench and three jobs, each run limited; job_check.json
+  # is rewritten after every run, so a run cut off still leaves the ones before it.
+  check "job vs bench 0.6b" job_check.log timeout -k 5 "$1" \
+    python3 tools/job_check.py /tmp/job_check --rows 2048 --timeout 55 --ckpt-timeout 70
+  cp /tmp/job_check/job_check.json "$OUT/" 2>/dev/null || true
+  tail -n 15 /tmp/job_check/job_check_*.log > "$OUT/job_runs.log" 2>/dev/null || true
+}
+
+peers_run() {  # LIMIT seconds: the official code, both faster peers and qtts on one card
+  check "peers 0.6b" peers.log timeout -k 5 "$1" \
+    python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
+      --budget "$(($1 - 8))"
+}
+
+steady_bench() {  # LIMIT: the bench's steady state at batch 256, with and without the vocoder
+  for vocoder in --vocoder --no-vocoder; do
+    check "bench 0.6b 256 x 8 passes $vocoder" "bench_0.6b${vocoder}.log" timeout -k 5 "$1" \
+      python3 -m qtts bench --size 0.6b --batch-sizes 256 --frames 128 --passes 8 "$vocoder"
+  done
 }
 
 case "${1:-run}" in
@@ -120,15 +147,31 @@ issue39)
   setup
   check "vocoder probe" probe.log timeout -k 5 60 \
     python3 tools/vocoder_probe.py --size 0.6b --rows 8
-  # The checkpoint, a warm-up bench, the bench and three jobs, each run limited; job_check.json
-  # is rewritten after every run, so a run cut off still leaves the ones before it.
-  check "job vs bench 0.6b" job_check.log timeout -k 5 230 \
-    python3 tools/job_check.py /tmp/job_check --rows 2048 --timeout 55 --ckpt-timeout 70
-  cp /tmp/job_check/job_check.json "$OUT/" 2>/dev/null || true
-  tail -n 15 /tmp/job_check/job_check_*.log > "$OUT/job_runs.log" 2>/dev/null || true
-  check "peers 0.6b" peers.log timeout -k 5 230 \
-    python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
-      --budget 222
+  job_run 230
+  peers_run 230
+  finish
+  ;;
+job)
+  setup
+  job_run 300
+  finish
+  ;;
+peers)
+  setup
+  peers_run 300
+  finish
+  ;;
+first)
+  # A fresh session's one call (device timeout_s 590): what issue 39 still lacks since the
+  # frame-rate convolutions became GEMMs, the most important first. Limits 50 + 2 x 75 + 230 +
+  # 150 = 580 s; setup takes about 15 s more. The probe and 1.7b are left to a rerun.
+  setup
+  check "decoder fast path on the GPU" gpu_decoder.log timeout -k 5 50 \
+    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_fast_path_gpu.py \
+      tests/gpu/test_decode_priority_gpu.py
+  steady_bench 75
+  job_run 230
+  peers_run 150
   finish
   ;;
 decoder)
@@ -139,10 +182,7 @@ decoder)
   check "decoder fast path on the GPU" gpu_decoder.log timeout -k 5 120 \
     python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_fast_path_gpu.py \
       tests/gpu/test_decode_priority_gpu.py tests/gpu/test_snake_beta_gpu.py
-  for vocoder in --vocoder --no-vocoder; do
-    check "bench 0.6b 256 x 8 passes $vocoder" "bench_0.6b${vocoder}.log" timeout -k 5 100 \
-      python3 -m qtts bench --size 0.6b --batch-sizes 256 --frames 128 --passes 8 "$vocoder"
-  done
+  steady_bench 100
   check "bench 0.6b 256 x 8 passes, no priority" bench_0.6b_flat.log timeout -k 5 100 \
     env QTTS_DECODE_PRIORITY=0 python3 -m qtts bench --size 0.6b --batch-sizes 256 \
       --frames 128 --passes 8
@@ -151,7 +191,7 @@ decoder)
   finish
   ;;
 *)
-  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|decoder" >&2
+  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|job|peers|decoder|first" >&2
   exit 2
   ;;
 esac
