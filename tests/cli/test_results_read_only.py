@@ -66,7 +66,11 @@ def test_a_results_lock_no_one_can_open_is_read_without_writing(out, tmp_path, m
     lock = out / ".qtts" / "results.lock"
     lock.unlink(missing_ok=True)
     lock.mkdir()  # opening it to write fails for root too (EISDIR)
-    before = tree(out)
+    killed = out / ".qtts" / f"{views_aside.ASIDE_PREFIX}killed"  # a reader killed mid-build
+    killed.mkdir()
+    (killed / "results.parquet").write_bytes(b"half")
+    os.utime(killed, (0, 0))
+    before = {k: v for k, v in tree(out).items() if "killed" not in k}
     page = tmp_path / "page.html"
     asides = []
     build = views_aside.rebuild_once
@@ -77,6 +81,7 @@ def test_a_results_lock_no_one_can_open_is_read_without_writing(out, tmp_path, m
     said(r.stdout, r.stderr)
     assert f"cannot open {lock}" in r.stderr
     assert [p.parent for p in asides] == [out / ".qtts"] and not asides[0].exists()
+    assert not killed.exists()  # its lock held by nobody: the next reader removed it
     after = tree(out)
     del before[".qtts"], after[".qtts"]  # the folder's own mtime: the aside was made in it
     assert after == before and not (out / "results.parquet").exists()

@@ -5,14 +5,18 @@ it is, with nothing written in it.
 The views are built as a rebuild builds them (results.rebuild_once: the same states, journals
 and listing, the same picks), but into a temporary folder removed afterwards (in OUT/.qtts where
 that can be written, else in $TMPDIR), so the summary and the report read the results.parquet a
-rebuild would write now. OUT's own results.parquet and metadata.jsonl stay as they were.
+rebuild would write now. OUT's own results.parquet and metadata.jsonl stay as they were. Each
+reader holds a lock in its folder for as long as it reads: a folder a killed reader left in
+OUT/.qtts (nobody holds its lock) is removed by the next reader that builds aside there.
 Knows the views; no models.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +31,14 @@ from qtts.core.jobs.output.results import (
     rebuilt_counts,
 )
 from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.state.lock import OutDirLock
+from qtts.core.jobs.state.lock_probe import lock_is_held
 from qtts.core.jobs.state.paths import StatePaths
+
+ASIDE_PREFIX = "qtts-results-"
+READER_LOCK = "reader.lock"
+# A folder younger than this may be a reader's that has not taken its lock yet
+GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -50,10 +61,30 @@ def current_views(out_dir: Path, source: str | None = None) -> Iterator[Views]:
         summary = {**counts_summary(out_dir, job, counts), "rebuilt": True}
         yield Views(summary, out_dir / RESULTS_NAME, None)
         return
-    with tempfile.TemporaryDirectory(prefix="qtts-results-", dir=_aside_in(out_dir)) as aside:
-        counts = rebuild_once(out_dir, rows, list_out_dir(out_dir, sizes=False), Path(aside))
-        summary = {**counts_summary(out_dir, job, counts), "rebuilt": False}
-        yield Views(summary, Path(aside) / RESULTS_NAME, why)
+    where = _aside_in(out_dir)
+    if where is not None:
+        remove_dead_asides(where)
+    with tempfile.TemporaryDirectory(prefix=ASIDE_PREFIX, dir=where) as aside:
+        with OutDirLock(Path(aside) / READER_LOCK):
+            counts = rebuild_once(out_dir, rows, list_out_dir(out_dir, sizes=False), Path(aside))
+            summary = {**counts_summary(out_dir, job, counts), "rebuilt": False}
+            yield Views(summary, Path(aside) / RESULTS_NAME, why)
+
+
+def remove_dead_asides(folder: Path, now: float | None = None) -> list[str]:
+    """Folders of readers killed while building aside (their lock held by nobody, older than
+    GRACE_S), removed; their names."""
+    now = time.time() if now is None else now
+    removed = []
+    for aside in folder.glob(f"{ASIDE_PREFIX}*"):
+        try:
+            young = now - aside.stat().st_mtime < GRACE_S
+        except OSError:
+            continue  # gone meanwhile
+        if aside.is_dir() and not young and not lock_is_held(aside / READER_LOCK):
+            shutil.rmtree(aside, ignore_errors=True)
+            removed.append(aside.name)
+    return removed
 
 
 def _aside_in(out_dir: Path) -> Path | None:
