@@ -177,3 +177,18 @@ def shard_sizes(out: Path) -> list[int]:
         else:
             sizes.append(pq.ParquetFile(shard).metadata.num_rows)
     return sorted(sizes)
+
+
+def count_take_outs(monkeypatch) -> Counter:
+    """container -> how many times a repack or retraction took rows out of it (rewritten or
+    removed), from now on."""
+    from qtts.core.jobs.output.stores import retract
+
+    touched, take_out = Counter(), retract._take_out
+
+    def counted(out_dir, container, ids, keep_codes):
+        touched[container] += 1
+        take_out(out_dir, container, ids, keep_codes)
+
+    monkeypatch.setattr(retract, "_take_out", counted)
+    return touched

@@ -27,6 +27,7 @@ from layout_switch import (
     assert_same_rows,
     audio_and_codes,
     copies,
+    count_take_outs,
     kill_at,
     litter,
     made_at,
@@ -201,20 +202,11 @@ def test_each_source_shard_is_taken_out_once_whatever_the_batch_size(
 ):
     """Batches of another size than the source shards: a source shard's old rows go once it
     has been read through, so each is removed once (never rewritten once per batch)."""
-    from qtts.core.jobs.output.stores import retract
-
     out = tmp_path / "out"
     assert qtts(manifest, out, "--output", made_in[0], "--shard-rows", made_in[1]).exit_code == 0
     before = audio_and_codes(out)
     sources = [f"data/{p.name}" for p in (out / "data").iterdir()]
-    touched = Counter()
-    take_out = retract._take_out
-
-    def counted(out_dir, container, ids, keep_codes):
-        touched[container] += 1
-        take_out(out_dir, container, ids, keep_codes)
-
-    monkeypatch.setattr(retract, "_take_out", counted)
+    touched = count_take_outs(monkeypatch)
     r = qtts(manifest, out, "--output", into[0], "--shard-rows", into[1], QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0 and summary(r)["repacked"] == ROWS, r.stderr
     assert touched == Counter(sources)  # each source shard once: emptied, so removed

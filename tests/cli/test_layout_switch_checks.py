@@ -19,6 +19,7 @@ from layout_switch import (
     assert_same_rows,
     audio_and_codes,
     copies,
+    count_take_outs,
     kill_at,
     make_sources,
     qtts,
@@ -94,8 +95,6 @@ def test_a_killed_runs_batches_leave_their_source_shard_at_once(sources, tmp_pat
     """One source shard of ten rows into batches of three: the killed run commits three batches
     and holds the shard's rows back (it was still reading it); the rerun takes them out of it at
     once, then moves the last row: the shard rewritten once, then removed, never once per batch."""
-    from qtts.core.jobs.output.stores import retract
-
     manifest, _ = sources
     out = tmp_path / "out"
     assert qtts(manifest, out, "--output", "parquet", "--shard-rows", ROWS).exit_code == 0
@@ -104,14 +103,7 @@ def test_a_killed_runs_batches_leave_their_source_shard_at_once(sources, tmp_pat
     switch = ("--output", "webdataset", "--shard-rows", 3)
     kill_at((f"{STORES}.repack:commit", 4, "before"), manifest, out, *switch)
     assert len(list((out / ".qtts").glob("repack.*.parquet"))) == 3
-    touched = Counter()
-    take_out = retract._take_out
-
-    def counted(out_dir, container, ids, keep_codes):
-        touched[container] += 1
-        take_out(out_dir, container, ids, keep_codes)
-
-    monkeypatch.setattr(retract, "_take_out", counted)
+    touched = count_take_outs(monkeypatch)
     r = qtts(manifest, out, *switch, QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0, r.stderr
     assert (summary(r)["repacked"], summary(r)["skipped"], summary(r)["ok"]) == (1, ROWS - 1, 0)
