@@ -8,7 +8,6 @@ Ray units: tests/cli/test_ray_backend.py."""
 from __future__ import annotations
 
 import io
-import json
 import shutil
 import signal
 import subprocess
@@ -24,33 +23,17 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 from fakes import fake_env, qtts_cmd
-from typer.testing import CliRunner
-
-from qtts.cli.app import app
+from layout_switch import IDS, KILL_POINTS, ROWS, STORES, qtts, summary
 
 lhotse = pytest.importorskip("lhotse")  # the test extra
 pytestmark = pytest.mark.usefixtures("fake_model")
 
-ROWS = 10
-IDS = [f"r{i:02d}" for i in range(ROWS)]
 TEXTS = [f"Row {i} of a Shar job." for i in range(ROWS)]
-KILL_POINTS = Path(__file__).resolve().parents[1] / "kill_points.py"
-STORES = "qtts.core.jobs.output.stores"
 
 
 def _manifest(path: Path, texts=TEXTS) -> Path:
     pq.write_table(pa.table({"id": IDS[: len(texts)], "text": texts}), path)
     return path
-
-
-def qtts(manifest, out, *extra, **env):
-    args = ["batch", manifest, "-o", out, "--model", "fake-0.6b", "--speaker", "vivian",
-            "--save-codes", *extra]  # fmt: skip
-    return CliRunner().invoke(app, [str(a) for a in args], env=env or None)
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def shar(out: Path) -> dict[str, tuple[np.ndarray, np.ndarray | None, str]]:
