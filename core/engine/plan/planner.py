@@ -52,9 +52,8 @@ class RowShape:
 
     @property
     def kv_need(self) -> int:
-        return (
-            self.prompt + self.budget
-        )  # positions a slot may write (qtts.core.engine.loop.engine)
+        # positions a slot may write (qtts.core.engine.loop.engine)
+        return self.prompt + self.budget
 
 
 @dataclass(frozen=True)
@@ -71,12 +70,17 @@ class GroupPlan:
     activation_bytes: int  # one decode step (the graph pool on GPU)
     prefill_bytes: int
 
+    def held(self, graphs: bool) -> dict[str, int]:
+        """Held at once, by part: the state, and the step's pool beside a prefill pass (graphs)
+        or whichever of the two is larger (eager: they never overlap)."""
+        step = {"decode_step": self.activation_bytes, "prefill": self.prefill_bytes}
+        if not graphs:
+            larger = max(step, key=step.__getitem__)
+            step = {larger: step[larger]}
+        return {"kv_cache": self.kv_bytes, "slot_state": self.state_bytes - self.kv_bytes, **step}
+
     def working_bytes(self, graphs: bool) -> int:
-        """Held at once: the state, and the step's pool beside a prefill pass (graphs) or
-        whichever of the two is larger (eager: they never overlap)."""
-        if graphs:
-            return self.state_bytes + self.activation_bytes + self.prefill_bytes
-        return self.state_bytes + max(self.activation_bytes, self.prefill_bytes)
+        return sum(self.held(graphs).values())
 
 
 @dataclass(frozen=True)
@@ -120,18 +124,12 @@ class MemoryPlan:
         return all(g.slots >= 1 for g in self.groups) and self.total_bytes <= self.budget_bytes
 
     def parts(self) -> dict[str, int]:
-        """What total_bytes holds, by part: the values add up to it. Without CUDA graphs the
-        decode step and a prefill pass never overlap, so only the larger of the two is held."""
+        """What total_bytes holds, by part (the peak group's as GroupPlan.held counts them): the
+        values add up to it."""
         g = self.peak_group
-        step = {"decode_step": g.activation_bytes, "prefill": g.prefill_bytes} if g else {}
-        if g is not None and not self.graphs:
-            larger = max(step, key=step.__getitem__)
-            step = {larger: step[larger]}
         return {
             "weights": self.weights_bytes,
-            "kv_cache": g.kv_bytes if g else 0,
-            "slot_state": g.state_bytes - g.kv_bytes if g else 0,  # the rest of the slots' state
-            **step,
+            **(g.held(self.graphs) if g else {"kv_cache": 0, "slot_state": 0}),
             "vocoder": self.vocoder_bytes,
             "margin": self.margin_bytes,
         }
