@@ -90,9 +90,6 @@ class StatePaths:
     def journals(self) -> list[Path]:
         return sorted(self.dir.glob("journal*.jsonl"))
 
-    def run_locks(self) -> list[Path]:
-        return sorted(self.dir.glob("run*.lock"))
-
     def own_journals(self, suffix: str) -> list[Path]:
         """A shard's journals: its own, and when unsharded the Ray actors'."""
         own = self.journal(suffix)
