@@ -11,7 +11,7 @@ Knows shapes and bytes; no tensors, no model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from qtts.core.engine.device.tuning import EngineTuning, sampler_on
@@ -28,7 +28,11 @@ from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes
 GIB = 2**30
 # A new length group starts where a row needs less than this share of the group's KV length, so
 # no slot wastes more than a quarter of its cache, and a job has few groups (each group is an
-# engine pass of its own: its graphs are captured again and its last rows drain its slots).
+# engine pass of its own: its graphs are captured again and its last rows drain its slots). A
+# shorter group then rejoins the longer one before it where that costs no slots
+# (`merge_groups`): its rows then sit in longer caches than they need, which costs memory the
+# plan has to spare, not time (a step attends over the view of the longest row in the slots,
+# and the rows run longest first), while a pass of its own costs a capture and a drain.
 GROUP_KV_SHARE = 0.75
 # Allocator rounding and fragmentation, cuBLAS/cuDNN workspaces, CUDA graph instantiation: held
 # back from the budget.
@@ -184,6 +188,28 @@ def length_groups(rows: Sequence[RowShape]) -> list[list[int]]:
     return groups
 
 
+def merge_groups(
+    groups: list[list[int]], slots_of: Callable[[list[int]], int]
+) -> list[tuple[list[int], int]]:
+    """Length groups (longest first) -> (rows, slots) of each group to run: each shorter group
+    joined to the one before it where the joined group still gets at least the slots each had
+    alone (slots_of(rows): a group's slots, 0 where it does not fit). On a large card a whole
+    job is then one engine pass; where a long group's cache leaves fewer slots, the short rows
+    keep their own pass with more. The rows stay in their longest-first order."""
+    merged: list[tuple[list[int], int]] = []
+    for ix in groups:
+        alone = slots_of(ix)
+        if merged:
+            rows, before = merged[-1]
+            joined = rows + ix
+            slots = slots_of(joined)
+            if slots >= max(before, alone, 1):
+                merged[-1] = (joined, slots)
+                continue
+        merged.append((list(ix), alone))
+    return merged
+
+
 def plan_memory(
     rows: Sequence[RowShape],
     dims: Dims,
@@ -216,12 +242,25 @@ def plan_memory(
 
     if batch_size is None:  # per group, as many as fit (0 where not even one does: fits is False)
         upper = MAX_AUTO_SLOTS.get(device_kind, MAX_AUTO_SLOTS["cpu"])
-        chosen = [_largest(lambda s, ix=ix: fits(ix, s), min(upper, len(ix))) for ix in groups]
+
+        def slots_of(ix: list[int]) -> int:
+            return _largest(lambda s: fits(ix, s), min(upper, len(ix)))
     else:
         upper = batch_size
-        chosen = [min(batch_size, len(ix)) for ix in groups]
-    # The largest --batch-size (up to the one asked for, or auto's cap) whose every group fits
+
+        def slots_of(ix: list[int]) -> int:  # as asked; 0 where that does not fit
+            s = min(batch_size, len(ix))
+            return s if fits(ix, s) else 0
+
+    # The largest --batch-size (up to the one asked for, or auto's cap) whose every group fits:
+    # the groups as cut, which hold the least at once (a merge happens only where it fits).
     largest = _largest(lambda s: all(fits(ix, min(s, len(ix))) for ix in groups), upper) or None
+    merged = merge_groups(groups, slots_of)
+    groups = [ix for ix, _ in merged]
+    if batch_size is None:
+        chosen = [slots for _, slots in merged]
+    else:
+        chosen = [min(batch_size, len(ix)) for ix in groups]
     planned = [group(ix, s) for ix, s in zip(groups, chosen, strict=True)]
     return MemoryPlan(
         budget_bytes=budget_bytes,

@@ -151,3 +151,44 @@ def test_the_plans_memory_parts_add_up_to_its_total(model):
         assert parts["kv_cache"] == plan.peak_group.kv_bytes > 0 < parts["slot_state"]
         held = [k for k in ("decode_step", "prefill") if k in parts]
         assert len(held) == (2 if tuning.cuda_graphs else 1)
+
+
+def test_a_dataset_job_that_fits_one_pass_runs_as_one(model):
+    """Rows of 3 to 15 s (budgets from their text) on a 141 GiB card: cut by KV need they make
+    several length groups, but every one would get the 256 slots the longest gets, so the plan
+    runs them as one engine pass (one capture, one drain) instead of five."""
+    tokens = [int(t) for t in torch.linspace(12, 60, 2048)]
+    rows = _rows(model, tokens)
+    assert len(length_groups(rows)) >= 3  # as cut
+    plan = plan_memory(rows, model.dims, 141 * GIB, model.weights_bytes, GPU)
+    assert plan.fits and len(plan.groups) == 1
+    (group,) = plan.groups
+    assert group.slots == 256 and sorted(group.rows) == list(range(len(rows)))
+    needs = [rows[i].kv_need for i in group.rows]
+    assert needs == sorted(needs, reverse=True)  # still longest first: the pass's order
+    assert group.kv_len == aligned_kv_len(max(r.kv_need for r in rows))
+
+
+def test_groups_stay_apart_where_joining_costs_slots(model):
+    """On a 24 GiB card the long rows' cache leaves fewer slots than the short rows get alone:
+    the short rows keep a pass of their own, with more slots. Every row is planned once."""
+    rows = _rows(model, [400] * 300 + [20] * 600)
+    plan = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU)
+    assert plan.fits and len(plan.groups) == 2
+    long, short = plan.groups
+    assert short.slots > long.slots
+    assert sorted(i for g in plan.groups for i in g.rows) == list(range(len(rows)))
+
+
+def test_merge_groups_joins_only_what_keeps_its_slots():
+    from qtts.core.engine.plan.planner import merge_groups
+
+    slots = {0: 8, 1: 8, 2: 16, 3: 4}  # each row's slots alone; a group gets its smallest
+
+    def slots_of(ix):
+        return min(slots[i] for i in ix)
+
+    # 1 joins 0 (8 >= 8); 2 would drop from 16 to 8: apart; 3 would drop 2 from 16 to 4: apart
+    assert merge_groups([[0], [1], [2], [3]], slots_of) == [([0, 1], 8), ([2], 16), ([3], 4)]
+    assert merge_groups([[0], [1]], lambda ix: 0) == [([0], 0), ([1], 0)]  # unfit: apart
+    assert merge_groups([], slots_of) == []
