@@ -21,9 +21,12 @@
 #                                      # the same 15 minutes there is no room for a rerun
 #   bash tools/gpu_checks.sh job       # the real job against the bench (tools/job_check.py)
 #   bash tools/gpu_checks.sh peers     # the peers side by side (tools/peers_bench.py)
-#   bash tools/gpu_checks.sh first     # a fresh session's one call: the decoder's GPU tests,
-#                                      # the steady bench with and without the vocoder, the job
-#                                      # and the peers (580 s of limits, device timeout_s 590)
+#   bash tools/gpu_checks.sh first     # a fresh session's one call: the real job against the
+#                                      # bench on 2,048 rows (each run 80 s), then the bench on
+#                                      # them with QTTS_VOCODER_JOIN=0 (540 s of limits, device
+#                                      # timeout_s 590); the decoder's GPU tests, the peers, the
+#                                      # probe and 1.7b are left to a rerun (`decoder`, `peers`,
+#                                      # `vocoder`)
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -73,13 +76,29 @@ setup() {  # $OUT, the missing wheels, the package on PYTHONPATH, the card's nam
     | tee -a "$OUT/gpu.txt"
 }
 
-job_run() {  # JOB_LIMIT seconds: the real job against the bench on the same rows (issue 39, item 3)
-  # The checkpoint, a warm-up bench, the bench and three jobs, each run limited; job_check.json
-  # is rewritten after every run, so a run cut off still leaves the ones before it.
+job_run() {  # LIMIT [PER_RUN]: the real job against the bench on the same rows (issue 39, item 3)
+  # The checkpoint, a warm-up bench (64 rows), the bench and three jobs, each run limited;
+  # job_check.json is rewritten after every run, so a run cut off still leaves the ones before
+  # it, and a job cut off leaves its last progress line (logged every 5 s).
   check "job vs bench 0.6b" job_check.log timeout -k 5 "$1" \
-    python3 tools/job_check.py /tmp/job_check --rows 2048 --timeout 55 --ckpt-timeout 70
+    python3 tools/job_check.py /tmp/job_check --rows 2048 --warmup-rows 64 \
+      --timeout "${2:-55}" --ckpt-timeout 70
   cp /tmp/job_check/job_check.json "$OUT/" 2>/dev/null || true
   tail -n 15 /tmp/job_check/job_check_*.log > "$OUT/job_runs.log" 2>/dev/null || true
+}
+
+join_off_bench() {  # LIMIT: the same rows' bench with each row in its own vocoder bucket
+  # The frame budgets job_run's runs had: automatic, or the fixed one its warm-up fell back to.
+  local budget
+  budget=$(python3 -c "import json; print(json.load(open('/tmp/job_check/job_check.json'))\
+['max_new_tokens'])" 2>/dev/null || echo auto)
+  local fixed=()
+  [[ $budget =~ ^[0-9]+$ ]] && fixed=(--max-new-tokens "$budget")
+  check "bench on the job's rows, QTTS_VOCODER_JOIN=0" join_off.log timeout -k 5 "$1" \
+    env QTTS_VOCODER_JOIN=0 python3 tools/job_check.py /tmp/job_check_join_off --rows 2048 \
+      --runs bench --checkpoint /tmp/qtts-job-check/ckpt-0.6b --timeout "$(($1 - 5))" \
+      "${fixed[@]}"
+  cp /tmp/job_check_join_off/job_check.json "$OUT/job_check_join_off.json" 2>/dev/null || true
 }
 
 peers_run() {  # LIMIT seconds: the official code, both faster peers and qtts on one card
@@ -162,16 +181,15 @@ peers)
   finish
   ;;
 first)
-  # A fresh session's one call (device timeout_s 590): what issue 39 still lacks since the
-  # frame-rate convolutions became GEMMs, the most important first. Limits 50 + 2 x 75 + 230 +
-  # 150 = 580 s; setup takes about 15 s more. The probe and 1.7b are left to a rerun.
+  # A fresh session's one call (device timeout_s 590): what issue 39 still lacks. The fourth
+  # H200 run (docs/performance.md) measured the steady bench and the peers, but cut the real
+  # job at 55 s a run. Now each run gets 80 s, every run reports where its synthesis time went
+  # (passes, slot use, vocoder windows, waits), and the bench runs the job's rows once more with
+  # every row in its own vocoder bucket. Limits 450 + 90 = 540 s; setup about 15 s more.
+  # Within 450 s: the checkpoint (about 20 s, at most 70), the warm-up and four runs of 80 s.
   setup
-  check "decoder fast path on the GPU" gpu_decoder.log timeout -k 5 50 \
-    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_fast_path_gpu.py \
-      tests/gpu/test_decode_priority_gpu.py
-  steady_bench 75
-  job_run 230
-  peers_run 150
+  job_run 450 80
+  join_off_bench 90
   finish
   ;;
 decoder)
@@ -181,7 +199,8 @@ decoder)
   setup
   check "decoder fast path on the GPU" gpu_decoder.log timeout -k 5 120 \
     python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_decoder_fast_path_gpu.py \
-      tests/gpu/test_decode_priority_gpu.py tests/gpu/test_snake_beta_gpu.py
+      tests/gpu/test_decode_priority_gpu.py tests/gpu/test_snake_beta_gpu.py \
+      tests/gpu/test_vocoder_gpu.py
   steady_bench 100
   check "bench 0.6b 256 x 8 passes, no priority" bench_0.6b_flat.log timeout -k 5 100 \
     env QTTS_DECODE_PRIORITY=0 python3 -m qtts bench --size 0.6b --batch-sizes 256 \

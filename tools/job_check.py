@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,11 @@ RUNAWAY = 0.1  # warm-up rows at their budget past this share: EOS by text is no
 # and keeps it whole, so every row stays whole here too. --on-budget ok: a row that reaches its
 # budget is kept, never retried (random weights would retry every row that runs away).
 COMMON = ["--split", "none", "--on-budget", "ok"]
+# A job logs its progress this often, so a run cut by its time limit still says how far it got
+PROGRESS_EVERY_S = "5"
+PROGRESS = re.compile(
+    r"progress: (\d+)/\d+ rows.*?, ([\d.]+) of about .*?elapsed (\d+):(\d+):(\d+)"
+)
 JOBS = {  # run name -> the batch options that make it
     "files": [],
     "flac": ["--format", "flac"],
@@ -124,7 +130,22 @@ def check_ids(out: Path, name: str, ids: list[str]) -> str | None:
     return None
 
 
-def job_row(name: str, r: dict, bench_rate: float | None, why: str | None) -> dict:
+def last_progress(log: Path) -> dict | None:
+    """The last progress line a job logged (rows, audio s, elapsed s, audio-s/s), or None: what
+    a run cut by its time limit had done by then (its elapsed includes the model's load)."""
+    found = PROGRESS.findall(log.read_text(errors="replace")) if log.exists() else []
+    if not found:
+        return None
+    rows, audio, h, m, sec = found[-1]
+    elapsed = int(h) * 3600 + int(m) * 60 + int(sec)
+    rate = float(audio) / elapsed if elapsed else None
+    return {"rows": int(rows), "audio_s": float(audio), "elapsed_s": elapsed,
+            "audio_s_per_s": None if rate is None else round(rate, 3)}  # fmt: skip
+
+
+def job_row(
+    name: str, r: dict, bench_rate: float | None, why: str | None, log: Path | None = None
+) -> dict:
     s = r["json"] or {}
     writing = s.get("writing") or {}
     busy = writing.get("busy_s") or {}
@@ -147,6 +168,8 @@ def job_row(name: str, r: dict, bench_rate: float | None, why: str | None) -> di
         "wall_s": s.get("wall_s"),
         "process_s": round(r["process_s"], 2),
         "ids": why or ONCE,
+        "synthesis": s.get("synthesis"),  # where the synthesizer's time went
+        "partial": last_progress(log) if r["exit_code"] == 124 and log else None,
     }
 
 
@@ -165,6 +188,8 @@ def bench_row(r: dict, name: str) -> dict:
         "budgets": b.get("budgets"),
         "hit_frame_budget": b.get("hit_frame_budget"),
         "process_s": round(r["process_s"], 2),
+        "synthesis": b.get("synthesis"),  # where the synthesizer's time went
+        "synthesis_line": b.get("synthesis_line"),
     }
 
 
@@ -261,15 +286,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = a.work_dir / f"out-{name}"
             shutil.rmtree(out, ignore_errors=True)
-            cmd = [*qtts, "batch", str(manifest), "--out-dir", str(out), *common, *JOBS[name]]
+            cmd = [*qtts, "batch", str(manifest), "--out-dir", str(out), *common, *JOBS[name],
+                   "--log-interval", PROGRESS_EVERY_S]  # fmt: skip
             r = run(cmd, log, a.timeout)
-            results.append(job_row(name, r, bench_rate, check_ids(out, name, ids)))
+            results.append(job_row(name, r, bench_rate, check_ids(out, name, ids), log))
         last = results[-1]
         print(
             f"{name}: exit {r['exit_code']} after {r['process_s']:.1f} s, "
             f"{last['audio_s_per_s']} audio-s/s, job/bench {last.get('ratio')}",
             flush=True,
         )
+        line = last.get("synthesis_line") or (last["synthesis"] and json.dumps(last["synthesis"]))
+        if line:
+            print(f"  synthesis: {line}", flush=True)
+        if last.get("partial"):
+            print(f"  cut by its limit; its last progress line: {last['partial']}", flush=True)
         report["runs"] = results  # kept as it grows: a run killed later leaves these
         (a.out / "job_check.json").write_text(json.dumps(report, indent=1))
     print(table(results))

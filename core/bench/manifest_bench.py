@@ -57,6 +57,11 @@ class ManifestBench:
     precision: str = ""  # what it computed in, as a job's fingerprint spells it
     on_budget: str = ""  # the frame-budget policy (ok: no retries)
     split: str = ""  # the split options (none: every row whole)
+    # Where the synthesizer's time went (qtts.core.synthesis.synthesis_clock), as the job's
+    # summary has it under the same name: passes, captures, decode steps and slot use, vocoder
+    # windows, waits (None: a synthesizer without engine passes, such as the naive generator)
+    synthesis: dict | None = None
+    synthesis_line: str = ""
 
     def row(self) -> dict:
         return asdict(self)
@@ -75,6 +80,7 @@ class ManifestBench:
             f"load {self.load_s:.2f} s (not counted)",
             f"      synthesis {self.synthesis_s:.2f} s (first row after {self.first_row_s:.2f} s): "
             f"{self.audio_s_per_s:.2f} audio-s/s; middle of the run {middle}",
+            *([f"      synthesis: {self.synthesis_line}"] if self.synthesis_line else []),
         ]
 
 
@@ -99,6 +105,9 @@ def bench_manifest(
     synth = load_synthesizer(job.text_model, spec.model.placement)
     res.load_s = time.perf_counter() - start
     done = _synthesize(res, synth, job, work, options)
+    clock = getattr(synth, "clock", None)
+    if clock is not None and clock.passes:
+        res.synthesis, res.synthesis_line = clock.row(), clock.describe()
     res.first_row_s = done[0][0] if done else res.synthesis_s
     res.audio_s_per_s = res.audio_s / res.synthesis_s if res.synthesis_s > 0 else 0.0
     res.middle_audio_s_per_s, res.middle_rows = middle_rate(done)

@@ -12,6 +12,7 @@ references. Knows nothing of text or files.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,6 +22,7 @@ from typing import TypeVar
 import torch
 
 from qtts.core.synthesis.device_gate import DeviceGate
+from qtts.core.synthesis.synthesis_clock import SynthesisClock
 
 HIGHEST_PRIORITY = -(1 << 10)  # past any device's range: mapped to its highest
 G = TypeVar("G")
@@ -74,13 +76,17 @@ def overlapped(
     gate: DeviceGate | None = None,
     stream: torch.cuda.Stream | None = None,
     inline: bool = False,
+    clock: SynthesisClock | None = None,
 ) -> Iterator[R]:
     """work(group) per group on one worker thread, overlapping the producer; results in order.
     gate: the device gate (DeviceGate) the producer shares; the worker takes its yielding side to
     drop a group's device references (work(group) takes it around its own device work).
     stream: the worker's CUDA stream (default: a new one on a CUDA device).
     inline: no worker; each group's work runs on the producer's thread as it arrives (a CPU
-    whose cores are better spent on one phase at a time: core/engine/device/cpu_runtime.py)."""
+    whose cores are better spent on one phase at a time: core/engine/device/cpu_runtime.py).
+    clock: counts how long the producer waited on the worker (a full queue: `waited_s`; after
+    the last group: `tail_s`)."""
+    clock = clock or SynthesisClock()
     release = gate.yielding if gate is not None else nullcontext
     if inline:  # one thread: nothing can capture meanwhile
         for group in groups:
@@ -122,9 +128,15 @@ def overlapped(
                 del group, ready  # the worker holds the only references from here on
                 pending.append(pool.submit(run, job))
                 while pending and (pending[0].done() or len(pending) > max_pending):
-                    yield pending.popleft().result()
+                    start = time.perf_counter()
+                    result = pending.popleft().result()
+                    clock.waited_s += time.perf_counter() - start
+                    yield result
             while pending:
-                yield pending.popleft().result()
+                start = time.perf_counter()
+                result = pending.popleft().result()
+                clock.tail_s += time.perf_counter() - start
+                yield result
         finally:
             for f in pending:  # an early stop (interrupt): drop work not yet started
                 f.cancel()

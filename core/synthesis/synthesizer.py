@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
@@ -26,7 +27,7 @@ from qtts.core.engine.step.layer_path import prepare_weights
 from qtts.core.engine.step.token_choice import RowParams
 from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, decode_bucketed
+from qtts.core.engine.vocoder.vocoder_windows import JOIN_WASTE, bucket_shapes, decode_bucketed
 from qtts.core.model.hub import ModelLoadError
 from qtts.core.model.loader import (
     parse_device,
@@ -46,6 +47,7 @@ from qtts.core.synthesis.prompt import (
 )
 from qtts.core.synthesis.requests import GenerationOptions, Request, RowFailure, Utterance
 from qtts.core.synthesis.retry import Attempt
+from qtts.core.synthesis.synthesis_clock import SynthesisClock
 
 log = logging.getLogger("qtts")
 GENERATORS = ("engine", "naive")
@@ -104,6 +106,7 @@ class Synthesizer:
         # vocoder thread per micro-batch: no device work from another thread may run while a
         # CUDA graph is being captured.
         self.device_gate = DeviceGate()
+        self.clock = SynthesisClock()  # where this synthesizer's time went (host counts only)
         if self.config.tts_model_type == "base":
             from qtts.core.synthesis.voice_clone import ReferenceCache, SpeechEncoder
 
@@ -197,6 +200,7 @@ class Synthesizer:
             gate=self.device_gate,
             stream=self.vocoder_stream,
             inline=not self.tuning.vocoder_thread,
+            clock=self.clock,
         )
 
     def _within_positions(self, requests, tokens):
@@ -318,10 +322,19 @@ class Synthesizer:
         holding the device gate (captured lazily, each would stall the decode stream). Out of
         memory halves the rows per call, as it does while vocoding."""
         rows, captured = self.vocoder_rows, []
+        start, before = time.perf_counter(), len(self.vocoder.graphs)
         for attempt in rows.tries(lambda: not captured, gate=lambda: self.device_gate):
             with attempt, self.device_gate, self._on_vocoder_stream():
                 self.vocoder.capture_all(bucket_shapes(attempt.rows), self.device)
                 captured.append(True)
+        took = time.perf_counter() - start
+        self.clock.vocoder_capture_s += took
+        if len(self.vocoder.graphs) > before:
+            log.info(
+                "vocoder: %d window graphs captured in %.1f s",
+                len(self.vocoder.graphs) - before,
+                took,
+            )
 
     def _on_vocoder_stream(self):
         """The vocoder's stream, after the current one: its static buffers belong to the stream
@@ -338,6 +351,7 @@ class Synthesizer:
         # Every graph this pass can need is captured before its first prefill, with no vocoder
         # work in flight (the vocoder thread holds the same gate around each micro-batch). Out of
         # memory goes to the halving retry; any other capture failure costs speed, not the job.
+        start = time.perf_counter()
         engine, step = build_engine(
             self.model,
             self.config,
@@ -351,6 +365,8 @@ class Synthesizer:
             gate=self.device_gate,
             on_capture_error=lambda e: log.warning("%s; decoding this pass without CUDA graphs", e),
         )
+        self.clock.passes += 1
+        self.clock.pass_build_s += time.perf_counter() - start
 
         def job(attempt: Attempt) -> EngineJob:
             return EngineJob(
@@ -363,16 +379,18 @@ class Synthesizer:
         def again(done: EngineJob, result) -> EngineJob | None:
             # Same prompt and budget as the first try: it belongs to this length group.
             attempt = done.key
+            self.clock.frames += int(result.codes.shape[0])  # kept or not, the engine made them
             follow_up = attempt.after(requests[attempt.row], result.hit_budget, options.attempts)
             return None if follow_up is None else job(follow_up)
 
         jobs = (job(Attempt.first(i, requests[i])) for i in order)
-        yield from run_continuous(engine, jobs, step=step, again=again)
+        counted = self.clock.counting_step(step or engine.decode_step, slots)
+        yield from run_continuous(engine, jobs, step=counted, again=again)
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         """The speech decoder on at most `vocoder_rows.size` rows at once; out of memory halves the
         micro-batch and redoes only the rows not decoded yet (the decode is deterministic)."""
-        done = 0
+        done, start = 0, time.perf_counter()
         # The gate per micro-batch: a capture or a build on the decode side waits for this one
         # call at most (device_gate.py); the halving's re-arm runs under it, its free under
         # another hold of it.
@@ -388,6 +406,7 @@ class Synthesizer:
                 continue
             done += len(batch)
             yield from out
+        self.clock.vocoder_s += time.perf_counter() - start
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.
@@ -396,7 +415,10 @@ class Synthesizer:
             codes if ref is None else torch.cat((ref.to(codes.device), codes))
             for (_, codes, *_), ref in zip(group, refs, strict=True)
         ]
-        audio = decode_bucketed(self.decoder, [c.to(self.device) for c in full], self.vocoder)
+        join = JOIN_WASTE if self.tuning.vocoder_join else 0.0
+        codes_on = [c.to(self.device) for c in full]
+        forward = self.clock.counting_window(self.vocoder)
+        audio = decode_bucketed(self.decoder, codes_on, forward, join_waste=join)
         for (req, codes, hit, tried), wav, ref, whole in zip(group, audio, refs, full, strict=True):
             wav = wav.float().cpu().numpy()
             if ref is not None:

@@ -63,6 +63,15 @@ def test_the_bench_makes_what_the_job_makes(checkpoint, manifest, tmp_path):
     assert (b["on_budget"], b["split"], b["precision"]) == ("retry/3", "none", "cpu:float32")
     assert b["synthesis_s"] > 0 and b["audio_s_per_s"] > 0 and b["load_s"] > 0
     assert not list(tmp_path.glob("qtts-bench-*"))  # nothing written beside the job
+    # Where the time went: host counts tied to what was made, the same in the job's summary.
+    for clock in (b["synthesis"], s["synthesis"]):
+        assert clock["frames"] == b["frames"] and clock["passes"] >= 1
+        assert clock["decode_steps"] >= max(r["num_frames"] for r in ok)
+        assert 0 < clock["slot_use"] <= 1
+        assert clock["slot_steps"] >= clock["decode_steps"]
+        assert clock["vocoder_windows"] >= 1 and clock["vocoder_rows"] >= len(ok)
+        assert clock["vocoder_frames"] >= b["frames"] and clock["vocoder_s"] > 0
+    assert any(line.startswith("      synthesis: 1 engine pass") for line in lines[:-1])
 
 
 def test_a_manifest_needs_a_model(manifest):

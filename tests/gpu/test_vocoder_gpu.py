@@ -64,3 +64,27 @@ def test_graphs_on_the_vocoder_thread_replay_the_eager_audio():
     for run in got:
         for i, (g, w) in enumerate(zip(run, want, strict=True)):
             torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL, msg=f"row {i}")
+
+
+def test_joined_windows_replayed_as_graphs_give_each_rows_own_audio():
+    """The GPU's default windows (rows joining a longer row's bucket, JOIN_WASTE) through the
+    graphs give the audio of each row decoded in its own bucket, eagerly (the decoder is causal:
+    padding after a row changes none of its samples)."""
+    from qtts.core.engine.vocoder.vocoder_windows import JOIN_WASTE
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        decoder = tiny_decoder().cuda()
+        gen = torch.Generator().manual_seed(1)
+        lengths = (190, 184, 172, 166, 150, 131, 120, 101, 40, 33)
+        codes = [torch.randint(0, 64, (n, 16), generator=gen).cuda() for n in lengths]
+        want = [a.cpu() for a in decode_bucketed(decoder, codes)]
+        graphed = GraphedVocoder(decoder, 16)
+        with torch.cuda.stream(torch.cuda.Stream()):
+            got = [a.cpu() for a in decode_bucketed(decoder, codes, graphed, join_waste=JOIN_WASTE)]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    assert not graphed.eager and set(graphed.graphs) <= bucket_shapes(16)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL, msg=f"row {i}")

@@ -43,6 +43,9 @@ class Knobs:
     )
     decode_priority: bool  # QTTS_DECODE_PRIORITY=0: the decode loop on the default stream
     decoder_gemm: bool  # QTTS_DECODER_GEMM=0: the decoder's frame-rate convolutions by cuDNN
+    # QTTS_VOCODER_JOIN: rows join a longer row's vocoder window (core/engine/vocoder/
+    # vocoder_windows.py); None: the device's default (on for CUDA)
+    vocoder_join: bool | None
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -58,7 +61,12 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         cpu_threads=_pick(env, "QTTS_CPU_THREADS", CPU_THREADS, "auto"),
         decode_priority=_pick(env, "QTTS_DECODE_PRIORITY", ("1", "0"), "1") != "0",
         decoder_gemm=_pick(env, "QTTS_DECODER_GEMM", ("1", "0"), "1") != "0",
+        vocoder_join=_flag(_pick(env, "QTTS_VOCODER_JOIN", ("1", "0"), None)),
     )
+
+
+def _flag(value: str | None) -> bool | None:
+    return None if value is None else value == "1"
 
 
 def _pick(env: Mapping[str, str], name: str, allowed: tuple[str, ...], default):

@@ -68,6 +68,10 @@ class EngineTuning:
     # The speech decoder's frame-rate convolutions as matrix products on CUDA; off, cuDNN's
     # convolutions (core/engine/vocoder/decoder_kernels.py, core/engine/vocoder/conv_gemm.py).
     decoder_gemm: bool = True
+    # Rows join a longer row's speech-decoder window, padded by at most JOIN_WASTE
+    # (core/engine/vocoder/vocoder_windows.py): fewer, fuller windows on a GPU; a CPU keeps each
+    # row in its own bucket (its decoder's cost is linear in frames).
+    vocoder_join: bool = False
 
     @classmethod
     def for_device(
@@ -78,7 +82,7 @@ class EngineTuning:
     ) -> EngineTuning:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
         (docs/engine-tuning.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
-        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM."""
+        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM, QTTS_VOCODER_JOIN."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
         budget = None if cuda else cpu_budget(env=env)
@@ -97,6 +101,7 @@ class EngineTuning:
             threads=None if cuda else budget.threads,
             decode_priority=cuda and knobs.decode_priority,
             decoder_gemm=knobs.decoder_gemm,
+            vocoder_join=cuda if knobs.vocoder_join is None else knobs.vocoder_join,
         )
 
     def __post_init__(self):

@@ -14,7 +14,10 @@ a window [rows, Q, frames] where
   the context (clips under 2 s) are padded to it.
 - rows is a power of two: the rows still decoding, longest first, are decoded together when
   their windows fall in the same bucket, in power-of-two pieces (11 rows: 8 + 2 + 1), never
-  padded with dummy rows. A dummy row, or a short row padded to a long one (the official decode
+  padded with dummy rows. With `join_waste` (the GPU's JOIN_WASTE), a row also joins the run of
+  a longer one whose bucket pads it by at most that share: rows of a real job differ in length,
+  so with each row in its own bucket most windows held one or two rows, each a call of a few
+  hundred small kernels. A dummy row, or a short row padded to a long one (the official decode
   pads every row of a group to the longest), costs a row's activations (the decoder is bound by
   activation traffic, ~1.3 GB per audio-second in bf16); one more call costs one more read of
   its weights (0.2 GB, about two frames of one row).
@@ -32,7 +35,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from itertools import groupby
 
 import torch
 
@@ -47,6 +49,11 @@ LEFT_CONTEXT = 25  # frames decoded again before each chunk after the first, the
 # shape's first call is slow). 10% gives 26 lengths, twice the 13 multiples of 25 it replaces,
 # which padded a 32-frame clip (2.6 s, common in datasets) to 50 frames (+56%).
 MAX_WASTE = 0.10
+# How much padding a row may take to share a longer row's window (GPU): a window of one 100-frame
+# row leaves most of the GPU idle in the decoder's early layers, while padding costs in
+# proportion. QTTS_VOCODER_JOIN=0 turns joining off (each row in its own bucket, as on a CPU,
+# whose decoder cost is linear in frames and whose windows hold at most 2 rows).
+JOIN_WASTE = 0.25
 
 Forward = Callable[[torch.Tensor], torch.Tensor]  # codes [rows, Q, frames] -> [rows, frames * up]
 
@@ -136,27 +143,44 @@ def longest_first(lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
+def joined_runs(needs: Sequence[int], own: Sequence[int], join_waste: float) -> list[int]:
+    """Lengths of the runs of rows (needs: frames each row's window needs, longest first; own:
+    each one's bucket) decoded in one bucket: a row joins the run when it has the run's bucket,
+    or when that bucket pads it by at most join_waste of its need."""
+    runs: list[int] = []
+    top = None  # the current run's bucket
+    for need, frames in zip(needs, own, strict=True):
+        if top is not None and (frames == top or top - need <= join_waste * need):
+            runs[-1] += 1
+        else:
+            runs.append(1)
+            top = frames
+    return runs
+
+
 def cut_windows(
     lengths: Sequence[int],
     chunk: int = CHUNK_FRAMES,
     context: int = LEFT_CONTEXT,
     max_waste: float = MAX_WASTE,
+    join_waste: float = 0.0,
 ) -> list[Window]:
     """The windows that decode rows of these lengths (frames), chunk by chunk, over the rows in
     longest-first order. Chunk boundaries are absolute frame indices, as in the official decode,
-    so a row gets the chunks it would get alone; a row leaves after its last chunk."""
+    so a row gets the chunks it would get alone; a row leaves after its last chunk. join_waste:
+    how much padding a row may take to join a longer row's run (0: runs of one bucket)."""
     _table(chunk, context, max_waste)  # checks the arguments, even with no rows
+    if join_waste < 0:
+        raise ValueError("vocoder windows: join_waste must be >= 0")
     ordered = sorted(lengths, reverse=True)
     windows = []
     for start in range(0, ordered[0] if ordered else 0, chunk):
         ctx = min(context, start)  # fewer only when a chunk is shorter than the context
-        active = [n for n in ordered if n > start]  # a prefix of the order
-        own = [
-            bucket_frames(ctx + min(chunk, n - start), chunk, context, max_waste) for n in active
-        ]
+        needs = [ctx + min(chunk, n - start) for n in ordered if n > start]  # a prefix
+        own = [bucket_frames(n, chunk, context, max_waste) for n in needs]
         first = 0
-        for frames, same in groupby(own):  # runs of one bucket: the buckets never grow
-            for rows in batch_pieces(len(list(same))):
+        for run in joined_runs(needs, own, join_waste):  # the buckets never grow
+            for rows in batch_pieces(run):
                 kept = min(chunk, ordered[first] - start)  # ordered[first]: the piece's longest
                 windows.append(
                     Window(
@@ -165,7 +189,7 @@ def cut_windows(
                         start=start,
                         context=ctx,
                         kept=kept,
-                        frames=frames,
+                        frames=own[first],  # the piece's longest row's bucket
                     )
                 )
                 first += rows
@@ -177,13 +201,14 @@ def padding_waste(
     chunk: int = CHUNK_FRAMES,
     context: int = LEFT_CONTEXT,
     max_waste: float = MAX_WASTE,
+    join_waste: float = 0.0,
 ) -> float:
     """(decoded - needed) / needed frames of decoding rows of these lengths together, where a
     row's window needs its context and its kept frames (the official chunking decodes the
     context too: not padding). 0.0 when nothing is needed."""
     ordered = sorted(lengths, reverse=True)
     decoded = needed = 0
-    for w in cut_windows(lengths, chunk, context, max_waste):
+    for w in cut_windows(lengths, chunk, context, max_waste, join_waste):
         decoded += w.rows * w.frames
         piece = ordered[w.first_row : w.first_row + w.rows]  # rows in a piece differ in length
         needed += sum(w.context + min(chunk, n - w.start) for n in piece)
@@ -198,6 +223,7 @@ def decode_bucketed(
     chunk: int = CHUNK_FRAMES,
     context: int = LEFT_CONTEXT,
     max_waste: float = MAX_WASTE,
+    join_waste: float = 0.0,
 ) -> list[torch.Tensor]:
     """Decode utterances (each codes [T_i, Q]) -> float32 audio [T_i * up], each window through
     `forward` (the decoder itself, or its graphs: qtts.core.engine.vocoder.vocoder_graphs). A
@@ -211,7 +237,7 @@ def decode_bucketed(
     device = next(decoder.parameters()).device
     lengths = [int(c.shape[0]) for c in codes]
     order = longest_first(lengths)
-    windows = cut_windows(lengths, chunk, context, max_waste)
+    windows = cut_windows(lengths, chunk, context, max_waste, join_waste)
     width = max((w.start - w.context + w.frames for w in windows), default=0)
     batch = torch.zeros(len(codes), q, width, dtype=torch.long, device=device)  # [B, Q, T]
     for j, i in enumerate(order):

@@ -353,6 +353,7 @@ class JobRun:
             load_s=self.load_s,
             synthesis_s=self.synthesis_s,
             writing=self._writing(),
+            synthesis=self._synthesis(),
         )
 
     def _writing(self):
@@ -361,6 +362,14 @@ class JobRun:
         if writing is not None:
             log.info("%s", writing.describe())
         return writing
+
+    def _synthesis(self) -> dict | None:
+        """Where the synthesizer's time went (its clock, logged), or None (Ray, nothing run)."""
+        clock = getattr(getattr(self.backend, "synth", None), "clock", None)
+        if clock is None or not clock.passes:
+            return None
+        log.info("synthesis: %s", clock.describe())
+        return clock.row()
 
     def _rebuild_results(self) -> None:
         if up_to_date(self.out, self.job.inputs):

@@ -31,6 +31,11 @@ class SegmentReporting:
     def __init__(self, synth: Synthesizer, progress: ProgressSink) -> None:
         self.synth, self.progress = synth, progress
 
+    @property
+    def clock(self):
+        """The wrapped synthesizer's SynthesisClock (where its time went), if it keeps one."""
+        return getattr(self.synth, "clock", None)
+
     def synthesize(
         self, requests: Sequence[Request], options: GenerationOptions
     ) -> Iterator[Utterance | RowFailure]:

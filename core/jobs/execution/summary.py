@@ -31,6 +31,8 @@ class JobSummary:
     # `qtts bench --manifest` of the same rows is compared with, by synthesis_audio_s_per_s.
     synthesis_s: float | None = None
     writing: WritingReport | None = None  # the local backend's writers (None: Ray, or none)
+    # Where the synthesizer's time went (qtts.core.synthesis.synthesis_clock; None: Ray, or none)
+    synthesis: dict | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)

@@ -105,3 +105,14 @@ def test_decode_priority_and_decoder_gemm_defaults_and_knobs():
     assert (cuda_off.decode_priority, cuda_off.decoder_gemm) == (False, False)
     with pytest.raises(ValueError, match="QTTS_DECODE_PRIORITY must be one of 1, 0"):
         EngineTuning.for_device("cuda", env={"QTTS_DECODE_PRIORITY": "high"})
+
+
+def test_vocoder_join_is_the_gpus_default_and_a_knob_either_way():
+    """Rows join longer rows' speech-decoder windows on a GPU (fuller windows); a CPU keeps each
+    row in its own bucket; QTTS_VOCODER_JOIN forces either, for a comparison."""
+    assert EngineTuning.for_device("cuda", env={}).vocoder_join is True
+    assert EngineTuning.for_device("cpu", env={}).vocoder_join is False
+    assert EngineTuning.for_device("cuda", env={"QTTS_VOCODER_JOIN": "0"}).vocoder_join is False
+    assert EngineTuning.for_device("cpu", env={"QTTS_VOCODER_JOIN": "1"}).vocoder_join is True
+    with pytest.raises(ValueError, match="QTTS_VOCODER_JOIN must be one of 1, 0"):
+        EngineTuning.for_device("cuda", env={"QTTS_VOCODER_JOIN": "yes"})

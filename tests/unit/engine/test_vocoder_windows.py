@@ -223,3 +223,43 @@ def test_memory_bound_holds_for_bucketed_windows():
         with LiveBytes() as pool:
             decode_bucketed(decoder, full, chunk=CHUNK_FRAMES + LEFT_CONTEXT, context=0)
         assert vocoder_bytes(dims, 3, frames, graphs=True) - bound >= pool.peak, frames
+
+
+@pytest.mark.parametrize("lengths", [(37, 1, 12, 24, 2, 5, 3, 30), (11, 12, 13, 15, 24, 25, 26)])
+def test_joined_windows_equal_the_official_chunking(decoder, lengths):
+    """Rows padded up to a longer row's bucket (join_waste) keep every sample: the decoder is
+    causal, so frames after a row's end change nothing before it."""
+    codes = _codes(lengths, seed=7)
+    want = decode_utterances(decoder, codes, chunk_size=12, left_context=3)
+    got = decode_bucketed(decoder, codes, **SMALL, join_waste=1.0)
+    _assert_rows_close(got, want, lengths)
+
+
+def test_joining_makes_fewer_fuller_windows_within_its_padding_bound():
+    """A real job's finished rows (varied lengths): each in its own bucket most windows hold one
+    or two rows; joined, windows hold more, every row padded by at most JOIN_WASTE of its need,
+    every chunk of every row decoded once, rows still in powers of two."""
+    from qtts.core.engine.vocoder.vocoder_windows import JOIN_WASTE, joined_runs
+
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(100):
+        lengths = torch.randint(40, 700, (16,), generator=gen).tolist()
+        ordered = sorted(lengths, reverse=True)
+        alone, joined = cut_windows(lengths), cut_windows(lengths, join_waste=JOIN_WASTE)
+        assert len(joined) <= len(alone)
+        covered = [0] * len(lengths)
+        for w in joined:
+            assert w.rows in (1, 2, 4, 8, 16)
+            for j in range(w.first_row, w.first_row + w.rows):
+                need = w.context + min(CHUNK_FRAMES, ordered[j] - w.start)
+                own = bucket_frames(need)
+                pad = w.frames - need
+                assert need <= w.frames and (w.frames == own or pad <= JOIN_WASTE * need)
+                covered[j] += 1
+        assert covered == [-(-n // CHUNK_FRAMES) for n in ordered]
+    spread = list(range(190, 94, -6))  # 16 rows of 7.6 down to 3.8 s
+    assert (len(cut_windows(spread)), len(cut_windows(spread, join_waste=JOIN_WASTE))) == (10, 6)
+    assert joined_runs([10, 9, 8], [11, 10, 8], 0.0) == [1, 1, 1]
+    assert joined_runs([10, 9, 8], [11, 10, 8], 0.25) == [2, 1]  # 11 pads 8 by 37%: apart
+    with pytest.raises(ValueError, match="join_waste"):
+        cut_windows([10], join_waste=-0.1)

@@ -181,3 +181,20 @@ def test_prioritized_without_a_stream_passes_items_through():
     from qtts.core.synthesis.decode_overlap import prioritized
 
     assert list(prioritized(iter(range(3)), None)) == [0, 1, 2]
+
+
+def test_the_clock_counts_the_producers_waits_on_the_worker():
+    """A worker slower than the producer: with one group in flight the producer blocks behind it
+    while groups remain (waited_s), then for the last one (tail_s); a worker that never holds it
+    up leaves both near zero. Bounds from the worker's sleeps, not a speed claim."""
+    from qtts.core.synthesis.synthesis_clock import SynthesisClock
+
+    slow = SynthesisClock()
+    work = lambda g: time.sleep(0.05) or g  # noqa: E731
+    out = list(overlapped(range(4), work, CPU, max_pending=1, clock=slow))
+    assert out == [0, 1, 2, 3]
+    assert slow.waited_s >= 0.05 and slow.tail_s >= 0.04
+
+    idle = SynthesisClock()  # a worker with nothing to do, and room for every group
+    assert list(overlapped(range(4), lambda g: g, CPU, max_pending=8, clock=idle)) == [0, 1, 2, 3]
+    assert idle.waited_s < 0.05 > idle.tail_s  # never held up: a thread switch at most

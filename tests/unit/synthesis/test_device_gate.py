@@ -11,6 +11,7 @@ import torch
 
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.oom_backoff import OomBackoff
+from qtts.core.synthesis.synthesis_clock import SynthesisClock
 from qtts.core.synthesis.synthesizer import Synthesizer
 
 
@@ -80,7 +81,9 @@ def test_the_vocoder_takes_the_gate_per_micro_batch():
         return iter(batch)
 
     rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
-    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch)
+    fake = SimpleNamespace(
+        device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch, clock=SynthesisClock()
+    )
     out = list(Synthesizer._vocode(fake, list(range(5))))
     assert out == [0, 1, 2, 3, 4]
     assert log == ["take", ("batch", 2, True), "take", ("batch", 2, True), "take",
@@ -122,6 +125,8 @@ def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone(m
 
     monkeypatch.setattr(oom_backoff, "_empty_cache", empty_cache)
     rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
-    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch)
+    fake = SimpleNamespace(
+        device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch, clock=SynthesisClock()
+    )
     assert list(Synthesizer._vocode(fake, [0, 1, 2])) == [0, 1, 2]
     assert log == [("free", True, [False])]  # under the gate, the failed tensors already freed

@@ -105,3 +105,21 @@ def test_the_checkpoint_stops_by_text_only_without_max_new_tokens(tmp_path, monk
         _, eos, _ = job_check.make_checkpoint(a, tmp_path / f"{name}.log")
         assert eos is (tokens is None)
     assert made[0][-1] == "--eos-by-text" and made[1][-1] == "--no-eos-by-text"
+
+
+def test_a_run_cut_by_its_limit_keeps_its_last_progress_line(tmp_path):
+    """The line cli/progress.py logs, as a job wrote it to stderr before its limit stopped it."""
+    from qtts.cli.progress import Progress
+
+    log = tmp_path / "job.log"
+    p = Progress(quiet=True)
+    p.total, p.done, p.audio_s, p.planned_s = 2048, 109, 1234.0, 56622.0
+    line = p.line()
+    p.close()
+    log.write_text(f"qtts INFO: {line.replace('elapsed 0:00:00', 'elapsed 0:00:30')}\n")
+    assert job_check.last_progress(log) == {
+        "rows": 109, "audio_s": 1234.0, "elapsed_s": 30, "audio_s_per_s": 41.133}  # fmt: skip
+    assert job_check.last_progress(tmp_path / "none.log") is None
+    row = job_check.job_row("files", {"exit_code": 124, "process_s": 55.0, "json": None}, None,
+                            "no results.parquet", log)  # fmt: skip
+    assert row["partial"]["rows"] == 109 and row["synthesis"] is None
