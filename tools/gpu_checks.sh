@@ -22,11 +22,13 @@
 #   bash tools/gpu_checks.sh job       # the real job against the bench (tools/job_check.py)
 #   bash tools/gpu_checks.sh peers     # the peers side by side (tools/peers_bench.py)
 #   bash tools/gpu_checks.sh first     # a fresh session's one call: the real job against the
-#                                      # bench on 2,048 rows (each run 80 s), then the bench on
-#                                      # them with QTTS_VOCODER_JOIN=0 (540 s of limits, device
-#                                      # timeout_s 590); the decoder's GPU tests, the peers, the
-#                                      # probe and 1.7b are left to a rerun (`decoder`, `peers`,
-#                                      # `vocoder`)
+#                                      # bench on 2,048 rows (WAV files and WebDataset, each run
+#                                      # 80 s), then the steady bench with the vocoder on 66 and
+#                                      # 33 SMs (480 s of limits, device timeout_s 560)
+#   bash tools/gpu_checks.sh second    # its rerun or follow-up on the warm machine: the FLAC
+#                                      # job, the job's rows with QTTS_VOCODER_JOIN=0, the vocoder
+#                                      # GPU tests (250 s of limits, device timeout_s 270)
+#   bash tools/gpu_checks.sh overlap   # the steady bench with the vocoder on 132, 66 and 33 SMs
 #
 # The GPU image has torch, triton, transformers, pyarrow, typer, safetensors, tqdm, filelock and
 # huggingface_hub; it lacks soundfile (+ cffi, pycparser) and soxr.
@@ -76,13 +78,13 @@ setup() {  # $OUT, the missing wheels, the package on PYTHONPATH, the card's nam
     | tee -a "$OUT/gpu.txt"
 }
 
-job_run() {  # LIMIT [PER_RUN]: the real job against the bench on the same rows (issue 39, item 3)
+job_run() {  # LIMIT [PER_RUN [RUNS]]: the real job against the bench on the same rows
   # The checkpoint, a warm-up bench (64 rows), the bench and three jobs, each run limited;
   # job_check.json is rewritten after every run, so a run cut off still leaves the ones before
   # it, and a job cut off leaves its last progress line (logged every 5 s).
   check "job vs bench 0.6b" job_check.log timeout -k 5 "$1" \
     python3 tools/job_check.py /tmp/job_check --rows 2048 --warmup-rows 64 \
-      --timeout "${2:-55}" --ckpt-timeout 70
+      --timeout "${2:-55}" --ckpt-timeout 70 --runs "${3:-warmup,bench,files,flac,webdataset}"
   cp /tmp/job_check/job_check.json "$OUT/" 2>/dev/null || true
   tail -n 15 /tmp/job_check/job_check_*.log > "$OUT/job_runs.log" 2>/dev/null || true
 }
@@ -105,6 +107,22 @@ peers_run() {  # LIMIT seconds: the official code, both faster peers and qtts on
   check "peers 0.6b" peers.log timeout -k 5 "$1" \
     python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
       --budget "$(($1 - 8))"
+}
+
+overlap_bench() {  # LIMIT SMS...: the steady bench with the vocoder on a green context of SMS SMs
+  local sms
+  for sms in "${@:2}"; do
+    check "bench 0.6b 256 x 8 passes, QTTS_VOCODER_SMS=$sms" "bench_sms${sms}.log" \
+      timeout -k 5 "$1" env QTTS_VOCODER_SMS="$sms" python3 -m qtts bench --size 0.6b \
+        --batch-sizes 256 --frames 128 --passes 8
+  done
+}
+
+flac_job() {  # LIMIT: the FLAC job on job_run's rows and checkpoint
+  check "job --format flac on the job's rows" flac_job.log timeout -k 5 "$1" \
+    python3 tools/job_check.py /tmp/job_check_flac --rows 2048 --runs flac \
+      --checkpoint /tmp/qtts-job-check/ckpt-0.6b --timeout "$(($1 - 5))"
+  cp /tmp/job_check_flac/job_check.json "$OUT/job_check_flac.json" 2>/dev/null || true
 }
 
 steady_bench() {  # LIMIT: the bench's steady state at batch 256, with and without the vocoder
@@ -183,13 +201,29 @@ peers)
 first)
   # A fresh session's one call (device timeout_s 590): what issue 39 still lacks. The fourth
   # H200 run (docs/performance.md) measured the steady bench and the peers, but cut the real
-  # job at 55 s a run. Now each run gets 80 s, every run reports where its synthesis time went
-  # (passes, slot use, vocoder windows, waits), and the bench runs the job's rows once more with
-  # every row in its own vocoder bucket. Limits 450 + 90 = 540 s; setup about 15 s more.
-  # Within 450 s: the checkpoint (about 20 s, at most 70), the warm-up and four runs of 80 s.
+  # job at 55 s a run. Now each run gets 80 s and reports where its synthesis time went
+  # (passes, slot use, vocoder windows, waits); then the vocoder on part of the SMs (item 2:
+  # the loop beside the vocoder ran 58% slower per step than alone). Limits 330 + 2 x 75 =
+  # 480 s; setup about 15 s more. Within 330 s: the checkpoint (about 20 s, at most 70), the
+  # warm-up (64 rows) and three runs of 80 s.
   setup
-  job_run 450 80
+  job_run 330 80 warmup,bench,files,webdataset
+  overlap_bench 75 66 33
+  finish
+  ;;
+second)
+  # After `first`, on the same warm machine (its checkpoint and rows in /tmp): 90 + 90 + 70 s.
+  setup
+  flac_job 90
   join_off_bench 90
+  check "vocoder and decoder GPU tests" gpu_vocoder.log timeout -k 5 70 \
+    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_vocoder_gpu.py \
+      tests/gpu/test_decoder_fast_path_gpu.py
+  finish
+  ;;
+overlap)
+  setup
+  overlap_bench 75 132 66 33
   finish
   ;;
 decoder)
@@ -210,7 +244,7 @@ decoder)
   finish
   ;;
 *)
-  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|job|peers|decoder|first" >&2
+  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|job|peers|decoder|first|second|overlap" >&2
   exit 2
   ;;
 esac

@@ -26,7 +26,12 @@ from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
-from qtts.core.synthesis.decode_overlap import decode_stream, overlapped, prioritized
+from qtts.core.synthesis.decode_overlap import (
+    decode_stream,
+    overlapped,
+    prioritized,
+    vocoder_stream,
+)
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
 
@@ -264,6 +269,7 @@ def run_one(
     for frames_done in overlapped(
         prioritized(handed_over(), stream), vocode, dev, gate=gate,
         inline=not tuning.vocoder_thread,
+        stream=vocoder_stream(dev, tuning.vocoder_sms) if cuda else None,
     ):  # fmt: skip
         total_frames += frames_done
     sync(dev)

@@ -12,6 +12,7 @@ references. Knows nothing of text or files.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,7 +25,9 @@ import torch
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.synthesis_clock import SynthesisClock
 
+log = logging.getLogger("qtts")
 HIGHEST_PRIORITY = -(1 << 10)  # past any device's range: mapped to its highest
+_green_contexts: list = []  # each green stream's context, kept alive as long as the process
 G = TypeVar("G")
 R = TypeVar("R")
 
@@ -34,6 +37,32 @@ def decode_stream(device: torch.device) -> torch.cuda.Stream:
     lowest, which is also the default stream's). Lower numbers win; torch maps a number past the
     range to its end, so this asks for the highest the device and torch's stream pools give."""
     return torch.cuda.Stream(device, priority=HIGHEST_PRIORITY)
+
+
+def vocoder_stream(device: torch.device, sms: int | None = None) -> torch.cuda.Stream:
+    """The vocoder's stream: plain, or (sms) one of a CUDA green context limited to that many
+    SMs. A vocoder kernel already on the SMs is not preempted, so with every SM open to it the
+    decode loop's chain of small kernels waits behind it; limited, it leaves the others to the
+    loop. Green contexts are a beta torch API whose form changed between releases: where this
+    torch or driver cannot make one, the warning says why and the stream is a plain one."""
+    if not sms:
+        return torch.cuda.Stream(device)
+    try:
+        from torch.cuda import green_contexts
+
+        if not getattr(green_contexts, "SUPPORTED", False):
+            raise RuntimeError("this torch build has no green contexts")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        context = green_contexts.GreenContext.create(num_sms=sms, device_id=index)
+        if not hasattr(context, "Stream"):
+            raise RuntimeError("this torch's GreenContext has no Stream()")
+        stream = context.Stream()
+    except Exception as e:  # noqa: BLE001 -- speed, never the job
+        log.warning("QTTS_VOCODER_SMS=%d: no green context (%s); a plain vocoder stream", sms, e)
+        return torch.cuda.Stream(device)
+    _green_contexts.append(context)
+    log.info("vocoder stream: a green context of %d SMs", sms)
+    return stream
 
 
 def prioritized(items: Iterable[G], stream: torch.cuda.Stream | None) -> Iterator[G]:

@@ -35,7 +35,12 @@ from qtts.core.model.loader import (
     use_device,
 )
 from qtts.core.model.weights import load_weights
-from qtts.core.synthesis.decode_overlap import decode_stream, overlapped, prioritized
+from qtts.core.synthesis.decode_overlap import (
+    decode_stream,
+    overlapped,
+    prioritized,
+    vocoder_stream,
+)
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.prompt import (
@@ -96,7 +101,8 @@ class Synthesizer:
         self.vocoder_rows = self._vocoder_backoff(NAIVE_BATCH)
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
         # buffers outlive one synthesize call, so they must not belong to a recycled stream.
-        self.vocoder_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        cuda = device.type == "cuda"
+        self.vocoder_stream = vocoder_stream(device, self.tuning.vocoder_sms) if cuda else None
         # The decode loop's stream, of the highest priority, for the same reason; None: the
         # caller's stream (a CPU, or QTTS_DECODE_PRIORITY=0).
         self.decode_stream = decode_stream(device) if self.tuning.decode_priority else None

@@ -46,6 +46,9 @@ class Knobs:
     # QTTS_VOCODER_JOIN: rows join a longer row's vocoder window (core/engine/vocoder/
     # vocoder_windows.py); None: the device's default (on for CUDA)
     vocoder_join: bool | None
+    # QTTS_VOCODER_SMS: the vocoder's stream on a green context of that many SMs (GPU), so its
+    # kernels cannot take every SM from the decode loop's; None: a plain stream
+    vocoder_sms: int | None
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -62,7 +65,18 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         decode_priority=_pick(env, "QTTS_DECODE_PRIORITY", ("1", "0"), "1") != "0",
         decoder_gemm=_pick(env, "QTTS_DECODER_GEMM", ("1", "0"), "1") != "0",
         vocoder_join=_flag(_pick(env, "QTTS_VOCODER_JOIN", ("1", "0"), None)),
+        vocoder_sms=_count(env, "QTTS_VOCODER_SMS"),
     )
+
+
+def _count(env: Mapping[str, str], name: str) -> int | None:
+    """env[name] as a count of at least 1; unset, empty or 0: None."""
+    value = env.get(name, "").strip()
+    if not value or value == "0":
+        return None
+    if not value.isdigit():
+        raise KnobError(f"{name} must be a whole number of SMs (0 or unset: off), got {value!r}")
+    return int(value)
 
 
 def _flag(value: str | None) -> bool | None:

@@ -72,6 +72,11 @@ class EngineTuning:
     # (core/engine/vocoder/vocoder_windows.py): fewer, fuller windows on a GPU; a CPU keeps each
     # row in its own bucket (its decoder's cost is linear in frames).
     vocoder_join: bool = False
+    # The vocoder's stream on a CUDA green context of this many SMs (core/synthesis/
+    # decode_overlap.py, vocoder_stream): a vocoder kernel then occupies at most those SMs, and
+    # the decode loop's kernels find the rest free. None: a plain stream (the default until a GPU
+    # run shows the split pays).
+    vocoder_sms: int | None = None
 
     @classmethod
     def for_device(
@@ -82,7 +87,8 @@ class EngineTuning:
     ) -> EngineTuning:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
         (docs/engine-tuning.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
-        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM, QTTS_VOCODER_JOIN."""
+        QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM, QTTS_VOCODER_JOIN,
+        QTTS_VOCODER_SMS."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
         budget = None if cuda else cpu_budget(env=env)
@@ -102,6 +108,7 @@ class EngineTuning:
             decode_priority=cuda and knobs.decode_priority,
             decoder_gemm=knobs.decoder_gemm,
             vocoder_join=cuda if knobs.vocoder_join is None else knobs.vocoder_join,
+            vocoder_sms=knobs.vocoder_sms if cuda else None,
         )
 
     def __post_init__(self):

@@ -116,3 +116,13 @@ def test_vocoder_join_is_the_gpus_default_and_a_knob_either_way():
     assert EngineTuning.for_device("cpu", env={"QTTS_VOCODER_JOIN": "1"}).vocoder_join is True
     with pytest.raises(ValueError, match="QTTS_VOCODER_JOIN must be one of 1, 0"):
         EngineTuning.for_device("cuda", env={"QTTS_VOCODER_JOIN": "yes"})
+
+
+def test_every_knob_read_is_in_the_docs_table():
+    """Each QTTS_* variable knobs.py reads has its row in docs/engine-tuning.md's table."""
+    src = (REPO / "core" / "engine" / "device" / "knobs.py").read_text("utf-8")
+    src += (REPO / "core" / "model" / "cpu_precision.py").read_text("utf-8")
+    read = set(re.findall(r'"(QTTS_[A-Z0-9_]+)"', src)) - {"QTTS_FUSED", "QTTS_PACKED"}
+    table = (REPO / "docs" / "engine-tuning.md").read_text("utf-8")
+    rows = set(re.findall(r"^\| `(QTTS_[A-Z0-9_]+)` \|", table, flags=re.M))
+    assert read and read <= rows, sorted(read - rows)

@@ -1,0 +1,78 @@
+"""The vocoder's stream (decode_overlap.vocoder_stream) on CPU, with torch's CUDA stream and green
+context stand-ins: QTTS_VOCODER_SMS gives a green context's stream of that many SMs, kept alive;
+where torch cannot make one (no support, an older API) the job goes on with a plain stream and
+one warning. Whether the split pays is a GPU measurement (tools/gpu_checks.sh overlap)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch.cuda import green_contexts
+
+from qtts.core.engine.device.tuning import EngineTuning
+from qtts.core.synthesis import decode_overlap
+
+DEVICE = torch.device("cuda", 0)
+
+
+@pytest.fixture
+def plain(monkeypatch):
+    made = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: made.append(device) or "plain")
+    return made
+
+
+class FakeGreen:
+    created: list = []
+
+    def __init__(self, sms):
+        self.sms = sms
+
+    @classmethod
+    def create(cls, *, num_sms, device_id):
+        cls.created.append((num_sms, device_id))
+        return cls(num_sms)
+
+    def Stream(self):  # noqa: N802 -- torch's name
+        return f"green {self.sms}"
+
+
+def test_off_is_a_plain_stream(plain):
+    assert decode_overlap.vocoder_stream(DEVICE) == "plain"
+    assert decode_overlap.vocoder_stream(DEVICE, None) == "plain" and plain == [DEVICE] * 2
+
+
+def test_a_green_context_of_that_many_sms_is_made_and_kept(plain, monkeypatch):
+    monkeypatch.setattr(green_contexts, "SUPPORTED", True)
+    monkeypatch.setattr(green_contexts, "GreenContext", FakeGreen)
+    monkeypatch.setattr(decode_overlap, "_green_contexts", [])
+    FakeGreen.created = []
+    assert decode_overlap.vocoder_stream(DEVICE, 66) == "green 66"
+    assert FakeGreen.created == [(66, 0)] and plain == []
+    assert [c.sms for c in decode_overlap._green_contexts] == [66]  # outlives its stream
+
+
+@pytest.mark.parametrize("why", ["unsupported", "no Stream()"])
+def test_without_green_contexts_the_job_goes_on_with_a_plain_stream(plain, monkeypatch, caplog,
+                                                                    why):  # fmt: skip
+    class Older:  # an API without Stream(): contexts set current instead
+        @classmethod
+        def create(cls, *, num_sms, device_id):
+            return cls()
+
+    monkeypatch.setattr(green_contexts, "SUPPORTED", why != "unsupported")
+    monkeypatch.setattr(green_contexts, "GreenContext", Older)
+    with caplog.at_level(logging.WARNING, logger="qtts"):
+        assert decode_overlap.vocoder_stream(DEVICE, 33) == "plain"
+    assert "QTTS_VOCODER_SMS=33: no green context" in caplog.text
+
+
+def test_the_knob_is_a_count_on_a_gpu_and_nothing_on_a_cpu():
+    assert EngineTuning.for_device("cuda", env={}).vocoder_sms is None
+    assert EngineTuning.for_device("cuda", env={"QTTS_VOCODER_SMS": "66"}).vocoder_sms == 66
+    assert EngineTuning.for_device("cuda", env={"QTTS_VOCODER_SMS": "0"}).vocoder_sms is None
+    assert EngineTuning.for_device("cpu", env={"QTTS_VOCODER_SMS": "66"}).vocoder_sms is None
+    with pytest.raises(ValueError, match="QTTS_VOCODER_SMS must be a whole number of SMs"):
+        EngineTuning.for_device("cuda", env={"QTTS_VOCODER_SMS": "half"})
