@@ -234,34 +234,35 @@ def plan_memory(
     groups = length_groups(rows)
     kernel_sampler = sampler_on(tuning.sampler, device_kind) == "triton"  # the one that runs
 
-    def group(index: list[int], slots: int) -> GroupPlan:
-        return _group(rows, index, slots, d=dims, tuning=tuning, kernel_sampler=kernel_sampler)
+    def group(shape: _Members, slots: int) -> GroupPlan:
+        return _group(shape, slots, d=dims, tuning=tuning, kernel_sampler=kernel_sampler)
 
-    def fits(index: list[int], slots: int) -> bool:
-        return group(index, slots).working_bytes(tuning.cuda_graphs) <= room
+    def fits(shape: _Members, slots: int) -> bool:
+        return group(shape, slots).working_bytes(tuning.cuda_graphs) <= room
 
     if batch_size is None:  # per group, as many as fit (0 where not even one does: fits is False)
         upper = MAX_AUTO_SLOTS.get(device_kind, MAX_AUTO_SLOTS["cpu"])
 
         def slots_of(ix: list[int]) -> int:
-            return _largest(lambda s: fits(ix, s), min(upper, len(ix)))
+            shape = _Members.of(rows, ix)  # once per group: the search only varies the slots
+            return _largest(lambda s: fits(shape, s), min(upper, len(ix)))
     else:
         upper = batch_size
 
         def slots_of(ix: list[int]) -> int:  # as asked; 0 where that does not fit
             s = min(batch_size, len(ix))
-            return s if fits(ix, s) else 0
+            return s if fits(_Members.of(rows, ix), s) else 0
 
     # The largest --batch-size (up to the one asked for, or auto's cap) whose every group fits:
     # the groups as cut, which hold the least at once (a merge happens only where it fits).
-    largest = _largest(lambda s: all(fits(ix, min(s, len(ix))) for ix in groups), upper) or None
+    cut = [_Members.of(rows, ix) for ix in groups]
+    largest = _largest(lambda s: all(fits(m, min(s, len(m.rows))) for m in cut), upper) or None
     merged = merge_groups(groups, slots_of)
-    groups = [ix for ix, _ in merged]
     if batch_size is None:
         chosen = [slots for _, slots in merged]
     else:
-        chosen = [min(batch_size, len(ix)) for ix in groups]
-    planned = [group(ix, s) for ix, s in zip(groups, chosen, strict=True)]
+        chosen = [min(batch_size, len(ix)) for ix, _ in merged]
+    planned = [group(_Members.of(rows, ix), s) for (ix, _), s in zip(merged, chosen, strict=True)]
     return MemoryPlan(
         budget_bytes=budget_bytes,
         weights_bytes=weights_bytes,
@@ -275,17 +276,36 @@ def plan_memory(
     )
 
 
+@dataclass(frozen=True)
+class _Members:
+    """What a group's memory depends on besides its slots: its rows and their longest needs."""
+
+    rows: tuple[int, ...]
+    kv_len: int  # aligned: every view 16-aligned
+    max_frames: int
+    max_trailing: int
+    width: int  # the longest prompt
+
+    @classmethod
+    def of(cls, rows: Sequence[RowShape], index: list[int]) -> _Members:
+        members = [rows[i] for i in index]
+        return cls(
+            rows=tuple(index),
+            kv_len=aligned_kv_len(max(r.kv_need for r in members)),
+            max_frames=max(r.budget for r in members),
+            max_trailing=max(r.trailing for r in members),
+            width=max(r.prompt for r in members),
+        )
+
+
 def _group(
-    rows, index: list[int], slots: int, d: Dims, tuning: EngineTuning, kernel_sampler: bool
+    members: _Members, slots: int, d: Dims, tuning: EngineTuning, kernel_sampler: bool
 ) -> GroupPlan:
-    members = [rows[i] for i in index]
-    kv_len = aligned_kv_len(max(r.kv_need for r in members))  # every view 16-aligned
-    max_frames = max(r.budget for r in members)
-    max_trailing = max(r.trailing for r in members)
-    width = max(r.prompt for r in members)
+    kv_len, max_frames, max_trailing = members.kv_len, members.max_frames, members.max_trailing
+    width = members.width
     prefill_rows = max(1, min(tuning.prefill_group, slots))
     return GroupPlan(
-        rows=tuple(index),
+        rows=members.rows,
         slots=slots,
         kv_len=kv_len,
         max_frames=max_frames,
