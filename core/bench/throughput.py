@@ -34,6 +34,7 @@ from qtts.core.synthesis.decode_overlap import (
 )
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
+from qtts.core.synthesis.synthesis_clock import SynthesisClock
 
 SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
 TEXT_LEN = 24  # text tokens per bench row
@@ -247,15 +248,10 @@ def run_one(
         finished.append((time.perf_counter(), sum(int(d.codes.shape[0]) for d in done)))
         return finished[-1][1]
 
-    steps = 0
     decoded_at = start  # when the loop handed over its last group
-
-    one_step = step or engine.decode_step  # None: the engine's own (packed, eager) step
-
-    def counted(view: int) -> None:
-        nonlocal steps
-        steps += 1
-        one_step(view)
+    # The engine's own (packed, eager) step where no graphs replay, counted as a job counts it
+    clock = SynthesisClock()
+    counted = clock.counting_step(step or engine.decode_step, group.slots)
 
     vocoded_before = 0.0  # the vocoder's and writing's seconds before that (inline: the loop's)
 
@@ -275,6 +271,7 @@ def run_one(
     sync(dev)
     end = time.perf_counter()
     res.wall_s = end - start
+    steps = clock.decode_steps
     res.steps, res.tail_s = steps, round(end - decoded_at, 4)
     engine.timer = None
     timers["prefill"] = prefill.totals["prefill"]
