@@ -23,8 +23,9 @@
 #   bash tools/gpu_checks.sh peers     # the peers side by side (tools/peers_bench.py)
 #   bash tools/gpu_checks.sh first     # a fresh session's one call: the real job against the
 #                                      # bench on 2,048 rows (WAV files and WebDataset, each run
-#                                      # 80 s), then the steady bench with the vocoder on 66 and
-#                                      # 33 SMs (480 s of limits, device timeout_s 560)
+#                                      # 80 s), the speech decoder probe (every convolution three
+#                                      # ways), then the steady bench with the vocoder on 66 SMs
+#                                      # (465 s of limits, device timeout_s 560)
 #   bash tools/gpu_checks.sh second    # its rerun or follow-up on the warm machine: the FLAC
 #                                      # job, the job's rows with QTTS_VOCODER_JOIN=0, the vocoder
 #                                      # GPU tests (250 s of limits, device timeout_s 270)
@@ -202,13 +203,17 @@ first)
   # A fresh session's one call (device timeout_s 590): what issue 39 still lacks. The fourth
   # H200 run (docs/performance.md) measured the steady bench and the peers, but cut the real
   # job at 55 s a run. Now each run gets 80 s and reports where its synthesis time went
-  # (passes, slot use, vocoder windows, waits); then the vocoder on part of the SMs (item 2:
-  # the loop beside the vocoder ran 58% slower per step than alone). Limits 330 + 2 x 75 =
-  # 480 s; setup about 15 s more. Within 330 s: the checkpoint (about 20 s, at most 70), the
-  # warm-up (64 rows) and three runs of 80 s.
+  # (passes, slot use, vocoder windows, waits); then the speech decoder alone (item 1: its
+  # window as a job replays it, and every convolution in cuDNN, cuDNN channels-last and as a
+  # product, to choose each one's way); then the vocoder on half the SMs (item 2: the loop
+  # beside the vocoder ran 58% slower per step than alone). Limits 330 + 60 + 75 = 465 s;
+  # setup about 15 s more. Within 330 s: the checkpoint (about 20 s, at most 70), the warm-up
+  # (64 rows) and three runs of 80 s.
   setup
   job_run 330 80 warmup,bench,files,webdataset
-  overlap_bench 75 66 33
+  check "vocoder probe" probe.log timeout -k 5 60 \
+    python3 tools/vocoder_probe.py --size 0.6b --rows 8
+  overlap_bench 75 66
   finish
   ;;
 second)

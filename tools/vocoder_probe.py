@@ -3,8 +3,10 @@ random-weight decoder at a real size, per audio-second, with its fast path added
 (the layers; the one-pass SnakeBeta; SnakeBeta writing the causal convs' padding; the frame-rate
 convolutions as cuBLAS products: what a job runs), that last one replayed as a CUDA graph (as a
 job replays it) and, with --compile, the layers compiled by torch.compile for comparison; then
-every convolution of the decoder alone at its input's shape (cuDNN, and the product where the
-fast path takes one), and a profiler table of the job's path. The last line is JSON.
+every convolution of the decoder alone at its input's shape, three ways (cuDNN as laid out now,
+cuDNN in channels-last memory, and a matrix product where the conv is ungrouped), with what all
+of them cost each at its fastest way, and a profiler table of the job's path. The last line is
+JSON.
 
     python tools/vocoder_probe.py --size 0.6b --rows 8 [--dtype bfloat16] [--compile]
 
@@ -68,10 +70,14 @@ def variants(layers) -> dict[str, object]:
     }
 
 
-def conv_rows(decoder, codes, repeats: int) -> dict[str, float]:
+def conv_rows(decoder, codes, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
     """Each convolution of `decoder` (cuDNN's: the fast path without products) alone, at the
-    input it gets in this window: cuDNN, and for the frame-rate ones the product that a job's
-    path runs instead. Seconds per call."""
+    input it gets in this window, three ways: cuDNN as the model lays it out ([B, C, T]); cuDNN
+    in channels-last memory (the conv as 2-D on [B, C, 1, T] stored as [B, 1, T, C], input and
+    weight converted outside the timing, as if the whole decoder kept that layout: its tensor-core
+    kernels then need no layout copies); and every ungrouped one as a matrix product
+    (core/engine/vocoder/conv_gemm.py, which a job's path runs for the frame-rate ones).
+    (seconds per call by label, the largest |difference| of each other way from cuDNN's)."""
     from qtts.core.engine.vocoder.conv_gemm import causal_conv, causal_conv_transpose
 
     inputs: dict[str, torch.Tensor] = {}
@@ -87,20 +93,60 @@ def conv_rows(decoder, codes, repeats: int) -> dict[str, float]:
     decoder(codes)
     for h in hooks:
         h.remove()
-    products = {id(m) for m in frame_rate_convs(decoder)}
-    out = {}
+    out: dict[str, float] = {}
+    diffs = {"channels-last": 0.0, "product": 0.0}
     for name, module in convs.items():
         x, conv = inputs[name], module.conv
         shape = "x".join(map(str, x.shape))
         out[f"{name} [{shape}]: cuDNN"] = timed(lambda c=conv, x=x: c(x), repeats)
-        if id(module) not in products:
-            continue
-        if isinstance(module, CausalConv1d):
-            run = lambda c=conv, x=x: causal_conv(x, c.weight, c.bias, c.dilation[0])  # noqa: E731
-        else:
-            run = lambda c=conv, x=x: causal_conv_transpose(x, c.weight, c.bias, c.stride[0])  # noqa: E731
-        out[f"{name}: product"] = timed(run, repeats)
-    return out
+        want = conv(x)
+        ways = {"channels-last": channels_last(conv, x)}
+        if conv.groups == 1 and isinstance(module, CausalConv1d):
+            ways["product"] = lambda c=conv, x=x: causal_conv(x, c.weight, c.bias, c.dilation[0])
+        elif conv.groups == 1 and conv.kernel_size[0] in (conv.stride[0], 2 * conv.stride[0]):
+            ways["product"] = lambda c=conv, x=x: causal_conv_transpose(
+                x, c.weight, c.bias, c.stride[0]
+            )
+        for way, run in ways.items():
+            got = run().reshape(want.shape[0], want.shape[1], -1)
+            n = got.shape[-1]  # the product's transposed conv is trimmed: compare its samples
+            diffs[way] = max(diffs[way], float((got - want[..., :n]).abs().max()))
+            out[f"{name}: {way}"] = timed(run, repeats)
+    return out, diffs
+
+
+def channels_last(conv, x: torch.Tensor):
+    """A call of `conv` (Conv1d or ConvTranspose1d) as its 2-D twin in channels-last memory on
+    x [B, C, T]: cuDNN's NHWC kernels, input and weight converted once, here."""
+    x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # [B, C, 1, T] as NHWC
+    w4 = conv.weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    stride, dilation = (1, conv.stride[0]), (1, conv.dilation[0])
+    if isinstance(conv, torch.nn.ConvTranspose1d):
+        return lambda: F.conv_transpose2d(
+            x4, w4, conv.bias, stride=stride, groups=conv.groups, dilation=dilation
+        )
+    return lambda: F.conv2d(x4, w4, conv.bias, stride=stride, dilation=dilation, groups=conv.groups)
+
+
+def conv_summary(rows: dict[str, float]) -> tuple[str, dict[str, str]]:
+    """One line: every convolution's time in cuDNN against each at its fastest way, and how
+    many each way wins; and that way by convolution."""
+    best: dict[str, tuple[float, str]] = {}
+    base = 0.0
+    for label, seconds in rows.items():
+        name, way = label.rsplit(": ", 1)
+        name = name.split(" [")[0]
+        if way == "cuDNN":
+            base += seconds
+        if name not in best or seconds < best[name][0]:
+            best[name] = (seconds, way)
+    fastest = sum(s for s, _ in best.values())
+    wins = {w: sum(1 for _, v in best.values() if v == w) for _, w in best.values()}
+    line = (
+        f"all convolutions: cuDNN {base * 1e3:.2f} ms, each at its fastest {fastest * 1e3:.2f} ms"
+        f" ({', '.join(f'{w} {n}' for w, n in sorted(wins.items()))})"
+    )
+    return line, {name: way for name, (_, way) in best.items()}
 
 
 def main() -> None:
@@ -144,8 +190,12 @@ def main() -> None:
             report("torch.compile(layers)", timed(lambda: compiled(codes), args.repeats))
         print("each convolution alone, at its input in this window:")
         cudnn = decoders["+ padding written by SnakeBeta"]
-        for label, seconds in conv_rows(cudnn, codes, args.repeats).items():
+        rows, diffs = conv_rows(cudnn, codes, args.repeats)
+        for label, seconds in rows.items():
             report("  " + label, seconds, per_audio=False)
+        line, fastest = conv_summary(rows)
+        print(line)
+        print("largest |diff| from cuDNN: " + ", ".join(f"{k} {v:.4f}" for k, v in diffs.items()))
         from torch.profiler import ProfilerActivity, profile
 
         cuda = torch.cuda.is_available()
@@ -156,7 +206,8 @@ def main() -> None:
     print(prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60))
     per_audio = {k: round(v / 1e3 / audio_s * 1e3, 4) for k, v in figures.items()}
     print(json.dumps({"size": args.size, "rows": args.rows, "frames": FRAMES, "dtype": args.dtype,
-                      "ms": figures, "ms_per_audio_s": per_audio}))  # fmt: skip
+                      "ms": figures, "ms_per_audio_s": per_audio,
+                      "fastest_conv_way": fastest, "conv_diffs": diffs}))  # fmt: skip
 
 
 if __name__ == "__main__":
