@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from qtts.core.bench.throughput import random_models
-from qtts.core.engine.vocoder.decoder_kernels import frame_rate_convs, with_kernels
+from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
 from qtts.core.model.codec_modules import CausalConv1d, CausalConvTranspose1d, SnakeBeta
 from qtts.kernels.snake_beta import snake_beta

@@ -204,7 +204,14 @@ def run_one(
     # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
     decoder = with_kernels(decoder, gemm=tuning.decoder_gemm)
     stream = decode_stream(dev) if tuning.decode_priority else None
-    vocoder = GraphedVocoder(decoder, plan.vocoder_batch) if tuning.cuda_graphs else decoder
+    cuda = dev.type == "cuda"
+    vocoding = vocoder_stream(dev, tuning.vocoder_sms) if cuda else None
+    split = vocoding if tuning.vocoder_sms else None  # its graphs captured there: the SM limit
+    vocoder = (
+        GraphedVocoder(decoder, plan.vocoder_batch, capture_stream=split)
+        if tuning.cuda_graphs
+        else decoder
+    )
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
     jobs = [EngineJob(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
@@ -218,7 +225,6 @@ def run_one(
     sync(dev)
     start = time.perf_counter()
     total_frames = 0
-    cuda = dev.type == "cuda"
     gate = DeviceGate()
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
@@ -265,7 +271,7 @@ def run_one(
     for frames_done in overlapped(
         prioritized(handed_over(), stream), vocode, dev, gate=gate,
         inline=not tuning.vocoder_thread,
-        stream=vocoder_stream(dev, tuning.vocoder_sms) if cuda else None,
+        stream=vocoding,
     ):  # fmt: skip
         total_frames += frames_done
     sync(dev)

@@ -27,7 +27,9 @@ from qtts.core.synthesis.synthesis_clock import SynthesisClock
 
 log = logging.getLogger("qtts")
 HIGHEST_PRIORITY = -(1 << 10)  # past any device's range: mapped to its highest
-_green_contexts: list = []  # each green stream's context, kept alive as long as the process
+# (device index, SMs) -> (green context, its stream): one per split for the process, which keeps
+# the context alive as long as its stream (a bench makes a vocoder stream per run)
+_green_streams: dict[tuple[int, int], tuple[object, torch.cuda.Stream]] = {}
 G = TypeVar("G")
 R = TypeVar("R")
 
@@ -44,15 +46,20 @@ def vocoder_stream(device: torch.device, sms: int | None = None) -> torch.cuda.S
     SMs. A vocoder kernel already on the SMs is not preempted, so with every SM open to it the
     decode loop's chain of small kernels waits behind it; limited, it leaves the others to the
     loop. Green contexts are a beta torch API whose form changed between releases: where this
-    torch or driver cannot make one, the warning says why and the stream is a plain one."""
+    torch or driver cannot make one, the warning says why and the stream is a plain one. The
+    vocoder's CUDA graphs must be captured on this stream for the limit to hold in their replay
+    (GraphedVocoder's capture_stream). The driver rounds the count to its SM granularity, and a
+    split asking for every SM may make no group at all (then: a plain stream, with the warning)."""
     if not sms:
         return torch.cuda.Stream(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if (index, sms) in _green_streams:
+        return _green_streams[index, sms][1]
     try:
         from torch.cuda import green_contexts
 
         if not getattr(green_contexts, "SUPPORTED", False):
             raise RuntimeError("this torch build has no green contexts")
-        index = device.index if device.index is not None else torch.cuda.current_device()
         context = green_contexts.GreenContext.create(num_sms=sms, device_id=index)
         if not hasattr(context, "Stream"):
             raise RuntimeError("this torch's GreenContext has no Stream()")
@@ -60,8 +67,8 @@ def vocoder_stream(device: torch.device, sms: int | None = None) -> torch.cuda.S
     except Exception as e:  # noqa: BLE001 -- speed, never the job
         log.warning("QTTS_VOCODER_SMS=%d: no green context (%s); a plain vocoder stream", sms, e)
         return torch.cuda.Stream(device)
-    _green_contexts.append(context)
-    log.info("vocoder stream: a green context of %d SMs", sms)
+    _green_streams[index, sms] = (context, stream)
+    log.info("vocoder stream: a green context of %d SMs (the driver rounds to its SM groups)", sms)
     return stream
 
 

@@ -96,13 +96,17 @@ class Synthesizer:
         # shape, captured before decoding); elsewhere the decoder runs eagerly. Its kernels
         # serve it on CUDA either way.
         decoder = with_kernels(decoder, gemm=self.tuning.decoder_gemm)
-        self.vocoder = GraphedVocoder(decoder, NAIVE_BATCH) if self.tuning.cuda_graphs else decoder
-        # Rows per speech-decoder call: the engine path sets it from its memory plan.
-        self.vocoder_rows = self._vocoder_backoff(NAIVE_BATCH)
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
         # buffers outlive one synthesize call, so they must not belong to a recycled stream.
         cuda = device.type == "cuda"
         self.vocoder_stream = vocoder_stream(device, self.tuning.vocoder_sms) if cuda else None
+        self.vocoder = (
+            GraphedVocoder(decoder, NAIVE_BATCH, capture_stream=self._split_stream())
+            if self.tuning.cuda_graphs
+            else decoder
+        )
+        # Rows per speech-decoder call: the engine path sets it from its memory plan.
+        self.vocoder_rows = self._vocoder_backoff(NAIVE_BATCH)
         # The decode loop's stream, of the highest priority, for the same reason; None: the
         # caller's stream (a CPU, or QTTS_DECODE_PRIORITY=0).
         self.decode_stream = decode_stream(device) if self.tuning.decode_priority else None
@@ -341,6 +345,11 @@ class Synthesizer:
                 len(self.vocoder.graphs) - before,
                 took,
             )
+
+    def _split_stream(self) -> torch.cuda.Stream | None:
+        """The vocoder's stream where it is limited to part of the SMs (its graphs are captured
+        there, or their replay would ignore the limit); None: graphs capture on their own."""
+        return self.vocoder_stream if self.tuning.vocoder_sms else None
 
     def _on_vocoder_stream(self):
         """The vocoder's stream, after the current one: its static buffers belong to the stream

@@ -88,3 +88,40 @@ def test_joined_windows_replayed_as_graphs_give_each_rows_own_audio():
     assert not graphed.eager and set(graphed.graphs) <= bucket_shapes(16)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL, msg=f"row {i}")
+
+
+def test_graphs_captured_on_a_green_stream_keep_its_sm_limit():
+    """QTTS_VOCODER_SMS: the vocoder's graphs are captured on its green context's stream, so a
+    replay runs on that context's SMs only. A window whose kernels fill the card must then take
+    well over 1.5 times as long on 8 SMs as on all of them (about SMs / 8 times); had the replay
+    ignored the limit, the two would take alike. Medians of five replays; a loose bound."""
+    from qtts.core.synthesis import decode_overlap
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    green = decode_overlap.vocoder_stream(device, 8)
+    if (device.index, 8) not in decode_overlap._green_streams:
+        pytest.skip("no green context on this torch or driver (the warning says why)")
+    decoder = tiny_decoder().cuda()
+    codes = torch.randint(0, 64, (16, 16, 325), device="cuda")
+
+    def replay_ms(stream, capture_stream) -> float:
+        graphed = GraphedVocoder(decoder, 16, capture_stream=capture_stream)
+        times = []
+        with torch.cuda.stream(stream), torch.inference_mode():
+            graphed(codes)  # its eager first call, then its capture
+            for _ in range(5):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
+                start.record()
+                graphed(codes)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+        return sorted(times)[len(times) // 2]
+
+    whole = replay_ms(torch.cuda.Stream(device), None)
+    limited = replay_ms(green, green)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    assert limited > 1.5 * whole, (
+        f"a window on 8 of {sms} SMs took {limited:.2f} ms against {whole:.2f} ms on all: "
+        "the green context's limit did not hold in the graph's replay"
+    )

@@ -64,12 +64,20 @@ class CudaGraphs:
     streams are made on the engine's device explicitly (torch.cuda.graph's default capture stream
     is made once per process, on whichever device was current then). capture_error_mode
     "thread_local" lets other threads keep working during a capture (the vocoder captures on its
-    own thread while the decode loop runs); "global" (the decode step's) stops them."""
+    own thread while the decode loop runs); "global" (the decode step's) stops them. `stream`:
+    warm up and capture there instead of on a fresh side stream; a graph's kernels keep the
+    context of the stream they were captured on, so a green context's SM limit holds in replay
+    only for graphs captured on its stream."""
 
-    def __init__(self, device: torch.device, capture_error_mode: str = "global"):
+    def __init__(
+        self,
+        device: torch.device,
+        capture_error_mode: str = "global",
+        stream: torch.cuda.Stream | None = None,
+    ):
         self.device, self.capture_error_mode = device, capture_error_mode
         self.pool = torch.cuda.graph_pool_handle()
-        self.stream = torch.cuda.Stream(device)
+        self.stream = stream if stream is not None else torch.cuda.Stream(device)
 
     def warmup(self, step: Step, view_len: int, steps: int) -> None:
         # Lazy inits, Triton compilation and cuBLAS workspaces happen here, outside any capture.

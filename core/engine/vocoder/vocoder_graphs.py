@@ -54,10 +54,14 @@ class GraphedVocoder:
         rows: int,
         backend=None,
         max_frames: int = CHUNK_FRAMES + LEFT_CONTEXT,
+        capture_stream: torch.cuda.Stream | None = None,
     ):
         self.decoder, self.max_frames = decoder, max_frames
         self.rows = max(1, rows)
         self._given_backend = backend  # tests; None: a CudaGraphs (a fresh pool) per start
+        # Where the graphs are captured (None: a side stream of their own). The vocoder's stream
+        # when it is a green context's: captured elsewhere, its graphs would replay on every SM.
+        self.capture_stream = capture_stream
         self.backend = None
         self.graphs: dict[tuple[int, int], object] = {}  # (rows, frames) -> graph
         self.static_codes: torch.Tensor | None = None  # [rows, Q, max_frames] int64
@@ -167,7 +171,9 @@ class GraphedVocoder:
             self.rows, q, self.max_frames, dtype=torch.long, device=device
         )
         self.static_audio = torch.zeros(self.rows, self.max_frames * up, dtype=dtype, device=device)
-        self.backend = self._given_backend or CudaGraphs(device, capture_error_mode="thread_local")
+        self.backend = self._given_backend or CudaGraphs(
+            device, capture_error_mode="thread_local", stream=self.capture_stream
+        )
         largest = (1 << (self.rows.bit_length() - 1), self.max_frames)
         self.backend.warmup(self._window, largest, 1)
         self.graphs[largest] = self.backend.capture(self._window, largest)

@@ -180,19 +180,23 @@ def test_a_new_reservation_drops_the_graphs_and_more_rows_are_refused(decoder):
 
 def test_on_cuda_the_backend_captures_thread_local_on_the_codes_device(decoder, monkeypatch):
     """The default backend: CudaGraphs on the decoder's device, in "thread_local" mode so the
-    decode loop's thread is not stopped by the vocoder thread's capture (faked: no GPU here)."""
+    decode loop's thread is not stopped by the vocoder thread's capture (faked: no GPU here),
+    capturing on its own stream, or on capture_stream when given (a green context's stream: its
+    graphs must be captured there for the SM limit to hold in their replay)."""
     made = []
 
     class FakeCudaGraphs(Recording):
-        def __init__(self, device, capture_error_mode):
+        def __init__(self, device, capture_error_mode, stream):
             super().__init__()
-            made.append((device, capture_error_mode))
+            made.append((device, capture_error_mode, stream))
 
     monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
-    graphed = GraphedVocoder(decoder, 1, max_frames=15)
     with torch.inference_mode():
-        graphed(torch.zeros(1, 16, 3, dtype=torch.long))
-    assert made == [(torch.device("cpu"), "thread_local")]
+        for stream in (None, "green"):
+            graphed = GraphedVocoder(decoder, 1, max_frames=15, capture_stream=stream)
+            graphed(torch.zeros(1, 16, 3, dtype=torch.long))
+    cpu = torch.device("cpu")
+    assert made == [(cpu, "thread_local", None), (cpu, "thread_local", "green")]
 
 
 def test_capture_all_captures_every_planned_shape_so_decoding_only_replays(decoder):

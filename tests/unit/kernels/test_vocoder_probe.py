@@ -1,7 +1,7 @@
 """tools/vocoder_probe.py runs end to end on a CPU (the small decoder, one frame, timing stubbed
 to one call): every variant decodes alike, every convolution of the decoder gets a row three ways
-(cuDNN's, channels-last, and the product's for every ungrouped one), each equal to cuDNN's, and the last line is JSON with a figure per row.
-Timing itself is for a GPU."""
+(cuDNN's, channels-last, and the product's for every ungrouped one), each equal to cuDNN's, and
+the last line is JSON with a figure per row. Timing itself is for a GPU."""
 
 from __future__ import annotations
 

@@ -47,11 +47,30 @@ def test_off_is_a_plain_stream(plain):
 def test_a_green_context_of_that_many_sms_is_made_and_kept(plain, monkeypatch):
     monkeypatch.setattr(green_contexts, "SUPPORTED", True)
     monkeypatch.setattr(green_contexts, "GreenContext", FakeGreen)
-    monkeypatch.setattr(decode_overlap, "_green_contexts", [])
+    monkeypatch.setattr(decode_overlap, "_green_streams", {})
     FakeGreen.created = []
     assert decode_overlap.vocoder_stream(DEVICE, 66) == "green 66"
     assert FakeGreen.created == [(66, 0)] and plain == []
-    assert [c.sms for c in decode_overlap._green_contexts] == [66]  # outlives its stream
+    context, stream = decode_overlap._green_streams[0, 66]  # the context outlives its stream
+    assert context.sms == 66 and stream == "green 66"
+    # one context per split for the process: a bench's next run gets the same stream
+    assert decode_overlap.vocoder_stream(DEVICE, 66) == "green 66"
+    assert decode_overlap.vocoder_stream(DEVICE, 33) == "green 33"
+    assert FakeGreen.created == [(66, 0), (33, 0)]
+
+
+def test_the_vocoder_graphs_are_captured_on_the_split_stream(monkeypatch):
+    """A graph's kernels keep the context of the stream they were captured on, so a green
+    context's limit holds in replay only for graphs captured on its stream: the synthesizer
+    hands its vocoder stream to the graphs when the SMs are split, and nothing otherwise."""
+    from types import SimpleNamespace
+
+    from qtts.core.synthesis.synthesizer import Synthesizer
+
+    split = SimpleNamespace(vocoder_stream="green 66", tuning=SimpleNamespace(vocoder_sms=66))
+    whole = SimpleNamespace(vocoder_stream="plain", tuning=SimpleNamespace(vocoder_sms=None))
+    assert Synthesizer._split_stream(split) == "green 66"
+    assert Synthesizer._split_stream(whole) is None
 
 
 @pytest.mark.parametrize("why", ["unsupported", "no Stream()"])
