@@ -43,7 +43,9 @@ class SynthesisClock:
         return counted
 
     def counting_window(self, forward: Callable[[T], T]) -> Callable[[T], T]:
-        """The vocoder's forward on one window [rows, Q, frames], counted (vocoder thread)."""
+        """The vocoder's forward on one window [rows, Q, frames], counted (vocoder thread). Every
+        call counts, so a micro-batch redone after running out of memory counts twice: the
+        device did that work."""
 
         def counted(codes):
             rows, _, frames = codes.shape

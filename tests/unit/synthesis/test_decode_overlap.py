@@ -197,4 +197,5 @@ def test_the_clock_counts_the_producers_waits_on_the_worker():
 
     idle = SynthesisClock()  # a worker with nothing to do, and room for every group
     assert list(overlapped(range(4), lambda g: g, CPU, max_pending=8, clock=idle)) == [0, 1, 2, 3]
-    assert idle.waited_s < 0.05 > idle.tail_s  # never held up: a thread switch at most
+    # never held up: thread switches at most (a loose bound: CI's two cores may be busy)
+    assert idle.waited_s < 0.5 > idle.tail_s
