@@ -22,7 +22,6 @@ from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
-    AudioFormat,
     Backend,
     Dtype,
     Split,
@@ -102,9 +101,9 @@ sampling_options.__signature__ = inspect.Signature(  # what job_command gives Ty
 
 def output_options(
     out_dir: o.OutDir = Path("out"),
-    format: o.Format = AudioFormat.wav,
+    format: o.Format = None,
     save_codes: o.SaveCodes = False,
-    output: o.OutputOpt = OutputLayout.files,
+    output: o.OutputOpt = None,
     shard_rows: o.ShardRows = None,
     overwrite: o.Overwrite = False,
     input_moved: o.InputMoved = False,

@@ -229,8 +229,16 @@ OutDir = Annotated[
     ),
 ]
 Format = Annotated[
-    AudioFormat,
-    _opt("--format", "-f", panel=OUTPUT_PANEL, help=("Audio file format (16-bit PCM).")),
+    AudioFormat | None,
+    _opt(
+        "--format",
+        "-f",
+        panel=OUTPUT_PANEL,
+        help=(
+            "Audio file format (16-bit PCM). Default: the out dir's own (wav for a new one); "
+            "another repacks its finished rows."
+        ),
+    ),
 ]
 SaveCodes = Annotated[
     bool,
@@ -244,11 +252,12 @@ SaveCodes = Annotated[
     ),
 ]
 OutputOpt = Annotated[
-    OutputLayout,
+    OutputLayout | None,
     _opt(
         "--output",
         panel=OUTPUT_PANEL,
-        help=layouts_help(),  # files and each archive format, from the output registry
+        # files and each archive format, from the output registry
+        help=layouts_help() + " Default: the out dir's own (files for a new one).",
     ),
 ]
 ShardRows = Annotated[

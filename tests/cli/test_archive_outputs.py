@@ -186,7 +186,10 @@ def test_switching_layouts_moves_every_row_and_overwrite_keeps_one_copy(tmp_path
     assert _fake(manifest, out, "--output", "webdataset", "--overwrite").returncode == 0
     assert sorted(tar_ids(out)) == [f"r{i:02d}" for i in range(4)]
     assert len(list((out / "data").glob("*.tar"))) == 1
-    back = _fake(manifest, out)
+    kept = _fake(manifest, out)  # no --output: the out dir's own layout, nothing moved
+    assert kept.returncode == 0 and json.loads(kept.stdout)["repacked"] == 0
+    assert len(list((out / "data").glob("*.tar"))) == 1
+    back = _fake(manifest, out, "--output", "files")
     assert back.returncode == 0 and list((out / "data").glob("*.tar")) == []
     assert len(list(out.glob("*.wav"))) == 4
 

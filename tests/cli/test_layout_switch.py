@@ -61,8 +61,12 @@ def finished(manifest, tmp_path):
 @pytest.mark.parametrize(
     "steps",
     [
-        (("--output", "webdataset"), ("--output", "parquet"), ()),
-        (("--output", "parquet", "--format", "flac"), ("--output", "webdataset"), ()),
+        (("--output", "webdataset"), ("--output", "parquet"), ("--output", "files")),
+        (
+            ("--output", "parquet", "--format", "flac"),
+            ("--output", "webdataset"),
+            ("--output", "files", "--format", "wav"),
+        ),
     ],
 )
 def test_a_layout_switch_repacks_without_the_model(finished, manifest, steps):
@@ -78,6 +82,26 @@ def test_a_layout_switch_repacks_without_the_model(finished, manifest, steps):
     assert list((out / "data").iterdir()) == [] and (out / "metadata.jsonl").exists()
     again = qtts(manifest, out, QTTS_FAKE_LOAD_FAIL="1")
     assert summary(again)["skipped"] == ROWS
+
+
+def test_a_run_that_leaves_the_flags_out_keeps_the_out_dirs_layout_and_format(finished, manifest):
+    """--output and --format left out mean the out dir's own (its job file records them): a
+    cron line missing a flag resumes the dataset as it is, and never repacks it into the
+    defaults. Another value given repacks; a new out dir starts with files and wav."""
+    out, before = finished
+    assert json.loads((out / ".qtts" / "job.json").read_text())["layout"] == "files"
+    switched = qtts(manifest, out, "--output", "webdataset", "--format", "flac", "--shard-rows", 4)
+    assert summary(switched)["repacked"] == ROWS
+    for run in (qtts(manifest, out, QTTS_FAKE_LOAD_FAIL="1"),
+                qtts(manifest, out, "--dry-run", QTTS_FAKE_LOAD_FAIL="1")):  # fmt: skip
+        assert run.exit_code == 0, run.stderr
+        got = summary(run)
+        assert got.get("repacked", got.get("to_repack")) == 0 and got["skipped"] == ROWS
+        assert "--output webdataset, --format flac: as" in run.stderr
+    job = json.loads((out / ".qtts" / "job.json").read_text())
+    assert (job["layout"], job["audio_format"]) == ("webdataset", "flac")
+    assert list(out.glob("*.wav")) == [] and len(list((out / "data").glob("*.tar"))) == 3
+    assert_same_rows(out, before)
 
 
 @pytest.mark.parametrize("switch", [("--output", "webdataset"), ("--format", "flac")])
@@ -159,7 +183,7 @@ def sources(tmp_path_factory):
 SWITCHES = {
     "files->webdataset": ("files", ("--output", "webdataset")),
     "files->parquet": ("files", ("--output", "parquet")),
-    "webdataset->files": ("webdataset", ()),
+    "webdataset->files": ("webdataset", ("--output", "files")),
     "webdataset->parquet": ("webdataset", ("--output", "parquet")),
     "wav->flac": ("files", ("--format", "flac")),
     # source shards of one size into batches of another: each source shard taken out once

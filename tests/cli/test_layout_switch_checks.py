@@ -69,7 +69,7 @@ def test_a_wav_cut_short_in_a_shard_stays_where_it_is(sources, copied):
     manifest, _ = sources
     out, before = copied("parquet")
     cut_short_in_parquet(out, "r04")
-    r = qtts(manifest, out, QTTS_FAKE_LOAD_FAIL="1")  # back to files, wav as it was
+    r = qtts(manifest, out, "--output", "files", QTTS_FAKE_LOAD_FAIL="1")  # back to files
     assert r.exit_code == 0, r.stderr
     assert (summary(r)["repacked"], summary(r)["skipped"], summary(r)["ok"]) == (ROWS - 1, 1, 0)
     assert "bytes where" in r.stderr and "1 row(s) could not be read back" in r.stderr
@@ -145,7 +145,7 @@ def assert_same_audio_no_codes(out, before: dict) -> None:
 def test_an_archive_switch_to_files_without_save_codes_writes_no_codes(sources, copied):
     manifest, _ = sources
     out, before = copied("webdataset")
-    r = without_codes(manifest, out)
+    r = without_codes(manifest, out, "--output", "files")
     assert r.exit_code == 0 and summary(r)["repacked"] == ROWS, r.stderr
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".wav") == [f"{i}.wav" for i in IDS]
     assert list(out.glob("*.codes.npy")) == [] and list((out / "data").iterdir()) == []

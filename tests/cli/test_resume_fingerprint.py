@@ -106,7 +106,7 @@ def test_a_new_format_redoes_every_row_and_removes_the_old_files(done):
     )
     r = qtts("batch", m, "-o", out, "--speaker", "ryan", "-f", "flac")  # codes no longer asked
     assert summary(r)["skipped"] == 5  # the audio is the same: nothing to redo
-    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--save-codes")
+    r = qtts("batch", m, "-o", out, "--speaker", "ryan", "-f", "wav", "--save-codes")
     assert (summary(r)["ok"], summary(r)["repacked"]) == (0, 5)  # transcoded, not made again
     assert sorted(p.name for p in out.glob("u*")) == sorted(
         [f"u{i}.wav" for i in range(5)] + [f"u{i}.codes.npy" for i in range(5)]

@@ -188,7 +188,8 @@ def test_switches_into_and_out_of_shar_repack_without_the_model(made, tmp_path):
     shutil.copytree(files_out, out)
     want = files(files_out)
     steps = [("--output", "shar"), ("--output", "webdataset"),
-             ("--output", "shar", "--format", "flac"), ("--format", "wav")]  # fmt: skip
+             ("--output", "shar", "--format", "flac"),
+             ("--output", "files", "--format", "wav")]  # fmt: skip
     for step in steps:
         r = qtts(manifest, out, *step, "--shard-rows", 4, QTTS_FAKE_LOAD_FAIL="1")
         assert r.exit_code == 0, r.stderr
@@ -201,7 +202,10 @@ def test_switches_into_and_out_of_shar_repack_without_the_model(made, tmp_path):
     same(files(out), want)
 
 
-SWITCHES = {"files->shar": ("files", ("--output", "shar")), "shar->files": ("shar", ())}
+SWITCHES = {
+    "files->shar": ("files", ("--output", "shar")),
+    "shar->files": ("shar", ("--output", "files")),
+}
 CASES = [
     ("files->shar", (f"{STORES}.repack_commit:_name", 2, "after")),  # a first shard named
     ("files->shar", (f"{STORES}.shard_files:_rename", 2, "after")),  # its key part not yet

@@ -172,12 +172,15 @@ class OutputOptions:
     """Where the files go, in what format, and what to do with a folder that holds a job."""
 
     out_dir: Path
-    audio_format: AudioFormat = AudioFormat.wav
+    # --format and --output; None: not given, so the out dir's own (as its job file records
+    # them; qtts.core.jobs.state.jobfile.settle_output), else the defaults. A run settles them
+    # before it reads a row: from then on both are set.
+    audio_format: AudioFormat | None = AudioFormat.wav
     save_codes: bool = False
     # --output: files, or an archive format's name (shards in OUT/data/). The output registry
     # (qtts.core.jobs.output.stores.registry) knows the names: the CLI offers only those, and the
     # run checks the name before it reads a row.
-    layout: str = "files"
+    layout: str | None = "files"
     shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
@@ -185,8 +188,11 @@ class OutputOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
-        object.__setattr__(self, "audio_format", AudioFormat.parse(self.audio_format, "--format"))
-        object.__setattr__(self, "layout", str(self.layout))  # a Choice prints as it is typed
+        if self.audio_format is not None:
+            fmt = AudioFormat.parse(self.audio_format, "--format")
+            object.__setattr__(self, "audio_format", fmt)
+        if self.layout is not None:  # a Choice prints as it is typed
+            object.__setattr__(self, "layout", str(self.layout))
         if self.shard_rows < 1:
             raise UsageError(f"--shard-rows must be >= 1, got {self.shard_rows}")
 

@@ -74,7 +74,12 @@ def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
         pin = cpu_auto_for_job_file(
             out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
         )
-        new = replace(new, cpu_auto_dtype=pin)
+        new = replace(
+            new,
+            cpu_auto_dtype=pin,
+            layout=spec.output.layout,
+            audio_format=spec.output.audio_format.value,
+        )
         if new != recorded:
             write_job_file(out, new)
         remember(out, job.settings)

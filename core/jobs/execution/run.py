@@ -39,7 +39,7 @@ from qtts.core.jobs.output.stores.registry import check_layout
 from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
-from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
+from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard, settle_output
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import one_chunk
@@ -121,11 +121,14 @@ def prepare_job(
 ) -> tuple[Job, ShardRequest, GenerationOptions, RefDigests]:
     """(Job, shard request, sampling options, reference digests): everything decided before
     the lock; writes nothing."""
-    check_layout(spec.output.layout)  # an unknown --output: a UsageError naming the choices
+    if spec.output.layout is not None:
+        check_layout(spec.output.layout)  # an unknown --output: a UsageError naming the choices
     manifest = find_manifest(spec.source) if spec.kind == "batch" else None
     rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     out = spec.output.out_dir
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
+    spec = replace(spec, output=settle_output(spec.output, recorded))  # flags left out: the dir's
+    check_layout(spec.output.layout)  # a job file's own is checked too
     check_input(
         out,
         recorded,
