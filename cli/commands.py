@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -58,6 +59,8 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
         progress = Progress(quiet=report.quiet, log_interval=report.log_interval)
         open_text_model, load_synthesizer = factories()
         summary = run_job(spec, open_text_model, load_synthesizer, progress)
+    if not spec.output.dry_run:
+        refresh_dataset_card(spec.output.out_dir)
     typer.echo(json.dumps(summary.as_dict()))
     level = logging.WARNING if summary.exit_code else logging.INFO
     logging.getLogger("qtts").log(level, "%s", summary.describe())
@@ -154,3 +157,17 @@ def _plain(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(map(str, value)) if value else "(none)"
     return str(value)
+
+
+def refresh_dataset_card(out_dir: Path) -> None:
+    """The dataset card follows the views a run rebuilt, where `qtts results` wrote one (a
+    warning, never the run's exit code, when it cannot be written)."""
+    from qtts.core.quality.dataset_card import refresh_card
+
+    try:
+        card = refresh_card(out_dir)
+    except (OSError, ValueError, ImportError) as e:  # results.parquet unreadable, or no yaml
+        logging.getLogger("qtts").warning("dataset card not refreshed in %s: %s", out_dir, e)
+        return
+    if card is not None:
+        logging.getLogger("qtts").info("dataset card refreshed: %s", card.path)

@@ -13,8 +13,10 @@ and settings made the rows, the counts (ok, failed, pending, kept), the keep rul
 quality summary.
 
 The card carries a marker line: a README.md without it is the user's and is never overwritten;
-the card then goes to OUT/.qtts/README.md and the caller says so. Reads results.parquet's
-columns and the first Parquet shard's schema; knows no models.
+the card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows
+the views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt
+them, so a layout switch or new rows never leave a card pointing at files that are gone.
+Reads results.parquet's columns and the first Parquet shard's schema; knows no models.
 """
 
 from __future__ import annotations
@@ -97,6 +99,32 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
         target = StatePaths(out_dir).dir / CARD_NAME
     atomic_write_bytes(target, text.encode("utf-8"))
     return Card(target, own)
+
+
+def refresh_card(out_dir: Path) -> Card | None:
+    """The card written again for the views as they are now, where `qtts results` wrote one
+    (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own); None where
+    there is none, or no results.parquet. The counts come from results.parquet itself."""
+    from qtts.core.jobs.output.keep_rules import read_keep_rules
+    from qtts.core.quality.dataset_summary import summarize_results
+
+    cards = (out_dir / CARD_NAME, StatePaths(out_dir).dir / CARD_NAME)
+    if not any(_is_card(p) for p in cards) or not (out_dir / "results.parquet").exists():
+        return None
+    status = pq.read_table(out_dir / "results.parquet", columns=["status"])["status"]
+    ok = pc.sum(pc.equal(status, "ok")).as_py() or 0
+    failed = pc.sum(pc.equal(status, "failed")).as_py() or 0
+    counts = {"total": len(status), "ok": ok, "failed": failed}
+    counts["pending"] = counts["total"] - ok - failed
+    quality = summarize_results(out_dir / "results.parquet")
+    return write_card(out_dir, counts, quality, read_keep_rules(out_dir))
+
+
+def _is_card(path: Path) -> bool:
+    try:
+        return MARKER in path.read_text("utf-8", errors="replace")
+    except OSError:  # none there (or unreadable: not one to rewrite)
+        return False
 
 
 def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):

@@ -259,3 +259,10 @@ def _refresh_views(out_dir: Path) -> None:
             one_line(exc),
             out_dir,
         )
+        return
+    from qtts.core.quality.dataset_card import refresh_card
+
+    try:
+        refresh_card(out_dir)  # a card `qtts results` wrote shows the new scores
+    except (OSError, ValueError) as exc:
+        log.warning("dataset card not refreshed in %s: %s", out_dir, one_line(exc))

@@ -132,3 +132,28 @@ def test_a_shar_out_dir_gets_a_card_without_a_hub_loader(tmp_path):
     header, body = card(out)
     assert "configs" not in header
     assert counts(body)["ok"] == 2 and "no Hub loader reads the shar layout" in body
+
+
+def test_the_card_follows_every_run_that_changes_the_views(tmp_path):
+    """Once `qtts results` has written a card, a job that switches the layout or adds rows
+    rewrites it: it never points at files that are gone (load_dataset(OUT) keeps working), and
+    its counts are the new results'. A user's own README.md stays untouched by a run too."""
+    manifest = tmp_path / "m.parquet"
+    texts = {"a1": "One.", "b2": "Two words here."}
+    pq.write_table(pa.table({"id": list(texts), "text": list(texts.values())}), manifest)
+    out = tmp_path / "out"
+    job = ("batch", manifest, "--model", "fake-0.6b", "--speaker", "vivian", "-o", out, "-q")
+    assert run(*job).returncode == 0 and run("results", out).returncode == 0
+    assert "metadata.jsonl" in json.dumps(card(out)[0]["configs"])
+    switched = run(*job, "--output", "parquet")
+    assert switched.returncode == 0, switched.stderr
+    header, body = card(out)
+    assert header["configs"][0]["data_files"][0]["path"] == ["data/*.parquet"]
+    assert load(out, tmp_path / "switched")["ids"] == ["a1", "b2"]
+    texts["c3"] = "Three words said."
+    pq.write_table(pa.table({"id": list(texts), "text": list(texts.values())}), manifest)
+    assert run(*job).returncode == 0
+    assert counts(card(out)[1])["ok"] == 3
+    (out / "README.md").write_text("# Mine\n", encoding="utf-8")
+    assert run(*job, "--output", "webdataset").returncode == 0
+    assert (out / "README.md").read_text() == "# Mine\n"  # the run's refresh skips a user's own
