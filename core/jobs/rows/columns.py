@@ -2,17 +2,25 @@
 
 The fields' own names are the default; --id-column, --text-column and --column FIELD=NAME
 (qtts.core.jobs.contract.spec.ManifestColumns) name others. A missing required or mapped column
-refuses the manifest with one line naming the flag, the file and the columns it has. Knows names
-and Arrow types; reads no file.
+refuses the manifest with one line naming the flag, the file and the columns it has; a column
+named like a missing field (`speakr`, `Speaker`) gets a warning, since its values would be
+ignored without a word. Knows names and Arrow types; reads no file.
 """
 
 from __future__ import annotations
+
+import difflib
+import logging
 
 import pyarrow as pa
 
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
+log = logging.getLogger("qtts")
+# How alike a column's name must be to a missing field's to be taken for a misspelling of it
+# (difflib's ratio: "speakr" against "speaker" is 0.92, "seeed" against "seed" 0.89).
+TYPO_CUTOFF = 0.8
 # The kinds of Arrow type each field accepts ("null": a column with no value in it).
 ACCEPTS = {"id": ("text", "integer", "null"), "seed": ("integer", "floating", "null")}
 TEXT_ONLY = ("text", "null")
@@ -69,4 +77,28 @@ def pick_columns(
         raise ManifestError(
             f"manifest {where}: missing required column(s) {', '.join(missing)} (has: {has})"
         )
-    return {f: columns.column(f) for f in wanted if columns.column(f) in names}
+    picked = {f: columns.column(f) for f in wanted if columns.column(f) in names}
+    _warn_misspelled(names, columns, where, [f for f in wanted if f not in picked])
+    return picked
+
+
+def _warn_misspelled(
+    names: list[str], columns: ManifestColumns, where: str, absent: list[str]
+) -> None:
+    """One warning per column that looks like a field the manifest lacks: its values are not
+    read, so the rows take the defaults of that field (a --speaker for every row, say)."""
+    used = {columns.column(f) for f in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
+    for name in (n for n in names if n not in used):
+        wanted = {columns.column(f).lower(): columns.column(f) for f in absent}
+        close = difflib.get_close_matches(name.lower(), wanted, n=1, cutoff=TYPO_CUTOFF)
+        if close:
+            field = next(f for f in absent if columns.column(f) == wanted[close[0]])
+            log.warning(
+                "manifest %s: column %r is not one qtts reads, so its values are ignored; "
+                "did you mean %r? (rename it, or pass --column %s=%s)",
+                where,
+                name,
+                wanted[close[0]],
+                field,
+                name,
+            )

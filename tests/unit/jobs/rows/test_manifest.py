@@ -179,3 +179,26 @@ def test_categorical_columns_are_their_values(tmp_path):
     pq.write_table(table, tmp_path / "m.parquet")
     assert read_parquet_manifest(str(tmp_path / "m.parquet"))["speaker"].to_pylist() == [
         "ryan", "ryan"]  # fmt: skip
+
+
+def test_a_column_named_like_a_missing_field_is_warned_of(write_manifest, caplog):
+    """A misspelled optional column ("speakr", "Language") would be ignored without a word and
+    every row take the command line's default: one warning per such column, naming the field.
+    A column that is no field's look-alike ("notes"), or one whose field is there, says nothing."""
+    import logging
+
+    from qtts.core.jobs.rows.manifest import read_manifest
+
+    rows = [{"id": "a", "text": "Hi.", "speakr": "ryan", "Language": "english", "notes": "x"}]
+    with caplog.at_level(logging.WARNING, logger="qtts"):
+        table = read_manifest(str(write_manifest(rows)))
+    assert table["speaker"].to_pylist() == [None]  # not read: the default applies
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert "column 'speakr' is not one qtts reads" in said[0] and "'speaker'?" in said[0]
+    assert "column 'Language'" in said[1] and "'language'?" in said[1]
+    caplog.clear()
+    fine = [{"id": "a", "text": "Hi.", "speaker": "ryan", "speakers": "x", "notes": "y"}]
+    with caplog.at_level(logging.WARNING, logger="qtts"):
+        read_manifest(str(write_manifest(fine)))
+    assert caplog.records == []  # "speakers" beside "speaker": the field is there
