@@ -65,7 +65,8 @@ def score(
     r"""Score every audio file of PATH into PATH/scores.parquet; in a qtts out dir,
     results.parquet and metadata.jsonl carry the scores too. Files scored before by the same
     scorers are skipped. Needs `pip install "qtts\[quality]"`. stdout: one JSON line (rows,
-    scored, skipped, failed, stats). Exit 0, 2 (usage), 3 (some files failed), 75 (busy)."""
+    scored, skipped, failed, stats, status, exit_code). Exit 0, 2 (usage), 3 (some files
+    failed), 75 (busy), 130/143 (Ctrl-C, SIGTERM: the scores so far are kept)."""
     setup_logging(quiet, verbose)
     with cli_errors():
         if not DEVICE.match(device):
@@ -83,6 +84,8 @@ def score(
         )
         progress = Progress(quiet=quiet, log_interval=log_interval)
         summary = score_path(path, options, progress)
+    if summary["exit_code"] is None:
+        summary["exit_code"] = EXIT_ROWS_FAILED if summary["failed"] else 0
     typer.echo(json.dumps(summary))
-    if summary["failed"]:
-        raise typer.Exit(EXIT_ROWS_FAILED)
+    if summary["exit_code"]:
+        raise typer.Exit(summary["exit_code"])

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from qtts.core.errors import QttsError
 from qtts.core.jobs.contract.interfaces import NoProgress, ProgressSink
-from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.model.hub import one_line
 from qtts.core.quality.audio import Clip, cores, read_ahead
@@ -50,7 +50,15 @@ def score_path(path: Path, opts: ScoreOptions, progress: ProgressSink | None = N
     dataset = open_dataset(path)
     with OutDirLock(dataset.lock_path), StopSignals() as stop:
         summary = _score(dataset, scorers, opts, progress or NoProgress(), stop)
-    if summary.pop("written") and dataset.kind == OUT_DIR:
+    written = summary.pop("written")
+    if summary["status"] == "interrupted":  # stop soon, as asked: the views wait for a rerun
+        log.warning(
+            "interrupted: %d row(s) scored so far are saved in %s; run qtts score again to go "
+            "on (it skips them), which also brings results.parquet up to date",
+            summary["scored_now"],
+            dataset.scores_path,
+        )
+    elif written and dataset.kind == OUT_DIR:
         _refresh_views(dataset.root)
     return summary
 
@@ -98,6 +106,7 @@ def _score(
     chunks = [todo[k : k + CHUNK_ROWS] for k in range(0, len(todo), CHUNK_ROWS)]
     names = dataset.rows["file_name"]
     progress.start(len(todo), planned)
+    interrupted, scored_now = None, 0
     try:
         last = time.monotonic()
         paths = _ChunkPaths(reader, names, chunks, locations=dataset.kind == OUT_DIR)
@@ -105,11 +114,14 @@ def _score(
             with stop.interruptible():  # Ctrl-C or SIGTERM: this chunk is dropped, the rest kept
                 outcomes = _score_chunk(run, scorers, loaded, chunk, clips)
             _commit(run, chunk, clips, outcomes)
+            scored_now += len(chunk)
             progress.advance(len(chunk), sum(c.seconds for c in clips))
             if time.monotonic() - last > CHECKPOINT_S:
                 _flush(run, scorers)
                 last = time.monotonic()
         written = _finish(run, scorers) or written
+    except Interrupted as e:  # the chunk in hand dropped; every one before it is kept
+        interrupted = e
     finally:
         progress.close()
         if written:
@@ -123,6 +135,10 @@ def _score(
         "audio_s_per_s": round(run.audio_s / seconds, 2) if seconds > 0 else None,
         "scorers": {s.name: s.identity for s in scorers},
         "scores": str(dataset.scores_path),
+        "status": "done" if interrupted is None else "interrupted",
+        # 130/143 when a signal stopped the pass; else the command decides (failed files: 3)
+        "exit_code": None if interrupted is None else interrupted.exit_code,
+        "scored_now": scored_now,
         "written": written,
     }
 
