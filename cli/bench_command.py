@@ -26,7 +26,13 @@ def _parse_sizes(text: str) -> list[int | None]:
 
 
 def bench(
-    size: Annotated[str, typer.Option(help="Model dimensions: 0.6b, 1.7b or small.")] = "0.6b",
+    size: Annotated[
+        str,
+        typer.Option(
+            help="Model dimensions: 0.6b, 1.7b, small, or auto (0.6b on CUDA; small on a CPU, "
+            "where a 0.6b batch takes minutes)."
+        ),
+    ] = "auto",
     batch_sizes: Annotated[
         str | None,
         typer.Option(
@@ -122,8 +128,10 @@ def bench(
             machine=machine_info(device),
         )
     sizes = _parse_sizes(batch_sizes or "1,16")
-    if size not in ("0.6b", "1.7b", "small"):
-        raise typer.BadParameter(f"--size {size!r}: use 0.6b, 1.7b or small")
+    if size not in ("0.6b", "1.7b", "small", "auto"):
+        raise typer.BadParameter(f"--size {size!r}: use 0.6b, 1.7b, small or auto")
+    if size == "auto":
+        size = _auto_size(device, count_launches)
     if count_launches:
         if None in sizes:
             raise typer.BadParameter("--count-launches: give batch sizes as numbers, not auto")
@@ -146,3 +154,21 @@ def bench(
             emit=typer.echo,
         )
     typer.echo(json.dumps({"bench": rows, "machine": machine_info(device)}))
+
+
+def _auto_size(device: str, count_launches: bool) -> str:
+    """--size auto: the published 0.6b dims on CUDA (and for launch counts, which run on the
+    meta device), the small ones on a CPU, said on stderr."""
+    if count_launches:
+        return "0.6b"
+    import torch
+
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if cuda:
+        return "0.6b"
+    typer.echo(
+        "qtts bench: --size auto is small on a CPU (--size 0.6b times the published shapes, "
+        "minutes a batch)",
+        err=True,
+    )
+    return "small"

@@ -54,13 +54,16 @@ def test_bench_rejects_bad_batch_sizes():
 
 
 def test_bench_auto_takes_the_memory_plans_batch_size():
+    """Also: without --size a CPU times the small dims, and says so (0.6b takes minutes)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "qtts", "bench", "--size", "small", "--batch-sizes", "auto",
+        [sys.executable, "-m", "qtts", "bench", "--batch-sizes", "auto",
          "--frames", "4", "--requests", "5", "--device", "cpu", "--no-write"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert "--size auto is small on a CPU" in proc.stderr
     (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["bench"]
+    assert row["size"] == "small"
     assert row["auto"] is True and row["batch"] == 5  # all 5 requests fit: the plan takes them all
     assert row["audio_s"] == 5 * 4 * 1920 / 24000
 
