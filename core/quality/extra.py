@@ -8,7 +8,8 @@ import importlib.util
 
 from qtts.core.errors import UsageError
 
-INSTALL = 'pip install "qtts[quality]"'
+# From an index, and from a clone of the repository (the README's install)
+INSTALL = 'pip install "qtts[quality]" (from a clone: pip install -e ".[quality]")'
 # What each scorer imports from the extra (speechmos imports librosa without declaring it).
 DNSMOS_MODULES = ("speechmos", "onnxruntime", "librosa")
 ASR_MODULES = ("jiwer",)
