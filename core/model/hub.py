@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from qtts.core.errors import FatalError
+from qtts.core.errors import EXIT_USAGE, FatalError
 
 # The published repos keep config.json at the top and the codec under speech_tokenizer/.
 _SPEECH_DIR = "speech_tokenizer"
@@ -25,6 +25,13 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 class ModelLoadError(FatalError):
     """Checkpoint not found, not downloadable, unreadable or not matching the model (one line)."""
+
+
+class ModelPathError(ModelLoadError):
+    """--model names a local path that is no checkpoint directory (missing, or a file): the
+    argument is wrong and nothing was done, so it exits as a usage error (2), not a fatal one."""
+
+    exit_code = EXIT_USAGE
 
 
 def one_line(exc: BaseException) -> str:
@@ -56,9 +63,9 @@ def resolve_model_dir(model: str) -> Path:
     if path.is_dir():
         return path
     if path.exists():
-        raise ModelLoadError(f"--model {model} is a file; pass the checkpoint directory")
+        raise ModelPathError(f"--model {model} is a file; pass the checkpoint directory")
     if not _REPO_ID.match(model):
-        raise ModelLoadError(
+        raise ModelPathError(
             f"model directory {model} does not exist (pass a checkpoint directory or an HF repo "
             "id like Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)"
         )

@@ -174,7 +174,7 @@ def test_a_missing_extra_is_one_line_naming_the_install(tmp_path):
     assert p.stderr.strip().splitlines() == [
         "Error: qtts score needs the quality extra (speechmos is missing: No module named "
         "'speechmos'); install it with: pip install \"qtts[quality]\" (from a clone: "
-        "pip install -e \".[quality]\")"
+        'pip install -e ".[quality]")'
     ]
 
 

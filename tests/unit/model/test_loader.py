@@ -342,13 +342,16 @@ def test_resolve_local_dir(tmp_path):
 
 
 def test_resolve_bad_local_paths(tmp_path):
+    """A local path that is no checkpoint directory is the user's argument gone wrong, nothing
+    done: a usage error (exit 2), still a ModelLoadError for the code that catches those."""
     with pytest.raises(ModelLoadError) as exc:
         resolve_model_dir(str(tmp_path / "nope"))
-    assert str(tmp_path / "nope") in one_line(exc)
+    assert str(tmp_path / "nope") in one_line(exc) and exc.value.exit_code == 2
     f = tmp_path / "file.bin"
     f.write_bytes(b"")
-    with pytest.raises(ModelLoadError, match="is a file"):
+    with pytest.raises(ModelLoadError, match="is a file") as exc:
         resolve_model_dir(str(f))
+    assert exc.value.exit_code == 2
 
 
 class FakeHub:
