@@ -31,6 +31,7 @@ Exit codes:
   1    fatal (model load failed, disk full, Ray cluster unreachable);
        undone rows stay pending
   2    usage or input error, nothing done: a bad option;
+       a --model path that is no directory;
        an unreadable, empty or invalid input; duplicate ids;
        an out dir not writable or holding another job;
        a shard count that disagrees with the out dir's

@@ -41,7 +41,6 @@ from qtts.core.jobs.contract.spec import (
     SplitOptions,
     VoiceOptions,
 )
-from qtts.core.jobs.output.stores.registry import OutputLayout
 
 log = logging.getLogger("qtts")
 
@@ -109,14 +108,13 @@ def output_options(
     input_moved: o.InputMoved = False,
     dry_run: o.DryRun = False,
 ) -> OutputOptions:
-    if shard_rows is not None and output == OutputLayout.files:  # harmless, but not what was meant
-        log.warning("--shard-rows %d does nothing with --output files (a file a row)", shard_rows)
     return OutputOptions(
         out_dir=out_dir,
         audio_format=format,
         save_codes=save_codes,
         layout=output,
         shard_rows=DEFAULT_SHARD_ROWS if shard_rows is None else shard_rows,
+        shard_rows_given=shard_rows is not None,
         overwrite=overwrite,
         input_moved=input_moved,
         dry_run=dry_run,

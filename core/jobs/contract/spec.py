@@ -182,6 +182,7 @@ class OutputOptions:
     # run checks the name before it reads a row.
     layout: str | None = "files"
     shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
+    shard_rows_given: bool = False  # --shard-rows on the command line (said if it does nothing)
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
     dry_run: bool = False  # plan and report; load no weights, write nothing

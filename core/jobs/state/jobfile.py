@@ -196,4 +196,8 @@ def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOpti
         kept += [f"--format {audio_format.value}"] if audio_format.value != DEFAULT_FORMAT else []
     if kept:
         log.info("%s: as %s holds them (pass another to repack)", ", ".join(kept), output.out_dir)
+    if output.shard_rows_given and layout == DEFAULT_LAYOUT:  # harmless, but not what was meant
+        log.warning(
+            "--shard-rows %d does nothing with --output files (a file a row)", output.shard_rows
+        )
     return replace(output, layout=layout, audio_format=audio_format)
