@@ -168,7 +168,10 @@ def test_resume_skips_done_rows_and_redoes_the_rest(tmp_path, write_manifest):
 def test_changed_text_is_redone(tmp_path, write_manifest):
     out = tmp_path / "out"
     qtts("batch", write_manifest([{"id": "a", "text": "one"}]), "-o", out, "--speaker", "ryan")
-    r = qtts("batch", write_manifest([{"id": "a", "text": "two"}]), "-o", out, "--speaker", "ryan")
+    changed = write_manifest([{"id": "a", "text": "two"}])
+    dry = qtts("batch", changed, "-o", out, "--speaker", "ryan", "--dry-run")
+    assert "1 to redo (text (1))" in dry.stderr  # the dry run's line says why, not only how many
+    r = qtts("batch", changed, "-o", out, "--speaker", "ryan")
     assert summary(r)["ok"] == 1 and results(out)["a"]["text"] == "two"
 
 

@@ -81,9 +81,11 @@ class DryRunSummary:
             * bool(self.taken_out)
         )
         repack = f", {self.to_repack} to repack (no synthesis)" * bool(self.to_repack)
+        why = ", ".join(f"{reason} ({n})" for reason, n in self.redo_reasons.items())
+        redo = f"{self.redo} to redo" + f" ({why})" * bool(self.redo and why)
         return (
             f"dry run: {self.to_synthesize} row(s) to synthesize{split} (about {hours:.2f} h "
-            f"of audio), {self.skipped} already done{repack}, {self.redo} to redo{out}, "
+            f"of audio), {self.skipped} already done{repack}, {redo}{out}, "
             f"{self.failed} failing validation; nothing was written"
         )
 
