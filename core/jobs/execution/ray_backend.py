@@ -152,6 +152,8 @@ class RayBackend:
                 unit,
             )
             ray.data.DataContext.get_current().wait_for_min_actors_s = MIN_ACTORS_WAIT_S
+            if not log.isEnabledFor(logging.DEBUG):  # qtts logs the job's progress; -v: Ray's too
+                logging.getLogger("ray.data").setLevel(logging.WARNING)
             results = (
                 ray.data.from_arrow(todo)
                 .repartition(math.ceil(todo.num_rows / unit))
