@@ -59,11 +59,11 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
         progress = Progress(quiet=report.quiet, log_interval=report.log_interval)
         open_text_model, load_synthesizer = factories()
         summary = run_job(spec, open_text_model, load_synthesizer, progress)
-    if not spec.output.dry_run:
-        refresh_dataset_card(spec.output.out_dir)
     typer.echo(json.dumps(summary.as_dict()))
     level = logging.WARNING if summary.exit_code else logging.INFO
     logging.getLogger("qtts").log(level, "%s", summary.describe())
+    if not spec.output.dry_run and summary.exit_code not in STOPPED_BY_SIGNAL:
+        refresh_dataset_card(spec.output.out_dir)  # after the summary: a signal now loses nothing
     raise typer.Exit(summary.exit_code)
 
 
@@ -159,6 +159,9 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+STOPPED_BY_SIGNAL = (130, 143)  # Ctrl-C, SIGTERM: exit as asked, the card waits for a rerun
+
+
 def refresh_dataset_card(out_dir: Path) -> None:
     """The dataset card follows the views a run rebuilt, where `qtts results` wrote one (a
     warning, never the run's exit code, when it cannot be written)."""
@@ -166,7 +169,7 @@ def refresh_dataset_card(out_dir: Path) -> None:
 
     try:
         card = refresh_card(out_dir)
-    except (OSError, ValueError, ImportError) as e:  # results.parquet unreadable, or no yaml
+    except Exception as e:  # noqa: BLE001 -- the card, never the finished job's exit code
         logging.getLogger("qtts").warning("dataset card not refreshed in %s: %s", out_dir, e)
         return
     if card is not None:

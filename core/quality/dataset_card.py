@@ -59,7 +59,9 @@ METADATA_FEATURES |= {"duration_s": "duration"}
 _DTYPES = {"string": "string", "large_string": "string", "double": "float64", "int64": "int64"}
 _DTYPES |= {"bool": "bool", "float": "float32"}
 # What the card reads of results.parquet (one column each, never the texts).
-READ = ("id", "status", "kept", "path", "member", "sample_rate", "language", "model", "settings")
+READ = ("id", "status", "kept", "path", "member", "sample_rate", "num_samples", "language", "model")
+READ += ("settings",)
+WAV_HEADER = 44  # bytes of a 16-bit PCM WAV file's header
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,10 @@ def refresh_card(out_dir: Path) -> Card | None:
     from qtts.core.jobs.output.keep_rules import read_keep_rules
     from qtts.core.quality.dataset_summary import summarize_results
 
-    cards = (out_dir / CARD_NAME, StatePaths(out_dir).dir / CARD_NAME)
-    if not any(_is_card(p) for p in cards) or not (out_dir / "results.parquet").exists():
+    cards = [p for p in (out_dir / CARD_NAME, StatePaths(out_dir).dir / CARD_NAME) if _is_card(p)]
+    if not cards or not (out_dir / "results.parquet").exists():
+        return None
+    if _newer_than_views(cards, out_dir):  # nothing changed since (a resume with nothing to do)
         return None
     status = pq.read_table(out_dir / "results.parquet", columns=["status"])["status"]
     ok = pc.sum(pc.equal(status, "ok")).as_py() or 0
@@ -118,6 +122,13 @@ def refresh_card(out_dir: Path) -> Card | None:
     counts["pending"] = counts["total"] - ok - failed
     quality = summarize_results(out_dir / "results.parquet")
     return write_card(out_dir, counts, quality, read_keep_rules(out_dir))
+
+
+def _newer_than_views(cards: list[Path], out_dir: Path) -> bool:
+    """Every card written after results.parquet and the keep rules last changed."""
+    sources = [out_dir / "results.parquet", StatePaths(out_dir).keep_file]
+    newest = max((p.stat().st_mtime_ns for p in sources if p.exists()), default=0)
+    return all(card.stat().st_mtime_ns > newest for card in cards)
 
 
 def _is_card(path: Path) -> bool:
@@ -136,7 +147,9 @@ def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
     if len(ok) and members.null_count == len(ok):  # files
         if not (out_dir / "metadata.jsonl").is_file():
             return None, None, "no row is kept, so there is no metadata.jsonl"
-        suffixes = sorted({Path(p).suffix for p in ok["path"].to_pylist()})
+        paths = ok["path"].combine_chunks()
+        found = pc.extract_regex(paths, r"(?P<suffix>\.[^./]+)$").field("suffix")
+        suffixes = sorted(pc.unique(found).drop_null().to_pylist())  # per row in Arrow, not Path
         paths = ["metadata.jsonl", *(f"*{s}" for s in suffixes)]
         names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
         columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
@@ -161,13 +174,14 @@ def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
 
 
 def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:
-    """The bytes of what the config reads: the files layout's metadata.jsonl and kept audio
-    files (a stat each), or every shard."""
+    """The bytes of what the config reads: every shard; for the files layout, metadata.jsonl and
+    the kept rows' 16-bit samples with a WAV header each (exact for WAV, a FLAC file's upper
+    bound), from results.parquet's num_samples: no stat a row, at millions of rows."""
     patterns = config["data_files"][0]["path"]
     if patterns[0] != "metadata.jsonl":
         return sum(p.stat().st_size for pattern in patterns for p in out_dir.glob(pattern))
-    files = [out_dir / "metadata.jsonl", *(Path(p) for p in kept["path"].to_pylist())]
-    return sum(p.stat().st_size for p in files if p.exists())
+    samples = pc.sum(kept["num_samples"]).as_py() or 0
+    return (out_dir / "metadata.jsonl").stat().st_size + 2 * samples + WAV_HEADER * len(kept)
 
 
 def _config(paths: list[str]) -> dict:

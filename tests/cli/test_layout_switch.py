@@ -104,6 +104,26 @@ def test_a_run_that_leaves_the_flags_out_keeps_the_out_dirs_layout_and_format(fi
     assert_same_rows(out, before)
 
 
+def test_an_out_dir_from_before_the_recorded_layout_keeps_its_own(finished, manifest):
+    """A job file written before it recorded layout and format: a run without the flags reads
+    them once from the records (the rows' locations, the settings they were made with), moves
+    nothing, and records them from then on."""
+    out, before = finished
+    switched = qtts(manifest, out, "--output", "parquet", "--format", "flac", "--shard-rows", 4)
+    assert summary(switched)["repacked"] == ROWS
+    job_file = out / ".qtts" / "job.json"
+    old = {k: v for k, v in json.loads(job_file.read_text()).items()
+           if k not in ("layout", "audio_format")}  # fmt: skip
+    job_file.write_text(json.dumps(old))
+    r = qtts(manifest, out, QTTS_FAKE_LOAD_FAIL="1")
+    assert r.exit_code == 0, r.stderr
+    assert (summary(r)["repacked"], summary(r)["skipped"]) == (0, ROWS)
+    assert "--output parquet, --format flac: as" in r.stderr
+    job = json.loads(job_file.read_text())
+    assert (job["layout"], job["audio_format"]) == ("parquet", "flac")
+    assert_same_rows(out, before)
+
+
 @pytest.mark.parametrize("switch", [("--output", "webdataset"), ("--format", "flac")])
 def test_a_switch_without_save_codes_moves_the_audio_and_drops_the_codes(finished, manifest,
                                                                          switch):  # fmt: skip

@@ -183,6 +183,9 @@ class OutputOptions:
     layout: str | None = "files"
     shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
     shard_rows_given: bool = False  # --shard-rows on the command line (said if it does nothing)
+    # "layout", "audio_format": settled from the out dir's job file, not given (checked again
+    # under the job lock: another task may switch them meanwhile)
+    inherited: tuple[str, ...] = ()
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
     dry_run: bool = False  # plan and report; load no weights, write nothing

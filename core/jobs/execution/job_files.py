@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qtts.core.errors import UsageError
+from qtts.core.jobs.execution.out_dir_output import check_output_unchanged
 from qtts.core.jobs.output.stores.retract import remove_every_archive
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.atomic_files import cleanup_temp_files
@@ -66,6 +67,7 @@ def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
             _no_old_run(paths, recorded.num_shards)
             remove_every_archive(out)  # first: shards without records would be made again
             state.remove_every_shard(out)
+        check_output_unchanged(out, spec.output, recorded)  # a switch by another task stands
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)

@@ -33,13 +33,14 @@ from qtts.core.jobs.execution.job_files import write_job_files
 from qtts.core.jobs.execution.local_backend import LocalBackend
 from qtts.core.jobs.execution.locked_run import Job, JobRun
 from qtts.core.jobs.execution.out_dir import make_out_dir
+from qtts.core.jobs.execution.out_dir_output import settle_output, with_recorded_output
 from qtts.core.jobs.execution.segment_progress import with_segment_progress
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.output.stores.registry import check_layout
 from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
-from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard, settle_output
+from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import one_chunk
@@ -127,8 +128,6 @@ def prepare_job(
     rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     out = spec.output.out_dir
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
-    spec = replace(spec, output=settle_output(spec.output, recorded))  # flags left out: the dir's
-    check_layout(spec.output.layout)  # a job file's own is checked too
     check_input(
         out,
         recorded,
@@ -137,6 +136,9 @@ def prepare_job(
         input_moved=spec.output.input_moved,
         overwrite=spec.output.overwrite,
     )
+    if spec.output.layout is None or spec.output.audio_format is None:  # the out dir's own
+        own = with_recorded_output(out, recorded)
+        spec = replace(spec, output=settle_output(spec.output, own))
     req = shard_request(spec.scale_out.num_shards, spec.scale_out.shard_index, env)
     if spec.scale_out.backend == "ray" and req.from_environment:
         raise UsageError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 
 import pyarrow as pa
 
@@ -90,15 +91,15 @@ def _warn_misspelled(
     used = {columns.column(f) for f in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
     for name in (n for n in names if n not in used):
         wanted = {columns.column(f).lower(): columns.column(f) for f in absent}
-        close = difflib.get_close_matches(name.lower(), wanted, n=1, cutoff=TYPO_CUTOFF)
+        # a field's name as one word of the column's (speaker_id, src_language): another
+        # column of its own, not a misspelling
+        words = set(re.split(r"[_\-\s.]+", name.lower()))
+        candidates = [w for w in wanted if w not in words or w == name.lower()]
+        close = difflib.get_close_matches(name.lower(), candidates, n=1, cutoff=TYPO_CUTOFF)
         if close:
-            field = next(f for f in absent if columns.column(f) == wanted[close[0]])
+            column = wanted[close[0]]
+            field = next(f for f in absent if columns.column(f) == column)
             log.warning(
-                "manifest %s: column %r is not one qtts reads, so its values are ignored; "
-                "did you mean %r? (rename it, or pass --column %s=%s)",
-                where,
-                name,
-                wanted[close[0]],
-                field,
-                name,
+                f"manifest {where}: column {name!r} is not one qtts reads, so its values are "
+                f"ignored; did you mean {column!r}? (rename it, or pass --column {field}={name})"
             )

@@ -8,9 +8,8 @@ explicit --num-shards that disagrees is refused; a Slurm array, srun or torchrun
 disagrees (a partly resubmitted array) runs its task as shard `task` of the recorded N when
 that is a valid index. --overwrite may change N only while no other run holds a lock there.
 It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/work/precision.py),
-and keeps the out dir's output (--output and --format as the last run wrote them): a run that
-leaves either flag out writes what the out dir holds, so a cron line missing a flag never
-repacks a finished dataset into the defaults (`settle_output`).
+and records the out dir's output (--output and --format as the last run wrote them: a run
+that leaves either flag out writes what the out dir holds, core/jobs/execution/out_dir_output.py).
 Knows the job file and lock names; no rows, no models.
 """
 
@@ -18,12 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.contract.choices import AudioFormat
-from qtts.core.jobs.contract.spec import OutputOptions
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.shards import UNSHARDED, Shard, ShardRequest
@@ -35,7 +32,6 @@ FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
 CPU_AUTO_DTYPES = ("bfloat16", "float32")
 # A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
 UNPINNED_CPU_AUTO = "float32"
-DEFAULT_LAYOUT, DEFAULT_FORMAT = "files", "wav"  # --output and --format on a new out dir
 
 
 @dataclass(frozen=True)
@@ -179,25 +175,3 @@ def job_for(
         req.array_step if array else None,
         columns=dict(columns) if columns else None,
     )
-
-
-def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOptions:
-    """--output and --format as given; one left out (None) is the out dir's own, as its job file
-    records it, or the default (files, wav) for a new out dir. Another value than the out dir's
-    repacks its finished rows; leaving a flag out never does."""
-    layout, audio_format = output.layout, output.audio_format
-    kept = []
-    if layout is None:
-        layout = (recorded.layout if recorded is not None else None) or DEFAULT_LAYOUT
-        kept += [f"--output {layout}"] if layout != DEFAULT_LAYOUT else []
-    if audio_format is None:
-        recorded_format = recorded.audio_format if recorded is not None else None
-        audio_format = AudioFormat.parse(recorded_format or DEFAULT_FORMAT, "--format")
-        kept += [f"--format {audio_format.value}"] if audio_format.value != DEFAULT_FORMAT else []
-    if kept:
-        log.info("%s: as %s holds them (pass another to repack)", ", ".join(kept), output.out_dir)
-    if output.shard_rows_given and layout == DEFAULT_LAYOUT:  # harmless, but not what was meant
-        log.warning(
-            "--shard-rows %d does nothing with --output files (a file a row)", output.shard_rows
-        )
-    return replace(output, layout=layout, audio_format=audio_format)

@@ -5,12 +5,14 @@ keys, gets the defaults. Only a flag left out and kept from the out dir is logge
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 from qtts.core.jobs.contract.choices import AudioFormat
 from qtts.core.jobs.contract.spec import OutputOptions
-from qtts.core.jobs.state.jobfile import JobFile, settle_output
+from qtts.core.jobs.execution.out_dir_output import settle_output
+from qtts.core.jobs.state.jobfile import JobFile
 
 RECORDED = JobFile("batch", "/m.parquet", layout="webdataset", audio_format="flac")
 BEFORE_THE_KEYS = JobFile("batch", "/m.parquet")
@@ -43,3 +45,30 @@ def test_only_what_is_kept_from_the_out_dir_is_said(caplog):
     kept = [r.getMessage() for r in caplog.records]
     said = "--output webdataset, --format flac: as OUT holds them (pass another to repack)"
     assert kept == [said]
+
+
+def test_a_layout_a_run_took_from_the_job_file_must_still_be_recorded_under_the_lock():
+    """Another task switching the out dir (given --output) while this one read the job file:
+    writing the old value back would undo the switch, so the run stops and says to run again.
+    A value given on the command line is this run's own switch, and goes ahead."""
+    from qtts.core.errors import UsageError
+    from qtts.core.jobs.execution.out_dir_output import check_output_unchanged
+
+    was = JobFile("batch", "/m.parquet", layout="files", audio_format="wav")
+    took = settle_output(OutputOptions("OUT", layout=None, audio_format=None), was)
+    assert took.inherited == ("layout", "audio_format")
+    check_output_unchanged(Path("OUT"), took, was)  # nothing changed meanwhile
+    check_output_unchanged(Path("OUT"), took, BEFORE_THE_KEYS)  # nor recorded
+    with pytest.raises(UsageError, match="just switched to --output webdataset by another run"):
+        check_output_unchanged(Path("OUT"), took, RECORDED)
+    given = settle_output(OutputOptions("OUT", layout="files", audio_format="wav"), was)
+    check_output_unchanged(Path("OUT"), given, RECORDED)  # its own switch back
+
+
+def test_a_recorded_layout_this_qtts_does_not_know_names_the_job_file():
+    from qtts.core.errors import UsageError
+
+    odd = JobFile("batch", "/m.parquet", layout="zip", audio_format="wav")
+    with pytest.raises(UsageError, match=r"job.json records layout 'zip', which this qtts"):
+        settle_output(OutputOptions("OUT", layout=None, audio_format=None), odd)
+    settle_output(OutputOptions("OUT", layout="files", audio_format=None), odd)  # given: fine

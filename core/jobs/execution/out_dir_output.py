@@ -1,0 +1,110 @@
+"""An out dir keeps its layout and format: --output and --format left out (None) mean the out
+dir's own, as its job file records them (`settle_output`), or the defaults (files, wav) for a
+new out dir. A cron line missing a flag then resumes the dataset as it is; another value given
+repacks its finished rows. Under the job lock a run checks that what it took from the job file
+is still what is recorded there (`check_output_unchanged`): another task may have switched it.
+
+An out dir from before the job file recorded them is read once from its records
+(`with_recorded_output`): the layout of most of its ok rows' locations (the output registry's
+parsing), the format of the settings most were made with (OUT/.qtts/settings.json keeps each
+settings digest's format). Knows records, locations, the settings registry; no models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from qtts.core.errors import UsageError
+from qtts.core.jobs.contract.choices import AudioFormat
+from qtts.core.jobs.contract.spec import OutputOptions
+from qtts.core.jobs.output.stores.locations import layouts
+from qtts.core.jobs.output.stores.registry import layout_names
+from qtts.core.jobs.state.jobfile import JobFile
+from qtts.core.jobs.state.records import OK
+from qtts.core.jobs.state.shard_state import read_all
+from qtts.core.jobs.work.fingerprint import read_registry
+
+log = logging.getLogger("qtts")
+DEFAULT_LAYOUT, DEFAULT_FORMAT = "files", "wav"  # --output and --format on a new out dir
+
+
+def with_recorded_output(out_dir: Path, recorded: JobFile | None) -> JobFile | None:
+    """`recorded`, its missing layout and audio_format read from the out dir's records (left
+    None where no ok row says)."""
+    if recorded is None or (recorded.layout is not None and recorded.audio_format is not None):
+        return recorded
+    rows = read_all(out_dir, ("status", "file", "settings"))
+    ok = rows.filter(pc.fill_null(pc.equal(rows["status"], OK), False))
+    if ok.num_rows == 0:
+        return recorded
+    layout = recorded.layout or _most(layouts(ok["file"]).to_pylist())
+    made_with = _most(ok["settings"].to_pylist())
+    audio_format = recorded.audio_format or read_registry(out_dir).get(made_with, {}).get("format")
+    return replace(recorded, layout=layout, audio_format=audio_format)
+
+
+def _most(values: list) -> object | None:
+    counts = Counter(v for v in values if v is not None)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOptions:
+    """--output and --format as given; one left out (None) is the out dir's own, as its job file
+    records it, or the default (files, wav) for a new out dir. Another value than the out dir's
+    repacks its finished rows; leaving a flag out never does."""
+    layout, audio_format = output.layout, output.audio_format
+    kept, inherited = [], []
+    if layout is None:
+        layout = (recorded.layout if recorded is not None else None) or DEFAULT_LAYOUT
+        _check_recorded(output.out_dir, "layout", layout, layout_names())
+        kept += [f"--output {layout}"] if layout != DEFAULT_LAYOUT else []
+        inherited.append("layout")
+    if audio_format is None:
+        recorded_format = (
+            recorded.audio_format if recorded is not None else None
+        ) or DEFAULT_FORMAT
+        formats = [f.value for f in AudioFormat]
+        _check_recorded(output.out_dir, "audio_format", recorded_format, formats)
+        audio_format = AudioFormat(recorded_format)
+        kept += [f"--format {audio_format.value}"] if audio_format.value != DEFAULT_FORMAT else []
+        inherited.append("audio_format")
+    if kept:
+        log.info("%s: as %s holds them (pass another to repack)", ", ".join(kept), output.out_dir)
+    if output.shard_rows_given and layout == DEFAULT_LAYOUT:  # harmless, but not what was meant
+        log.warning(
+            "--shard-rows %d does nothing with --output files (a file a row)", output.shard_rows
+        )
+    return replace(output, layout=layout, audio_format=audio_format, inherited=tuple(inherited))
+
+
+def _check_recorded(out_dir: Path, key: str, value: str, known: Iterable[str]) -> None:
+    known = list(known)
+    if value not in known:
+        flag = "--output" if key == "layout" else "--format"
+        raise UsageError(
+            f"{out_dir}/.qtts/job.json records {key} {value!r}, which this qtts does not know "
+            f"(it knows {', '.join(known)}): pass {flag} to say what to write, or upgrade qtts"
+        )
+
+
+def check_output_unchanged(out_dir: Path, output: OutputOptions, recorded: JobFile | None) -> None:
+    """Under the job lock: a layout or format this run took from the job file is still the one
+    recorded there; another run may have switched it since (a task given --output while this one
+    read the file), and writing the old value back would undo that switch."""
+    if recorded is None:
+        return
+    now = {"layout": recorded.layout, "audio_format": recorded.audio_format}
+    mine = {"layout": output.layout, "audio_format": getattr(output.audio_format, "value", None)}
+    for key in output.inherited:
+        if now[key] is not None and now[key] != mine[key]:
+            flag = "--output" if key == "layout" else "--format"
+            raise UsageError(
+                f"{out_dir} was just switched to {flag} {now[key]} by another run; run again to "
+                f"join it (or pass {flag} {mine[key]} to switch it back)"
+            )
