@@ -277,7 +277,7 @@ def test_a_dry_run_counts_the_rows_and_shards_a_run_would_take_out(tmp_path):
     assert (dry["redo"], dry["failed"]) == (1, 1)
     assert (dry["taken_out"], dry["outputs_rewritten"]) == (2, 1)
     summary = DryRunSummary(**{k: v for k, v in dry.items() if k != "est_audio_hours"})
-    assert "1 to redo, 2 taken out of 1 output file(s) first" in summary.describe()
+    assert "1 to redo (text (1)), 2 taken out of 1 output file(s) first" in summary.describe()
     assert _shards(out) == before  # the dry run wrote nothing
     assert _fake(manifest, out, "--output", "webdataset", "--shard-rows", 3).returncode == 3
     after = _shards(out)

@@ -119,7 +119,7 @@ def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):
     replays = []
 
     class FakeCudaGraphs:
-        def __init__(self, device, capture_error_mode):
+        def __init__(self, device, capture_error_mode, stream=None):
             pass
 
         def warmup(self, window, key, steps):
