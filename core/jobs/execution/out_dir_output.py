@@ -13,11 +13,12 @@ settings digest's format). Knows records, locations, the settings registry; no m
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
@@ -43,15 +44,18 @@ def with_recorded_output(out_dir: Path, recorded: JobFile | None) -> JobFile | N
     ok = rows.filter(pc.fill_null(pc.equal(rows["status"], OK), False))
     if ok.num_rows == 0:
         return recorded
-    layout = recorded.layout or _most(layouts(ok["file"]).to_pylist())
-    made_with = _most(ok["settings"].to_pylist())
+    layout = recorded.layout or _most(layouts(ok["file"]))
+    made_with = _most(ok["settings"])
     audio_format = recorded.audio_format or read_registry(out_dir).get(made_with, {}).get("format")
     return replace(recorded, layout=layout, audio_format=audio_format)
 
 
-def _most(values: list) -> object | None:
-    counts = Counter(v for v in values if v is not None)
-    return counts.most_common(1)[0][0] if counts else None
+def _most(values: pa.Array | pa.ChunkedArray) -> str | None:
+    """The most common value (counted in Arrow: millions of rows), or None when all are null."""
+    counts = pc.value_counts(pc.drop_null(values))
+    if len(counts) == 0:
+        return None
+    return counts.field("values")[int(np.argmax(counts.field("counts")))].as_py()
 
 
 def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOptions:
