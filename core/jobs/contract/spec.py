@@ -173,7 +173,7 @@ class OutputOptions:
 
     out_dir: Path
     # --format and --output; None: not given, so the out dir's own (as its job file records
-    # them; qtts.core.jobs.state.jobfile.settle_output), else the defaults. A run settles them
+    # them; qtts.core.jobs.execution.out_dir_output), else the defaults. A run settles them
     # before it reads a row: from then on both are set.
     audio_format: AudioFormat | None = AudioFormat.wav
     save_codes: bool = False
