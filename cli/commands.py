@@ -167,10 +167,6 @@ def refresh_dataset_card(out_dir: Path) -> None:
     warning, never the run's exit code, when it cannot be written)."""
     from qtts.core.quality.dataset_card import refresh_card
 
-    try:
-        card = refresh_card(out_dir)
-    except Exception as e:  # noqa: BLE001 -- the card, never the finished job's exit code
-        logging.getLogger("qtts").warning("dataset card not refreshed in %s: %s", out_dir, e)
-        return
+    card = refresh_card(out_dir)
     if card is not None:
         logging.getLogger("qtts").info("dataset card refreshed: %s", card.path)

@@ -22,6 +22,7 @@ Reads results.parquet's columns and the first Parquet shard's schema; knows no m
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
 
+log = logging.getLogger("qtts")
 CARD_NAME = "README.md"
 MARKER = (
     "<!-- qtts dataset card: `qtts results` rewrites this file; remove this line to keep it -->"
@@ -106,7 +108,16 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
 def refresh_card(out_dir: Path) -> Card | None:
     """The card written again for the views as they are now, where `qtts results` wrote one
     (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own); None where
-    there is none, or no results.parquet. The counts come from results.parquet itself."""
+    there is none, none is due, or it could not be written (a warning: the card, never the
+    finished run's exit code). The counts come from results.parquet itself."""
+    try:
+        return _refresh(out_dir)
+    except Exception as e:  # noqa: BLE001 -- see above
+        log.warning("dataset card not refreshed in %s: %s", out_dir, e)
+        return None
+
+
+def _refresh(out_dir: Path) -> Card | None:
     from qtts.core.jobs.output.keep_rules import read_keep_rules
     from qtts.core.quality.dataset_summary import summarize_results
 

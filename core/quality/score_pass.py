@@ -129,7 +129,7 @@ def _score(
     _log_failures(run, names)
     seconds = time.monotonic() - t0
     return {
-        **summarize(run.table, todo=len(todo), failed_now=len(run.failed)),
+        **summarize(run.table, todo=len(todo), done=scored_now, failed_now=len(run.failed)),
         "audio_s": round(run.audio_s, 2),
         "seconds": round(seconds, 2),
         "audio_s_per_s": round(run.audio_s / seconds, 2) if seconds > 0 else None,
@@ -278,7 +278,4 @@ def _refresh_views(out_dir: Path) -> None:
         return
     from qtts.core.quality.dataset_card import refresh_card
 
-    try:
-        refresh_card(out_dir)  # a card `qtts results` wrote shows the new scores
-    except (OSError, ValueError) as exc:
-        log.warning("dataset card not refreshed in %s: %s", out_dir, one_line(exc))
+    refresh_card(out_dir)  # a card `qtts results` wrote shows the new scores

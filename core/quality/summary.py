@@ -13,9 +13,10 @@ PERCENTILES = (5, 50, 95)
 DIGITS = 4
 
 
-def summarize(table: pa.Table, *, todo: int, failed_now: int) -> dict:
-    """rows: files in the dataset; scored: scored by this pass; skipped: already scored by the
-    same scorers; failed: files whose latest attempt failed (their `error`)."""
+def summarize(table: pa.Table, *, todo: int, done: int, failed_now: int) -> dict:
+    """rows: files in the dataset; scored: scored by this pass (of the `done` it got through,
+    fewer than `todo` when a signal stopped it); skipped: already scored by the same scorers;
+    failed: files whose latest attempt failed (their `error`)."""
     stats = {}
     for field in SCORE_FIELDS:
         if not pa.types.is_floating(field.type):
@@ -29,7 +30,7 @@ def summarize(table: pa.Table, *, todo: int, failed_now: int) -> dict:
             }
     return {
         "rows": table.num_rows,
-        "scored": todo - failed_now,
+        "scored": done - failed_now,
         "skipped": table.num_rows - todo,
         "failed": table.num_rows - table["error"].null_count,
         "stats": stats,

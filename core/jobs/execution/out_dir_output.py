@@ -33,6 +33,7 @@ from qtts.core.jobs.work.fingerprint import read_registry
 
 log = logging.getLogger("qtts")
 DEFAULT_LAYOUT, DEFAULT_FORMAT = "files", "wav"  # --output and --format on a new out dir
+FLAGS = {"layout": "--output", "audio_format": "--format"}  # job.json key -> its option
 
 
 def with_recorded_output(out_dir: Path, recorded: JobFile | None) -> JobFile | None:
@@ -90,10 +91,10 @@ def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOpti
 def _check_recorded(out_dir: Path, key: str, value: str, known: Iterable[str]) -> None:
     known = list(known)
     if value not in known:
-        flag = "--output" if key == "layout" else "--format"
         raise UsageError(
             f"{out_dir}/.qtts/job.json records {key} {value!r}, which this qtts does not know "
-            f"(it knows {', '.join(known)}): pass {flag} to say what to write, or upgrade qtts"
+            f"(it knows {', '.join(known)}): pass {FLAGS[key]} to say what to write, or upgrade "
+            "qtts"
         )
 
 
@@ -107,7 +108,7 @@ def check_output_unchanged(out_dir: Path, output: OutputOptions, recorded: JobFi
     mine = {"layout": output.layout, "audio_format": getattr(output.audio_format, "value", None)}
     for key in output.inherited:
         if now[key] is not None and now[key] != mine[key]:
-            flag = "--output" if key == "layout" else "--format"
+            flag = FLAGS[key]
             raise UsageError(
                 f"{out_dir} was just switched to {flag} {now[key]} by another run; run again to "
                 f"join it (or pass {flag} {mine[key]} to switch it back)"

@@ -54,6 +54,7 @@ def test_a_signal_keeps_the_scored_chunks_and_the_next_pass_goes_on(tmp_path, mo
         for s, handler in handlers.items():
             signal.signal(s, handler)
     assert (first["status"], first["exit_code"], first["scored_now"]) == ("interrupted", 143, 1)
+    assert first["scored"] == 1  # what the pass got through, not what it set out to do
     scored = pq.read_table(data / "scores.parquet").to_pylist()
     assert sum(r["dnsmos_ovrl"] is not None for r in scored) == 1  # the first chunk, kept
     again = score_pass.score_path(data, ScoreOptions(speaker_model=None))
