@@ -57,7 +57,8 @@ def resolve_model_dir(model: str) -> Path:
     """Map `--model` to a local checkpoint directory, downloading a Hub repo id if needed.
 
     A path that exists must be a directory. Otherwise an "org/name" string is a Hub repo id: the
-    local HF cache is tried first (no network), then the Hub unless HF_HUB_OFFLINE is set.
+    local HF cache is tried first (no network), then the Hub unless HF_HUB_OFFLINE is set. An
+    "org/name" whose org is a local folder goes no further than the cache.
     """
     path = Path(model).expanduser()
     if path.is_dir():
@@ -69,11 +70,23 @@ def resolve_model_dir(model: str) -> Path:
             f"model directory {model} does not exist (pass a checkpoint directory or an HF repo "
             "id like Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)"
         )
+    # "models/x" beside a local models/ folder is far likelier a mistyped path than a Hub repo:
+    # say so from the cache alone instead of a download error about a repo the user never meant.
+    folder = path.parent
+    if folder.is_dir():
+        return _snapshot(
+            model,
+            missing=ModelPathError(
+                f"model directory {model} does not exist ({folder}/ has no {path.name}); "
+                f"for the Hub repo {model}, " + _download_hint(model)
+            ),
+        )
     return _snapshot(model)
 
 
-def _snapshot(repo_id: str) -> Path:
-    """Cache first (a partial cached snapshot counts as a miss), then an online snapshot."""
+def _snapshot(repo_id: str, missing: ModelLoadError | None = None) -> Path:
+    """Cache first (a partial cached snapshot counts as a miss), then an online snapshot; with
+    `missing`, a cache miss raises it instead of going online."""
     import huggingface_hub
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -83,6 +96,8 @@ def _snapshot(repo_id: str) -> Path:
             return cached
     except Exception:  # not cached (LocalEntryNotFoundError) or unusable: fall through to online
         pass
+    if missing is not None:
+        raise missing
     if _hub_offline():
         raise ModelLoadError(
             f"{repo_id} is not (completely) in the Hugging Face cache and HF_HUB_OFFLINE is set; "

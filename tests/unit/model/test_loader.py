@@ -474,3 +474,21 @@ def test_loading_on_cuda_n_makes_it_the_current_device_first(monkeypatch):
     assert events == [("set_device", torch.device("cuda", 1)), ("load", torch.device("cuda", 1))]
     loader.use_device(torch.device("cpu"))  # nothing to do on CPU
     assert len(events) == 2
+
+
+def test_resolve_mistyped_path_beside_a_local_folder(tmp_path, monkeypatch):
+    """ "models/x" where models/ is a local folder and no such repo is cached: a mistyped path,
+    said as one (exit 2) without a download attempt; the same name cached still resolves."""
+    go_online(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    fake = FakeHub(cached=None, online=RuntimeError("must not go online"))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    with pytest.raises(ModelLoadError) as exc:
+        resolve_model_dir("models/x")
+    msg = one_line(exc)
+    assert exc.value.exit_code == 2 and "models/ has no x" in msg and "hf download" in msg
+    assert fake.calls == [("cache", "models/x")]
+    fake = FakeHub(cached=make_checkpoint_files(tmp_path / "snap"))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    assert resolve_model_dir("models/x") == tmp_path / "snap"
