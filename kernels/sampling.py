@@ -116,7 +116,7 @@ if TRITON_AVAILABLE:
         temperature_ptr,  # float32 [B]
         top_k_ptr,  # int64 [B]; 0 = off
         top_p_ptr,  # float32 [B]; >= 1 = off
-        penalty_ptr,  # float32 [B]
+        repetition_penalty_ptr,  # float32 [B]
         seen_ptr,  # uint8 [B, V] (read only when HAS_SEEN)
         seen_stride,
         block_eos_ptr,  # uint8 [B] (read only when HAS_BLOCK_EOS)
@@ -140,7 +140,7 @@ if TRITON_AVAILABLE:
 
         # apply_penalties: greedy and sampled rows alike.
         if HAS_SEEN:
-            p = tl.load(penalty_ptr + row)
+            p = tl.load(repetition_penalty_ptr + row)
             seen = tl.load(seen_ptr + row * seen_stride + offs, mask=in_vocab, other=0) != 0
             x = tl.where(seen, tl.where(x < 0, x * p, tl.math.div_rn(x, p)), x)
         if HAS_BLOCK_EOS:
@@ -219,7 +219,7 @@ def sample_tokens(
     temperature: torch.Tensor,  # float32 [B]
     top_k: torch.Tensor,  # int64 [B]; 0 = off
     top_p: torch.Tensor,  # float32 [B]; >= 1 = off
-    penalty: torch.Tensor,  # float32 [B]; used only with `seen`
+    repetition_penalty: torch.Tensor,  # float32 [B]; used only with `seen`
     seen: torch.Tensor | None,  # bool [B, V]: ids the row generated before
     block_eos: torch.Tensor | None,  # bool [B]: EOS not allowed yet
     eos_id: int,
@@ -242,7 +242,7 @@ def sample_tokens(
         "temperature": (temperature, torch.float32),
         "top_k": (top_k, torch.int64),
         "top_p": (top_p, torch.float32),
-        "penalty": (penalty, torch.float32),
+        "repetition_penalty": (repetition_penalty, torch.float32),
         "seeds": (seeds, torch.int64),
         "frames": (frames, torch.int64),
     }
@@ -262,7 +262,7 @@ def sample_tokens(
         temperature,
         top_k,
         top_p,
-        penalty,
+        repetition_penalty,
         seen.view(torch.uint8) if seen is not None else as_bytes,
         seen.stride(0) if seen is not None else 0,
         block_eos.view(torch.uint8) if block_eos is not None else as_bytes,
@@ -290,7 +290,7 @@ def sample_tokens_op(
     temperature: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
-    penalty: torch.Tensor,
+    repetition_penalty: torch.Tensor,
     seen: torch.Tensor | None,
     block_eos: torch.Tensor | None,
     eos_id: int,
@@ -309,7 +309,7 @@ def sample_tokens_op(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
-        penalty=penalty,
+        repetition_penalty=repetition_penalty,
         seen=seen,
         block_eos=block_eos,
         eos_id=eos_id,
@@ -328,7 +328,7 @@ def _(
     temperature,
     top_k,
     top_p,
-    penalty,
+    repetition_penalty,
     seen,
     block_eos,
     eos_id,

@@ -72,35 +72,31 @@ def _snake_beta(dev, dtype, g, shape) -> float:
 def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     """(greedy rows equal, sampled rows that differ) for random logits and per-row parameters
     with every feature on: penalties, EOS block, suppression, top-k, top-p, temperature."""
-    from qtts.core.engine.step.token_choice import RowParams, apply_penalties, select_tokens
+    from qtts.core.engine.step.token_choice import (
+        ROW_DTYPES,
+        apply_penalties,
+        random_rows,
+        select_tokens,
+    )
     from qtts.kernels.sampling import sample_tokens
-
-    def rand(*shape):
-        return torch.rand(*shape, device=dev, generator=g)
 
     eos = vocab - 1
     suppress = torch.zeros(vocab, dtype=torch.bool, device=dev)
     suppress[vocab - 12 : vocab - 2] = True
     logits = 3 * torch.randn(rows, vocab, device=dev, generator=g)
     logits[:, eos] += 2.0  # EOS competes, so the block matters
-    p = dict(
-        greedy=rand(rows) < 0.25,
-        temperature=0.3 + 1.5 * rand(rows),
-        top_k=torch.randint(0, 80, (rows,), device=dev, generator=g) * (rand(rows) < 0.7),
-        top_p=torch.where(rand(rows) < 0.5, 1.0, 0.5 + 0.45 * rand(rows)).float(),
-        penalty=1.0 + 0.5 * rand(rows),
-    )
-    site = dict(
-        seen=rand(rows, vocab) < 0.05, block_eos=rand(rows) < 0.5, eos_id=eos, suppress=suppress
-    )
+    params = random_rows(rows, dev, g)
+    seen = torch.rand(rows, vocab, device=dev, generator=g) < 0.05
+    block_eos = torch.rand(rows, device=dev, generator=g) < 0.5
+    site = dict(seen=seen, block_eos=block_eos, eos_id=eos, suppress=suppress)
     seeds = torch.randint(0, 2**62, (rows,), device=dev, generator=g)
     frames = torch.randint(0, 4000, (rows,), device=dev, generator=g)
     out = torch.empty(rows, dtype=torch.int64, device=dev)
-    got = sample_tokens(logits, out, **p, **site, seeds=seeds, frames=frames, codebook=3)
-    scores = apply_penalties(logits, p["penalty"], **site)
-    params = RowParams(**p)
+    per_row = {name: getattr(params, name) for name in ROW_DTYPES}
+    got = sample_tokens(logits, out, **per_row, **site, seeds=seeds, frames=frames, codebook=3)
+    scores = apply_penalties(logits, params.repetition_penalty, **site)
     want = select_tokens(scores, params, seeds, frames, 3)
-    greedy = p["greedy"]
+    greedy = params.greedy
     return bool(torch.equal(got[greedy], want[greedy])), int((got != want).sum())
 
 

@@ -138,7 +138,7 @@ class NaiveGenerator:
         block = torch.full((logits.shape[0],), step < MIN_NEW_TOKENS, device=logits.device)
         scores = apply_penalties(
             logits,
-            inp.talker.penalty,
+            inp.talker.repetition_penalty,
             seen=seen,
             block_eos=block,
             eos_id=self.eos,

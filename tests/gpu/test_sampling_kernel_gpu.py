@@ -43,7 +43,7 @@ def _inputs(b: int, v: int, seed: int) -> dict:
         temperature=0.3 + 1.5 * torch.rand(b, generator=g),
         top_k=torch.randint(0, 80, (b,), generator=g) * (torch.rand(b, generator=g) < 0.7),
         top_p=torch.where(torch.rand(b, generator=g) < 0.5, 1.0, 0.5 + 0.45 * u),
-        penalty=1.0 + 0.5 * torch.rand(b, generator=g),
+        repetition_penalty=1.0 + 0.5 * torch.rand(b, generator=g),
         seen=torch.rand(b, v, generator=g) < 0.05,
         block_eos=torch.rand(b, generator=g) < 0.5,
         suppress=suppress,
@@ -63,7 +63,7 @@ def _params(c: dict) -> RowParams:
 
 def _twin(c: dict) -> torch.Tensor:
     scores = apply_penalties(
-        c["logits"], c["penalty"], c["seen"], c["block_eos"], c["eos_id"], c["suppress"]
+        c["logits"], c["repetition_penalty"], c["seen"], c["block_eos"], c["eos_id"], c["suppress"]
     )
     return select_tokens(scores, _params(c), c["seeds"], c["frames"], c["codebook"])
 
@@ -72,7 +72,7 @@ def _kernel(c: dict, out: torch.Tensor | None = None) -> torch.Tensor:
     from qtts.kernels.sampling import sample_tokens
 
     out = torch.empty(c["logits"].shape[0], dtype=torch.int64, device=DEV) if out is None else out
-    keys = ("greedy", "temperature", "top_k", "top_p", "penalty", "seen", "block_eos")
+    keys = ("greedy", "temperature", "top_k", "top_p", "repetition_penalty", "seen", "block_eos")
     keys += ("eos_id", "suppress", "seeds", "frames", "codebook")
     return sample_tokens(c["logits"], out, **{k: c[k] for k in keys})
 

@@ -16,7 +16,7 @@ be forced on either device (the kernel interpreted on CPU, the twin on CUDA).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -33,7 +33,7 @@ class RowParams:
     temperature: torch.Tensor  # float32 [B]
     top_k: torch.Tensor  # int64 [B]; 0 = off
     top_p: torch.Tensor  # float32 [B]; >= 1 = off
-    penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
+    repetition_penalty: torch.Tensor  # float32 [B]; 1 = off (talker only)
     # Host-side facts true of EVERY row for the engine's life (None = unknown). They only let the
     # twin skip work no row needs; results are identical with or without them. Static per engine,
     # so a graph may bake them in; the per-row values above stay device tensors.
@@ -42,24 +42,15 @@ class RowParams:
     top_p_off: bool | None = None  # every row has top_p >= 1
 
     @classmethod
-    def fill(
-        cls,
-        n: int,
-        device,
-        *,
-        greedy: bool,
-        temperature: float,
-        top_k: int,
-        top_p: float,
-        penalty: float = 1.0,
-    ) -> RowParams:
+    def fill(cls, n: int, device, *, greedy: bool, **values: float | int) -> RowParams:
+        """n rows sharing one value per parameter: `greedy` and SamplingParams' other fields by
+        their names (a field left out takes its default: 1.0 repetition penalty = off)."""
+
         def full(v, dtype):
             return torch.full((n,), v, dtype=dtype, device=device)
 
-        all_greedy, max_top_k, top_p_off = _hints(greedy, top_k, top_p)
-        values = dict(
-            greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p, penalty=penalty
-        )
+        values = {**_DEFAULTS, **values, "greedy": greedy}
+        all_greedy, max_top_k, top_p_off = _hints(greedy, values["top_k"], values["top_p"])
         return cls(
             **{name: full(values[name], dtype) for name, dtype in ROW_DTYPES.items()},
             all_greedy=all_greedy,
@@ -69,16 +60,10 @@ class RowParams:
 
     @classmethod
     def from_sampling(cls, params: SamplingParams, n: int, device) -> RowParams:
-        """n rows of one site's engine-wide sampling parameters (host hints included)."""
-        return cls.fill(
-            n,
-            device,
-            greedy=not params.do_sample,
-            temperature=params.temperature,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            penalty=params.repetition_penalty,
-        )
+        """n rows of one site's engine-wide sampling parameters (host hints included): every
+        field by its own name, do_sample as its opposite (greedy)."""
+        values = {f.name: getattr(params, f.name) for f in fields(params) if f.name != "do_sample"}
+        return cls.fill(n, device, greedy=not params.do_sample, **values)
 
     def rows(self, index: torch.Tensor) -> RowParams:
         """The rows `index` (copies), hints kept."""
@@ -92,8 +77,30 @@ ROW_DTYPES = {
     "temperature": torch.float32,
     "top_k": torch.int64,
     "top_p": torch.float32,
-    "penalty": torch.float32,
+    "repetition_penalty": torch.float32,
 }
+
+
+def random_rows(n: int, device, generator: torch.Generator) -> RowParams:
+    """n rows of random parameters, each feature on in some rows and off in others: what a
+    check of the kernel against this twin draws (qtts doctor). No host hints."""
+
+    def rand(*shape):
+        return torch.rand(*shape, device=device, generator=generator)
+
+    top_k = torch.randint(0, 80, (n,), device=device, generator=generator) * (rand(n) < 0.7)
+    return RowParams(
+        greedy=rand(n) < 0.25,
+        temperature=0.3 + 1.5 * rand(n),
+        top_k=top_k,
+        top_p=torch.where(rand(n) < 0.5, 1.0, 0.5 + 0.45 * rand(n)).float(),
+        repetition_penalty=1.0 + 0.5 * rand(n),
+    )
+
+
+# A field fill() is not given takes SamplingParams' own default (the per-row tensors are
+# SamplingParams' fields, do_sample carried as greedy: a test ties the two lists).
+_DEFAULTS = {f.name: f.default for f in fields(SamplingParams) if f.name != "do_sample"}
 
 
 def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:
@@ -103,7 +110,7 @@ def _hints(greedy: bool, top_k: int, top_p: float) -> tuple:
 
 def apply_penalties(
     logits: torch.Tensor,  # float32 [B, V]
-    penalty: torch.Tensor,  # float32 [B]
+    repetition_penalty: torch.Tensor,  # float32 [B]
     seen: torch.Tensor | None,  # bool [B, V]: ids this row generated before
     block_eos: torch.Tensor | None,  # bool [B]: row has generated < min_new_tokens ids
     eos_id: int,
@@ -112,7 +119,7 @@ def apply_penalties(
     """The value-changing processors (applied to greedy and sampled rows alike)."""
     out = logits
     if seen is not None:
-        p = penalty[:, None]
+        p = repetition_penalty[:, None]
         penalised = torch.where(out < 0, out * p, out / p)
         out = torch.where(seen, penalised, out)
     neg_inf = out.new_full((), float("-inf"))  # a fill, not a host copy: graph-capturable
@@ -239,15 +246,10 @@ def choose_tokens(
             raise ValueError("the triton sampler (QTTS_SAMPLER=triton) needs triton: install it")
         if out is None:
             out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)  # [B]
-        p = params
         sample_tokens_op(
             logits,
             out,
-            p.greedy,
-            p.temperature,
-            p.top_k,
-            p.top_p,
-            p.penalty,
+            *(getattr(params, name) for name in ROW_DTYPES),  # the op's order, greedy first
             seen,
             block_eos,
             eos_id,
@@ -258,7 +260,12 @@ def choose_tokens(
         )
         return out
     scores = apply_penalties(
-        logits, params.penalty, seen=seen, block_eos=block_eos, eos_id=eos_id, suppress=suppress
+        logits,
+        params.repetition_penalty,
+        seen=seen,
+        block_eos=block_eos,
+        eos_id=eos_id,
+        suppress=suppress,
     )
     tokens = select_tokens(scores, params, seeds, frames, codebook, allow_host_sync=allow_host_sync)
     if out is None:

@@ -182,3 +182,28 @@ def test_the_row_dtypes_list_every_per_row_tensor_of_row_params():
     assert tensors == list(ROW_DTYPES)
     params = RowParams.fill(3, "cpu", greedy=False, temperature=0.7, top_k=5, top_p=0.9)
     assert {n: getattr(params, n).dtype for n in ROW_DTYPES} == ROW_DTYPES
+
+
+def test_the_per_row_tensors_are_the_sampling_fields_by_name():
+    """RowParams carries every SamplingParams field under its own name (do_sample as greedy), so
+    from_sampling, the kernel's arguments and the doctor's draw need no line per parameter; and
+    the kernel op takes them in ROW_DTYPES' order."""
+    import dataclasses
+
+    from qtts.core.engine.step.token_choice import ROW_DTYPES, RowParams, random_rows
+    from qtts.core.model.config import SamplingParams
+    from qtts.kernels.sampling import sample_tokens_op
+
+    fields = [f.name for f in dataclasses.fields(SamplingParams)]
+    assert ["greedy" if n == "do_sample" else n for n in fields] == list(ROW_DTYPES)
+    site = SamplingParams(True, 0.7, 5, 0.9, 1.3)
+    params = RowParams.from_sampling(site, 2, "cpu")
+    for name in fields:
+        got = getattr(params, "greedy" if name == "do_sample" else name)
+        want = not site.do_sample if name == "do_sample" else getattr(site, name)
+        assert torch.allclose(got.double(), torch.full((2,), float(want), dtype=torch.double))
+    op_args = [a.name for a in sample_tokens_op._opoverload._schema.arguments]
+    assert op_args[2 : 2 + len(ROW_DTYPES)] == list(ROW_DTYPES)
+    drawn = random_rows(64, "cpu", torch.Generator().manual_seed(0))
+    assert {n: getattr(drawn, n).dtype for n in ROW_DTYPES} == ROW_DTYPES
+    assert drawn.greedy.any() and not drawn.greedy.all() and (drawn.top_k == 0).any()

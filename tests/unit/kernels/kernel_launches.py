@@ -125,7 +125,7 @@ def _sample_tokens(vocab: int, site_inputs: bool) -> None:
     b = SLOTS
     rows = dict(greedy=torch.zeros(b, dtype=torch.bool), temperature=torch.ones(b),
                 top_k=torch.zeros(b, dtype=torch.int64), top_p=torch.ones(b),
-                penalty=torch.ones(b), seeds=torch.zeros(b, dtype=torch.int64),
+                repetition_penalty=torch.ones(b), seeds=torch.zeros(b, dtype=torch.int64),
                 frames=torch.zeros(b, dtype=torch.int64))  # fmt: skip
     site = dict(seen=None, block_eos=None, suppress=None)
     if site_inputs:

@@ -117,12 +117,12 @@ def sample_tokens(dtype, grad):
     b = 3
     logits = _rand(b, VOCAB, dtype=dtype, grad=grad, g=g)
     greedy, temperature = torch.tensor([True, False, False]), torch.tensor([1.0, 0.8, 1.2])
-    top_k, top_p, penalty = (
+    top_k, top_p, repetition_penalty = (
         torch.tensor([0, 5, 0]),
         torch.tensor([1.0, 1.0, 0.9]),
         torch.tensor([1.1, 1.0, 1.3]),
     )
-    rows = (greedy, temperature, top_k, top_p, penalty)
+    rows = (greedy, temperature, top_k, top_p, repetition_penalty)
     seen = torch.rand(b, VOCAB, generator=g) < 0.2
     site = (seen, torch.tensor([True, False, True]), VOCAB - 1, torch.arange(VOCAB) >= VOCAB - 3)
     tail = (torch.tensor([1, 2, 3]), torch.tensor([0, 4, 7]), 0)  # seeds, frames, codebook

@@ -32,13 +32,13 @@ from qtts.core.engine.step.token_choice import (
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 
-_PARAMS = ("greedy", "temperature", "top_k", "top_p", "penalty")
+_PARAMS = ("greedy", "temperature", "top_k", "top_p", "repetition_penalty")
 _DTYPES = dict(
     greedy=torch.bool,
     temperature=torch.float32,
     top_k=torch.int64,
     top_p=torch.float32,
-    penalty=torch.float32,
+    repetition_penalty=torch.float32,
 )
 
 # Runs in the subprocess: every case through sample_tokens (or choose_tokens when asked).
@@ -47,7 +47,7 @@ import sys, torch
 import qtts.kernels.sampling as ks
 from qtts.core.engine.step.token_choice import RowParams, choose_tokens
 assert ks.INTERPRETED, "TRITON_INTERPRET=1 did not reach triton"
-PARAMS = ("greedy", "temperature", "top_k", "top_p", "penalty")
+PARAMS = ("greedy", "temperature", "top_k", "top_p", "repetition_penalty")
 results = {}
 for name, c in torch.load(sys.argv[1]).items():
     ks.SEARCH_BITS = c.get("search_bits", 4)
@@ -80,9 +80,9 @@ def _case(
     suppress=None,
     **params,
 ) -> dict:
-    """One sampling call. params: greedy/temperature/top_k/top_p/penalty, scalar or per-row."""
+    """One sampling call. params: each RowParams field, scalar or per-row."""
     b = logits.shape[0]
-    base = dict(greedy=False, temperature=1.0, top_k=0, top_p=1.0, penalty=1.0)
+    base = dict(greedy=False, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
     base.update({k: v for k, v in params.items() if k in _PARAMS})
     case = {k: torch.as_tensor(v, dtype=_DTYPES[k]).expand(b).clone() for k, v in base.items()}
     case.update(
@@ -118,7 +118,7 @@ def _mixed(v: int, seed: int) -> dict:
         temperature=[0.0, 0.7, 1.0, 1.3, 0.9, 2.0, 1.0, 0.5],
         top_k=[0, 0, 50, 1, 7, 0, 3, v + 5],
         top_p=[1.0, 0.9, 1.0, 0.8, 0.5, 0.3, 1.0, 0.95],
-        penalty=[1.05, 1.5, 0.7, 1.0, 1.2, 1.05, 2.0, 1.1],
+        repetition_penalty=[1.05, 1.5, 0.7, 1.0, 1.2, 1.05, 2.0, 1.1],
         codebook=seed % 16,
     )
 
@@ -171,7 +171,7 @@ def _cases() -> dict:
             greedy=True,
             temperature=[0.0, 1.0, 1e-3, 10.0] * 2,
             seen=torch.rand(8, 1000, generator=torch.Generator().manual_seed(2)) < 0.3,
-            penalty=1.3,
+            repetition_penalty=1.3,
             top_k=3,
             top_p=0.2,
         ),
@@ -181,10 +181,10 @@ def _cases() -> dict:
         "hot": _case(_randn(8, 300, 7), temperature=10.0, top_k=[0, 20] * 4),
         "top_k_ties": _case(ties, top_k=2),
         "only_eos": _only_eos(),
-        "penalty": _case(
+        "repetition_penalty": _case(
             _randn(6, 200, 8, scale=1.0),
             seen=seen,
-            penalty=[1.5, 0.7, 3.0, 1.0, 1.2, 0.5],
+            repetition_penalty=[1.5, 0.7, 3.0, 1.0, 1.2, 0.5],
             temperature=0.5,
         ),
         "eos_block": _case(
@@ -229,7 +229,7 @@ def kernel(tmp_path_factory):
 
 def _twin(c: dict) -> torch.Tensor:
     scores = apply_penalties(
-        c["logits"], c["penalty"], c["seen"], c["block_eos"], c["eos_id"], c["suppress"]
+        c["logits"], c["repetition_penalty"], c["seen"], c["block_eos"], c["eos_id"], c["suppress"]
     )
     params = RowParams(**{k: c[k] for k in _PARAMS})
     return select_tokens(scores, params, c["seeds"], c["frames"], c["codebook"])
@@ -252,7 +252,7 @@ def _check(kernel, name) -> torch.Tensor:
         "cold",
         "hot",
         "top_k_ties",
-        "penalty",
+        "repetition_penalty",
         "mixed",
         "vocab_2048",
         "vocab_3072",
@@ -270,7 +270,7 @@ def test_greedy_and_degenerate_filters_are_the_argmax(kernel):
     cases, _ = kernel
     for name in ("greedy", "top_k_1", "tiny_top_p"):
         c = cases[name]
-        scores = apply_penalties(c["logits"], c["penalty"], c["seen"], None, -1, None)
+        scores = apply_penalties(c["logits"], c["repetition_penalty"], c["seen"], None, -1, None)
         assert _check(kernel, name).tolist() == scores.argmax(-1).tolist(), name
 
 
@@ -298,11 +298,11 @@ def test_eos_rules(kernel):
 @needs_triton
 def test_penalty_moves_seen_ids(kernel):
     cases, _ = kernel
-    c = cases["penalty"]
+    c = cases["repetition_penalty"]
     free = select_tokens(
         c["logits"], RowParams(**{k: c[k] for k in _PARAMS}), c["seeds"], c["frames"], 0
     )
-    assert _check(kernel, "penalty").tolist() != free.tolist()
+    assert _check(kernel, "repetition_penalty").tolist() != free.tolist()
 
 
 @needs_triton
@@ -370,9 +370,9 @@ from qtts.kernels.rope_cache import qk_norm_rope_cache
 assert not sampling.TRITON_AVAILABLE
 try:
     sampling.sample_tokens(torch.zeros(1, 4), torch.zeros(1, dtype=torch.int64), greedy=None,
-                           temperature=None, top_k=None, top_p=None, penalty=None, seen=None,
-                           block_eos=None, eos_id=0, suppress=None, seeds=None, frames=None,
-                           codebook=0)
+                           temperature=None, top_k=None, top_p=None, repetition_penalty=None,
+                           seen=None, block_eos=None, eos_id=0, suppress=None, seeds=None,
+                           frames=None, codebook=0)
 except RuntimeError as e:
     assert "triton" in str(e)
 else:

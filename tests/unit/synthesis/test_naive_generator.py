@@ -35,7 +35,7 @@ def _generate(tiny, prompts, budgets, *, greedy=True, seeds=None):
             prompts,
             budgets,
             seeds,
-            RowParams.fill(n, "cpu", penalty=1.05, **params),
+            RowParams.fill(n, "cpu", repetition_penalty=1.05, **params),
             RowParams.fill(n, "cpu", **params),
         )
     )
