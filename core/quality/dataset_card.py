@@ -21,10 +21,10 @@ Reads results.parquet's columns and the first Parquet shard's schema; knows no m
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +32,9 @@ import pyarrow.parquet as pq
 
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
+
+if TYPE_CHECKING:
+    from qtts.core.jobs.output.stores.shard_format import ArchiveFormat
 
 log = logging.getLogger("qtts")
 CARD_NAME = "README.md"
@@ -79,7 +82,7 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     results = pq.read_table(path, columns=[c for c in READ if c in schema.names])
     ok = results.filter(pc.fill_null(pc.equal(results["status"], "ok"), False))
     kept = ok if "kept" not in ok.column_names else ok.filter(pc.fill_null(ok["kept"], False))
-    config, info, note = _layout(out_dir, ok, kept, schema)
+    config, info, note, fmt = _layout(out_dir, ok, kept, schema)
     if config is not None:  # datasets caches a folder's load by its card: a new size, a new load
         info["download_size"] = _bytes(out_dir, config, kept)
     header = {
@@ -94,8 +97,17 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     if config is not None:
         header["configs"] = [config]
         header["dataset_info"] = info
+    reads = _reads(out_dir, config is not None, fmt)
     text = _yaml(header) + _body(
-        out_dir, counts, quality=quality, rules=rules, ok=ok, kept=kept, note=note
+        out_dir,
+        counts,
+        quality=quality,
+        rules=rules,
+        ok=ok,
+        kept=kept,
+        note=note,
+        reads=reads,
+        loads_kept=config is not None and note is None,
     )
     target = out_dir / CARD_NAME
     own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
@@ -150,38 +162,47 @@ def _is_card(path: Path) -> bool:
 
 
 def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
-    """(the config, dataset_info, a note on what loads) for the layout the ok rows are in; a
-    None config when no loader reads it as it is."""
+    """(the config, dataset_info, a note on what loads, the rows' archive format or None) for
+    the layout the ok rows are in; a None config when no loader reads it as it is."""
     members = ok["member"]
     rate = int(ok["sample_rate"][0].as_py()) if len(ok) else 24000
     audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rate}}}
     if len(ok) and members.null_count == len(ok):  # files
         if not (out_dir / "metadata.jsonl").is_file():
-            return None, None, "no row is kept, so there is no metadata.jsonl"
+            note = (
+                "no row passes the keep rules, so there is no metadata.jsonl, and a loader given "
+                "this folder would list every audio file, unfiltered (`qtts results --keep-all` "
+                "keeps every ok row)"
+            )
+            return None, None, note, None
         paths = ok["path"].combine_chunks()
         found = pc.extract_regex(paths, r"(?P<suffix>\.[^./]+)$").field("suffix")
         suffixes = sorted(pc.unique(found).drop_null().to_pylist())  # per row in Arrow, not Path
         paths = ["metadata.jsonl", *(f"*{s}" for s in suffixes)]
         names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
         columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
-        return _config(paths), {"features": [audio, *columns]}, None
+        return _config(paths), {"features": [audio, *columns]}, None, None
     from qtts.core.jobs.output.stores.registry import part_of
 
-    # The archive format of the rows' shards, by the output-format registry (never by suffix: a
-    # Shar shard's recording part is a .tar too, and no Hub loader reads a Shar folder).
-    found = {part_of(Path(p).name) for p in ok["path"].unique().to_pylist()}
-    formats = {f.fmt.name for f in found if f is not None}
-    if None in found or len(formats) != 1:
-        return None, None, "the rows' layout has no loader that reads it as it is"
-    if formats == {"parquet"}:
-        shard = sorted((out_dir / "data").glob("*.parquet"))[0]
-        config = _config(["data/*.parquet"])
+    # The archive format of the rows' shards, and how a client loads it, from the output-format
+    # registry (never by suffix: a Shar shard's recording part is a .tar too).
+    shards = {part_of(Path(p).name) for p in ok["path"].unique().to_pylist()}
+    formats = {s.fmt for s in shards if s is not None}
+    if None in shards or len(formats) != 1:
+        return None, None, "the rows' layout has no loader that reads it as it is", None
+    fmt = formats.pop()
+    if fmt.hub is None:
+        return None, None, f"no Hub loader reads the {fmt.name} layout as it is", fmt
+    config = _config([fmt.hub.pattern])
+    if fmt.hub.filters_ids:
         note = _filters(config, ok, kept)
-        return config, {"features": _shard_features(shard)}, note
-    if formats == {"webdataset"}:
-        note = None if len(kept) == len(ok) else "WebDataset tars load every ok row"
-        return _config(["data/*.tar"]), {}, note  # its builder types the members itself
-    return None, None, f"no Hub loader reads the {formats.pop()} layout as it is"
+    else:
+        note = None if len(kept) == len(ok) else f"the {fmt.name} shards load every ok row"
+    info = {}
+    if fmt.hub.features is not None:
+        shard = min(s.shard for s in shards if s is not None)
+        info["features"] = fmt.hub.features(out_dir / "data" / fmt.key.name(shard))
+    return config, info, note, fmt
 
 
 def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:
@@ -212,20 +233,6 @@ def _filters(config: dict, ok: pa.Table, kept: pa.Table) -> str | None:
     return None
 
 
-def _shard_features(shard: Path) -> list[dict]:
-    """The shard's own Hugging Face features (its schema's metadata), as the card lists them."""
-    schema = pq.read_schema(shard)
-    features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
-    out = []
-    for name in schema.names:
-        f = features[name]
-        if f.get("_type") == "Audio":
-            out.append({"name": name, "dtype": {"audio": {"sampling_rate": f["sampling_rate"]}}})
-        else:
-            out.append({"name": name, "dtype": f.get("dtype", "string")})
-    return out
-
-
 def _feature(name: str, type_: pa.DataType) -> dict:
     return {"name": name, "dtype": _DTYPES.get(str(type_), "string")}
 
@@ -251,7 +258,20 @@ def _yaml(header: dict) -> str:
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _body(out_dir, counts, quality, rules, ok, kept, note) -> str:
+def _reads(out_dir: Path, loads: bool, fmt: ArchiveFormat | None) -> list[str]:
+    """The Python lines that read the out dir back: load_dataset(OUT) where the card's config
+    loads it, then the archive format's own client."""
+    lines = []
+    if loads:
+        lines += ["from datasets import load_dataset", ""]
+        lines += [f'ds = load_dataset("{out_dir.resolve()}", split="train")']
+    if fmt is not None and fmt.reads_back:
+        data = str(out_dir.resolve() / "data")
+        lines += [""] * bool(lines) + [line.replace("{data}", data) for line in fmt.reads_back]
+    return lines
+
+
+def _body(out_dir, counts, quality, rules, ok, kept, note, reads, loads_kept) -> str:
     from qtts.core.quality.dataset_summary import summary_lines
 
     models = sorted(set(pc.drop_null(ok["model"]).to_pylist()))
@@ -274,15 +294,12 @@ def _body(out_dir, counts, quality, rules, ok, kept, note) -> str:
         f"- Model: {', '.join(f'`{m}`' for m in models) or 'none yet'}",
         f"- Settings fingerprint: {', '.join(f'`{s}`' for s in settings) or 'none yet'} (the "
         "`settings` column: the digest of the job settings each row was made with)",
-        f"- Keep rules: {listed} (`qtts results --min-dnsmos ...`; kept rows are what loads)",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "",
-        f'ds = load_dataset("{out_dir.resolve()}", split="train")',
-        "```",
+        f"- Keep rules: {listed} (`qtts results --min-dnsmos ...`"
+        + ("; kept rows are what load_dataset gives)" if loads_kept else ")"),
         "",
     ]
+    if reads:
+        lines += ["```python", *reads, "```", ""]
     if note:
         lines += [f"Note: {note}; `results.parquet`'s `kept` column says which rows pass.", ""]
     summary = summary_lines(quality)

@@ -101,11 +101,43 @@ def test_keep_rules_decide_what_load_dataset_gives(out, tmp_path):
     assert counts(body)["kept"] == len(kept) == 2
     assert f"--max-chars-per-s {ceiling:g}" in body
     if header["configs"][0]["data_files"][0]["path"] == ["data/*.tar"]:
-        assert "WebDataset tars load every ok row" in body  # the card says what it cannot do
+        assert "the webdataset shards load every ok row" in body  # what it cannot do, said
         kept = sorted(rates)
     assert load(out, tmp_path / "kept")["ids"] == kept
     assert run("results", out, "--keep-all").returncode == 3
     assert load(out, tmp_path / "kept")["ids"] == sorted(rates)  # the same cache: a new card
+
+
+# What each layout's card code reads back: the ids, from the names that code binds.
+READ_IDS = {
+    "ds": 'sorted(ds["id"] if "id" in ds.column_names else [j["id"] for j in ds["json"]])',
+    "table": 'sorted(table["id"].to_pylist())',
+    "samples": 'sorted(json.loads(s["json"])["id"] for s in samples)',
+    "cuts": "sorted(c.id for c in cuts)",
+}
+
+
+def card_code_reads(out, tmp_path) -> dict[str, list[str]]:
+    """Runs the card's Python block as a user would paste it: {name it binds: the ids read}."""
+    code = re.search(r"```python\n(.*?)```", card(out)[1], flags=re.S).group(1)
+    show = "\n".join(
+        f"if {name!r} in globals(): print(json.dumps([{name!r}, {ids}]))"
+        for name, ids in READ_IDS.items()
+    )  # fmt: skip
+    env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
+    read = subprocess.run([sys.executable, "-c", f"import json\n{code}\n{show}"],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert read.returncode == 0, read.stderr[-3000:]
+    return dict(json.loads(line) for line in read.stdout.strip().splitlines())
+
+
+def test_the_cards_own_code_reads_the_rows_back(out, tmp_path):
+    """The card's Python block (load_dataset(OUT), then the format's own client, from the
+    format's module) runs as pasted and reads every ok row."""
+    assert run("results", out).returncode == 3
+    got = card_code_reads(out, tmp_path)
+    assert "ds" in got and all(ids == ["a1", "b2", "c3"] for ids in got.values()), got
+    assert len(got) == (1 if (out / "metadata.jsonl").exists() else 2)
 
 
 def test_a_users_own_readme_is_never_overwritten(out):
@@ -132,6 +164,7 @@ def test_a_shar_out_dir_gets_a_card_without_a_hub_loader(tmp_path):
     header, body = card(out)
     assert "configs" not in header
     assert counts(body)["ok"] == 2 and "no Hub loader reads the shar layout" in body
+    assert card_code_reads(out, tmp_path) == {"cuts": ["a1", "b2"]}  # lhotse, from the card
 
 
 def test_the_card_follows_every_run_that_changes_the_views(tmp_path):

@@ -154,3 +154,6 @@ def test_an_all_filtered_out_dir_is_refused_by_nothing_downstream(out, tmp_path)
                           text=True, env=env, timeout=180)  # fmt: skip
     assert read.returncode == 0, read.stderr[-2000:]
     assert read.stdout.split()[0] == str(len(DNSMOS)), read.stdout
+    card = (out / "README.md").read_text("utf-8").replace("\n", " ")  # which says so too
+    assert "no row passes the keep rules" in card and "every audio file, unfiltered" in card
+    assert "what load_dataset gives" not in card and "configs:" not in card

@@ -79,6 +79,17 @@ class KeptBlocks(Protocol):
 
 
 @dataclass(frozen=True)
+class HubLoad:
+    """How Hugging Face `datasets` loads a folder of these shards as it is: what a dataset card's
+    `configs` and `dataset_info` say of it (core/quality/dataset_card.py writes them)."""
+
+    pattern: str  # the shards' data_files glob under OUT, e.g. "data/*.parquet"
+    # (a shard's key part) -> the card's features; None: the loader's builder types the columns
+    features: Callable[[Path], list[dict]] | None = None
+    filters_ids: bool = False  # honours a card's `filters` on `id`: the keep rules apply
+
+
+@dataclass(frozen=True)
 class ArchiveFormat:
     name: str  # the --output value
     help: str  # its part of --output's help (Rich markup)
@@ -94,6 +105,10 @@ class ArchiveFormat:
     member_source: Callable[[Path, KeptBlocks], MemberSource]  # (key part path, shared blocks)
     # what reading a damaged part raises besides OSError (a function: its library loads late)
     read_errors: Callable[[], tuple[type[BaseException], ...]] = tuple
+    hub: HubLoad | None = None  # how `datasets.load_dataset(OUT)` reads it; None: it cannot
+    # How a client reads the shards back, as Python lines with `{data}` for OUT/data: what the
+    # dataset card shows (load_dataset(OUT) where `hub` is set).
+    reads_back: tuple[str, ...] = ()
 
     @property
     def key(self) -> Part:

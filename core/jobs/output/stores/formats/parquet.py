@@ -16,7 +16,13 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, KeptBlocks, Part
+from qtts.core.jobs.output.stores.shard_format import (
+    ArchiveFormat,
+    ArchiveShard,
+    HubLoad,
+    KeptBlocks,
+    Part,
+)
 
 SHARD = Part("", ".parquet")
 ROW_GROUP_ROWS = 64  # about 30 MB of 10 s WAV clips per group
@@ -167,6 +173,23 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     return (pa.ArrowException,)
 
 
+def hub_features(shard: Path) -> list[dict]:
+    """The shard's own Hugging Face features (its schema's metadata), as a dataset card lists
+    them."""
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(shard)
+    features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
+    out = []
+    for name in schema.names:
+        f = features[name]
+        if f.get("_type") == "Audio":
+            out.append({"name": name, "dtype": {"audio": {"sampling_rate": f["sampling_rate"]}}})
+        else:
+            out.append({"name": name, "dtype": f.get("dtype", "string")})
+    return out
+
+
 FORMAT = ArchiveFormat(
     name="parquet",
     help="Parquet shards in OUT/data/ with a Hugging Face Audio column",
@@ -179,4 +202,9 @@ FORMAT = ArchiveFormat(
     durations=durations,
     member_source=ParquetMembers,
     read_errors=_read_errors,
+    hub=HubLoad("data/*.parquet", features=hub_features, filters_ids=True),
+    reads_back=(
+        "import pyarrow.dataset as pads",
+        'table = pads.dataset("{data}", format="parquet").to_table()',
+    ),
 )

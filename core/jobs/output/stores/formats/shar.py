@@ -200,4 +200,6 @@ FORMAT = ArchiveFormat(
     durations=durations,
     member_source=lambda path, kept: tar_members.TarMembers(path),
     read_errors=lambda: (tarfile.TarError, EOFError, ValueError),
+    # no Hub loader reads a Shar folder (hub=None); lhotse (and NeMo through it) does
+    reads_back=("from lhotse import CutSet", 'cuts = CutSet.from_shar(in_dir="{data}")'),
 )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from qtts.core.jobs.output.stores import tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, Part
+from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, HubLoad, Part
 
 SHARD = Part("", ".tar")
 AUDIO_EXTENSIONS = ("wav", "flac")
@@ -107,4 +107,9 @@ FORMAT = ArchiveFormat(
     durations=durations,
     member_source=lambda path, kept: tar_members.TarMembers(path),
     read_errors=lambda: (tarfile.TarError,),
+    hub=HubLoad("data/*.tar"),  # the webdataset builder types each member by its extension
+    reads_back=(
+        "import glob, webdataset as wds",
+        'samples = wds.WebDataset(sorted(glob.glob("{data}/*.tar")))',
+    ),
 )
