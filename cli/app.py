@@ -67,9 +67,10 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
-        from qtts.cli.version import version_lines
+        from qtts import __version__
+        from qtts.core.doctor.version_lines import version_lines
 
-        typer.echo("\n".join(version_lines()))
+        typer.echo("\n".join(version_lines(__version__)))
         raise typer.Exit()
 
 

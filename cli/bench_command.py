@@ -106,7 +106,7 @@ def bench(
     """Throughput on random weights of the real model sizes (no download): audio-s/s, frames/s,
     RTF, per-phase time, ms per decode step, peak memory (GPU, or RSS on CPU). The last stdout
     line is JSON."""
-    from qtts.core.bench.size_runs import count_sizes, machine_info, run_sizes
+    from qtts.core.bench.size_runs import auto_size, count_sizes, machine_info, run_sizes
 
     setup_logging(quiet=False, verbose=False)
     if manifest is not None:
@@ -131,7 +131,9 @@ def bench(
     if size not in ("0.6b", "1.7b", "small", "auto"):
         raise typer.BadParameter(f"--size {size!r}: use 0.6b, 1.7b, small or auto")
     if size == "auto":
-        size = _auto_size(device, count_launches)
+        size, said = auto_size(device, count_launches)
+        if said:
+            typer.echo(said, err=True)
     if count_launches:
         if None in sizes:
             raise typer.BadParameter("--count-launches: give batch sizes as numbers, not auto")
@@ -154,21 +156,3 @@ def bench(
             emit=typer.echo,
         )
     typer.echo(json.dumps({"bench": rows, "machine": machine_info(device)}))
-
-
-def _auto_size(device: str, count_launches: bool) -> str:
-    """--size auto: the published 0.6b dims on CUDA (and for launch counts, which run on the
-    meta device), the small ones on a CPU, said on stderr."""
-    if count_launches:
-        return "0.6b"
-    import torch
-
-    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    if cuda:
-        return "0.6b"
-    typer.echo(
-        "qtts bench: --size auto is small on a CPU (--size 0.6b times the published shapes, "
-        "minutes a batch)",
-        err=True,
-    )
-    return "small"

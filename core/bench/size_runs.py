@@ -11,6 +11,21 @@ import platform
 from qtts.core.bench.lines import rate, steady_line, step_line
 
 
+def auto_size(device: str, count_launches: bool) -> tuple[str, str | None]:
+    """--size auto: (the size, a line to say or None): the published 0.6b dims on CUDA (and for
+    launch counts, which run on the meta device), the small ones on a CPU."""
+    if count_launches:
+        return "0.6b", None
+    import torch
+
+    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+        return "0.6b", None
+    return "small", (
+        "qtts bench: --size auto is small on a CPU (--size 0.6b times the published shapes, "
+        "minutes a batch)"
+    )
+
+
 def run_sizes(
     size, sizes, *, frames, requests, passes, device, dtype, compare, write, vocoder, emit
 ) -> list[dict]:

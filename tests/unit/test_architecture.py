@@ -255,6 +255,23 @@ def test_qtts_help_answers_without_torch():
     assert "synth" in proc.stdout and "batch" in proc.stdout
 
 
+def test_the_cli_never_imports_torch():
+    """The CLI is thin: it parses options and prints; what touches tensors (a bench's size, the
+    device --version names) lives in the core, even inside a function."""
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in sorted((REPO / "cli").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(n.split(".")[0] in ("torch", "triton") for n in _imported_names(node))
+    ]  # fmt: skip
+    assert found == []
+
+
+def _imported_names(node: ast.Import | ast.ImportFrom) -> list[str]:
+    return [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+
+
 def test_commands_hand_no_locals_to_the_core():
     """Options reach the job as typed groups (cli/job_options.py), never as a dict of locals()."""
     uses = [p.name for p in (REPO / "cli").rglob("*.py") if "locals()" in p.read_text("utf-8")]

@@ -1,6 +1,6 @@
-"""`qtts --version`: qtts and what it runs on (torch, CUDA, Triton, the other libraries that
-shape results, the device found, what --dtype auto picks on this CPU), so a bug report or a
-first GPU run says what it ran on. Imports torch only when asked."""
+"""What `qtts --version` prints: qtts and what it runs on (torch, CUDA, Triton, the other
+libraries that shape results, the device found, what --dtype auto picks on this CPU), so a bug
+report or a first GPU run says what it ran on. Imports torch only when asked."""
 
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ def device_found() -> str:
     return f"cpu ({platform.processor() or platform.machine()}; no CUDA device)"
 
 
-def version_lines() -> list[str]:
-    from qtts import __version__
+def version_lines(qtts_version: str) -> list[str]:
     from qtts.core.doctor.versions import installed_version
 
-    lines = [f"qtts {__version__}", f"python {platform.python_version()}"]
+    lines = [f"qtts {qtts_version}", f"python {platform.python_version()}"]
     for dist in ("torch", "triton", "transformers", "pyarrow", "numpy", "ray"):
         lines.append(f"{dist} {installed_version(dist)}")
     lines.append(f"device {device_found()}")
