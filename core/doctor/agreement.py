@@ -8,7 +8,6 @@ from dataclasses import replace
 import torch
 
 from qtts.core.bench.throughput import random_models
-from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
 from qtts.core.doctor.decode import (
     AUDIO_CODES,
     Workload,
@@ -19,6 +18,7 @@ from qtts.core.doctor.decode import (
     greedy_codes,
     prompts,
 )
+from qtts.core.doctor.runner import Check, DoctorRun, bf16_not_here, skipped, verdict
 from qtts.core.doctor.teacher_forcing import agreement, forced_logits
 from qtts.core.engine.device.tuning import EngineTuning
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import torch
 
 from qtts.core.doctor.agreement import bf16_vs_fp32, graph_replay, layer_paths
-from qtts.core.doctor.check import Check, DoctorRun, run_checks
 from qtts.core.doctor.kernel_twins import kernels_vs_twins
+from qtts.core.doctor.runner import Check, DoctorRun, run_checks
 from qtts.core.doctor.speed import bandwidth, decode_step
 from qtts.core.doctor.versions import versions
 from qtts.core.doctor.vocoder_precision import bf16_vocoder

@@ -11,7 +11,7 @@ import importlib.util
 
 import torch
 
-from qtts.core.doctor.check import Check, DoctorRun, skipped, verdict
+from qtts.core.doctor.runner import Check, DoctorRun, skipped, verdict
 from qtts.core.model.codec_modules import SNAKE_EPS
 
 # Kernel vs twin: the kernels round where the twin rounds, so bf16 differs at most by one rounding

@@ -12,7 +12,7 @@ from qtts.core.bench.throughput import (
     roofline_fraction,
     run_one,
 )
-from qtts.core.doctor.check import Check, DoctorRun
+from qtts.core.doctor.runner import Check, DoctorRun
 from qtts.core.model.loader import parse_dtype
 
 STEP_BATCH = {"cpu": 2, "cuda": 16}

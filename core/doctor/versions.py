@@ -11,7 +11,7 @@ from importlib import metadata
 
 import torch
 
-from qtts.core.doctor.check import Check, DoctorRun
+from qtts.core.doctor.runner import Check, DoctorRun
 from qtts.core.engine.plan.planner import GIB
 from qtts.core.errors import UsageError
 from qtts.core.model.cpu_precision import auto_cpu_precision

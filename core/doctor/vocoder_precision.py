@@ -11,7 +11,7 @@ import copy
 
 import torch
 
-from qtts.core.doctor.check import Check, DoctorRun, bf16_not_here, skipped, verdict
+from qtts.core.doctor.runner import Check, DoctorRun, bf16_not_here, skipped, verdict
 from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.vocoder.decoder_kernels import with_kernels
 from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed

@@ -10,7 +10,7 @@ import torch
 
 from qtts.core.bench.machine import seconds_per_call
 from qtts.core.capacity.vocoder_cost import vocoder_cost
-from qtts.core.doctor.check import Check, DoctorRun
+from qtts.core.doctor.runner import Check, DoctorRun
 from qtts.core.doctor.speed import doctor_models, measured_machine
 from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.roofline import FRAME_S

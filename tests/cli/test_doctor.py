@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import app
 from qtts.core.doctor import checks as doctor_checks
-from qtts.core.doctor.check import DoctorRun, all_held, run_checks, skipped, verdict
+from qtts.core.doctor.runner import DoctorRun, all_held, run_checks, skipped, verdict
 
 NAMES = [name for name, _ in doctor_checks.CHECKS]
 GPU_ONLY = {"triton kernels == twins", "graph replay == eager"}
