@@ -88,3 +88,15 @@ def test_the_rate_ratio_is_against_the_voices_median_and_has_a_band(out):
     assert r.exit_code == 0, r.stderr
     want = [row["id"] for row in table if low <= row["rate_ratio_min"] <= high]
     assert listed(out) == want and len(want) == 2
+    assert read_keep_rules(out).bounds == {"min-rate-ratio": low, "max-rate-ratio": high}
+    rebuild_out_dir(out)  # a finishing shard, `qtts score`: the same band again
+    assert listed(out) == want
+
+
+def test_the_report_draws_the_voice_measures(out, tmp_path):
+    page = tmp_path / "report.html"
+    r = qtts("results", out, "--report", page, "--keep-all")
+    assert r.exit_code == 0, r.stderr
+    text = page.read_text()
+    for column in ("speaker_sim", "speaker_sim_centroid", "rate_ratio_min", "rate_ratio_max"):
+        assert f"<h2>{column}</h2>" in text, column

@@ -141,6 +141,14 @@ def test_the_base_encoder_and_an_xvector_model_run_the_same_path(tmp_path, kind)
     assert abs(got["r0.wav"]["speaker_sim"] - 1.0) <= SAME_CLIP
     assert all(-1 <= r["speaker_sim_centroid"] <= 1 + SAME_CLIP for r in got.values())
     assert score_path(data, options)["scored"] == 0
+    if kind == "xvector":  # other weights are another scorer: every row is embedded again
+        from qtts.core.tiny.xvector import make_tiny_xvector
+
+        other = make_tiny_xvector(tmp_path / "other", seed=1)
+        again = ScoreOptions(dnsmos=False, speaker_model=str(other))
+        assert score_path(data, again)["scored"] == 2
+        scorers = {r["speaker_scorer"] for r in _scores(data).values()}
+        assert len(scorers) == 1 and scorers != {got["r0.wav"]["speaker_scorer"]}
 
 
 def test_centroid_sims_group_by_voice_and_leave_the_unknown_out():
