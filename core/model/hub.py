@@ -77,8 +77,9 @@ def resolve_model_dir(model: str) -> Path:
         return _snapshot(
             model,
             missing=ModelPathError(
-                f"model directory {model} does not exist ({folder}/ has no {path.name}); "
-                f"for the Hub repo {model}, " + _download_hint(model)
+                f"model directory {model} does not exist ({folder}/ has no {path.name}; qtts "
+                f"did not try the Hub, as {folder}/ is a local folder); for the Hub repo "
+                f"{model}, " + _download_hint(model)
             ),
         )
     return _snapshot(model)

@@ -16,7 +16,10 @@ The card carries a marker line: a README.md without it is the user's and is neve
 the card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows
 the views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt
 them, so a layout switch or new rows never leave a card pointing at files that are gone.
-Reads results.parquet's columns and the first Parquet shard's schema; knows no models.
+Its Python block reads the rows back as pasted: load_dataset(OUT) where the config loads them,
+then the archive format's own client (both declared by the format's module, ArchiveFormat.hub
+and reads_back). Reads results.parquet's columns and, where the format types its columns
+itself, one shard's schema; knows no models.
 """
 
 from __future__ import annotations
@@ -82,33 +85,22 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     results = pq.read_table(path, columns=[c for c in READ if c in schema.names])
     ok = results.filter(pc.fill_null(pc.equal(results["status"], "ok"), False))
     kept = ok if "kept" not in ok.column_names else ok.filter(pc.fill_null(ok["kept"], False))
-    config, info, note, fmt = _layout(out_dir, ok, kept, schema)
-    if config is not None:  # datasets caches a folder's load by its card: a new size, a new load
-        info["download_size"] = _bytes(out_dir, config, kept)
+    load = _load(out_dir, ok, kept, schema)
+    if load.config is not None:  # datasets caches a folder's load by its card: a new size, a
+        load.info["download_size"] = _bytes(out_dir, load.config, kept)  # new load
     header = {
         "pretty_name": out_dir.resolve().name,
         "task_categories": ["text-to-speech"],
         "language": sorted(_languages(kept)),
-        "size_categories": [_size(len(kept) if note is None else len(ok))],
+        "size_categories": [_size(len(kept) if load.note is None else len(ok))],
         "tags": ["synthetic", "qtts", "qwen3-tts"],
     }
     if not header["language"]:
         del header["language"]
-    if config is not None:
-        header["configs"] = [config]
-        header["dataset_info"] = info
-    reads = _reads(out_dir, config is not None, fmt)
-    text = _yaml(header) + _body(
-        out_dir,
-        counts,
-        quality=quality,
-        rules=rules,
-        ok=ok,
-        kept=kept,
-        note=note,
-        reads=reads,
-        loads_kept=config is not None and note is None,
-    )
+    if load.config is not None:
+        header["configs"] = [load.config]
+        header["dataset_info"] = load.info
+    text = _yaml(header) + _body(out_dir, counts, quality, rules, ok, kept, load)
     target = out_dir / CARD_NAME
     own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
     if own:
@@ -161,27 +153,21 @@ def _is_card(path: Path) -> bool:
         return False
 
 
-def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
-    """(the config, dataset_info, a note on what loads, the rows' archive format or None) for
-    the layout the ok rows are in; a None config when no loader reads it as it is."""
-    members = ok["member"]
-    rate = int(ok["sample_rate"][0].as_py()) if len(ok) else 24000
-    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rate}}}
-    if len(ok) and members.null_count == len(ok):  # files
-        if not (out_dir / "metadata.jsonl").is_file():
-            note = (
-                "no row passes the keep rules, so there is no metadata.jsonl, and a loader given "
-                "this folder would list every audio file, unfiltered (`qtts results --keep-all` "
-                "keeps every ok row)"
-            )
-            return None, None, note, None
-        paths = ok["path"].combine_chunks()
-        found = pc.extract_regex(paths, r"(?P<suffix>\.[^./]+)$").field("suffix")
-        suffixes = sorted(pc.unique(found).drop_null().to_pylist())  # per row in Arrow, not Path
-        paths = ["metadata.jsonl", *(f"*{s}" for s in suffixes)]
-        names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
-        columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
-        return _config(paths), {"features": [audio, *columns]}, None, None
+@dataclass(frozen=True)
+class CardLoad:
+    """What loads the rows as they are: the card's config (None: no Hub loader reads them), its
+    dataset_info, a note on what it cannot do, and the rows' archive format (None: files)."""
+
+    config: dict | None = None
+    info: dict | None = None
+    note: str | None = None
+    fmt: ArchiveFormat | None = None
+
+
+def _load(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema) -> CardLoad:
+    """How the layout the ok rows are in loads."""
+    if len(ok) and ok["member"].null_count == len(ok):
+        return _files_load(out_dir, ok, schema)
     from qtts.core.jobs.output.stores.registry import part_of
 
     # The archive format of the rows' shards, and how a client loads it, from the output-format
@@ -189,10 +175,10 @@ def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
     shards = {part_of(Path(p).name) for p in ok["path"].unique().to_pylist()}
     formats = {s.fmt for s in shards if s is not None}
     if None in shards or len(formats) != 1:
-        return None, None, "the rows' layout has no loader that reads it as it is", None
+        return CardLoad(note="the rows' layout has no loader that reads it as it is")
     fmt = formats.pop()
     if fmt.hub is None:
-        return None, None, f"no Hub loader reads the {fmt.name} layout as it is", fmt
+        return CardLoad(note=f"no Hub loader reads the {fmt.name} layout as it is", fmt=fmt)
     config = _config([fmt.hub.pattern])
     if fmt.hub.filters_ids:
         note = _filters(config, ok, kept)
@@ -202,7 +188,25 @@ def _layout(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema):
     if fmt.hub.features is not None:
         shard = min(s.shard for s in shards if s is not None)
         info["features"] = fmt.hub.features(out_dir / "data" / fmt.key.name(shard))
-    return config, info, note, fmt
+    return CardLoad(config, info, note, fmt)
+
+
+def _files_load(out_dir: Path, ok: pa.Table, schema: pa.Schema) -> CardLoad:
+    """The files layout: metadata.jsonl (the kept rows) and their audio files, an AudioFolder."""
+    if not (out_dir / "metadata.jsonl").is_file():
+        return CardLoad(
+            note="no row passes the keep rules, so there is no metadata.jsonl, and a loader "
+            "given this folder would list every audio file, unfiltered (`qtts results "
+            "--keep-all` keeps every ok row)"
+        )
+    rate = int(ok["sample_rate"][0].as_py())
+    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rate}}}
+    found = pc.extract_regex(ok["path"].combine_chunks(), r"(?P<suffix>\.[^./]+)$")
+    suffixes = sorted(pc.unique(found.field("suffix")).drop_null().to_pylist())  # Arrow, not Path
+    names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
+    columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
+    config = _config(["metadata.jsonl", *(f"*{s}" for s in suffixes)])
+    return CardLoad(config, {"features": [audio, *columns]})
 
 
 def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:
@@ -258,25 +262,29 @@ def _yaml(header: dict) -> str:
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _reads(out_dir: Path, loads: bool, fmt: ArchiveFormat | None) -> list[str]:
+def _reads(out_dir: Path, load: CardLoad) -> list[str]:
     """The Python lines that read the out dir back: load_dataset(OUT) where the card's config
-    loads it, then the archive format's own client."""
+    loads it, then the archive format's own client (paths as Python literals)."""
     lines = []
-    if loads:
+    if load.config is not None:
         lines += ["from datasets import load_dataset", ""]
-        lines += [f'ds = load_dataset("{out_dir.resolve()}", split="train")']
-    if fmt is not None and fmt.reads_back:
-        data = str(out_dir.resolve() / "data")
-        lines += [""] * bool(lines) + [line.replace("{data}", data) for line in fmt.reads_back]
+        lines += [f'ds = load_dataset({str(out_dir.resolve())!r}, split="train")']
+    if load.fmt is not None and load.fmt.reads_back:
+        if lines:
+            lines.append("")
+        data = repr(str(out_dir.resolve() / "data"))
+        lines += [line.replace("{data}", data) for line in load.fmt.reads_back]
     return lines
 
 
-def _body(out_dir, counts, quality, rules, ok, kept, note, reads, loads_kept) -> str:
+def _body(out_dir, counts, quality, rules, ok, kept, load: CardLoad) -> str:
     from qtts.core.quality.dataset_summary import summary_lines
 
     models = sorted(set(pc.drop_null(ok["model"]).to_pylist()))
     settings = sorted(set(pc.drop_null(ok["settings"]).to_pylist()))
     listed = "every ok row" if rules.empty else f"`{rules.describe()}`"
+    loads_kept = load.config is not None and load.note is None
+    reads = _reads(out_dir, load)
     lines = [
         MARKER,
         "",
@@ -300,8 +308,8 @@ def _body(out_dir, counts, quality, rules, ok, kept, note, reads, loads_kept) ->
     ]
     if reads:
         lines += ["```python", *reads, "```", ""]
-    if note:
-        lines += [f"Note: {note}; `results.parquet`'s `kept` column says which rows pass.", ""]
+    if load.note:
+        lines += [f"Note: {load.note}; `results.parquet`'s `kept` column says which rows pass.", ""]
     summary = summary_lines(quality)
     if summary:
         lines += ["## Quality", "", "```", *summary, "```", ""]

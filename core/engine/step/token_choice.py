@@ -49,6 +49,9 @@ class RowParams:
         def full(v, dtype):
             return torch.full((n,), v, dtype=dtype, device=device)
 
+        unknown = values.keys() - _DEFAULTS.keys()
+        if unknown:  # a misspelt or retired name would otherwise sample with the default
+            raise TypeError(f"RowParams.fill: no sampling parameter {', '.join(sorted(unknown))}")
         values = {**_DEFAULTS, **values, "greedy": greedy}
         all_greedy, max_top_k, top_p_off = _hints(greedy, values["top_k"], values["top_p"])
         return cls(

@@ -207,3 +207,5 @@ def test_the_per_row_tensors_are_the_sampling_fields_by_name():
     drawn = random_rows(64, "cpu", torch.Generator().manual_seed(0))
     assert {n: getattr(drawn, n).dtype for n in ROW_DTYPES} == ROW_DTYPES
     assert drawn.greedy.any() and not drawn.greedy.all() and (drawn.top_k == 0).any()
+    with pytest.raises(TypeError, match="no sampling parameter penalty"):  # the old name
+        RowParams.fill(2, "cpu", greedy=False, penalty=1.5)

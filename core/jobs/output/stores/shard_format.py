@@ -106,8 +106,8 @@ class ArchiveFormat:
     # what reading a damaged part raises besides OSError (a function: its library loads late)
     read_errors: Callable[[], tuple[type[BaseException], ...]] = tuple
     hub: HubLoad | None = None  # how `datasets.load_dataset(OUT)` reads it; None: it cannot
-    # How a client reads the shards back, as Python lines with `{data}` for OUT/data: what the
-    # dataset card shows (load_dataset(OUT) where `hub` is set).
+    # How a client reads the shards back, as Python lines with `{data}` where OUT/data goes (as
+    # a string literal): what the dataset card shows (after load_dataset(OUT) where `hub` is set).
     reads_back: tuple[str, ...] = ()
 
     @property

@@ -201,5 +201,14 @@ FORMAT = ArchiveFormat(
     member_source=lambda path, kept: tar_members.TarMembers(path),
     read_errors=lambda: (tarfile.TarError, EOFError, ValueError),
     # no Hub loader reads a Shar folder (hub=None); lhotse (and NeMo through it) does
-    reads_back=("from lhotse import CutSet", 'cuts = CutSet.from_shar(in_dir="{data}")'),
+    # (its fields named, not in_dir=: lhotse would take a running job's temp file for a field)
+    reads_back=(
+        "import glob",
+        "from lhotse import CutSet",
+        "",
+        "cuts = CutSet.from_shar(fields={",
+        '    "cuts": sorted(glob.glob({data} + "/cuts.*.jsonl.gz")),',
+        '    "recording": sorted(glob.glob({data} + "/recording.*.tar")),',
+        "})",
+    ),
 )

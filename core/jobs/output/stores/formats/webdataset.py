@@ -110,6 +110,6 @@ FORMAT = ArchiveFormat(
     hub=HubLoad("data/*.tar"),  # the webdataset builder types each member by its extension
     reads_back=(
         "import glob, webdataset as wds",
-        'samples = wds.WebDataset(sorted(glob.glob("{data}/*.tar")))',
+        'samples = wds.WebDataset(sorted(glob.glob({data} + "/*.tar")))',
     ),
 )
