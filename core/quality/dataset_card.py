@@ -100,7 +100,9 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     if load.config is not None:
         header["configs"] = [load.config]
         header["dataset_info"] = load.info
-    text = _yaml(header) + _body(out_dir, counts, quality, rules, ok, kept, load)
+    text = _yaml(header) + _body(
+        out_dir, counts, quality=quality, rules=rules, ok=ok, kept=kept, load=load
+    )
     target = out_dir / CARD_NAME
     own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
     if own:
@@ -277,7 +279,7 @@ def _reads(out_dir: Path, load: CardLoad) -> list[str]:
     return lines
 
 
-def _body(out_dir, counts, quality, rules, ok, kept, load: CardLoad) -> str:
+def _body(out_dir, counts, *, quality, rules, ok, kept, load: CardLoad) -> str:
     from qtts.core.quality.dataset_summary import summary_lines
 
     models = sorted(set(pc.drop_null(ok["model"]).to_pylist()))
