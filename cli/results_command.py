@@ -132,7 +132,7 @@ def results(
                 from qtts.core.quality.report import write_report
 
                 write_report(views.results, report, quality, rules, out_dir)
-            card = None if views.not_rebuilt else _write_card(out_dir, summary, quality, rules)
+            card = None if views.not_rebuilt else _write_card(out_dir)
     if views.not_rebuilt:
         typer.echo(
             f"Note: {out_dir} cannot be written here ({views.not_rebuilt}): its results.parquet "
@@ -165,16 +165,24 @@ def results(
         raise typer.Exit(EXIT_ROWS_FAILED)
 
 
-def _write_card(out_dir: Path, summary: dict, quality: dict, rules):
-    """OUT/README.md, the dataset card (core/quality/dataset_card.py); a warning, not a
-    failure, when it cannot be written."""
-    from qtts.core.quality.dataset_card import write_card
+def _write_card(out_dir: Path):
+    """OUT/README.md, the dataset card (core/quality/dataset_card.py), from the views as they
+    are; a warning, not a failure, when it cannot be written."""
+    from qtts.core.quality.dataset_card import COMMAND_WAIT_S, write_card
 
     try:
-        return write_card(out_dir, summary, quality, rules)
+        card = write_card(out_dir)
     except OSError as e:
         log.warning("no dataset card written in %s: %s", out_dir, e.strerror or e)
         return None
+    if card is None:
+        log.warning(
+            "no dataset card written in %s: another process held its results lock for %g s "
+            "(it refreshes the card once its rebuild is done)",
+            out_dir,
+            COMMAND_WAIT_S,
+        )
+    return card
 
 
 def _save_rules(out_dir: Path, rules) -> None:

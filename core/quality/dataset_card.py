@@ -25,6 +25,8 @@ itself, one shard's schema; knows no models.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,13 +80,69 @@ class Card:
     own_readme: bool  # OUT/README.md is the user's: the card went elsewhere
 
 
-def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
-    """The card for OUT's views as they are now (results.parquet, metadata.jsonl, OUT/data/)."""
+# How long a card waits for the results lock. A run's refresh gives way sooner: the process
+# holding the lock is rebuilding the views and refreshes the card itself once it has.
+COMMAND_WAIT_S = 60.0
+REFRESH_WAIT_S = 5.0
+
+
+def write_card(out_dir: Path, *, wait_s: float = COMMAND_WAIT_S) -> Card | None:
+    """The card for OUT's views as they are now (results.parquet, the keep rules, metadata.jsonl,
+    OUT/data/), read and written under the results lock, so no rebuild lands between the views it
+    reads and the card it writes (a card older than its views is rewritten by the next refresh;
+    a stale one written after them would stay). None where another process holds the lock
+    longer than wait_s."""
+    with _results_locked(out_dir, wait_s) as held:
+        return _write(out_dir) if held else None
+
+
+def refresh_card(out_dir: Path) -> Card | None:
+    """The card written again for the views as they are now, where `qtts results` wrote one
+    (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own); None where
+    there is none, none is due, or it could not be written (a warning: the card, never the
+    finished run's exit code)."""
+    try:
+        if not _cards(out_dir) or not (out_dir / "results.parquet").exists():
+            return None
+        with _results_locked(out_dir, REFRESH_WAIT_S) as held:
+            if not held or _newer_than_views(_cards(out_dir), out_dir):  # nothing changed since
+                return None
+            return _write(out_dir)
+    except Exception as e:  # noqa: BLE001 -- see above
+        log.warning("dataset card not refreshed in %s: %s", out_dir, e)
+        return None
+
+
+@contextmanager
+def _results_locked(out_dir: Path, wait_s: float) -> Iterator[bool]:
+    """Holds the results lock (the views' rebuild takes it too) while the block runs; False
+    where another process held it past wait_s."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(StatePaths(out_dir).results_lock), timeout=wait_s)
+    try:
+        lock.acquire()
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _write(out_dir: Path) -> Card:
+    from qtts.core.jobs.output.keep_rules import read_keep_rules
+    from qtts.core.quality.dataset_summary import summarize_results
+
     path = out_dir / "results.parquet"
     schema = pq.read_schema(path)
     results = pq.read_table(path, columns=[c for c in READ if c in schema.names])
     ok = results.filter(pc.fill_null(pc.equal(results["status"], "ok"), False))
     kept = ok if "kept" not in ok.column_names else ok.filter(pc.fill_null(ok["kept"], False))
+    failed = pc.sum(pc.equal(results["status"], "failed")).as_py() or 0
+    counts = {"total": len(results), "ok": len(ok), "failed": failed}
+    counts["pending"] = len(results) - len(ok) - failed
     load = _load(out_dir, ok, kept, schema)
     if load.config is not None:  # datasets caches a folder's load by its card: a new size, a
         load.info["download_size"] = _bytes(out_dir, load.config, kept)  # new load
@@ -100,6 +158,7 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     if load.config is not None:
         header["configs"] = [load.config]
         header["dataset_info"] = load.info
+    quality, rules = summarize_results(path), read_keep_rules(out_dir)
     text = _yaml(header) + _body(
         out_dir, counts, quality=quality, rules=rules, ok=ok, kept=kept, load=load
     )
@@ -111,34 +170,9 @@ def write_card(out_dir: Path, counts: dict, quality: dict, rules) -> Card:
     return Card(target, own)
 
 
-def refresh_card(out_dir: Path) -> Card | None:
-    """The card written again for the views as they are now, where `qtts results` wrote one
-    (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own); None where
-    there is none, none is due, or it could not be written (a warning: the card, never the
-    finished run's exit code). The counts come from results.parquet itself."""
-    try:
-        return _refresh(out_dir)
-    except Exception as e:  # noqa: BLE001 -- see above
-        log.warning("dataset card not refreshed in %s: %s", out_dir, e)
-        return None
-
-
-def _refresh(out_dir: Path) -> Card | None:
-    from qtts.core.jobs.output.keep_rules import read_keep_rules
-    from qtts.core.quality.dataset_summary import summarize_results
-
-    cards = [p for p in (out_dir / CARD_NAME, StatePaths(out_dir).dir / CARD_NAME) if _is_card(p)]
-    if not cards or not (out_dir / "results.parquet").exists():
-        return None
-    if _newer_than_views(cards, out_dir):  # nothing changed since (a resume with nothing to do)
-        return None
-    status = pq.read_table(out_dir / "results.parquet", columns=["status"])["status"]
-    ok = pc.sum(pc.equal(status, "ok")).as_py() or 0
-    failed = pc.sum(pc.equal(status, "failed")).as_py() or 0
-    counts = {"total": len(status), "ok": ok, "failed": failed}
-    counts["pending"] = counts["total"] - ok - failed
-    quality = summarize_results(out_dir / "results.parquet")
-    return write_card(out_dir, counts, quality, read_keep_rules(out_dir))
+def _cards(out_dir: Path) -> list[Path]:
+    """The cards qtts wrote in OUT (README.md with the marker, or .qtts/README.md)."""
+    return [p for p in (out_dir / CARD_NAME, StatePaths(out_dir).dir / CARD_NAME) if _is_card(p)]
 
 
 def _newer_than_views(cards: list[Path], out_dir: Path) -> bool:

@@ -140,6 +140,25 @@ def test_the_cards_own_code_reads_the_rows_back(out, tmp_path):
     assert len(got) == (1 if (out / "metadata.jsonl").exists() else 2)
 
 
+def test_a_card_is_written_under_the_results_lock(out):
+    """The card reads the views and writes itself under the lock their rebuild takes, so no
+    rebuild lands between; a refresh gives way to a process holding it (which refreshes after
+    its rebuild) and leaves the card as it was."""
+    from filelock import FileLock
+
+    from qtts.core.quality.dataset_card import refresh_card, write_card
+
+    assert run("results", out).returncode == 3
+    before = (out / "README.md").read_text()
+    (out / "results.parquet").touch()  # views newer than the card: a refresh is due
+    with FileLock(str(out / ".qtts" / "results.lock")):  # another process rebuilding
+        assert write_card(out, wait_s=0.2) is None and refresh_card(out) is None
+    assert (out / "README.md").read_text() == before
+    card = refresh_card(out)
+    assert card is not None and card.path == out / "README.md"
+    assert counts(card.path.read_text().split("---\n", 2)[2]) == counts(before.split("---\n")[2])
+
+
 def test_a_users_own_readme_is_never_overwritten(out):
     (out / "README.md").write_text("# My dataset\n", encoding="utf-8")
     r = run("results", out)
