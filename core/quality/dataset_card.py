@@ -25,8 +25,6 @@ itself, one shard's schema; knows no models.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from qtts.core.jobs.output.results import results_locked
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
 
@@ -92,7 +91,7 @@ def write_card(out_dir: Path, *, wait_s: float = COMMAND_WAIT_S) -> Card | None:
     reads and the card it writes (a card older than its views is rewritten by the next refresh;
     a stale one written after them would stay). None where another process holds the lock
     longer than wait_s."""
-    with _results_locked(out_dir, wait_s) as held:
+    with results_locked(out_dir, wait_s) as held:
         return _write(out_dir) if held else None
 
 
@@ -104,31 +103,13 @@ def refresh_card(out_dir: Path) -> Card | None:
     try:
         if not _cards(out_dir) or not (out_dir / "results.parquet").exists():
             return None
-        with _results_locked(out_dir, REFRESH_WAIT_S) as held:
+        with results_locked(out_dir, REFRESH_WAIT_S) as held:
             if not held or _newer_than_views(_cards(out_dir), out_dir):  # nothing changed since
                 return None
             return _write(out_dir)
     except Exception as e:  # noqa: BLE001 -- see above
         log.warning("dataset card not refreshed in %s: %s", out_dir, e)
         return None
-
-
-@contextmanager
-def _results_locked(out_dir: Path, wait_s: float) -> Iterator[bool]:
-    """Holds the results lock (the views' rebuild takes it too) while the block runs; False
-    where another process held it past wait_s."""
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(StatePaths(out_dir).results_lock), timeout=wait_s)
-    try:
-        lock.acquire()
-    except Timeout:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        lock.release()
 
 
 def _write(out_dir: Path) -> Card:

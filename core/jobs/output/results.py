@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -271,9 +272,11 @@ def _empty_results() -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
-    """Rebuild the views under the results lock; None when another process holds it longer
-    than wait_s (it rebuilds after us, seeing our state)."""
+@contextmanager
+def results_locked(out_dir: Path, wait_s: float) -> Iterator[bool]:
+    """Holds the results lock while the block runs (the views' rebuild, the dataset card);
+    False where another process held it past wait_s. ViewsNotWritable where it cannot be
+    opened: nothing was written, as everything written under it waits for it."""
     from filelock import FileLock, Timeout
 
     path = StatePaths(out_dir).results_lock
@@ -281,33 +284,46 @@ def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
     try:
         lock.acquire()
     except Timeout:  # a TimeoutError, so an OSError: caught first
-        return None
-    except OSError as e:  # nothing was written: the rebuild writes only under the lock
+        yield False
+        return
+    except OSError as e:
         raise ViewsNotWritable(e.errno, f"cannot open {path}: {e.strerror or e}") from e
     try:
-        rounds = 0
-        while True:  # again while shards finish under us: each changes its state once
-            rounds += 1
-            before = _state_stamp(out_dir)
-            listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
-            cleanup_temp_files(
-                out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
-            )  # a rebuild that was killed
-            last = rounds > len(before) + 1
-            try:
-                counts = rebuild_once(out_dir, rows, listing)
-            except UnreadableState:
-                # A state replaced under an open handle can fail to read where the
-                # filesystem does not keep a replaced file for its readers (NFS): if a
-                # state changed, that was it, and the next round reads the new one.
-                if last or _state_stamp(out_dir) == before:
-                    raise
-                continue
-            if last or _state_stamp(out_dir) == before:
-                break
-        return counts
+        yield True
     finally:
         lock.release()
+
+
+def rebuild(out_dir: Path, rows: pa.Table, *, wait_s: float) -> Counts | None:
+    """Rebuild the views under the results lock; None when another process holds it longer
+    than wait_s (it rebuilds after us, seeing our state)."""
+    with results_locked(out_dir, wait_s) as held:
+        return _rebuild_held(out_dir, rows) if held else None
+
+
+def _rebuild_held(out_dir: Path, rows: pa.Table) -> Counts:
+    """The rebuild, the results lock held: again while shards finish under it."""
+    rounds = 0
+    while True:  # again while shards finish under us: each changes its state once
+        rounds += 1
+        before = _state_stamp(out_dir)
+        listing = list_out_dir(out_dir, sizes=False)  # resume checks the sizes
+        cleanup_temp_files(
+            out_dir, owns=lambda final: final in SHARED_VIEWS, names=listing.temps
+        )  # a rebuild that was killed
+        last = rounds > len(before) + 1
+        try:
+            counts = rebuild_once(out_dir, rows, listing)
+        except UnreadableState:
+            # A state replaced under an open handle can fail to read where the
+            # filesystem does not keep a replaced file for its readers (NFS): if a
+            # state changed, that was it, and the next round reads the new one.
+            if last or _state_stamp(out_dir) == before:
+                raise
+            continue
+        if last or _state_stamp(out_dir) == before:
+            break
+    return counts
 
 
 def rebuild_once(
