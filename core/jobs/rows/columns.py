@@ -89,8 +89,8 @@ def _warn_misspelled(
     """One warning per column that looks like a field the manifest lacks: its values are not
     read, so the rows take the defaults of that field (a --speaker for every row, say)."""
     used = {columns.column(f) for f in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
+    wanted = {columns.column(f).lower(): columns.column(f) for f in absent}
     for name in (n for n in names if n not in used):
-        wanted = {columns.column(f).lower(): columns.column(f) for f in absent}
         # a field's name as one word of the column's (speaker_id, src_language): another
         # column of its own, not a misspelling
         words = set(re.split(r"[_\-\s.]+", name.lower()))
