@@ -72,12 +72,7 @@ def _snake_beta(dev, dtype, g, shape) -> float:
 def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     """(greedy rows equal, sampled rows that differ) for random logits and per-row parameters
     with every feature on: penalties, EOS block, suppression, top-k, top-p, temperature."""
-    from qtts.core.engine.step.token_choice import (
-        ROW_DTYPES,
-        apply_penalties,
-        random_rows,
-        select_tokens,
-    )
+    from qtts.core.engine.step.token_choice import apply_penalties, random_rows, select_tokens
     from qtts.kernels.sampling import sample_tokens
 
     eos = vocab - 1
@@ -92,7 +87,7 @@ def _sampling(dev, rows: int, vocab: int, g) -> tuple[bool, int]:
     seeds = torch.randint(0, 2**62, (rows,), device=dev, generator=g)
     frames = torch.randint(0, 4000, (rows,), device=dev, generator=g)
     out = torch.empty(rows, dtype=torch.int64, device=dev)
-    per_row = {name: getattr(params, name) for name in ROW_DTYPES}
+    per_row = params.per_row()
     got = sample_tokens(logits, out, **per_row, **site, seeds=seeds, frames=frames, codebook=3)
     scores = apply_penalties(logits, params.repetition_penalty, **site)
     want = select_tokens(scores, params, seeds, frames, 3)

@@ -68,9 +68,13 @@ class RowParams:
         values = {f.name: getattr(params, f.name) for f in fields(params) if f.name != "do_sample"}
         return cls.fill(n, device, greedy=not params.do_sample, **values)
 
+    def per_row(self) -> dict[str, torch.Tensor]:
+        """The per-row tensors by name, in ROW_DTYPES' order (the kernel op's)."""
+        return {name: getattr(self, name) for name in ROW_DTYPES}
+
     def rows(self, index: torch.Tensor) -> RowParams:
         """The rows `index` (copies), hints kept."""
-        return replace(self, **{name: getattr(self, name)[index] for name in ROW_DTYPES})
+        return replace(self, **{name: t[index] for name, t in self.per_row().items()})
 
 
 # RowParams' per-row tensors and their dtypes: the one list (fill, rows and the memory plan's
@@ -252,7 +256,7 @@ def choose_tokens(
         sample_tokens_op(
             logits,
             out,
-            *(getattr(params, name) for name in ROW_DTYPES),  # the op's order, greedy first
+            *params.per_row().values(),  # in the op's order, greedy first
             seen,
             block_eos,
             eos_id,
