@@ -125,14 +125,15 @@ def results(
             _save_rules(out_dir, KeepRules(bounds, no_budget_hits))
         source = None if input_path is None else str(input_path)
         with current_views(out_dir, source) as views:
-            summary, quality = views.summary, summarize_results(views.results)
-            rules = read_keep_rules(out_dir)
+            card = None if views.not_rebuilt else _write_card(out_dir)
+            # the card's summary where it wrote one: results.parquet summarized once
+            quality = card.quality if card is not None else summarize_results(views.results)
+            summary, rules = views.summary, read_keep_rules(out_dir)
             _warn_unscored(rules, views.results)
             if report is not None:
                 from qtts.core.quality.report import write_report
 
                 write_report(views.results, report, quality, rules, out_dir)
-            card = None if views.not_rebuilt else _write_card(out_dir)
     if views.not_rebuilt:
         typer.echo(
             f"Note: {out_dir} cannot be written here ({views.not_rebuilt}): its results.parquet "

@@ -77,6 +77,7 @@ WAV_HEADER = 44  # bytes of a 16-bit PCM WAV file's header
 class Card:
     path: Path  # where it was written
     own_readme: bool  # OUT/README.md is the user's: the card went elsewhere
+    quality: dict  # the quality summary it shows (dataset_summary.summarize_results)
 
 
 # How long a card waits for the results lock. A run's refresh gives way sooner: the process
@@ -148,7 +149,7 @@ def _write(out_dir: Path) -> Card:
     if own:
         target = StatePaths(out_dir).dir / CARD_NAME
     atomic_write_bytes(target, text.encode("utf-8"))
-    return Card(target, own)
+    return Card(target, own, quality)
 
 
 def _cards(out_dir: Path) -> list[Path]:
