@@ -56,7 +56,7 @@ def test_the_summary_says_where_the_time_went(checkpoint, manifest, tmp_path, la
     w = s["writing"]
     assert w["threads"] == writer_threads()
     assert set(w["busy_s"]) == set(PARTS) and all(v >= 0 for v in w["busy_s"].values())
-    assert w["busy_s"]["encode"] > 0 and w["busy_s"]["journal"] > 0  # each row did both
+    assert w["busy_s"]["encode"] > 0 and w["busy_s"]["journal"] > 0  # each row was encoded; each row (files) or shard (archive) journalled
     assert 0 <= w["wait_s"] <= s["synthesis_s"] and 0 <= w["drain_s"] <= s["synthesis_s"]
     assert w["hint"] is None  # these writers kept up
     assert "qtts INFO: writing: " in log
