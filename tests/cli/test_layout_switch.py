@@ -297,7 +297,7 @@ def test_a_kill_while_a_switch_resynthesizes_leaves_a_readable_out_dir(tmp_path,
     write_manifest([{**r, "text": r["text"].replace("first", "then")} for r in rows])
     args = ("batch", manifest, "--model", "fake-0.6b", "--speaker", "vivian", "-o", out, "-q",
             "--save-codes", "--output", "webdataset", "--shard-rows", 3)  # fmt: skip
-    proc = subprocess.Popen(qtts_cmd(*args), env=fake_env(QTTS_FAKE_DELAY="0.1"),
+    proc = subprocess.Popen(qtts_cmd(*args), env=fake_env(QTTS_FAKE_DELAY="0.3"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((out / "data").glob("*.tar")):

@@ -193,7 +193,7 @@ def test_the_clock_counts_the_producers_waits_on_the_worker():
     work = lambda g: time.sleep(0.05) or g  # noqa: E731
     out = list(overlapped(range(4), work, CPU, max_pending=1, clock=slow))
     assert out == [0, 1, 2, 3]
-    assert slow.waited_s >= 0.05 and slow.tail_s >= 0.04
+    assert slow.waited_s >= 0.05 and slow.tail_s >= 0.025  # 25 ms for the wake-up
 
     idle = SynthesisClock()  # a worker with nothing to do, and room for every group
     assert list(overlapped(range(4), lambda g: g, CPU, max_pending=8, clock=idle)) == [0, 1, 2, 3]
