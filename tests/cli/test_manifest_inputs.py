@@ -144,6 +144,29 @@ def test_a_new_part_in_the_folder_resumes(tmp_path):
     assert r.exit_code == 2 and f"holds the job of {parts}" in r.stderr
 
 
+@pytest.mark.parametrize("layout", ["files", "parquet"])
+def test_an_out_dir_inside_the_parts_folder_is_not_read_as_parts(tmp_path, layout):
+    """Its results.parquet and Parquet shards are outputs: the rerun skips every row, and an
+    older job's out dir beside it is passed over too."""
+    parts = tmp_path / "parts"
+    write_parts(parts, ROWS, [3, 3])
+    for out in (parts / "old", parts / "out"):
+        s = summary(batch(parts, out, *MAPPING, "--output", layout))
+        assert (s["ok"], s["total"]) == (len(ROWS), len(ROWS))
+    s = summary(batch(parts, parts / "out", *MAPPING, "--output", layout))
+    assert (s["skipped"], s["ok"], s["total"]) == (len(ROWS), 0, len(ROWS))
+
+
+@pytest.mark.parametrize("glob", [False, True])
+def test_the_parts_folder_as_the_out_dir_is_refused_before_anything_is_made(tmp_path, glob):
+    parts = tmp_path / "parts"
+    write_parts(parts, ROWS, [6])
+    source = parts / "*.parquet" if glob else parts
+    r = qtts("batch", source, "-o", parts, "--speaker", "ryan", *MAPPING)
+    assert r.exit_code == 2 and "holds the manifest's parts" in r.stderr, r.stderr
+    assert sorted(p.name for p in parts.iterdir()) == ["part-00000.parquet"]
+
+
 def test_shards_over_a_folder_cover_every_row_once(tmp_path, expected):
     parts = tmp_path / "parts"
     write_parts(parts, ROWS, [3, 3])

@@ -124,9 +124,9 @@ def prepare_job(
     the lock; writes nothing."""
     if spec.output.layout is not None:
         check_layout(spec.output.layout)  # an unknown --output: a UsageError naming the choices
-    manifest = find_manifest(spec.source) if spec.kind == "batch" else None
-    rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     out = spec.output.out_dir
+    manifest = find_manifest(spec.source, out) if spec.kind == "batch" else None
+    rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
     check_input(
         out,

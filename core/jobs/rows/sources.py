@@ -3,7 +3,9 @@ Parquet parts read as one dataset. Parts come in sorted path order, so a row's n
 place in the whole dataset and every run and shard sees the same order.
 
 Owns the accepted extensions and the refusals of a manifest that names no readable file (unknown
-extension, empty folder, a glob matching nothing or other kinds) as ManifestError (exit 2).
+extension, empty folder, a glob matching nothing or other kinds) as ManifestError (exit 2). A
+qtts out dir among the parts is never a part: its results.parquet and shards are outputs, so the
+job's out dir may not be the parts' folder, and any folder with a state folder in it is passed over.
 Knows paths only: reads no file.
 """
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qtts.core.errors import ManifestError
+from qtts.core.jobs.state.paths import STATE_DIR
 
 KINDS = {
     ".parquet": "parquet",
@@ -68,14 +71,22 @@ def looks_like_manifest(source: str) -> bool:
     return is_glob(source) or Path(source).is_dir() or Path(source).suffix.lower() in KINDS
 
 
-def find_manifest(source: str) -> ManifestSource:
+def find_manifest(source: str, out_dir: Path | None = None) -> ManifestSource:
+    """What `source` names; `out_dir`, the job's, is refused as the parts' folder (or above it)
+    and passed over inside it."""
     path = Path(source).expanduser()
     if is_glob(source):
+        _check_out_dir(source, _root(source), out_dir)
         matches = sorted(Path(p).absolute() for p in glob.glob(str(path), recursive=True))
-        return _parts(source, matches)
+        return _parts(source, [p for p in matches if not _in_out_dir(p, _root(source))])
     if path.is_dir():
         root = path.absolute()
-        found = sorted(p for p in root.rglob("*.parquet") if not _skipped(p.relative_to(root)))
+        _check_out_dir(source, root, out_dir)
+        found = sorted(
+            p
+            for p in root.rglob("*.parquet")
+            if not _skipped(p.relative_to(root)) and not _in_out_dir(p, root)
+        )
         if not found:
             raise ManifestError(
                 f"manifest folder {source} holds no .parquet files (a folder is read as Parquet "
@@ -111,6 +122,30 @@ def _root(pattern: str) -> Path:
     parts = Path(pattern).expanduser().parts
     fixed = next(i for i, p in enumerate(parts) if any(c in p for c in GLOB_CHARS))
     return Path(*parts[:fixed]).absolute() if fixed else Path.cwd()
+
+
+def _check_out_dir(source: str, root: Path, out_dir: Path | None) -> None:
+    """The parts' folder may hold the out dir, never be it: the job's own results.parquet would
+    be read back as a part by the next run."""
+    if out_dir is None:
+        return
+    out, root = out_dir.expanduser().resolve(), root.resolve()
+    if out == root:
+        raise ManifestError(
+            f"manifest {source}: the out dir {out_dir} holds the manifest's parts, so its own "
+            "results.parquet would be read as a part on the next run: pick an out dir outside "
+            "the parts' folder (a sub-folder of it is fine)"
+        )
+
+
+def _in_out_dir(part: Path, root: Path) -> bool:
+    """Under a qtts out dir (a folder beside a state folder) below the parts' root: a job's
+    outputs, not input."""
+    try:
+        folders = part.relative_to(root).parents
+    except ValueError:
+        return False
+    return any((root / f / STATE_DIR).is_dir() for f in folders if f != Path("."))
 
 
 def _is_parquet(path: Path) -> bool:
