@@ -116,6 +116,8 @@ def results(
         from qtts.core.jobs.state.jobfile import read_job_file
         from qtts.core.quality.dataset_summary import summarize_results, summary_lines
 
+        if report is not None:
+            _check_report_target(report)
         if keep_all and (bounds or no_budget_hits):
             raise UsageError("--keep-all clears the keep rules: give it without rules")
         changing = keep_all or bounds or no_budget_hits
@@ -228,3 +230,14 @@ def _warn_unscored(rules, results_file: Path) -> None:
                 continue
         hint = " (run qtts score first)" if column in SCORE_FIELDS.names else ""
         typer.echo(f"Warning: the keep rules read {column}, which no row has yet{hint}", err=True)
+
+
+def _check_report_target(report: Path) -> None:
+    """A page that cannot be written is a usage error, said before any rebuild: not an I/O
+    error naming the page's temp file afterwards."""
+    from qtts.core.errors import UsageError
+
+    if report.is_dir():
+        raise UsageError(f"--report {report} is a folder: give the page's file name (FILE.html)")
+    if not report.parent.is_dir():
+        raise UsageError(f"--report {report}: folder {report.parent} does not exist")

@@ -112,6 +112,16 @@ class _Tags(HTMLParser):
         self.tags.append(tag)
 
 
+@pytest.mark.parametrize("where", ["missing-folder", "a-folder"])
+def test_a_report_that_cannot_be_written_is_one_line_before_any_rebuild(out, tmp_path, where):
+    page = tmp_path / "nowhere" / "report.html" if where == "missing-folder" else tmp_path
+    before = (out / "results.parquet").stat().st_mtime_ns
+    r = qtts("results", out, "--report", page, "--min-dnsmos", "3")
+    assert r.exit_code == 2, r.stderr
+    assert f"--report {page}" in r.stderr and "qtts-tmp" not in r.stderr
+    assert (out / "results.parquet").stat().st_mtime_ns == before  # nothing rebuilt, no rule kept
+
+
 def test_report_draws_each_summarized_column(out, tmp_path):
     page = tmp_path / "report.html"
     r = qtts("results", out, "--report", page, "--min-dnsmos", "3")
