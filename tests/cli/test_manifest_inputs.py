@@ -257,3 +257,26 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path, make, words):
 def test_bad_column_flags_exit_2(tmp_path, flags, words):
     r = qtts("batch", _no_sentence(tmp_path), "-o", tmp_path / "out", *flags)
     assert r.exit_code == 2 and words in r.stderr
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".txt"])
+@pytest.mark.parametrize(("codec", "named"), [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"),
+                                              ("utf-32", "UTF-32")])  # fmt: skip
+def test_text_in_utf16_or_utf32_is_named_as_such(tmp_path, suffix, codec, named):
+    """Windows' "Unicode" text (UTF-16, with or without its byte-order mark): said so, not read
+    as UTF-8 and refused for a field count or a JSON error at some line."""
+    path = tmp_path / f"m{suffix}"
+    if suffix == ".jsonl":
+        write_jsonl(path, ROWS)
+    elif suffix == ".txt":
+        path.write_text("".join(f"{r['text']}\n" for r in ROWS))
+    else:
+        write_delimited(path, ROWS, "," if suffix == ".csv" else "\t")
+    path.write_bytes(path.read_text().encode(codec))
+    out = tmp_path / "out"
+    command = ["synth"] if suffix == ".txt" else ["batch"]  # synth reads lines of text
+    r = qtts(*command, path, "-o", out, "--speaker", "ryan", *([] if suffix == ".txt" else MAPPING))
+    assert r.exit_code == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and f"is not UTF-8: it looks like {named} text" in line, line
+    assert str(path) in line and not out.exists()

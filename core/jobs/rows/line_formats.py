@@ -24,7 +24,7 @@ from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 from qtts.core.jobs.rows.columns import pick_columns
 from qtts.core.jobs.rows.delimited_check import check_csv_rows
-from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines
+from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines, refuse_wide_file
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 
 INT64 = (-(2**63), 2**63)
@@ -39,6 +39,7 @@ def read_delimited_rows(
     import pyarrow.csv as csv
 
     path, where = source.files[0], source.given
+    refuse_wide_file(path, f"manifest {where}")
     tsv = source.kind == "tsv"
     parse = csv.ParseOptions(
         delimiter="\t" if tsv else ",", quote_char=False if tsv else '"', newlines_in_values=not tsv
@@ -74,6 +75,7 @@ def read_jsonl_rows(
     import pyarrow.json as pj
 
     path, where = source.files[0], source.given
+    refuse_wide_file(path, f"manifest {where}")
     try:
         first = _first_json_row(path, where)
     except FileNotFoundError:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import ManifestColumns
 from qtts.core.jobs.rows.columns import label, type_kind
-from qtts.core.jobs.rows.file_lines import UTF8_BOM
+from qtts.core.jobs.rows.file_lines import UTF8_BOM, refuse_wide_text
 from qtts.core.jobs.rows.ids import blank_ids, file_keys
 from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
 from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
@@ -50,6 +50,7 @@ def read_text_lines(source: str, *, max_bad_lines: int = 5) -> pa.Table:
             data = Path(source).read_bytes()
         except OSError as e:
             raise ManifestError(f"cannot read {source}: {e.strerror or e}") from None
+    refuse_wide_text(data, name)
     data = data.removeprefix(UTF8_BOM)
     if data and not data.endswith(b"\n"):
         data += b"\n"  # every line now ends with "\n", so one slice removes it from all
