@@ -247,6 +247,33 @@ def test_a_row_failing_on_a_rerun_leaves_its_shard(tmp_path):
     assert Counter(tar_ids(out)) == Counter(f"r{i:02d}" for i in range(4))
 
 
+@pytest.mark.parametrize("layout", ["files", "webdataset"])
+def test_a_row_done_before_and_failing_now_leaves_no_audio_behind(tmp_path, layout):
+    """Redone and failing in synthesis (r01), or failing validation now (r02): neither keeps the
+    audio of its earlier run, which a loader handed the folder would take as the row's (an
+    AudioFolder without metadata.jsonl lists every file)."""
+    texts = [f"Row {i} to keep." for i in range(4)]
+    out, path = tmp_path / "out", tmp_path / "m.parquet"
+    manifest = _manifest(path, texts)
+    made = ("--output", layout, "--shard-rows", 2, "--save-codes")
+    assert _fake(manifest, out, *made).returncode == 0
+    _manifest(path, [texts[0], "Row 1 [fail].", "   ", texts[3]])
+    dry = json.loads(_fake(manifest, out, *made, "--dry-run").stdout.splitlines()[-1])
+    assert dry["taken_out"] == (1 if layout == "files" else 2)  # a redone file: replaced by name
+    assert _fake(manifest, out, *made).returncode == 3
+    if layout == "files":  # the audio and the codes files
+        assert sorted(p.name.split(".")[0] for p in out.glob("r0*.*")) == [
+            "r00",
+            "r00",
+            "r03",
+            "r03",
+        ]
+    else:  # the members, codes beside the audio
+        assert sorted(tar_ids(out)) == ["r00", "r03"]
+    results = {r["id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
+    assert [results[i]["status"] for i in ("r01", "r02")] == ["failed", "failed"]
+
+
 def _dry(manifest, out, *extra) -> dict:
     proc = _fake(manifest, out, "--output", "webdataset", "--shard-rows", 3, "--dry-run", *extra)
     summary = json.loads(proc.stdout.splitlines()[-1])

@@ -158,15 +158,23 @@ def dry_run(job: Job) -> DryRunSummary:
 def _taken_out(job: Job, work: Work, records: pa.Table) -> pa.ChunkedArray:
     """The locations the run would take out of its outputs before redoing their rows, chosen as
     locked_run chooses them: every ok row under --overwrite, else the rows to redo and the rows
-    done before that fail validation now."""
+    done before that fail validation now (their plain files too)."""
     out, layout = job.spec.output.out_dir, job.spec.output.layout
     if job.spec.output.overwrite:
         ok = overwritten(out, job.shard, layout)
         locations = ok["file"] if ok is not None else pa.chunked_array([], pa.string())
-    else:
-        ids = pa.concat_arrays([_flat(work.resume.stale), _flat(failing_now(work, records))])
-        locations = aligned(pa.table({"id": ids}), records.select(["id", "file"]))["file"]
-    return locations.filter(taken_out(locations, layout))
+        return locations.filter(taken_out(locations, layout))
+    where = records.select(["id", "file"])
+    redo = aligned(pa.table({"id": _flat(work.resume.stale)}), where)["file"]
+    failing = aligned(pa.table({"id": _flat(failing_now(work, records))}), where)["file"]
+    # rows failing now are made by nothing: their plain files go too
+    return pa.chunked_array(
+        [
+            *redo.filter(taken_out(redo, layout)).chunks,
+            *failing.filter(taken_out(failing, None)).chunks,
+        ],
+        pa.string(),
+    )
 
 
 def _flat(ids: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -225,16 +225,20 @@ class JobRun:
         rejected = work.rejected
         old = aligned(rejected.select(["id"]), self.records.select(["id", "status", "error"]))
         was_ok = pc.fill_null(pc.equal(old["status"], OK), False)
-        if pc.any(was_ok).as_py():  # done before, failing now (an emptied text, say): out first
-            self._retract(failing_now(work, self.records), self.records)
+        if pc.any(was_ok).as_py():  # done before, failing now (an emptied text, say): out first,
+            # plain files too: nothing replaces them by name
+            self._retract(failing_now(work, self.records), self.records, replaced=False)
         same = pc.and_(pc.equal(old["status"], FAILED), pc.equal(old["error"], rejected["error"]))
         fresh = rejected.filter(pc.invert(pc.fill_null(same, False)))
         fresh = fresh.filter(pc.is_valid(fresh["id"]))  # a null id has no record to key
         self.journal.append_table(stamped(fresh, status=FAILED, **self.ctx.stamp()))
         self.failures.add_table(rejected)
 
-    def _retract(self, ids: pa.Array | pa.ChunkedArray, records: pa.Table) -> pa.Array:
-        """The ids taken out of their outputs (now pending)."""
+    def _retract(
+        self, ids: pa.Array | pa.ChunkedArray, records: pa.Table, *, replaced: bool = True
+    ) -> pa.Array:
+        """The ids taken out of their outputs (now pending); replaced: this run makes them again,
+        so files it replaces by name stay until then."""
         old = aligned(pa.table({"id": ids}), records.select(["id", "file"]))
         return retract.retract(
             self.out,
@@ -243,7 +247,7 @@ class JobRun:
             self.run_id,
             ids=ids,
             locations=old["file"],
-            layout=self.ctx.store.layout,
+            layout=self.ctx.store.layout if replaced else None,
         )
 
     def _retract_everything(self) -> None:

@@ -28,8 +28,8 @@ def numbered_lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
 
 
 def wide_encoding(head: bytes) -> str | None:
-    """The name (UTF-16 or UTF-32) by the byte-order mark, or a guess by NUL bytes when a quarter of the
-    head is NUL (text in those encodings without a mark; UTF-8 text has none); None otherwise."""
+    """UTF-16 or UTF-32 by the byte-order mark, or a guess when a quarter of the head is NUL
+    bytes (those encodings without a mark; UTF-8 text has none); None otherwise."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name

@@ -139,6 +139,10 @@ class ArchiveStore:
         if shard is not None:
             shard.files.discard()
 
+    def remove_earlier_output(self, row_id: str) -> None:
+        """Nothing to do: a redone row's members left their sealed shards before the run
+        (stores/retract.py), and a row failing now has none in the open shard."""
+
     def published(self, ids: list[str], since: float) -> dict[str, float]:
         """Rows of `ids` in this writer's sealed shards (a Ray unit's writer is its own, named
         for this run, so `since` is not needed: no other run's shard has these names)."""

@@ -41,6 +41,11 @@ class OutputStore(Protocol):
         {id: seconds of audio}. A retried Ray unit skips them."""
         ...
 
+    def remove_earlier_output(self, row_id: str) -> None:
+        """The row fails in this run: what an earlier run published for it goes, so no file
+        outlives its row's failed record (an archive's rows were taken out before the run)."""
+        ...
+
     def close(self, *, wait: bool = True) -> None:
         """wait: finish what was submitted and make it durable (an archive seals its open
         shard); else drop what is not durable yet."""

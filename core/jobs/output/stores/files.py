@@ -5,10 +5,11 @@ pool.
 The row's record is journalled once its audio is durable in the temp file, just before the
 rename, so a published file always has its record. A redone row's old files go just before its
 new record: its old audio, and what this run does not make (another format's audio, codes
-without --save-codes). A kill between the record and the rename leaves no file, never an old one
-passing for the new, and a kill after it never leaves two copies of one row. metadata.jsonl goes
-before the first redone row replaces its file (drop_audiofolder_view). Each part
-of a row's writing is timed on its clock (core/jobs/output/writer_clock.py).
+without --save-codes); all of them when the row fails now. A kill between the record and the
+rename leaves no file, never an old one passing for the new, and a kill after it never leaves
+two copies of one row. metadata.jsonl goes before the first redone row replaces its file
+(drop_audiofolder_view). Each part of a row's writing is timed on its clock
+(core/jobs/output/writer_clock.py).
 Knows file names; no records beyond building them.
 """
 
@@ -113,6 +114,12 @@ class FilesStore:
                 atomic_write_bytes(path, data, journal)
         except OSError as e:
             raise write_error(e, path) from e
+
+    def remove_earlier_output(self, row_id: str) -> None:
+        """A redone row that fails is replaced by nothing: its old audio (any format) and codes
+        go before its failed record, or a loader handed the folder would take them as its."""
+        for name in [*(audio_name(row_id, f) for f in AUDIO_FORMATS), codes_name(row_id)]:
+            unlink_quietly(self.out_dir / name)
 
     def _stale(self, row_id: str) -> list[str]:
         others = [audio_name(row_id, f) for f in AUDIO_FORMATS if f != self.audio_format]

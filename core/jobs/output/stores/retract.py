@@ -54,10 +54,11 @@ def retract(
     ids: pa.Array | pa.ChunkedArray,
     locations: pa.Array | pa.ChunkedArray,
     *,
-    layout: str,
+    layout: str | None,
 ) -> pa.Array:
     """Take the rows `ids` (recorded at `locations`) out of the outputs this run would not
-    replace by name; the ids taken out (their records are pending now)."""
+    replace by name (layout None: of every output; they are not made again); the ids taken out
+    (their records are pending now)."""
     intent = pa.table({"id": ids, "file": locations}).filter(taken_out(locations, layout))
     if intent.num_rows == 0:
         return intent["id"].combine_chunks()
@@ -67,9 +68,10 @@ def retract(
     return intent["id"].combine_chunks()
 
 
-def taken_out(locations: pa.Array | pa.ChunkedArray, layout: str) -> pa.Array:
+def taken_out(locations: pa.Array | pa.ChunkedArray, layout: str | None) -> pa.Array:
     """Which of these rows' outputs a run writing `layout` takes out before redoing them: every
-    archive member, and plain files too unless the run writes files (it replaces those by name)."""
+    archive member, and plain files too unless the run writes files (it replaces those by name;
+    None: nothing replaces them)."""
     if layout == FILES:
         return pc.fill_null(is_archived(locations), False)
     return pc.is_valid(locations)
