@@ -87,3 +87,23 @@ def test_a_long_row_is_its_segments_joined_whatever_rows_surround_it(checkpoint,
     n0 = len(order[0].audio)
     np.testing.assert_allclose(alone_audio[:n0], np.clip(order[0].audio, -1, 1), atol=4 / 32768)
     assert not alone_audio[n0 : n0 + pause].any()
+
+
+def test_a_word_too_long_to_cut_fails_alike_in_dry_run_and_run(checkpoint, tmp_path,
+                                                                write_manifest):  # fmt: skip
+    """--split finds no cut in one 40,000-letter word (over the tiny model's 32,768 positions):
+    the dry run counts the row failed, with the reason the run then records."""
+    m = write_manifest([{"id": "word", "text": "x" * 40_000}, {"id": "fine", "text": "Hello."}])
+    out = tmp_path / "out"
+    run = ["batch", str(m), "-o", str(out), "--model", str(checkpoint), "--device", "cpu",
+           "--speaker", "vivian", "--max-new-tokens", str(STEPS), "-q"]  # fmt: skip
+    dry = CliRunner().invoke(app, [*run, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    planned = json.loads(dry.stdout.strip().splitlines()[-1])
+    assert (planned["failed"], planned["to_synthesize"]) == (1, 1)
+    [failure] = planned["first_failures"]
+    assert failure["id"] == "word" and "a word this long stays whole" in failure["error"]
+    done = CliRunner().invoke(app, run)
+    assert done.exit_code == 3, done.output
+    results = {x["id"]: x for x in pq.read_table(out / "results.parquet").to_pylist()}
+    assert results["word"]["error"] == failure["error"] and results["fine"]["status"] == "ok"

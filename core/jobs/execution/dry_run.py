@@ -4,7 +4,7 @@ Reads and validates every row, selects the shard, scans the out dir's state for 
 done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
 to repack (done in another layout or format: moved without the model), to redo and why,
-failing validation (the first reasons), frames and hours of audio estimated, the rows of the
+failing validation or the first chunk's cut (the first reasons), frames and hours of audio estimated, the rows of the
 first chunk that will be split into segments (and how many segments), the rows the run would
 first take out of sealed archive shards (and how many shards or files that rewrites or
 removes), and the precision the run would compute in. A run it would refuse at its out dir (a
@@ -131,11 +131,12 @@ def dry_run(job: Job) -> DryRunSummary:
     locations = _taken_out(job, work, records)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
     failures = work.rejected.select(["row", "id", "error"])
+    failures = pa.concat_tables([failures, _cut_failures(first, failures.schema)])
     reasons = pc.value_counts(failures["error"]).to_pylist()
     reasons.sort(key=lambda r: -r["counts"])
     return DryRunSummary(
         total=work.total,
-        to_synthesize=work.todo.num_rows,
+        to_synthesize=work.todo.num_rows - (len(first.split.failed) if first else 0),
         skipped=work.skipped,
         to_repack=work.moved,
         redo=len(work.resume.stale),
@@ -179,6 +180,14 @@ def _taken_out(job: Job, work: Work, records: pa.Table) -> pa.ChunkedArray:
 
 def _flat(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+
+
+def _cut_failures(first: Chunk | None, schema: pa.Schema) -> pa.Table:
+    """The first chunk's rows that fail as it is cut (a segment still too long for the model,
+    the splitter finding no cut): the run fails them before synthesis, so they count here."""
+    failed = first.split.failed if first is not None else {}
+    rows = [{"row": first.rows[i]["row"], "id": i, "error": e} for i, e in failed.items()]
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def _first_chunk_plan(job: Job, work: Work) -> tuple[str, Chunk | None]:
