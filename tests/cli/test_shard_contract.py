@@ -174,3 +174,23 @@ def test_a_busy_results_lock_leaves_a_finished_shard_its_exit_code(
     with results_lock_held(tmp_path / "out2"):
         r = qtts("batch", bad, "-o", tmp_path / "out2", "--speaker", "ryan")
         assert r.exit_code == 3 and (summary(r)["ok"], summary(r)["failed"]) == (1, 1)
+
+
+def test_a_shard_taken_from_the_environment_is_a_warning_and_in_the_summary(manifest, tmp_path):
+    """A Slurm array run on a manifest of its own would do a part of it: said at WARNING, which
+    -q keeps, and the summary names the shard; --num-shards 1 runs every row, unsharded."""
+    env = {**SLURM, "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "2"}
+    r = qtts("batch", manifest, "-o", tmp_path / "a", "--speaker", "ryan", "-q", env=env)
+    assert r.exit_code == 0, r.stderr
+    assert "qtts WARNING: shard 2 of 4 (from the Slurm array)" in r.stderr
+    assert "--num-shards 1 when each task has an input of its own" in r.stderr
+    assert summary(r)["shard"] == "shard 2 of 4 (from the Slurm array)"
+    assert 0 < summary(r)["total"] < 12
+    r = qtts("batch", manifest, "-o", tmp_path / "b", "--speaker", "ryan", "-q",
+             "--num-shards", 1, env=env)  # fmt: skip
+    assert r.exit_code == 0 and "WARNING: shard" not in r.stderr
+    assert (summary(r)["shard"], summary(r)["total"]) == (None, 12)
+    r = qtts("batch", manifest, "-o", tmp_path / "c", "--speaker", "ryan", "-q",
+             "--num-shards", 2, "--shard-index", 0)  # fmt: skip
+    assert "WARNING: shard" not in r.stderr  # asked for by name: no warning
+    assert summary(r)["shard"] == "shard 0 of 2 (from --num-shards/--shard-index)"

@@ -4,12 +4,12 @@ Reads and validates every row, selects the shard, scans the out dir's state for 
 done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
 weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
 to repack (done in another layout or format: moved without the model), to redo and why,
-failing validation or the first chunk's cut (the first reasons), frames and hours of audio estimated, the rows of the
-first chunk that will be split into segments (and how many segments), the rows the run would
-first take out of sealed archive shards (and how many shards or files that rewrites or
-removes), and the precision the run would compute in. A run it would refuse at its out dir (a
-file on its path, not writable: exit 2) or at its locks (its shard's lock held: exit 75;
---overwrite changing the shard count under a running shard: exit 2) it refuses alike.
+failing validation or the first chunk's cut (the first reasons), frames and hours of audio
+estimated, the rows of the first chunk that will be split into segments (and how many), the
+rows the run would first take out of sealed archive shards (and how many shards or files that
+rewrites or removes), and the precision the run would compute in. A run it would refuse at its
+out dir (a file on its path, not writable: exit 2) or at its locks (its shard's lock held: exit
+75; --overwrite changing the shard count under a running shard: exit 2) it refuses alike.
 Knows the job's work and the TextModel; no tensors.
 """
 

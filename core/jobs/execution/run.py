@@ -185,7 +185,15 @@ def prepare_job(
     )
     owned = shard.mask(rows["id"])
     own = rows if owned.all() else rows.filter(pa.array(owned))
-    if shard.sharded:
+    if shard.sharded and req.from_environment:  # said at WARNING: -q must not hide it
+        log.warning(
+            "%s: %d of %d rows, the other shards' rows left to the other tasks (pass "
+            "--num-shards 1 when each task has an input of its own)",
+            shard.describe(),
+            own.num_rows,
+            rows.num_rows,
+        )
+    elif shard.sharded:
         log.info("%s: %d of %d rows", shard.describe(), own.num_rows, rows.num_rows)
     ref_dir = manifest.base_dir if manifest is not None else None
     refs = RefDigests(out)
