@@ -134,7 +134,10 @@ Language = Annotated[
     _opt(
         "--language",
         panel=VOICE_PANEL,
-        help=("Language, or auto (detected from the text), for rows without their own."),
+        help=(
+            "Language (english, or its ISO 639-1 tag: en), or auto (detected from the text), "
+            "for rows without their own."
+        ),
     ),
 ]
 Instruct = Annotated[

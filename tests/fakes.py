@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from qtts.core.model.config import GenerationDefaults, ModelConfig
+from qtts.core.model.languages import language_name
 from qtts.core.synthesis.requests import (
     GenerationOptions,
     Request,
@@ -71,7 +72,7 @@ class FakeTextModel:
         self.defaults = GenerationDefaults(max_new_tokens=cap)
 
     def normalize_row(self, speaker, language, instruct):
-        language = (language or "auto").strip().lower()
+        language = language_name(language or "auto", self.config.supported_languages())
         if language not in self.config.supported_languages():
             langs = ", ".join(self.config.supported_languages())
             raise ValueError(f"unknown language {language!r}; this model supports: {langs}")

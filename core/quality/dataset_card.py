@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.output.results import results_locked
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
+from qtts.core.model.languages import LANGUAGE_TAGS
 
 if TYPE_CHECKING:
     from qtts.core.jobs.output.stores.shard_format import ArchiveFormat
@@ -48,21 +49,6 @@ MARKER = (
 MAX_FILTER_IDS = 100_000  # ids a Parquet card's filter may list; beyond, every row loads
 SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")]
 SIZES += [(1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
-# Qwen3-TTS's language names (and dialects) as ISO 639-1 tags.
-LANGUAGE_TAGS = {
-    "chinese": "zh",
-    "english": "en",
-    "japanese": "ja",
-    "korean": "ko",
-    "german": "de",
-    "french": "fr",
-    "russian": "ru",
-    "portuguese": "pt",
-    "spanish": "es",
-    "italian": "it",
-    "beijing_dialect": "zh",
-    "sichuan_dialect": "zh",
-}
 METADATA_FEATURES = {"id": "id", "text": "text", "speaker": "speaker", "language": "language"}
 METADATA_FEATURES |= {"duration_s": "duration"}
 _DTYPES = {"string": "string", "large_string": "string", "double": "float64", "int64": "int64"}

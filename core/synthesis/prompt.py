@@ -16,6 +16,7 @@ import torch
 from qtts.core.engine.step.host_copy import ids_to_device
 from qtts.core.engine.step.slots import Prompt
 from qtts.core.model.config import ModelConfig
+from qtts.core.model.languages import language_name
 
 # Template slices (Qwen2 tokenizer, no BOS/EOS added).
 ROLE = slice(0, 3)  # "<|im_start|>assistant\n"
@@ -58,9 +59,10 @@ def normalize_row(
 ) -> tuple[str | None, str, str | None, str | None]:
     """Validate one row's voice fields -> (speaker, language, instruct, warning or None).
 
-    Case-insensitive like the official wrapper. Raises ValueError naming what the model supports.
+    Case-insensitive like the official wrapper; a language may be its ISO 639-1 tag (`en`).
+    Raises ValueError naming what the model supports.
     """
-    language = (language or "auto").strip().lower()
+    language = language_name(language or "auto", config.supported_languages())
     if language not in config.supported_languages():
         raise ValueError(
             f"unknown language {language!r}; this model supports: "

@@ -377,6 +377,20 @@ def test_a_bad_voice_names_the_flags_the_user_gave(tmp_path):
     assert r.exit_code == 2 and "(given by --speaker)" in r.stderr and "set it with" not in r.stderr
     r = qtts("synth", src, "-o", tmp_path / "b")  # no speaker for a CustomVoice model
     assert r.exit_code == 2 and "(set it with --speaker/--language)" in r.stderr
+    r = qtts("synth", src, "--speaker", "vivian", "--language", "klingon", "-o", tmp_path / "c")
+    assert r.exit_code == 2 and "(given by --language)" in r.stderr  # the flag at fault only
+
+
+@pytest.mark.parametrize("tag", ["en", "EN-us", "de_DE"])
+def test_a_language_may_be_its_iso_tag(tmp_path, tag):
+    src = tmp_path / "lines.txt"
+    src.write_text("Hello world.\n")
+    r = qtts("synth", src, "--speaker", "vivian", "--language", tag, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.stderr
+    import pyarrow.parquet as pq
+
+    language = pq.read_table(tmp_path / "out" / "results.parquet")["language"].to_pylist()
+    assert language == [{"en": "english", "de": "german"}[tag[:2].lower()]]
 
 
 @pytest.mark.parametrize("flags, why", [(0, "permission denied"), (1, "read-only file system")])

@@ -109,6 +109,8 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
                 )
                 if value is not None
             ]
+            named = [flag for flag in given if flag.removeprefix("--") in str(e)]
+            given = named or given  # the flag the refusal is about, where it says
             where = f"given by {', '.join(given)}" if given else "set it with --speaker/--language"
             raise ManifestError(f"{e} ({where})") from None
 
