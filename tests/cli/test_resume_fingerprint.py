@@ -163,6 +163,32 @@ def test_another_input_is_refused_unless_it_moved(done, tmp_path, write_manifest
     assert r.exit_code == 0 and summary(r)["skipped"] == 5
 
 
+def test_a_copied_out_dir_lists_its_own_files(done, tmp_path):
+    """results.parquet's paths are absolute: a rerun in a copy (file times kept, as cp -a and
+    copytree keep them) rebuilds the views for the copy."""
+    import shutil
+
+    m, out = done
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    r = qtts("batch", m, "-o", copy, "--speaker", "ryan")
+    assert r.exit_code == 0 and summary(r)["skipped"] == 5
+    paths = pq.read_table(copy / "results.parquet")["path"].to_pylist()
+    assert paths == [str(copy.resolve() / f"u{i}.wav") for i in range(5)]
+
+
+def test_a_moved_input_with_fewer_rows_rebuilds_the_views(done, tmp_path, write_manifest):
+    """--input-moved to a file older than the views: its rows are what results.parquet lists."""
+    import os
+
+    m, out = done
+    fewer = write_manifest(ROWS[:3], name="fewer.parquet")
+    os.utime(fewer, ns=(0, 0))  # older than every view
+    r = qtts("batch", fewer, "-o", out, "--speaker", "ryan", "--input-moved")
+    assert r.exit_code == 0 and summary(r)["total"] == 3
+    assert pq.read_table(out / "results.parquet")["id"].to_pylist() == ["u0", "u1", "u2"]
+
+
 def test_appending_rows_just_resumes(done, write_manifest):
     m, out = done
     write_manifest([*ROWS, {"id": "u5", "text": "a new row"}])  # same path, one more row

@@ -47,6 +47,7 @@ from qtts.core.jobs.state.shard_state import UnreadableState
 log = logging.getLogger("qtts")
 
 RESULTS_NAME = "results.parquet"
+BUILT_FOR = "qtts_out_dir"  # results.parquet's schema metadata: the folder its paths are under
 SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
 
 RESULT_COLUMNS = (
@@ -203,6 +204,7 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
             schema = schema.append(SCORE_FIELDS.field(name))
         if not rules.empty:
             schema = schema.append(pa.field(KEPT, pa.bool_()))
+        schema = schema.with_metadata({BUILT_FOR: str(out_dir.resolve())})
         writer = pq.ParquetWriter(results_file, schema, compression="zstd")
         listed = 0
         for batch in result_batches(out_dir, picks, shown, staged):
@@ -347,18 +349,25 @@ def rebuild_once(
 
 
 def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
-    """results.parquet is newer than every state, journal and input it was built from."""
+    """results.parquet is newer than every state, journal and input it was built from, and was
+    built in this folder (its paths are absolute: an out dir copied or moved lists the old)."""
     try:
         built = os.stat(out_dir / RESULTS_NAME).st_mtime_ns
         newest = max((os.stat(p).st_mtime_ns for p in [*_state_files(out_dir), *inputs]), default=0)
-    except OSError:
+        if newest >= built:
+            return False
+        metadata = pq.read_schema(out_dir / RESULTS_NAME).metadata or {}
+    except (OSError, pa.ArrowException):
         return False
-    return newest < built
+    return metadata.get(BUILT_FOR.encode()) == str(out_dir.resolve()).encode()
 
 
 def _state_files(out_dir: Path) -> list[Path]:
+    """What the views are built from in the state folder: the job file too, which --input-moved
+    rewrites (another input: other rows, whatever its files' times)."""
     paths = StatePaths(out_dir)
-    return [*paths.states(), *paths.journals()]
+    job = [paths.job_file] if paths.job_file.exists() else []
+    return [*paths.states(), *paths.journals(), *job]
 
 
 def _state_stamp(out_dir: Path) -> set[tuple[str, int, int]]:
