@@ -187,6 +187,9 @@ def test_a_moved_input_with_fewer_rows_rebuilds_the_views(done, tmp_path, write_
     r = qtts("batch", fewer, "-o", out, "--speaker", "ryan", "--input-moved")
     assert r.exit_code == 0 and summary(r)["total"] == 3
     assert pq.read_table(out / "results.parquet")["id"].to_pylist() == ["u0", "u1", "u2"]
+    # the rows it lacks keep their audio, and the run says so
+    assert "2 row(s) done by earlier runs are no longer in the input (first: u" in r.stderr
+    assert (out / "u3.wav").exists() and (out / "u4.wav").exists()
 
 
 def test_appending_rows_just_resumes(done, write_manifest):

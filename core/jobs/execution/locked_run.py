@@ -165,6 +165,7 @@ class JobRun:
         records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         self.records = with_repeated_encoded(records)
         del records
+        self._warn_rows_left_the_input()
         listing = list_out_dir(self.out)
         removed = cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps)
         removed += cleanup_temp_files(
@@ -193,6 +194,22 @@ class JobRun:
             split=self.spec.split,
             on_budget=self.spec.failures.key,
         )
+
+    def _warn_rows_left_the_input(self) -> None:
+        """Rows done by earlier runs whose ids the input has no more (a manifest cut short, rows
+        taken out of it): their outputs stay, unlisted. Said, never acted on: a truncated input
+        must not cost a dataset its audio."""
+        ok = self.records.filter(pc.equal(self.records["status"], OK))
+        gone = ok.filter(pc.invert(pc.is_in(ok["id"], value_set=self.job.rows["id"])))
+        if gone.num_rows:
+            log.warning(
+                "%d row(s) done by earlier runs are no longer in the input (first: %s): their "
+                "audio stays in the out dir (its files or archive shards), listed by neither "
+                "results.parquet nor metadata.jsonl; a loader reading the files or shards "
+                "directly still sees it",
+                gone.num_rows,
+                gone["id"][0],
+            )
 
     def _record_work(self, work: Work) -> None:
         """Journal what is decided before synthesis: rows to redo lose their done status, rows
