@@ -85,7 +85,8 @@ def batch(
         typer.Argument(
             help=(
                 "A .parquet file, a folder or glob of Parquet parts (one dataset, parts in "
-                "sorted order), or a .jsonl or .csv/.tsv file."
+                "sorted order), a JSON Lines file (.jsonl, .ndjson, NeMo's .json) or a "
+                ".csv/.tsv file."
             )
         ),
     ],

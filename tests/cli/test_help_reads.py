@@ -118,3 +118,10 @@ def test_an_options_panel_gives_its_help_the_width_the_names_leave(command, titl
     assert taken <= (10 if option == "--on-budget" else 12), "\n".join(lines)
     assert any(line.split()[:1] == ["--no-write" if command == "bench" else "--no-fail-fast"]
                for line in lines)  # fmt: skip
+
+
+def test_batch_help_names_every_manifest_extension_read():
+    from qtts.core.jobs.rows.sources import KINDS
+
+    text = " ".join(render("batch", 200).split())
+    assert all(ext in text for ext in KINDS), [e for e in KINDS if e not in text]
