@@ -379,6 +379,10 @@ def test_a_bad_voice_names_the_flags_the_user_gave(tmp_path):
     assert r.exit_code == 2 and "(set it with --speaker/--language)" in r.stderr
     r = qtts("synth", src, "--speaker", "vivian", "--language", "klingon", "-o", tmp_path / "c")
     assert r.exit_code == 2 and "(given by --language)" in r.stderr  # the flag at fault only
+    r = qtts("synth", src, "--language", "en", "-o", tmp_path / "d")  # no speaker: not --language
+    assert r.exit_code == 2 and "(set it with --speaker/--language)" in r.stderr
+    r = qtts("synth", src, "--speaker", "instructor", "--instruct", "calm", "-o", tmp_path / "e")
+    assert r.exit_code == 2 and "(given by --speaker)" in r.stderr  # not by --instruct
 
 
 @pytest.mark.parametrize("tag", ["en", "EN-us", "de_DE"])

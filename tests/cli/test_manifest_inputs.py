@@ -155,16 +155,23 @@ def test_an_out_dir_inside_the_parts_folder_is_not_read_as_parts(tmp_path, layou
         assert (s["ok"], s["total"]) == (len(ROWS), len(ROWS))
     s = summary(batch(parts, parts / "out", *MAPPING, "--output", layout))
     assert (s["skipped"], s["ok"], s["total"]) == (len(ROWS), 0, len(ROWS))
+    # a glob reaching into them passes them over too
+    glob = summary(batch(str(parts / "**" / "*.parquet"), tmp_path / "g", *MAPPING))
+    assert (glob["ok"], glob["total"]) == (len(ROWS), len(ROWS))
 
 
 @pytest.mark.parametrize("glob", [False, True])
-def test_the_parts_folder_as_the_out_dir_is_refused_before_anything_is_made(tmp_path, glob):
-    parts = tmp_path / "parts"
+@pytest.mark.parametrize("out", ["parts", "above"])  # -o parts, or -o ds for parts in ds/data
+def test_an_out_dir_writing_into_the_parts_folder_is_refused_first(tmp_path, glob, out):
+    """The parts' folder as the out dir, or as its archive folder (a hub-style ds/data/): the
+    next run would read results.parquet or the Parquet shards as parts."""
+    parts = tmp_path / "parts" if out == "parts" else tmp_path / "ds" / "data"
     write_parts(parts, ROWS, [6])
     source = parts / "*.parquet" if glob else parts
-    r = qtts("batch", source, "-o", parts, "--speaker", "ryan", *MAPPING)
-    assert r.exit_code == 2 and "holds the manifest's parts" in r.stderr, r.stderr
-    assert sorted(p.name for p in parts.iterdir()) == ["part-00000.parquet"]
+    out_dir = parts if out == "parts" else parts.parent
+    r = qtts("batch", source, "-o", out_dir, "--speaker", "ryan", "--output", "parquet", *MAPPING)
+    assert r.exit_code == 2 and "writes into the manifest's parts folder" in r.stderr, r.stderr
+    assert sorted(p.name for p in out_dir.rglob("*") if p.is_file()) == ["part-00000.parquet"]
 
 
 def test_shards_over_a_folder_cover_every_row_once(tmp_path, expected):

@@ -375,7 +375,7 @@ class JobRun:
             synthesis_s=self.synthesis_s,
             writing=self._writing(),
             synthesis=self._synthesis(),
-            shard=self.shard.describe() if self.shard.sharded else None,
+            shard=self.shard.describe(),
         )
 
     def _writing(self):

@@ -37,6 +37,7 @@ from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.execution.ray_local import start_local_ray
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
+from qtts.core.jobs.output.stores.files import remove_row_files
 from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.paths import RAY_PREFIX, StatePaths
@@ -185,7 +186,7 @@ class RayBackend:
                 ray.shutdown()
 
     def _missing(
-        self, todo: Todo, seen: list[pa.Array], journal: Journal, ctx: RecordContext
+        self, todo: pa.Table, seen: list[pa.Array], journal: Journal, ctx: RecordContext
     ) -> Iterator[Outcome]:
         """Rows no unit returned (a bug or a lost unit): those an actor did publish and journal
         (a unit lost after its shard was sealed) are ok; the rest failed, by the driver, which
@@ -198,13 +199,16 @@ class RayBackend:
         )
         if lost.num_rows == 0:
             return
-        made = _published_by_actors(Path(self.actor_kwargs["out_dir"]), lost["id"], ctx.run)
+        out_dir = Path(self.actor_kwargs["out_dir"])
+        made = _published_by_actors(out_dir, lost["id"], ctx.run)
         recorder = RowRecorder(None, journal, ctx)
         for row in lost.select(list(ROW_FIELDS)).to_pylist():
             if row["id"] in made:
                 yield Outcome(row["id"], OK, made[row["id"]])
-            else:
-                yield recorder.failed(row, "no result came back from the ray workers")
+                continue
+            if ctx.store.layout == FILES:  # as a store would: an earlier run's files go first
+                remove_row_files(out_dir, row["id"])
+            yield recorder.failed(row, "no result came back from the ray workers")
 
 
 class SynthesisActor:

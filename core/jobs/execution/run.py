@@ -109,9 +109,11 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
                 )
                 if value is not None
             ]
-            named = [flag for flag in given if flag.removeprefix("--") in str(e)]
-            given = named or given  # the flag the refusal is about, where it says
-            where = f"given by {', '.join(given)}" if given else "set it with --speaker/--language"
+            # The flag the refusal is about ("unknown language 'x'", "speaker is required"),
+            # read before the first quoted value: a value may hold any word.
+            about = str(e).split("'")[0].split()
+            named = [flag for flag in given if flag.removeprefix("--") in about]
+            where = f"given by {', '.join(named)}" if named else "set it with --speaker/--language"
             raise ManifestError(f"{e} ({where})") from None
 
 

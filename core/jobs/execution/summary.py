@@ -33,7 +33,7 @@ class JobSummary:
     writing: WritingReport | None = None  # the local backend's writers (None: Ray, or none)
     # Where the synthesizer's time went (qtts.core.synthesis.synthesis_clock; None: Ray, or none)
     synthesis: dict | None = None
-    shard: str | None = None  # "shard I of N (from SOURCE)" when sharded (total: its rows)
+    shard: str = ""  # "shard I of N (from SOURCE)", as the dry run says it (total: its rows)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)

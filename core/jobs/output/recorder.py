@@ -96,10 +96,8 @@ class RowRecorder:
         self.store, self.journal, self.ctx = store, journal, ctx
 
     def failed(self, row: dict[str, Any], error: str, attempts: int | None = None) -> Outcome:
-        if self.store is not None:
-            self.store.remove_earlier_output(
-                row["id"]
-            )  # an earlier run's output of a row failing now
+        if self.store is not None:  # an earlier run's output of a row failing now
+            self.store.remove_earlier_output(row["id"])
         self.journal.append([failed_record(row, error, attempts, **self.ctx.stamp())])
         return Outcome(row["id"], FAILED, error=error)
 

@@ -29,7 +29,8 @@ def numbered_lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
 
 def wide_encoding(head: bytes) -> str | None:
     """UTF-16 or UTF-32 by the byte-order mark, or a guess when a quarter of the head is NUL
-    bytes (those encodings without a mark; UTF-8 text has none); None otherwise."""
+    bytes: such text without a mark, mostly in Latin or other scripts below U+0100 (Chinese in
+    UTF-16 has few NULs and is left to the UTF-8 check); None otherwise."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name

@@ -12,11 +12,12 @@ Knows paths only: reads no file.
 from __future__ import annotations
 
 import glob
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from qtts.core.errors import ManifestError
-from qtts.core.jobs.state.paths import STATE_DIR
+from qtts.core.jobs.state.paths import ARCHIVE_DIR, STATE_DIR
 
 KINDS = {
     ".parquet": "parquet",
@@ -72,21 +73,18 @@ def looks_like_manifest(source: str) -> bool:
 
 
 def find_manifest(source: str, out_dir: Path | None = None) -> ManifestSource:
-    """What `source` names; `out_dir`, the job's, is refused as the parts' folder (or above it)
-    and passed over inside it."""
+    """What `source` names; `out_dir`, the job's, is refused where it would write into the
+    parts' folder, and passed over inside it."""
     path = Path(source).expanduser()
     if is_glob(source):
-        _check_out_dir(source, _root(source), out_dir)
+        root = _root(source)
+        _check_out_dir(source, root, out_dir)
         matches = sorted(Path(p).absolute() for p in glob.glob(str(path), recursive=True))
-        return _parts(source, [p for p in matches if not _in_out_dir(p, _root(source))])
+        return _parts(source, [p for p in matches if not _in_out_dir(p, root)])
     if path.is_dir():
         root = path.absolute()
         _check_out_dir(source, root, out_dir)
-        found = sorted(
-            p
-            for p in root.rglob("*.parquet")
-            if not _skipped(p.relative_to(root)) and not _in_out_dir(p, root)
-        )
+        found = sorted(_parquet_parts(root))
         if not found:
             raise ManifestError(
                 f"manifest folder {source} holds no .parquet files (a folder is read as Parquet "
@@ -125,21 +123,39 @@ def _root(pattern: str) -> Path:
 
 
 def _check_out_dir(source: str, root: Path, out_dir: Path | None) -> None:
-    """The parts' folder may hold the out dir, never be it: the job's own results.parquet would
-    be read back as a part by the next run."""
+    """The parts' folder may hold the out dir, never be it, nor its archive folder (or one in
+    it): the job's own results.parquet or Parquet shards would be read as parts by the next run."""
     if out_dir is None:
         return
     out, root = out_dir.expanduser().resolve(), root.resolve()
-    if out == root:
+    archives = out / ARCHIVE_DIR
+    if out == root or archives == root or archives in root.parents:
         raise ManifestError(
-            f"manifest {source}: the out dir {out_dir} holds the manifest's parts, so its own "
-            "results.parquet would be read as a part on the next run: pick an out dir outside "
-            "the parts' folder (a sub-folder of it is fine)"
+            f"manifest {source}: the out dir {out_dir} writes into the manifest's parts folder, "
+            "so its own results.parquet or shards would be read as parts on the next run: pick "
+            "an out dir outside the parts' folder (a sub-folder of it is fine)"
         )
 
 
+def _parquet_parts(root: Path) -> list[Path]:
+    """The .parquet files under root, not descending into hidden or `_` folders or qtts out dirs
+    (a folder of a million audio files is never listed)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        if STATE_DIR in dirs and Path(folder) != root:
+            dirs.clear()  # an out dir below the root: outputs, not input
+            continue
+        dirs[:] = [d for d in dirs if not d.startswith(SKIPPED_PREFIXES)]
+        found += [
+            Path(folder, f)
+            for f in files
+            if f.endswith(".parquet") and not f.startswith(SKIPPED_PREFIXES)
+        ]
+    return found
+
+
 def _in_out_dir(part: Path, root: Path) -> bool:
-    """Under a qtts out dir (a folder beside a state folder) below the parts' root: a job's
+    """Under a qtts out dir (a folder beside a state folder) below a glob's root: a job's
     outputs, not input."""
     try:
         folders = part.relative_to(root).parents
@@ -154,10 +170,6 @@ def _is_parquet(path: Path) -> bool:
             return f.read(4) == b"PAR1"
     except OSError:
         return False
-
-
-def _skipped(relative: Path) -> bool:
-    return any(p.startswith(SKIPPED_PREFIXES) for p in relative.parts)
 
 
 def unreadable(where: str, exc: BaseException) -> ManifestError:

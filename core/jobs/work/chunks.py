@@ -30,7 +30,7 @@ from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.synthesis.requests import Request
 
 CHUNK_ROWS = 65536  # rows per synthesizer call: ~100 MB of prompts, minutes of GPU work
-# Why a piece is still too long with splitting on: no boundary the splitter cuts at was found.
+# Why a one-word piece is still too long with splitting on: no boundary the splitter cuts at.
 UNCUT = (
     " (--split cuts at sentence, clause and word boundaries only, and found none short enough "
     "here: a word this long stays whole)"
@@ -130,7 +130,8 @@ def chunk_requests(
         too_long = budget.too_long(int(counts[j])) if split is not None and split.enabled else None
         if too_long is not None and row["id"] not in chunk.split.failed:
             where = f"segment {k + 1}/{count}: " if count > 1 else ""
-            chunk.split.failed[row["id"]] = where + too_long + UNCUT
+            uncut = UNCUT if len(text.split()) == 1 else ""  # else: --max-new-tokens is why
+            chunk.split.failed[row["id"]] = where + too_long + uncut
         entries.append((-est[j], row["row"], k, request, est[j]))
     entries.sort(key=lambda e: e[:3])
     failed = chunk.split.failed

@@ -45,6 +45,13 @@ def drop_audiofolder_view(out_dir: Path) -> None:
     fsync_dir(out_dir)
 
 
+def remove_row_files(out_dir: Path, row_id: str) -> None:
+    """A redone row that fails is replaced by nothing: its old audio (any format) and codes go
+    before its failed record, or a loader handed the folder would take them as its."""
+    for name in [*(audio_name(row_id, f) for f in AUDIO_FORMATS), codes_name(row_id)]:
+        unlink_quietly(out_dir / name)
+
+
 def audio_name(row_id: str, audio_format: str) -> str:
     return f"{row_id}.{audio_format}"
 
@@ -116,10 +123,7 @@ class FilesStore:
             raise write_error(e, path) from e
 
     def remove_earlier_output(self, row_id: str) -> None:
-        """A redone row that fails is replaced by nothing: its old audio (any format) and codes
-        go before its failed record, or a loader handed the folder would take them as its."""
-        for name in [*(audio_name(row_id, f) for f in AUDIO_FORMATS), codes_name(row_id)]:
-            unlink_quietly(self.out_dir / name)
+        remove_row_files(self.out_dir, row_id)
 
     def _stale(self, row_id: str) -> list[str]:
         others = [audio_name(row_id, f) for f in AUDIO_FORMATS if f != self.audio_format]

@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 from qtts.core.errors import FatalError
 from qtts.core.jobs.output.stores.registry import FILES as FILES  # the seam's modules' name
 from qtts.core.jobs.output.stores.registry import archive_formats, layout_names
+from qtts.core.jobs.state.paths import ARCHIVE_DIR as ARCHIVE_DIR  # the stores' name for it
 from qtts.core.jobs.state.records import as_bools
 
-ARCHIVE_DIR = "data"  # OUT/data/: every archive shard, from every writer
 MEMBER_SEP = "#"  # shard names never hold it; an id may, so a member is all after the first
 
 
