@@ -5,7 +5,8 @@ place in the whole dataset and every run and shard sees the same order.
 Owns the accepted extensions and the refusals of a manifest that names no readable file (unknown
 extension, empty folder, a glob matching nothing or other kinds) as ManifestError (exit 2). A
 qtts out dir among the parts is never a part: its results.parquet and shards are outputs, so the
-job's out dir may not be the parts' folder, and any folder with a state folder in it is passed over.
+job's out dir may neither be the parts' folder nor put its archive folder there, and any folder
+holding a state folder is passed over.
 Knows paths only: reads no file.
 """
 
@@ -155,7 +156,7 @@ def _parquet_parts(root: Path) -> list[Path]:
 
 
 def _in_out_dir(part: Path, root: Path) -> bool:
-    """Under a qtts out dir (a folder beside a state folder) below a glob's root: a job's
+    """Under a qtts out dir (a folder holding a state folder) below a glob's root: a job's
     outputs, not input."""
     try:
         folders = part.relative_to(root).parents
