@@ -37,3 +37,12 @@ class LockHeldError(QttsError, RuntimeError):
     """Another run holds the out dir's lock (exit 75)."""
 
     exit_code = EXIT_LOCKED
+
+
+class VoiceError(ValueError):
+    """A row's voice the model cannot take: `field` ("speaker" or "language") says which, so a
+    refusal of the command line's voice names the flag at fault."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field

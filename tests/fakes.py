@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qtts.core.errors import VoiceError
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.languages import language_name
 from qtts.core.synthesis.requests import (
@@ -75,11 +76,13 @@ class FakeTextModel:
         language = language_name(language or "auto", self.config.supported_languages())
         if language not in self.config.supported_languages():
             langs = ", ".join(self.config.supported_languages())
-            raise ValueError(f"unknown language {language!r}; this model supports: {langs}")
+            raise VoiceError(
+                f"unknown language {language!r}; this model supports: {langs}", "language"
+            )
         speaker = (speaker or "").strip().lower() or None
         if self.config.uses_speaker and speaker not in SPEAKERS:
             what = "speaker is required" if speaker is None else f"unknown speaker {speaker!r}"
-            raise ValueError(f"{what}; this model has: {', '.join(sorted(SPEAKERS))}")
+            raise VoiceError(f"{what}; this model has: {', '.join(sorted(SPEAKERS))}", "speaker")
         instruct = instruct if instruct and instruct.strip() else None
         if instruct is not None and not self.config.honours_instruct:
             return speaker, language, None, "instruct ignored: 0.6B CustomVoice models"

@@ -15,6 +15,7 @@ import torch
 
 from qtts.core.engine.step.host_copy import ids_to_device
 from qtts.core.engine.step.slots import Prompt
+from qtts.core.errors import VoiceError
 from qtts.core.model.config import ModelConfig
 from qtts.core.model.languages import language_name
 
@@ -60,25 +61,28 @@ def normalize_row(
     """Validate one row's voice fields -> (speaker, language, instruct, warning or None).
 
     Case-insensitive like the official wrapper; a language may be its ISO 639-1 tag (`en`).
-    Raises ValueError naming what the model supports.
+    Raises VoiceError (a ValueError) naming the field and what the model supports.
     """
     language = language_name(language or "auto", config.supported_languages())
     if language not in config.supported_languages():
-        raise ValueError(
+        raise VoiceError(
             f"unknown language {language!r}; this model supports: "
-            + ", ".join(config.supported_languages())
+            + ", ".join(config.supported_languages()),
+            "language",
         )
     speaker = (speaker or "").strip().lower() or None
     if config.uses_speaker:
         if speaker is None:
-            raise ValueError(
+            raise VoiceError(
                 "speaker is required for CustomVoice models; choose one of: "
-                + ", ".join(config.supported_speakers())
+                + ", ".join(config.supported_speakers()),
+                "speaker",
             )
         if speaker not in config.talker.spk_id:
-            raise ValueError(
+            raise VoiceError(
                 f"unknown speaker {speaker!r}; this model has: "
-                + ", ".join(config.supported_speakers())
+                + ", ".join(config.supported_speakers()),
+                "speaker",
             )
     elif speaker is not None and config.tts_model_type in ("voice_design", "base"):
         speaker = None  # the voice comes from instruct (VoiceDesign) or the reference (Base)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.errors import ManifestError, UsageError
+from qtts.core.errors import ManifestError, UsageError, VoiceError
 from qtts.core.jobs.contract.choices import Dtype
 from qtts.core.jobs.contract.interfaces import (
     LoadSynthesizer,
@@ -99,21 +99,13 @@ def check_shared_voice(rows: pa.Table, model: TextModel, defaults: RowDefaults) 
     if rows.num_rows and not per_row:
         try:
             model.normalize_row(defaults.speaker, defaults.language, defaults.instruct)
-        except ValueError as e:
-            given = [
-                flag
-                for flag, value in (
-                    ("--speaker", defaults.speaker),
-                    ("--language", None if defaults.language == "auto" else defaults.language),
-                    ("--instruct", defaults.instruct),
-                )
-                if value is not None
-            ]
-            # The flag the refusal is about ("unknown language 'x'", "speaker is required"),
-            # read before the first quoted value: a value may hold any word.
-            about = str(e).split("'")[0].split()
-            named = [flag for flag in given if flag.removeprefix("--") in about]
-            where = f"given by {', '.join(named)}" if named else "set it with --speaker/--language"
+        except VoiceError as e:
+            given = {
+                "speaker": defaults.speaker,
+                "language": None if defaults.language == "auto" else defaults.language,
+            }
+            at_fault = given.get(e.field) is not None
+            where = f"given by --{e.field}" if at_fault else "set it with --speaker/--language"
             raise ManifestError(f"{e} ({where})") from None
 
 
