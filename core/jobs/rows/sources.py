@@ -143,7 +143,7 @@ def _parquet_parts(root: Path) -> list[Path]:
     (a folder of a million audio files is never listed)."""
     found = []
     for folder, dirs, files in os.walk(root):
-        if STATE_DIR in dirs and Path(folder) != root:
+        if Path(folder) != root and _is_out_dir(Path(folder)):
             dirs.clear()  # an out dir below the root: outputs, not input
             continue
         dirs[:] = [d for d in dirs if not d.startswith(SKIPPED_PREFIXES)]
@@ -162,7 +162,12 @@ def _in_out_dir(part: Path, root: Path) -> bool:
         folders = part.relative_to(root).parents
     except ValueError:
         return False
-    return any((root / f / STATE_DIR).is_dir() for f in folders if f != Path("."))
+    return any(_is_out_dir(root / f) for f in folders if f != Path("."))
+
+
+def _is_out_dir(folder: Path) -> bool:
+    """A qtts out dir: it holds a state folder."""
+    return (folder / STATE_DIR).is_dir()
 
 
 def _is_parquet(path: Path) -> bool:
