@@ -142,7 +142,7 @@ def result_batches(
 ) -> Iterator[pa.Table]:
     """results.parquet's rows in input order, `staged.size` input rows at a time. shown: the
     winners' merge columns (and scores), taken here; staged: every other record column."""
-    root = pa.scalar(str(out_dir.resolve()) + os.sep)
+    root = pa.scalar(_paths_root(out_dir) + os.sep)
     scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
     kept = (*MERGE_COLUMNS, *RATE_COLUMNS, *scored)
     shown = shown.select([c for c in shown.column_names if c in kept])
@@ -204,7 +204,7 @@ def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
             schema = schema.append(SCORE_FIELDS.field(name))
         if not rules.empty:
             schema = schema.append(pa.field(KEPT, pa.bool_()))
-        schema = schema.with_metadata({BUILT_FOR: str(out_dir.resolve())})
+        schema = schema.with_metadata({BUILT_FOR: _paths_root(out_dir)})
         writer = pq.ParquetWriter(results_file, schema, compression="zstd")
         listed = 0
         for batch in result_batches(out_dir, picks, shown, staged):
@@ -359,7 +359,12 @@ def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
         metadata = pq.read_schema(out_dir / RESULTS_NAME).metadata or {}
     except (OSError, pa.ArrowException):
         return False
-    return metadata.get(BUILT_FOR.encode()) == str(out_dir.resolve()).encode()
+    return metadata.get(BUILT_FOR.encode()) == _paths_root(out_dir).encode()
+
+
+def _paths_root(out_dir: Path) -> str:
+    """The folder results.parquet's paths are under, as it records it (BUILT_FOR)."""
+    return str(out_dir.resolve())
 
 
 def _state_files(out_dir: Path) -> list[Path]:
