@@ -10,6 +10,7 @@ vocoder thread). Knows counts and seconds; no tensors.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TypeVar
@@ -21,7 +22,12 @@ T = TypeVar("T")
 class SynthesisClock:
     passes: int = 0  # engine passes (length groups, and their out-of-memory reruns)
     pass_build_s: float = 0.0  # building them: slot state and decode-graph captures
-    vocoder_capture_s: float = 0.0  # the speech decoder's window graphs, before decoding
+    vocoder_capture_s: float = 0.0  # the speech decoder's window graphs captured ahead of decoding
+    # The speech decoder's window graphs captured so far (ahead, or on the vocoder's thread as
+    # each shape is first met), and the vocoder thread's seconds in those first-met captures:
+    # one-time work, but beside the decode loop instead of before it.
+    vocoder_graphs: int = 0
+    vocoder_first_met_s: float = 0.0
     decode_steps: int = 0
     slot_steps: int = 0  # decode steps x the pass's slots: what the steps could have made
     frames: int = 0  # frames the engine finished, a retried row's discarded tries included
@@ -31,6 +37,10 @@ class SynthesisClock:
     vocoder_s: float = 0.0  # the vocoder thread's busy time, its syncs included
     waited_s: float = 0.0  # decoding blocked on the vocoder (its queue of groups was full)
     tail_s: float = 0.0  # after the last decode step, waiting for the vocoder to finish
+    # time.monotonic() when the first and the last decode step were launched (None: no step):
+    # edges of the job's time split, not figures (row() leaves them out)
+    first_step_at: float | None = None
+    last_step_at: float | None = None
 
     def counting_step(self, step: Callable[[int], None], slots: int) -> Callable[[int], None]:
         """step(view_len) that counts itself: one host call more per decode step, no device work."""
@@ -38,6 +48,9 @@ class SynthesisClock:
         def counted(view_len: int) -> None:
             self.decode_steps += 1
             self.slot_steps += slots
+            self.last_step_at = time.monotonic()
+            if self.first_step_at is None:
+                self.first_step_at = self.last_step_at
             step(view_len)
 
         return counted
@@ -65,8 +78,20 @@ class SynthesisClock:
     def rows_per_window(self) -> float | None:
         return self.vocoder_rows / self.vocoder_windows if self.vocoder_windows else None
 
+    @property
+    def one_time_s(self) -> float:
+        """Work done once on the decode loop's thread before it could decode: the passes' builds
+        (their graph captures, and the kernel compiles of the captures' warm-up) and the vocoder
+        graphs captured ahead."""
+        return self.pass_build_s + self.vocoder_capture_s
+
     def row(self) -> dict:
-        out = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        edges = ("first_step_at", "last_step_at")
+        out = {
+            k: round(v, 3) if isinstance(v, float) else v
+            for k, v in asdict(self).items()
+            if k not in edges
+        }
         use, per = self.slot_use, self.rows_per_window
         out["slot_use"] = None if use is None else round(use, 3)
         out["rows_per_window"] = None if per is None else round(per, 2)
@@ -76,8 +101,10 @@ class SynthesisClock:
         use = "n/a" if self.slot_use is None else f"{self.slot_use:.0%}"
         per = "n/a" if self.rows_per_window is None else f"{self.rows_per_window:.1f}"
         return (
-            f"{self.passes} engine pass(es), built in {self.pass_build_s:.2f} s; vocoder graphs "
-            f"{self.vocoder_capture_s:.2f} s; {self.decode_steps} decode steps, slots {use} "
+            f"{self.passes} engine pass(es), built in {self.pass_build_s:.2f} s; "
+            f"{self.vocoder_graphs} vocoder graphs ({self.vocoder_capture_s:.2f} s ahead, "
+            f"{self.vocoder_first_met_s:.2f} s as first met); {self.decode_steps} decode steps, "
+            f"slots {use} "
             f"busy; vocoder {self.vocoder_windows} windows ({per} rows each), busy "
             f"{self.vocoder_s:.2f} s; decoding waited {self.waited_s:.2f} s on it, then "
             f"{self.tail_s:.2f} s after the last step"

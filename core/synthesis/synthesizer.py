@@ -93,7 +93,7 @@ class Synthesizer:
         if generator == "engine":
             prepare_weights(model, self.tuning.layer_path)  # on their device, in their dtype
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
-        # shape, captured before decoding); elsewhere the decoder runs eagerly. Its kernels
+        # shape, captured as each is first met); elsewhere the decoder runs eagerly. Its kernels
         # serve it on CUDA either way.
         decoder = with_kernels(decoder, gemm=self.tuning.decoder_gemm)
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
@@ -101,7 +101,12 @@ class Synthesizer:
         cuda = device.type == "cuda"
         self.vocoder_stream = vocoder_stream(device, self.tuning.vocoder_sms) if cuda else None
         self.vocoder = (
-            GraphedVocoder(decoder, NAIVE_BATCH, capture_stream=self._split_stream())
+            GraphedVocoder(
+                decoder,
+                NAIVE_BATCH,
+                capture_stream=self._split_stream(),
+                graph_max=self.tuning.vocoder_graph_max,
+            )
             if self.tuning.cuda_graphs
             else decoder
         )
@@ -303,7 +308,8 @@ class Synthesizer:
         self.vocoder_rows = self._vocoder_backoff(plan.vocoder_batch)
         if self.vocoder is not self.decoder:  # no vocoder work in flight before the first group
             self.vocoder.reserve(plan.vocoder_batch)
-            self._capture_vocoder()
+            if self.tuning.vocoder_capture == "ahead":
+                self._capture_vocoder()
         slots_at_once = OomBackoff(
             plan.slots, what="slots", device=self.device, gate=self.device_gate
         )
@@ -329,8 +335,9 @@ class Synthesizer:
 
     def _capture_vocoder(self) -> None:
         """Every window shape of the plan's vocoder batch captured now, before decoding starts,
-        holding the device gate (captured lazily, each would stall the decode stream). Out of
-        memory halves the rows per call, as it does while vocoding."""
+        holding the device gate (QTTS_VOCODER_CAPTURE=ahead; by default each shape is captured
+        when the vocoder first meets it). Out of memory halves the rows per call, as it does
+        while vocoding."""
         rows, captured = self.vocoder_rows, []
         start, before = time.perf_counter(), len(self.vocoder.graphs)
         for attempt in rows.tries(lambda: not captured, gate=lambda: self.device_gate):
@@ -406,6 +413,8 @@ class Synthesizer:
         """The speech decoder on at most `vocoder_rows.size` rows at once; out of memory halves the
         micro-batch and redoes only the rows not decoded yet (the decode is deterministic)."""
         done, start = 0, time.perf_counter()
+        graphed = self.vocoder if self.vocoder is not self.decoder else None
+        captured_s = graphed.capture_s if graphed is not None else 0.0
         # The gate per micro-batch: a capture or a build on the decode side waits for this one
         # call at most (device_gate.py); the halving's re-arm runs under it, its free under
         # another hold of it.
@@ -422,6 +431,9 @@ class Synthesizer:
             done += len(batch)
             yield from out
         self.clock.vocoder_s += time.perf_counter() - start
+        if graphed is not None:  # the shapes this group met first: captured on this thread
+            self.clock.vocoder_first_met_s += graphed.capture_s - captured_s
+            self.clock.vocoder_graphs = graphed.captures
 
     def _vocode_batch(self, group) -> Iterator[Utterance | RowFailure]:
         # ICL rows decode reference ++ generated codes; the reference part is cut off after.

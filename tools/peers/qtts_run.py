@@ -8,14 +8,17 @@ The command line: `qtts batch ROWS --model DIR --device D --dtype bfloat16 --max
 generation_config.json. A row that never stops gets max_new_tokens - 1 frames.
 
 Warm-up (untimed, as the peers' warmup is): the same command on the first WARMUP rows at WARMUP
-frames (16 x 16 at most; 16 rows give the plan the speech decoder batch of the real job, whose
-~130 window shapes are captured then) and a copy of the clip at another path, so the real job
-builds its own voice clone prompt, as the peers' timed spans do. The model is loaded once: this
-module is the command's one test hook (QTTS_FAKE_SYNTH), whose `load_synthesizer` times the real
-load and hands the loaded synthesizer to the second command. What the warm-up leaves ready: the
-speech decoder's CUDA graphs (kept by the synthesizer), the Triton kernels, cuBLAS and the
-allocator; what the real job still does itself: the decode step's CUDA graphs, captured per
-engine pass at that pass's slots and KV length (as every job's pass does).
+frames (16 x 16 at most; 16 rows give the plan the speech decoder batch of the real job) and a
+copy of the clip at another path, so the real job builds its own voice clone prompt, as the
+peers' timed spans do. The speech decoder's window graphs are captured as each shape is first
+met, so the warm-up captures those of its own windows and the real job the rest.
+
+The model is loaded once: this module is the command's one test hook (QTTS_FAKE_SYNTH), whose
+`load_synthesizer` times the real load and hands the loaded synthesizer to the second command.
+What the warm-up leaves ready: the speech decoder's CUDA graphs it met (kept by the
+synthesizer), the Triton kernels, cuBLAS and the allocator; what the real job still does itself:
+the decode step's CUDA graphs, captured per engine pass at that pass's slots and KV length (as
+every job's pass does), and its own window shapes' graphs.
 
 Timing: load is the span of the first `load_synthesizer`; warmup from its return to the warm-up
 command's end; wall from the second command's `load_synthesizer` returning (the cached model) to

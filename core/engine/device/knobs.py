@@ -21,6 +21,8 @@ LAYER_PATHS = ("module", "packed", "fused")
 GENERATORS = ("engine", "naive")
 # How decoding and the vocoder share a CPU's threads (core/engine/device/cpu_runtime.py).
 CPU_THREADS = ("auto", "serial", "split", "overlap")
+# When the speech decoder's window graphs are captured (core/engine/vocoder/vocoder_graphs.py).
+VOCODER_CAPTURES = ("lazy", "ahead")
 RETIRED = {
     "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
     "QTTS_PACKED": "QTTS_LAYER_PATH=packed|module",
@@ -49,6 +51,12 @@ class Knobs:
     # QTTS_VOCODER_SMS: the vocoder's stream on a green context of that many SMs (GPU), so its
     # kernels cannot take every SM from the decode loop's; None: a plain stream
     vocoder_sms: int | None
+    # QTTS_VOCODER_CAPTURE: the speech decoder's window graphs captured as each shape is first
+    # met ("lazy", on the vocoder's thread) or every shape before decoding starts ("ahead")
+    vocoder_capture: str
+    # QTTS_VOCODER_GRAPH_MAX: windows of more rows x frames than this run eagerly (their device
+    # time hides their launches); None: every window replays a graph
+    vocoder_graph_max: int | None
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -65,17 +73,19 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         decode_priority=_pick(env, "QTTS_DECODE_PRIORITY", ("1", "0"), "1") != "0",
         decoder_gemm=_pick(env, "QTTS_DECODER_GEMM", ("1", "0"), "1") != "0",
         vocoder_join=_flag(_pick(env, "QTTS_VOCODER_JOIN", ("1", "0"), None)),
-        vocoder_sms=_count(env, "QTTS_VOCODER_SMS"),
+        vocoder_sms=_count(env, "QTTS_VOCODER_SMS", "SMs"),
+        vocoder_capture=_pick(env, "QTTS_VOCODER_CAPTURE", VOCODER_CAPTURES, "lazy"),
+        vocoder_graph_max=_count(env, "QTTS_VOCODER_GRAPH_MAX", "rows x frames"),
     )
 
 
-def _count(env: Mapping[str, str], name: str) -> int | None:
+def _count(env: Mapping[str, str], name: str, unit: str) -> int | None:
     """env[name] as a count of at least 1; unset, empty or 0: None."""
     value = env.get(name, "").strip()
     if not value or value == "0":
         return None
     if not value.isdigit():
-        raise KnobError(f"{name} must be a whole number of SMs (0 or unset: off), got {value!r}")
+        raise KnobError(f"{name} must be a whole number of {unit} (0 or unset: off), got {value!r}")
     return int(value)
 
 

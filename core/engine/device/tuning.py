@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from qtts.core.engine.device.cpu_runtime import cpu_budget
-from qtts.core.engine.device.knobs import LAYER_PATHS, SAMPLERS, read_knobs
+from qtts.core.engine.device.knobs import LAYER_PATHS, SAMPLERS, VOCODER_CAPTURES, read_knobs
 from qtts.kernels.backend import TRITON_AVAILABLE
 
 
@@ -77,6 +77,14 @@ class EngineTuning:
     # the decode loop's kernels find the rest free. None: a plain stream (the default until a GPU
     # run shows the split pays).
     vocoder_sms: int | None = None
+    # The speech decoder's window graphs (GPU): captured as each shape is first met on the
+    # vocoder's thread ("lazy": a job's start-up pays for none), or every shape of the plan
+    # before decoding ("ahead", as before; QTTS_VOCODER_CAPTURE=ahead compares the two).
+    vocoder_capture: str = "lazy"
+    # Windows of more rows x frames than this decode eagerly (None: all replay graphs): where a
+    # window's device time is long enough, its launches hide behind it and a graph buys nothing
+    # but capture time and memory. Off until a GPU run shows where that line lies.
+    vocoder_graph_max: int | None = None
 
     @classmethod
     def for_device(
@@ -88,7 +96,7 @@ class EngineTuning:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
         (docs/engine-tuning.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
         QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM, QTTS_VOCODER_JOIN,
-        QTTS_VOCODER_SMS."""
+        QTTS_VOCODER_SMS, QTTS_VOCODER_CAPTURE, QTTS_VOCODER_GRAPH_MAX."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
         budget = None if cuda else cpu_budget(env=env)
@@ -109,6 +117,8 @@ class EngineTuning:
             decoder_gemm=knobs.decoder_gemm,
             vocoder_join=cuda if knobs.vocoder_join is None else knobs.vocoder_join,
             vocoder_sms=knobs.vocoder_sms if cuda else None,
+            vocoder_capture=knobs.vocoder_capture,
+            vocoder_graph_max=knobs.vocoder_graph_max,
         )
 
     def __post_init__(self):
@@ -122,6 +132,8 @@ class EngineTuning:
             )
         if self.sampler not in SAMPLERS:
             raise ValueError(f"engine tuning: sampler must be one of {SAMPLERS}")
+        if self.vocoder_capture not in VOCODER_CAPTURES:
+            raise ValueError(f"engine tuning: vocoder_capture must be one of {VOCODER_CAPTURES}")
 
 
 def default_layer_path(cuda: bool, half: bool) -> str:

@@ -88,18 +88,28 @@ class CudaGraphs:
                 step(view_len)
         current.wait_stream(self.stream)
 
+    def settle(self) -> None:
+        """Before a batch of captures: the device idle and the allocator's cache returned, so the
+        graphs' pool takes what the warm-ups held. Once per batch, never per graph: torch's
+        `graph` context does both on every capture, and a sync plus an emptied cache per window
+        shape made the speech decoder's ~130 captures a large part of a job's start-up."""
+        torch.cuda.synchronize(self.device)
+        if capture_broken() is None:  # after a failed capture, empty_cache may trip an assert
+            torch.cuda.empty_cache()
+
     def capture(self, step: Step, view_len: int) -> torch.cuda.CUDAGraph:
-        """A graph of one step(view_len) call."""
+        """A graph of one step(view_len) call. No device sync and no emptied cache (see settle):
+        so the vocoder thread can capture a window shape the first time it meets one while the
+        decode loop's stream keeps running."""
         graph = torch.cuda.CUDAGraph()
         device, stream = torch.cuda.current_device(), torch.cuda.current_stream(self.device)
         try:
-            with torch.cuda.graph(
-                graph,
-                pool=self.pool,
-                stream=self.stream,
-                capture_error_mode=self.capture_error_mode,
-            ):
-                step(view_len)
+            with torch.cuda.stream(self.stream):
+                graph.capture_begin(self.pool, capture_error_mode=self.capture_error_mode)
+                try:
+                    step(view_len)
+                finally:
+                    graph.capture_end()  # also after a failed step: the capture must end
         except BaseException:
             # A failed capture_end leaves the capture stream (and its device) current: the context
             # exits before restoring them. Put the caller's back so later work does not land there.
@@ -116,6 +126,9 @@ class EagerGraphs:
     def warmup(self, step: Step, view_len: int, steps: int) -> None:
         for _ in range(steps):
             step(view_len)
+
+    def settle(self) -> None:
+        pass
 
     def capture(self, step: Step, view_len: int) -> SimpleNamespace:
         return SimpleNamespace(replay=lambda: step(view_len))
@@ -146,6 +159,7 @@ class GraphedDecodeStep:
                 backend.warmup(engine.decode_step, view, warmup_steps if view == views[0] else 1)
             self._restore(saved, saved_lengths)
             phase = "capture"
+            backend.settle()
             for view in views:
                 self.graphs[view] = backend.capture(engine.decode_step, view)
         except Exception as e:

@@ -1,17 +1,21 @@
-"""CUDA graphs for the speech decoder: one per window shape, all captured up front by
-`capture_all` before decoding starts (a shape met later, outside the plan's, is captured the
-first time it is decoded, on the vocoder's thread).
+"""CUDA graphs for the speech decoder: one per window shape, captured on the vocoder's thread the
+first time a shape is decoded (or all up front by `capture_all`, QTTS_VOCODER_CAPTURE=ahead).
 
 A window (qtts.core.engine.vocoder.vocoder_windows) launches a few hundred kernels; replayed as one
 graph they cost the GPU no launch gaps and the vocoder thread almost no Python, which it would
 otherwise take from the decode loop's thread (they share the interpreter). Shapes come from a
 fixed bucket set (at most 26 lengths x 5 row counts with the planner's 16 rows: `qtts plan`
-reports the count), so the graphs are few and captured lazily: a shape's first call runs
-eagerly on the capture stream, into the static buffers (its warm-up, and its result is used),
-then its graph is captured. Every graph
-reads one static codes buffer and writes one static audio buffer (slices of them), sized once
-for the plan's vocoder batch, so the graphs share one memory pool; the largest shape is
-captured first, so the pool is sized by it and smaller shapes reuse its blocks.
+reports the count), and a job meets only the shapes its rows' lengths make, so each is captured
+when first met: a shape's first call runs eagerly on the capture stream, into the static buffers
+(its warm-up, and its result is used), then its graph is captured. A capture neither syncs the
+device nor empties the allocator's cache (engine.graphs.CudaGraphs.capture), so it does not
+drain the decode loop's stream. (Before, all ~130 shapes were captured ahead of a job's first
+decode step, each after a sync and an emptied cache, whatever shapes its rows needed.) A window
+of more rows x frames than `graph_max` (QTTS_VOCODER_GRAPH_MAX) runs eagerly: its device time
+hides its launches. Every graph reads one static codes buffer and writes one static audio
+buffer (slices of them), sized once for the plan's vocoder batch, so the graphs share one memory
+pool; the largest graphed shape is captured first, so the pool is sized by it and smaller shapes
+reuse its blocks.
 
 The vocoder runs on a worker thread holding the synthesizer's device gate around each call
 (core/synthesis/device_gate.py), so no decode-graph capture runs beside these; its captures are
@@ -20,13 +24,14 @@ are speed, never the job: a capture that fails for another reason than memory is
 the graphs are dropped and the decoder runs eagerly from then on, as every engine does
 (engine.graphs.capture_broken). Out of memory anywhere here raises for the synthesizer's retry,
 which halves the rows per call and reserves that size, so the graphs come back smaller. The
-eager twin is the decoder itself (`decode_bucketed`
-without graphs); CPU tests drive this class with a recording backend.
+eager twin is the decoder itself (`decode_bucketed` without graphs); CPU tests drive this class
+with a recording backend.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 
 import torch
@@ -55,8 +60,9 @@ class GraphedVocoder:
         backend=None,
         max_frames: int = CHUNK_FRAMES + LEFT_CONTEXT,
         capture_stream: torch.cuda.Stream | None = None,
+        graph_max: int | None = None,
     ):
-        self.decoder, self.max_frames = decoder, max_frames
+        self.decoder, self.max_frames, self.graph_max = decoder, max_frames, graph_max
         self.rows = max(1, rows)
         self._given_backend = backend  # tests; None: a CudaGraphs (a fresh pool) per start
         # Where the graphs are captured (None: a side stream of their own). The vocoder's stream
@@ -69,6 +75,9 @@ class GraphedVocoder:
         # Why this vocoder runs without graphs, or None: "memory" (even one row's graphs did not
         # fit; a new size re-arms them) or "broken" (a capture failed: for good).
         self.off: str | None = None
+        # One-time work, for the synthesizer's clock: graphs captured over this vocoder's life
+        # and the seconds their captures (and the first shape's warm-up) took on this thread.
+        self.captures, self.capture_s = 0, 0.0
 
     @property
     def eager(self) -> bool:
@@ -92,6 +101,8 @@ class GraphedVocoder:
         if self.eager:
             return self.decoder(codes)
         rows, _, frames = codes.shape
+        if not self.graphed(rows, frames):
+            return self.decoder(codes)
         if rows > self.rows or frames > self.max_frames:
             raise ValueError(
                 f"vocoder window {rows} x {frames} outside the reserved "
@@ -106,10 +117,10 @@ class GraphedVocoder:
 
     @torch.inference_mode()
     def capture_all(self, shapes: Iterable[tuple[int, int]], device: torch.device) -> None:
-        """Capture now every window shape a plan needs that fits the reservation, largest first,
-        each through its usual first call on zero codes. The synthesizer calls this before
-        decoding starts, holding the device gate: a capture synchronizes the device and empties
-        the allocator's cache, which in the middle of decoding would drain the decode stream."""
+        """Capture now every window shape a plan may need that fits the reservation and is
+        graphed, largest first, each through its usual first call on zero codes. The synthesizer
+        calls this before decoding starts, holding the device gate, only with
+        QTTS_VOCODER_CAPTURE=ahead (the start-up it costs, against lazy capture)."""
         q = self.decoder.cfg.num_quantizers
         for rows, frames in sorted(shapes, reverse=True):
             if self.eager or capture_broken() is not None:
@@ -117,9 +128,15 @@ class GraphedVocoder:
             if (
                 rows <= self.rows
                 and frames <= self.max_frames
+                and self.graphed(rows, frames)
                 and (rows, frames) not in self.graphs
             ):
                 self(torch.zeros(rows, q, frames, dtype=torch.long, device=device))
+
+    def graphed(self, rows: int, frames: int) -> bool:
+        """Whether a window of this shape replays a graph (when graphs are on): every shape, or
+        those of at most graph_max rows x frames."""
+        return self.graph_max is None or rows * frames <= self.graph_max
 
     def drop(self) -> None:
         """Forget every graph, the static buffers and the backend (its pool goes with them)."""
@@ -156,10 +173,13 @@ class GraphedVocoder:
             self._failed(key, e)
             return self.decoder(codes)
         audio = self._audio(rows, frames)  # this call's result: kept alive if the capture fails
+        start = time.perf_counter()
         try:
             self.graphs[key] = self.backend.capture(self._window, key)
+            self.captures += 1
         except Exception as e:
             self._failed(key, e)
+        self.capture_s += time.perf_counter() - start
         return audio
 
     def _start(self, device: torch.device) -> tuple[int, int]:
@@ -174,10 +194,22 @@ class GraphedVocoder:
         self.backend = self._given_backend or CudaGraphs(
             device, capture_error_mode="thread_local", stream=self.capture_stream
         )
-        largest = (1 << (self.rows.bit_length() - 1), self.max_frames)
+        largest = self._largest()
+        start = time.perf_counter()
         self.backend.warmup(self._window, largest, 1)
         self.graphs[largest] = self.backend.capture(self._window, largest)
+        self.captures += 1
+        self.capture_s += time.perf_counter() - start
         return largest
+
+    def _largest(self) -> tuple[int, int]:
+        """The graphed shape of the most rows x frames: captured first, it sizes the pool."""
+        rows = 1 << (self.rows.bit_length() - 1)
+        if self.graph_max is None:
+            return rows, self.max_frames
+        while rows > 1 and rows > self.graph_max:
+            rows //= 2
+        return rows, max(1, min(self.max_frames, self.graph_max // rows))
 
     def _failed(self, key: tuple[int, int], error: Exception) -> None:
         """Out of memory raises for the synthesizer's retry, which halves the rows per call and

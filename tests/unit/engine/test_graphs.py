@@ -103,30 +103,90 @@ def test_every_view_runs_eagerly_before_any_capture(tiny):
     assert sorted(backend.warmed) == sorted(views) and backend.cold == []
 
 
-def test_a_failed_capture_puts_the_callers_stream_back(monkeypatch):
-    """torch.cuda.graph exits without restoring the stream when capture_end raises; the backend
-    must put the caller's stream back itself (faked CUDA: no GPU here)."""
-    calls = []
+class _FakeCapture:
+    """Stands in for CUDA (no GPU here): records the capture's calls, and capture_end raises
+    when told to."""
 
-    class FailingCapture:
-        def __enter__(self):
-            calls.append("capture stream made current")
+    def __init__(self, calls: list, fail_end: bool):
+        self.calls, self.fail_end = calls, fail_end
 
-        def __exit__(self, *exc):
-            raise RuntimeError("capture_end: operation not permitted when stream is capturing")
+    def graph(self):
+        calls, fail_end = self.calls, self.fail_end
 
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+        class Graph:
+            def capture_begin(self, pool=None, capture_error_mode="global"):
+                calls.append(("begin", pool, capture_error_mode))
+
+            def capture_end(self):
+                calls.append("end")
+                if fail_end:
+                    raise RuntimeError("capture_end: operation not permitted when capturing")
+
+        return Graph()
+
+    def stream(self, stream):
+        calls = self.calls
+
+        class Context:
+            def __enter__(self):
+                calls.append(("stream", stream))
+
+            def __exit__(self, *exc):
+                calls.append("caller's stream back")
+
+        return Context()
+
+
+def _fake_cuda(monkeypatch, fail_end: bool) -> list:
+    calls: list = []
+    fake = _FakeCapture(calls, fail_end)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", fake.graph)
+    monkeypatch.setattr(torch.cuda, "stream", fake.stream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "caller's stream")
-    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool, stream, **kw: FailingCapture())
     monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: calls.append(("set", stream)))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("device", device)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    return calls
+
+
+def _backend() -> CudaGraphs:
     backend = CudaGraphs.__new__(CudaGraphs)  # no pool or side stream without a GPU
-    backend.device, backend.pool, backend.stream = torch.device("cuda"), None, "capture stream"
-    backend.capture_error_mode = "global"
+    backend.device, backend.pool, backend.stream = torch.device("cuda"), "pool", "capture stream"
+    backend.capture_error_mode = "thread_local"
+    return backend
+
+
+def test_a_capture_neither_syncs_nor_empties_the_cache(monkeypatch):
+    """A capture is begun and ended on the capture stream, in its error mode and pool, without
+    the device sync and emptied cache torch's `graph` context adds to each capture (which beside
+    the decode loop would drain its stream); settle() does both once, before a batch of them."""
+    calls = _fake_cuda(monkeypatch, fail_end=False)
+    backend = _backend()
+    backend.capture(lambda view: calls.append(("step", view)), 64)
+    assert calls == [("stream", "capture stream"), ("begin", "pool", "thread_local"),
+                     ("step", 64), "end", "caller's stream back"]  # fmt: skip
+    calls.clear()
+    backend.settle()
+    assert calls == ["sync", "empty_cache"]
+
+
+def test_a_failed_capture_ends_the_capture_and_puts_the_callers_stream_back(monkeypatch):
+    """A step or capture_end that raises: the capture is still ended, the stream context exits,
+    and the backend puts the caller's stream and device back itself (faked CUDA)."""
+    calls = _fake_cuda(monkeypatch, fail_end=True)
     with pytest.raises(RuntimeError, match="capture_end"):
-        backend.capture(lambda view: None, 64)
-    assert calls == ["capture stream made current", ("set", "caller's stream"), ("device", 1)]
+        _backend().capture(lambda view: None, 64)
+    assert calls[-4:] == ["end", "caller's stream back", ("set", "caller's stream"), ("device", 1)]
+    calls = _fake_cuda(monkeypatch, fail_end=False)
+
+    def broken_step(view):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted"):
+        _backend().capture(broken_step, 64)
+    assert "end" in calls and calls[-2:] == [("set", "caller's stream"), ("device", 1)]
 
 
 def test_view_lengths_cover_every_view_the_loop_can_pick():

@@ -126,3 +126,22 @@ def test_every_knob_read_is_in_the_docs_table():
     table = (REPO / "docs" / "engine-tuning.md").read_text("utf-8")
     rows = set(re.findall(r"^\| `(QTTS_[A-Z0-9_]+)` \|", table, flags=re.M))
     assert read and read <= rows, sorted(read - rows)
+
+
+def test_vocoder_capture_and_graph_max_knobs():
+    """The speech decoder's graphs are captured as their shapes are first met by default;
+    QTTS_VOCODER_CAPTURE=ahead captures them all before decoding, for a comparison of start-up;
+    QTTS_VOCODER_GRAPH_MAX leaves windows of more rows x frames eager (0 or unset: none)."""
+    default = EngineTuning.for_device("cuda", env={})
+    assert (default.vocoder_capture, default.vocoder_graph_max) == ("lazy", None)
+    env = {"QTTS_VOCODER_CAPTURE": "Ahead", "QTTS_VOCODER_GRAPH_MAX": "512"}
+    set_ = EngineTuning.for_device("cuda", env=env)
+    assert (set_.vocoder_capture, set_.vocoder_graph_max) == ("ahead", 512)
+    assert (
+        EngineTuning.for_device("cuda", env={"QTTS_VOCODER_GRAPH_MAX": "0"}).vocoder_graph_max
+        is None
+    )
+    with pytest.raises(ValueError, match="QTTS_VOCODER_CAPTURE must be one of lazy, ahead"):
+        EngineTuning.for_device("cuda", env={"QTTS_VOCODER_CAPTURE": "never"})
+    with pytest.raises(ValueError, match="QTTS_VOCODER_GRAPH_MAX must be a whole number of rows x"):
+        EngineTuning.for_device("cuda", env={"QTTS_VOCODER_GRAPH_MAX": "lots"})

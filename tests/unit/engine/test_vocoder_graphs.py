@@ -231,3 +231,40 @@ def test_out_of_memory_at_one_row_decodes_without_graphs_until_a_new_size(decode
     assert not graphed.eager
     decode_bucketed(decoder, _codes()[:2], graphed, **SMALL)
     assert graphed.graphs
+
+
+def test_windows_over_graph_max_decode_eagerly_and_are_never_captured(decoder):
+    """QTTS_VOCODER_GRAPH_MAX: a window of more rows x frames decodes eagerly every time (its
+    device time hides its launches); the rest replay graphs, the largest graphed shape captured
+    first (it sizes the pool). The audio is the eager decode's either way."""
+    limit = 20  # rows x frames: (1, <=20), (2, <=10), (4, <=5) are graphed
+    backend = Recording()
+    graphed = GraphedVocoder(decoder, 4, backend, max_frames=15, graph_max=limit)
+    want = decode_bucketed(decoder, _codes(), **SMALL)
+    eager: list = []
+    hook = _eager_calls(decoder, eager)
+    try:
+        first = decode_bucketed(decoder, _codes(), graphed, **SMALL)
+        again = decode_bucketed(decoder, _codes(), graphed, **SMALL)
+    finally:
+        hook.remove()
+    for got in (first, again):
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=0, atol=GRAPH_ATOL)
+    captured = [key for kind, key in backend.log if kind == "capture"]
+    assert captured and captured[0] == (4, 5)  # the most rows x frames within the limit
+    assert all(rows * frames <= limit for rows, frames in captured)
+    over = {shape for _, shape in eager if shape[0] * shape[1] > limit}
+    assert over and not over & set(graphed.graphs)  # met, decoded, never captured
+    assert graphed.captures == len(captured) and graphed.capture_s > 0.0
+    graphed.capture_all(bucket_shapes(4, **SMALL), torch.device("cpu"))  # ahead: graphed only
+    assert all(rows * frames <= limit for rows, frames in graphed.graphs)
+
+
+def test_captures_are_counted_for_the_clock(decoder):
+    """The one-time work a job's summary reports: how many graphs, and their capture seconds."""
+    graphed = GraphedVocoder(decoder, 2, Recording(), max_frames=15)
+    with torch.inference_mode():
+        graphed(torch.zeros(2, 16, 6, dtype=torch.long))  # the largest (2, 15), then (2, 6)
+        graphed(torch.zeros(2, 16, 6, dtype=torch.long))  # a replay: nothing new
+    assert graphed.captures == 2 and graphed.capture_s > 0.0

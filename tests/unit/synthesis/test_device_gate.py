@@ -81,9 +81,9 @@ def test_the_vocoder_takes_the_gate_per_micro_batch():
         return iter(batch)
 
     rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
-    fake = SimpleNamespace(
-        device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch, clock=SynthesisClock()
-    )
+    decoder = object()  # the vocoder is the decoder itself: no graphs
+    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch,
+                           clock=SynthesisClock(), vocoder=decoder, decoder=decoder)  # fmt: skip
     out = list(Synthesizer._vocode(fake, list(range(5))))
     assert out == [0, 1, 2, 3, 4]
     assert log == ["take", ("batch", 2, True), "take", ("batch", 2, True), "take",
@@ -125,8 +125,8 @@ def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone(m
 
     monkeypatch.setattr(oom_backoff, "_empty_cache", empty_cache)
     rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
-    fake = SimpleNamespace(
-        device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch, clock=SynthesisClock()
-    )
+    decoder = object()  # the vocoder is the decoder itself: no graphs
+    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch,
+                           clock=SynthesisClock(), vocoder=decoder, decoder=decoder)  # fmt: skip
     assert list(Synthesizer._vocode(fake, [0, 1, 2])) == [0, 1, 2]
     assert log == [("free", True, [False])]  # under the gate, the failed tensors already freed

@@ -279,11 +279,18 @@ def test_the_kv_cache_is_allocated_under_the_device_gate_when_graphs_run(synth, 
     assert held and all(held)
 
 
-def test_vocoder_graphs_are_captured_under_the_gate_before_the_first_prefill(synth, monkeypatch):
-    """A capture synchronizes the device and empties the allocator's cache: the plan's window
-    shapes are all captured up front, holding the gate, and decoding then only replays them."""
+@pytest.mark.parametrize("when", ["lazy", "ahead"])
+def test_vocoder_graphs_are_captured_under_the_gate_as_first_met_or_ahead(synth, monkeypatch, when):
+    """The speech decoder's graphs: by default each window shape is captured when the vocoder
+    first meets it, beside decoding, so none is captured before the first prefill and only the
+    shapes the rows make are (plus the largest, which sizes the pool); QTTS_VOCODER_CAPTURE=ahead
+    captures every planned shape before the first prefill. Every capture holds the device gate,
+    the audio is the eager decode's, and the clock counts the graphs and where their time went."""
+    from dataclasses import replace
+
     from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
     from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes
+    from qtts.core.synthesis.synthesis_clock import SynthesisClock
 
     text_model, s = synth
     expected, _ = _run(text_model, s)
@@ -304,6 +311,8 @@ def test_vocoder_graphs_are_captured_under_the_gate_before_the_first_prefill(syn
 
     real_prefill = Engine.prefill
     monkeypatch.setattr(Engine, "prefill", prefill)
+    monkeypatch.setattr(s, "tuning", replace(s.tuning, vocoder_capture=when))
+    monkeypatch.setattr(s, "clock", SynthesisClock())
     # Windows of up to 40 frames: the rows here are short, and capturing every 300-frame window
     # on a CPU would only cost time.
     vocoder = GraphedVocoder(s.decoder, 2, backend=Recorded(), max_frames=40)
@@ -311,10 +320,19 @@ def test_vocoder_graphs_are_captured_under_the_gate_before_the_first_prefill(syn
     got, _ = _run(text_model, s)
     first_prefill = events.index(("prefill",))
     captures = [e for e in events if e[0] == "capture"]
-    assert events[:first_prefill] == captures and all(held for *_, held in captures)
+    assert all(held for *_, held in captures)
     planned = {(r, f) for r, f in bucket_shapes(s.vocoder_rows.size) if f <= 40}
     largest = (2, 40)  # the reservation's whole window, captured first: it sizes the pool
-    assert {key for _, key, _ in captures} == planned | {largest}
+    captured = [key for _, key, _ in captures]
+    assert captured[0] == largest and len(captured) == len(set(captured))
+    if when == "ahead":
+        assert events[:first_prefill] == captures and set(captured) == planned | {largest}
+        assert s.clock.vocoder_capture_s > 0 and s.clock.vocoder_first_met_s == 0
+    else:
+        assert not any(e[0] == "capture" for e in events[:first_prefill])
+        assert set(captured) < planned | {largest}  # only what these rows' windows needed
+        assert s.clock.vocoder_capture_s == 0 and s.clock.vocoder_first_met_s > 0
+    assert s.clock.vocoder_graphs == len(captured)
     for k in expected:
         assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(expected[k])), k
 
