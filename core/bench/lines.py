@@ -57,3 +57,16 @@ def step_line(step_ms: dict, synced: bool) -> str:
             "busy (other processes on its cores); time on an idle machine"
         )
     return "\n".join(lines)
+
+
+def time_line(split: dict) -> str:
+    """Where the time went around the timed run (BenchResult.time_split): the one-time work
+    before it beside the run's decoding and drain."""
+    graphs = split.get("vocoder_graphs", 0)
+    return (
+        f"time: start {split.get('start_s', 0.0):.2f} s (imports, weights), engine build "
+        f"{split['build_s']:.2f} s (decode graphs, kernel compiles); in the run: "
+        f"decoding {split['decoding_s']:.2f} s, then {split['drain_s']:.2f} s of drain; "
+        f"{graphs} vocoder graphs captured as first met, {split['vocoder_graphs_s']:.2f} s "
+        "on its thread"
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import platform
 
-from qtts.core.bench.lines import rate, steady_line, step_line
+from qtts.core.bench.lines import rate, steady_line, step_line, time_line
 
 
 def auto_size(device: str, count_launches: bool) -> tuple[str, str | None]:
@@ -32,7 +32,9 @@ def run_sizes(
     """Each batch size (None: the memory plan's) on random weights of `size`, in the fast mode
     and, with `compare`, the eager twin: its BenchResult rows, each printed through `emit` as it
     is measured. A size that does not fit prints why and ends the sizes."""
+    import time
 
+    started = time.perf_counter()  # torch's import and the random weights: each row's start_s
     from qtts.core.bench.machine import measure
     from qtts.core.bench.throughput import (
         bench_plan,
@@ -59,6 +61,7 @@ def run_sizes(
         budget = cpu_budget()
         set_threads(budget.threads)
     config, model, decoder = random_models(size, dev, dt)
+    start_s = round(time.perf_counter() - started, 3)
     if budget is not None:  # the allocator as a job sets it, once its weights are in place
         kept = apply_cpu_budget(budget.threads, budget.vocoder_thread)
         emit(f"cpu: {describe_cpu_budget(kept=kept)}; dtype {str(dt).removeprefix('torch.')}")
@@ -92,6 +95,7 @@ def run_sizes(
                 emit(f"{size:6}{b or 'auto':>6}  out of GPU memory")
                 break
             r.roofline = roofline_fraction(r, config, dt.itemsize, spec)
+            r.time_split = {"start_s": start_s, **r.time_split}
             step = r.step_ms.get("graph_step", r.step_ms["step"])
             label = f"{r.batch}{'*' if r.auto else ''}"
             emit(
@@ -101,6 +105,7 @@ def run_sizes(
             )
             emit("      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.phases_s.items()))
             emit(f"      {steady_line(r)}")
+            emit(f"      {time_line(r.time_split)}")
             emit(
                 f"      decode loop: {r.steps} steps, {r.loop_ms_per_step:.2f} ms per step "
                 f"(prefill and an inline vocoder out{'' if vocoder else '; no vocoder'}); "

@@ -126,6 +126,12 @@ class BenchResult:
     # out; None with one group. `groups`: how many the loop handed over.
     groups: int = 0
     steady_audio_s_per_s: float | None = None
+    # Where the time went around the timed run: the command's imports and random weights
+    # (`start_s`, set by core/bench/size_runs.py), the engine's build before the run (its
+    # decode graphs, the kernel compiles of their warm-up), the vocoder's graph captures as each
+    # window shape was first met (inside the run, on its thread), the run up to its last decode
+    # step, and the drain after it (tail_s).
+    time_split: dict = field(default_factory=dict)
 
     def row(self) -> dict:
         return asdict(self)
@@ -190,6 +196,8 @@ def run_one(
     params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
     tuning = mode_tuning(mode, dev, model.talker.codec_head.weight.dtype)
+    sync(dev)
+    built = time.perf_counter()
     engine, step = build_engine(
         model,
         config,
@@ -201,6 +209,8 @@ def run_one(
         device=dev,
         tuning=tuning,
     )
+    sync(dev)
+    built = time.perf_counter() - built
     # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
     decoder = with_kernels(decoder, gemm=tuning.decoder_gemm)
     stream = decode_stream(dev) if tuning.decode_priority else None
@@ -208,7 +218,12 @@ def run_one(
     vocoding = vocoder_stream(dev, tuning.vocoder_sms) if cuda else None
     split = vocoding if tuning.vocoder_sms else None  # its graphs captured there: the SM limit
     vocoder = (
-        GraphedVocoder(decoder, plan.vocoder_batch, capture_stream=split)
+        GraphedVocoder(
+            decoder,
+            plan.vocoder_batch,
+            capture_stream=split,
+            graph_max=tuning.vocoder_graph_max,
+        )
         if tuning.cuda_graphs
         else decoder
     )
@@ -295,6 +310,14 @@ def run_one(
     res.groups, res.steady_audio_s_per_s = len(finished), steady_rate(finished)
     res.vocoder_s_per_audio_s = round(timers["vocoder"] / max(res.audio_s, 1e-9), 4)
     res.vocoder_padding = round(padding_waste(lengths), 4)
+    graphed = vocoder if vocoder is not decoder else None
+    res.time_split = {
+        "build_s": round(built, 3),
+        "vocoder_graphs": graphed.captures if graphed is not None else 0,
+        "vocoder_graphs_s": round(graphed.capture_s, 3) if graphed is not None else 0.0,
+        "decoding_s": round(decoded_at - start, 3),
+        "drain_s": round(end - decoded_at, 3),
+    }
     res.measures_s_per_audio_s = round(_measures_cost(measured), 7)
     if cuda:
         res.peak_mem_gb = round(torch.cuda.max_memory_allocated() / 2**30, 2)

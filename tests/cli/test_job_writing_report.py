@@ -65,6 +65,19 @@ def test_the_summary_says_where_the_time_went(checkpoint, manifest, tmp_path, la
     assert 0 <= w["wait_s"] <= s["synthesis_s"] and 0 <= w["drain_s"] <= s["synthesis_s"]
     assert w["hint"] is None  # these writers kept up
     assert "qtts INFO: writing: " in log
+    # The run's time split adds up to the command's time, each part in its place: the load is
+    # the summary's, the decode steps ran between the synthesis start and the drain.
+    t = s["time_split"]
+    parts = [k for k in t if k != "command_s"]
+    assert parts == ["input_s", "scan_s", "load_s", "one_time_s", "decoding_s", "drain_s",
+                     "finish_s"]  # fmt: skip
+    assert all(t[k] >= 0 for k in parts), t
+    assert sum(t[k] for k in parts) == pytest.approx(t["command_s"], abs=len(parts) * 1e-3)
+    assert t["load_s"] == pytest.approx(s["load_s"], abs=ROUNDING_S)
+    assert t["command_s"] >= s["wall_s"] - ROUNDING_S
+    assert t["one_time_s"] == pytest.approx(s["synthesis"]["pass_build_s"], abs=ROUNDING_S)
+    spans = t["one_time_s"] + t["decoding_s"] + t["drain_s"]  # from the load's end: holds it
+    assert spans >= s["synthesis_s"] - 3 * ROUNDING_S
 
 
 def test_a_slow_writer_shows_as_a_wait_with_a_hint(checkpoint, manifest, tmp_path, monkeypatch):

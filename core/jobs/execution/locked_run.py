@@ -30,6 +30,7 @@ from qtts.core.jobs.execution.failures import FailureLog
 from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
 from qtts.core.jobs.execution.run_counts import hit_budget, made_now_s, moved_aside
 from qtts.core.jobs.execution.summary import JobSummary
+from qtts.core.jobs.execution.time_split import RunEdges, time_split
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
 from qtts.core.jobs.output.stores import retract
@@ -100,7 +101,13 @@ def new_run_id() -> str:
 
 
 class JobRun:
-    def __init__(self, job: Job, backend: Backend, progress: ProgressSink | None = None) -> None:
+    def __init__(
+        self,
+        job: Job,
+        backend: Backend,
+        progress: ProgressSink | None = None,
+        called: float | None = None,  # time.monotonic() when run_job was called
+    ) -> None:
         self.job, self.backend = job, backend
         self.spec, self.shard, self.out = job.spec, job.shard, job.spec.output.out_dir
         self.progress = progress or NoProgress()
@@ -125,6 +132,7 @@ class JobRun:
         self.failures = FailureLog()
         self.aborted = False
         self.t0 = time.monotonic()
+        self.edges = RunEdges(called=self.t0 if called is None else called, run=self.t0)
         self.repacked = pa.array([], pa.string())  # ids to move into this layout, no model
         self.load_s: float | None = None  # backend.prepare (the model's load)
         self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
@@ -300,9 +308,10 @@ class JobRun:
             return
         if work.todo.num_rows == 0:
             return
-        start = time.monotonic()
+        start = self.edges.load = time.monotonic()
         self.backend.prepare(stop)
-        self.load_s = time.monotonic() - start
+        self.edges.synthesis = time.monotonic()
+        self.load_s = self.edges.synthesis - start
         self.progress.start(work.todo.num_rows, float(work.todo.est_frames.sum()) * FRAME_S)
         start = time.monotonic()
         outcomes = self.backend.outcomes(work.todo, self.journal, self.ctx, stop)
@@ -316,7 +325,8 @@ class JobRun:
                     return  # the rest stays pending
         finally:
             outcomes.close()
-            self.synthesis_s = time.monotonic() - start
+            self.edges.written = time.monotonic()
+            self.synthesis_s = self.edges.written - start
 
     def _too_many_failures(self) -> bool:
         limit = self.spec.failures.max_failures
@@ -380,7 +390,18 @@ class JobRun:
             writing=self._writing(),
             synthesis=self._synthesis(),
             shard=self.shard.describe(),
+            time_split=self._time_split(),
         )
+
+    def _time_split(self) -> dict:
+        """Where the run's time went (time_split.py), the clock's one-time work and last step
+        included where the local backend ran."""
+        clock = getattr(getattr(self.backend, "synth", None), "clock", None)
+        one_time = 0.0
+        if clock is not None and clock.passes:
+            self.edges.last_step = clock.last_step_at
+            one_time = clock.one_time_s
+        return time_split(self.edges, time.monotonic(), one_time)
 
     def _writing(self):
         """What the backend's writers cost this run (logged), or None (Ray, nothing to do)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -234,6 +235,7 @@ def run_job(
 ) -> JobSummary:
     """Run one job (one shard of it when sharded). Raises UsageError (exit 2) before anything is
     written, LockHeldError (75), FatalError (1); otherwise returns the summary."""
+    called = time.monotonic()  # the summary's time split counts from here
     job, req, options, refs = prepare_job(spec, open_text_model, env)
     spec = job.spec
     if spec.output.dry_run:
@@ -262,4 +264,4 @@ def run_job(
         write_job_files(job, req, source_path(spec))
         log_precision(job.precision)  # once the run goes ahead: a refused run says one line
         refs.save()
-        return JobRun(job, backend, progress).execute()
+        return JobRun(job, backend, progress, called=called).execute()

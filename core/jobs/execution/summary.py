@@ -34,6 +34,9 @@ class JobSummary:
     # Where the synthesizer's time went (qtts.core.synthesis.synthesis_clock; None: Ray, or none)
     synthesis: dict | None = None
     shard: str = ""  # "shard I of N (from SOURCE)", as the dry run says it (total: its rows)
+    # Where the run's time went, from run_job's call: input, scan, load, one-time work,
+    # decoding, drain, finish (core/jobs/execution/time_split.py); empty for a dry run
+    time_split: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
