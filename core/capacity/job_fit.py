@@ -164,7 +164,7 @@ def report(
         ]
     lines += [
         f"{'vocoder':<20}{plan.vocoder_bytes / GIB:>9.2f}   {plan.vocoder_batch} rows at once"
-        + (f", {plan.vocoder_graphs} CUDA graphs (window shapes)" if plan.graphs else ""),
+        + (f", at most {plan.vocoder_graphs} CUDA graphs (window shapes)" if plan.graphs else ""),
         f"{'margin':<20}{plan.margin_bytes / GIB:>9.2f}",
         f"{'total':<20}{plan.total_bytes / GIB:>9.2f}   of {plan.budget_bytes / GIB:.2f}: "
         + ("fits" if plan.fits else "DOES NOT FIT"),
@@ -175,6 +175,12 @@ def report(
             for k, x in enumerate(plan.groups, start=1)
         ),
     ]
+    if plan.graphs:
+        lines.append(
+            f"one-time work: {plan.decode_graphs} decode-step CUDA graph(s), captured as each "
+            f"pass starts; vocoder window graphs as the job's rows first need them (at most "
+            f"{plan.vocoder_graphs}, on the vocoder's thread beside decoding)"
+        )
     if not plan.fits:
         lines.append(
             f"largest batch size that fits: {plan.largest_fitting}"
@@ -232,17 +238,27 @@ def report(
 def job_estimate(
     out: dict, rows: int, frames: int, ceiling: float, device: DeviceSpec
 ) -> list[str]:
-    """The job in rows and hours of audio, and its duration at the roofline ceiling (an upper
-    bound on speed: the real job is slower)."""
+    """The job in rows and audio, and its duration at the roofline ceiling (an upper bound on
+    speed: the real job is slower), each in the unit that shows it."""
     audio_s = frames * FRAME_S
-    hours_at_ceiling = audio_s / ceiling / 3600
+    seconds = audio_s / ceiling
     out["job"] = {
         "rows": rows,
         "audio_hours": audio_s / 3600,
-        "hours_at_ceiling": hours_at_ceiling,
+        "hours_at_ceiling": seconds / 3600,
+        "seconds_at_ceiling": seconds,
     }
     return [
-        f"job: {rows:,} rows, about {audio_s / 3600:,.1f} h of audio (frame estimate); "
-        f"at least {hours_at_ceiling:,.2f} h on one {device.name.split(' (')[0]} "
+        f"job: {rows:,} rows, about {duration(audio_s)} of audio (frame estimate); "
+        f"at least {duration(seconds)} on one {device.name.split(' (')[0]} "
         "(at the roofline ceiling: an upper bound on speed)"
     ]
+
+
+def duration(seconds: float) -> str:
+    """Seconds in the unit that shows them: 41.3 s, 12.5 min, 3.20 h."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:,.2f} h"

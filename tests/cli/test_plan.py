@@ -35,7 +35,7 @@ def test_a_1_7b_job_fits_an_80_gib_card_with_kv_sized_to_its_rows():
     assert "ceiling" in out and plan["roofline"]["ceiling_audio_s_per_s"] > 0
     # 15 vocoder rows: pieces of 1, 2, 4 and 8 rows, each at the 26 window lengths
     assert plan["vocoder_batch"] == 15 and plan["vocoder_graphs"] == 4 * len(frame_buckets())
-    assert f"15 rows at once, {4 * 26} CUDA graphs" in out
+    assert f"15 rows at once, at most {4 * 26} CUDA graphs" in out
 
 
 def test_the_roofline_counts_launches_as_a_third_bound():
@@ -141,3 +141,23 @@ def test_the_ceiling_counts_the_vocoder_beside_the_decode_step():
     assert plan["job"]["hours_at_ceiling"] == pytest.approx(
         plan["job"]["audio_hours"] / r["ceiling_audio_s_per_s"]
     )
+
+
+def test_the_plan_names_its_graphs_and_a_short_job_in_seconds():
+    """qtts plan says how many graphs a job captures (the decode step's, one per KV view of each
+    pass; the vocoder's at most, as the rows first need them) and gives a job's duration in the
+    unit that shows it: 64 short rows on an H200 take seconds, not "0.00 h"."""
+    out, plan = _plan("--size", "0.6b", "--gpu", "h200", "--rows", 64)
+    assert plan["decode_graphs"] == sum(g["graphs"] for g in plan["groups"]) >= 1
+    line = next(x for x in out.splitlines() if x.startswith("one-time work:"))
+    assert f"{plan['decode_graphs']} decode-step CUDA graph" in line
+    assert f"at most {plan['vocoder_graphs']}" in line
+    seconds = plan["job"]["seconds_at_ceiling"]
+    assert seconds == pytest.approx(plan["job"]["hours_at_ceiling"] * 3600) and seconds < 60
+    assert f"at least {seconds:.1f} s on one H200" in out and "0.00 h" not in out
+
+
+def test_durations_take_the_unit_that_shows_them():
+    from qtts.core.capacity.job_fit import duration
+
+    assert [duration(s) for s in (41.25, 750, 11_520)] == ["41.2 s", "12.5 min", "3.20 h"]

@@ -100,6 +100,9 @@ class MemoryPlan:
     # The largest --batch-size whose plan fits, up to the one asked for (auto: up to its cap);
     # None: not even 1
     largest_fitting: int | None
+    # Vocoder windows of more rows x frames decode without a graph (the tuning's
+    # vocoder_graph_max); None: every window shape has one
+    vocoder_graph_max: int | None = None
 
     @property
     def slots(self) -> int:
@@ -120,8 +123,19 @@ class MemoryPlan:
         """The speech decoder's CUDA graphs at most (qtts.core.engine.vocoder.vocoder_graphs): one
         per window shape, frame bucket x power-of-two rows up to the vocoder batch; none without
         graphs. They share one pool, sized by the largest shape (vocoder_bytes), so their count
-        costs capture time and instantiation (the margin), not pool bytes."""
-        return len(bucket_shapes(self.vocoder_batch)) if self.graphs else 0
+        costs capture time and instantiation (the margin), not pool bytes. A job captures only
+        the shapes its rows meet, each when first met."""
+        if not self.graphs:
+            return 0
+        most = self.vocoder_graph_max
+        shapes = bucket_shapes(self.vocoder_batch)
+        return sum(most is None or rows * frames <= most for rows, frames in shapes)
+
+    @property
+    def decode_graphs(self) -> int:
+        """The decode step's CUDA graphs: one per KV view of each length group's pass, captured
+        when that pass is built, before its first step."""
+        return sum(len(g.views) for g in self.groups)
 
     @property
     def fits(self) -> bool:
@@ -159,6 +173,7 @@ class MemoryPlan:
             "margin_bytes": self.margin_bytes,
             "vocoder_batch": self.vocoder_batch,
             "vocoder_graphs": self.vocoder_graphs,
+            "decode_graphs": self.decode_graphs,
             "memory": self.parts(),
             "groups": [
                 {"rows": len(x.rows), "slots": x.slots, "kv_len": x.kv_len, "graphs": len(x.views)}
@@ -273,6 +288,7 @@ def plan_memory(
         graphs=tuning.cuda_graphs,
         requested=batch_size,
         largest_fitting=largest,
+        vocoder_graph_max=tuning.vocoder_graph_max,
     )
 
 
