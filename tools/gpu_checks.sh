@@ -21,14 +21,21 @@
 #                                      # the same 15 minutes there is no room for a rerun
 #   bash tools/gpu_checks.sh job       # the real job against the bench (tools/job_check.py)
 #   bash tools/gpu_checks.sh peers     # the peers side by side (tools/peers_bench.py)
-#   bash tools/gpu_checks.sh first     # a fresh session's one call: the real job against the
-#                                      # bench on 2,048 rows (WAV files and WebDataset, each run
-#                                      # 80 s), the speech decoder probe (every convolution three
-#                                      # ways), then the steady bench with the vocoder on all SMs
-#                                      # and on 66 (540 s of limits, device timeout_s 590)
-#   bash tools/gpu_checks.sh second    # its rerun or follow-up on the warm machine: the FLAC
-#                                      # job, the job's rows with QTTS_VOCODER_JOIN=0, the vocoder
-#                                      # GPU tests (250 s of limits, device timeout_s 270)
+#   bash tools/gpu_checks.sh first     # a fresh session's one call (issue: the product at the
+#                                      # card's speed): the real job against the bench on 2,048
+#                                      # rows (WAV files and WebDataset, each run 60 s, each
+#                                      # summary's time split), the peers on 128 rows with and
+#                                      # without their warm-ups, one decode step profiled at 256
+#                                      # slots, the steady bench at 256, the speech decoder
+#                                      # probe (530 s of limits, device timeout_s 590)
+#   bash tools/gpu_checks.sh second    # its follow-up on the warm machine: the FLAC job, the
+#                                      # start-up with the vocoder's graphs captured ahead
+#                                      # (the old way) against as first met, the 1.7b steady
+#                                      # bench, qtts doctor, tests/gpu (270 s of limits, device
+#                                      # timeout_s 290)
+#   bash tools/gpu_checks.sh startup   # the start-up alone: a 128-row job with the vocoder's
+#                                      # graphs captured as first met, captured ahead, and only
+#                                      # below QTTS_VOCODER_GRAPH_MAX rows x frames
 #   bash tools/gpu_checks.sh overlap   # the steady bench with the vocoder on all SMs (0: no split,
 #                                      # the baseline), 66 and 33 SMs
 #
@@ -134,6 +141,30 @@ steady_bench() {  # LIMIT: the bench's steady state at batch 256, with and witho
   done
 }
 
+steady_bench_with_vocoder() {  # SIZE LIMIT: the bench's steady state at batch 256, 8 passes
+  check "bench $1 256 x 8 passes" "bench_$1_256.log" timeout -k 5 "$2" \
+    python3 -m qtts bench --size "$1" --batch-sizes 256 --frames 128 --passes 8
+}
+
+startup_runs() {  # LIMIT: a 128-row job's one-time work, the vocoder's graphs three ways
+  # Each a fresh process on job_run's checkpoint (or its own), whose summary's time split says
+  # what it spent before its first decode step: graphs captured as first met (the default),
+  # all ahead (before: ~130 window shapes), and only windows of at most 512 rows x frames.
+  # After `first` (its checkpoint made, Triton's kernels in its on-disk cache); alone, the
+  # first way pays the checkpoint and the kernel compiles.
+  local each=$(($1 / 3)) way ckpt=()
+  [[ -d /tmp/qtts-job-check/ckpt-0.6b ]] && ckpt=(--checkpoint /tmp/qtts-job-check/ckpt-0.6b)
+  for way in lazy ahead graph_max; do
+    local env=(QTTS_VOCODER_CAPTURE=lazy)
+    [[ $way == ahead ]] && env=(QTTS_VOCODER_CAPTURE=ahead)
+    [[ $way == graph_max ]] && env+=(QTTS_VOCODER_GRAPH_MAX=512)
+    check "128-row job, vocoder graphs $way" "startup_$way.log" timeout -k 5 "$each" \
+      env "${env[@]}" python3 tools/job_check.py "/tmp/startup_$way" --rows 128 --runs files \
+        "${ckpt[@]}" --timeout "$((each - 5))"
+    cp "/tmp/startup_$way/job_check.json" "$OUT/startup_$way.json" 2>/dev/null || true
+  done
+}
+
 case "${1:-run}" in
 prepare)
   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -201,31 +232,38 @@ peers)
   finish
   ;;
 first)
-  # A fresh session's one call (device timeout_s 590): what issue 39 still lacks. The fourth
-  # H200 run (docs/performance.md) measured the steady bench and the peers, but cut the real
-  # job at 55 s a run. Now each run gets 80 s and reports where its synthesis time went
-  # (passes, slot use, vocoder windows, waits); then the speech decoder alone (item 1: its
-  # window as a job replays it, and every convolution in cuDNN, cuDNN channels-last and as a
-  # product, to choose each one's way); then the steady bench without and with the vocoder on
-  # half the SMs (item 2: the loop beside the vocoder ran 58% slower per step than alone; the
-  # baseline in the same call, as timings compare only there). Limits 330 + 60 + 2 x 75 =
-  # 540 s; setup about 15 s more (device timeout_s 590). Within 330 s: the checkpoint (about
-  # 20 s, at most 70), the warm-up (64 rows) and three runs of 80 s.
+  # A fresh session's one call (device timeout_s 590) for the product at the card's speed, the
+  # most important figures first, each under its own limit: 230 + 200 + 40 + 60 + 40 = 570 s
+  # at most, setup about 15 s more. Within 230 s: the checkpoint (about 20 s, at most 70), the
+  # warm-up (64 rows), the bench on 2,048 rows and two jobs, each run 60 s. The peers: qtts,
+  # faster-qwen3-tts-batch and the official code (the single-row peer's figure is known).
   setup
-  job_run 330 80 warmup,bench,files,webdataset
-  check "vocoder probe" probe.log timeout -k 5 60 \
+  job_run 230 60 warmup,bench,files,webdataset
+  check "peers 0.6b" peers.log timeout -k 5 200 \
+    python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
+      --systems qtts,faster_batch,official --kinds base --budget 192
+  cp /tmp/peers/peers.json "$OUT/" 2>/dev/null || true
+  check "decode step profile 0.6b at 256 slots" step_profile.log timeout -k 5 40 \
+    python3 tools/step_profile.py --size 0.6b --slots 256
+  steady_bench_with_vocoder 0.6b 60
+  check "vocoder probe" probe.log timeout -k 5 40 \
     python3 tools/vocoder_probe.py --size 0.6b --rows 8
-  overlap_bench 75 0 66
   finish
   ;;
 second)
-  # After `first`, on the same warm machine (its checkpoint and rows in /tmp): 90 + 90 + 70 s.
+  # After `first`, on the same warm machine (its checkpoint and rows in /tmp): 60 + 60 + 60 +
+  # 90 s of limits (device timeout_s 290; tests/gpu gets what is left of its 90 s).
   setup
-  flac_job 90
-  join_off_bench 90
-  check "vocoder and decoder GPU tests" gpu_vocoder.log timeout -k 5 70 \
-    python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_vocoder_gpu.py \
-      tests/gpu/test_decoder_fast_path_gpu.py
+  flac_job 60
+  startup_runs 60
+  steady_bench_with_vocoder 1.7b 60
+  check "tests/gpu" gpu_tests.log timeout -k 5 90 \
+    python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/gpu
+  finish
+  ;;
+startup)
+  setup
+  startup_runs 150
   finish
   ;;
 overlap)
@@ -251,7 +289,7 @@ decoder)
   finish
   ;;
 *)
-  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|job|peers|decoder|first|second|overlap" >&2
+  echo "usage: bash tools/gpu_checks.sh prepare|run|loop|vocoder|issue39|job|peers|decoder|first|second|startup|overlap" >&2
   exit 2
   ;;
 esac

@@ -169,8 +169,17 @@ def job_row(
         "process_s": round(r["process_s"], 2),
         "ids": why or ONCE,
         "synthesis": s.get("synthesis"),  # where the synthesizer's time went
+        # The whole process's rate, its start-up counted (the issue's figure for a job), and
+        # where its time went, from its summary (core/jobs/execution/time_split.py)
+        "whole_audio_s_per_s": whole_rate(s.get("audio_s"), r["process_s"]),
+        "time_split": s.get("time_split"),
         "partial": last_progress(log) if r["exit_code"] == 124 and log else None,
     }
+
+
+def whole_rate(audio_s: float | None, process_s: float) -> float | None:
+    """Audio-s/s over the whole process: imports, load and one-time work counted."""
+    return round(audio_s / process_s, 3) if audio_s and process_s > 0 else None
 
 
 def bench_row(r: dict, name: str) -> dict:
@@ -299,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         line = last.get("synthesis_line") or (last["synthesis"] and json.dumps(last["synthesis"]))
         if line:
             print(f"  synthesis: {line}", flush=True)
+        if last.get("time_split"):
+            print(f"  whole process {last['whole_audio_s_per_s']} audio-s/s; time split: "
+                  f"{json.dumps(last['time_split'])}", flush=True)  # fmt: skip
         if last.get("partial"):
             print(f"  cut by its limit; its last progress line: {last['partial']}", flush=True)
         report["runs"] = results  # kept as it grows: a run killed later leaves these
