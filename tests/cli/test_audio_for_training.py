@@ -232,3 +232,24 @@ def test_qtts_score_reads_the_clips_at_the_rate_written(tmp_path, write_manifest
     assert scores[16_000].keys() == scores[24_000].keys()
     for k, want in scores[24_000].items():
         assert abs(scores[16_000][k] - want) <= SAME_CLIP_SCORE, k
+
+
+def test_a_layout_switch_moves_the_finished_clips_as_they_are(tmp_path, write_manifest):
+    """A repack (no model) moves the 16 kHz normalized clips into Parquet shards: the shard's
+    Audio feature is at their rate, and each row keeps its loudness."""
+    m, out = write_manifest(ROWS), tmp_path / "out"
+    batch(m, out, "--sample-rate", 16_000, "--loudness", -20)
+    before = results(out)
+    r = batch(m, out, "--sample-rate", 16_000, "--loudness", -20, "--output", "parquet")
+    assert summary(r)["repacked"] == len(ROWS)
+    for part in (out / "data").glob("*.parquet"):
+        table = pq.read_table(part)
+        features = json.loads(table.schema.metadata[b"huggingface"])["info"]["features"]
+        assert features["audio"]["sampling_rate"] == 16_000
+        for row in table.to_pylist():
+            audio, rate = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")
+            assert (rate, audio.size) == (16_000, before[row["id"]]["num_samples"])
+    after = results(out)
+    for k, row in before.items():
+        assert after[k]["loudness_lufs"] == row["loudness_lufs"]
+        assert after[k]["loudness_status"] == row["loudness_status"] == "normalized"
