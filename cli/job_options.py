@@ -27,8 +27,12 @@ from qtts.core.jobs.contract.choices import (
     Split,
 )
 from qtts.core.jobs.contract.spec import (
+    DEFAULT_PEAK_DB,
     DEFAULT_SEGMENT_PAUSE_S,
+    DEFAULT_TRIM_PAD_S,
+    DEFAULT_TRIM_THRESHOLD_DB,
     FailurePolicy,
+    FinishOptions,
     JobKind,
     JobSpec,
     ManifestColumns,
@@ -121,6 +125,30 @@ def output_options(
     )
 
 
+def finish_options(
+    sample_rate: o.SampleRate = None,
+    loudness: o.Loudness = None,
+    peak_db: o.PeakDb = None,
+    trim_silence: o.TrimSilence = False,
+    trim_threshold: o.TrimThreshold = None,
+    trim_pad: o.TrimPad = None,
+) -> FinishOptions:
+    """A step's own settings given without the step are refused: they would do nothing."""
+    if peak_db is not None and loudness is None:
+        raise UsageError("--peak-db is the ceiling of --loudness: give --loudness LUFS too")
+    for flag, value in (("--trim-threshold", trim_threshold), ("--trim-pad", trim_pad)):
+        if value is not None and not trim_silence:
+            raise UsageError(f"{flag} applies to --trim-silence: give --trim-silence too")
+    return FinishOptions(
+        sample_rate=sample_rate,
+        loudness_lufs=loudness,
+        peak_db=DEFAULT_PEAK_DB if peak_db is None else peak_db,
+        trim_silence=trim_silence,
+        trim_threshold_db=DEFAULT_TRIM_THRESHOLD_DB if trim_threshold is None else trim_threshold,
+        trim_pad_s=DEFAULT_TRIM_PAD_S if trim_pad is None else trim_pad,
+    )
+
+
 def split_options(
     split: o.SplitOpt = Split.auto,
     max_segment_tokens: o.MaxSegmentTokens = None,
@@ -180,6 +208,7 @@ class JobOptions:
     voice: VoiceOptions
     sampling: SamplingOverrides
     output: OutputOptions
+    finish: FinishOptions
     split: SplitOptions
     failures: FailurePolicy
     report: Reporting
@@ -197,6 +226,7 @@ class JobOptions:
             failures=self.failures,
             scale_out=self.scale_out,
             split=self.split,
+            finish=self.finish,
             columns=self.columns,
         )
 
@@ -207,6 +237,7 @@ GROUPS: dict[str, Callable] = {
     "voice": voice_options,
     "sampling": sampling_options,
     "output": output_options,
+    "finish": finish_options,
     "split": split_options,
     "failures": failure_options,
     "report": report_options,

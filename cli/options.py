@@ -1,6 +1,6 @@
 """Shared command-line options as Annotated aliases, so synth and batch spell them once, grouped
-into the help panels a user scans: input and resume, voice, sampling, output, engine, scale out,
-logging. Help text is Rich markup: a literal "[" is written "\\[".
+into the help panels a user scans: input and resume, voice, sampling, output, audio for training,
+long text, engine, scale out, logging. Help text is Rich markup: a literal "[" is written "\\[".
 
 Defaults for sampling are None: None keeps the checkpoint's generation_config.json value.
 The choices come from qtts.core.jobs.contract.choices, --output's from the output registry (standard
@@ -23,12 +23,18 @@ from qtts.core.jobs.contract.choices import (
     OnBudget,
     Split,
 )
+from qtts.core.jobs.contract.spec import (
+    DEFAULT_PEAK_DB,
+    DEFAULT_TRIM_PAD_S,
+    DEFAULT_TRIM_THRESHOLD_DB,
+)
 from qtts.core.jobs.output.stores.registry import OutputLayout, archive_formats, layouts_help
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
 SAMPLING_PANEL = "Sampling (unset: the checkpoint's generation_config.json)"
 OUTPUT_PANEL = "Output"
+FINISH_PANEL = "Audio for training (unset: the model's 24 kHz audio as it comes)"
 LONG_TEXT_PANEL = "Long text"
 ENGINE_PANEL = "Model and engine"
 SCALE_PANEL = "Scale out"
@@ -274,6 +280,71 @@ ShardRows = Annotated[
             f"Rows per archive shard (--output {'|'.join(archive_formats())}; "
             f"default {DEFAULT_SHARD_ROWS})."
         ),
+    ),
+]
+
+# -- audio for training ----------------------------------------------------------
+SampleRate = Annotated[
+    int | None,
+    _opt(
+        "--sample-rate",
+        metavar="HZ",
+        panel=FINISH_PANEL,
+        help="Write the audio at this rate, 8000 to 48000 (resampled with soxr), e.g. 16000.",
+    ),
+]
+Loudness = Annotated[
+    float | None,
+    _opt(
+        "--loudness",
+        metavar="LUFS",
+        panel=FINISH_PANEL,
+        help=(
+            "Normalize each clip to this integrated loudness (ITU-R BS.1770-4), e.g. -23; "
+            "results' loudness_status says where --peak-db held it back."
+        ),
+    ),
+]
+PeakDb = Annotated[
+    float | None,
+    _opt(
+        "--peak-db",
+        metavar="DBFS",
+        panel=FINISH_PANEL,
+        show_default=False,
+        help=f"The sample peak --loudness never crosses (default {DEFAULT_PEAK_DB:g}).",
+    ),
+]
+TrimSilence = Annotated[
+    bool,
+    _opt(
+        "--trim-silence",
+        panel=FINISH_PANEL,
+        help="Cut each clip's leading and trailing silence to --trim-pad (after joining a "
+        "long row's segments).",
+    ),
+]
+TrimThreshold = Annotated[
+    float | None,
+    _opt(
+        "--trim-threshold",
+        metavar="DB",
+        panel=FINISH_PANEL,
+        show_default=False,
+        help=(
+            "With --trim-silence: silence is quieter than the clip's loudest 10 ms by more than "
+            f"this (default {DEFAULT_TRIM_THRESHOLD_DB:g})."
+        ),
+    ),
+]
+TrimPad = Annotated[
+    float | None,
+    _opt(
+        "--trim-pad",
+        metavar="SECONDS",
+        panel=FINISH_PANEL,
+        show_default=False,
+        help=f"With --trim-silence: silence kept at each end (default {DEFAULT_TRIM_PAD_S:g}).",
     ),
 ]
 

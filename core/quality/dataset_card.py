@@ -203,14 +203,27 @@ def _files_load(out_dir: Path, ok: pa.Table, schema: pa.Schema) -> CardLoad:
             "given this folder would list every audio file, unfiltered (`qtts results "
             "--keep-all` keeps every ok row)"
         )
-    rate = int(ok["sample_rate"][0].as_py())
-    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rate}}}
+    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": _rates(ok)[0][0]}}}
     found = pc.extract_regex(ok["path"].combine_chunks(), r"(?P<suffix>\.[^./]+)$")
     suffixes = sorted(pc.unique(found.field("suffix")).drop_null().to_pylist())  # Arrow, not Path
     names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
     columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
     config = _config(["metadata.jsonl", *(f"*{s}" for s in suffixes)])
     return CardLoad(config, {"features": [audio, *columns]})
+
+
+def _rates(rows: pa.Table) -> list[tuple[int, int]]:
+    """(sample rate, rows at it) of the rows, the commonest first: one rate unless a rerun with
+    another --sample-rate stopped part way (the loader then resamples each clip to the first)."""
+    counts = pc.value_counts(pc.drop_null(rows["sample_rate"])).to_pylist()
+    return sorted(((c["values"], c["counts"]) for c in counts), key=lambda rc: (-rc[1], rc[0]))
+
+
+def _rates_line(rates: list[tuple[int, int]]) -> str:
+    """ "16000 Hz", or each rate with its rows where they differ."""
+    if len(rates) == 1:
+        return f"{rates[0][0]} Hz"
+    return ", ".join(f"{r} Hz ({n} rows)" for r, n in rates) or "none yet"
 
 
 def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:
@@ -304,6 +317,7 @@ def _body(out_dir, counts, *, quality, rules, ok, kept, load: CardLoad) -> str:
         f"| {len(kept)} |",
         "",
         f"- Model: {', '.join(f'`{m}`' for m in models) or 'none yet'}",
+        f"- Sample rate: {_rates_line(_rates(ok))} (the `sample_rate` column)",
         f"- Settings fingerprint: {', '.join(f'`{s}`' for s in settings) or 'none yet'} (the "
         "`settings` column: the digest of the job settings each row was made with)",
         f"- Keep rules: {listed} (`qtts results --min-dnsmos ...`"

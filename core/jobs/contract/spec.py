@@ -1,7 +1,8 @@
 """A job's options, as the command line gave them, in the groups a user thinks in: which model
-and engine, which voice, how to sample, where the output goes, when failures stop the job, and how
-the job spreads over shards or a Ray cluster. Each group checks its own values on construction,
-but for --output's name, which the output registry knows (the run checks it first of all).
+and engine, which voice, how to sample, where the output goes and what each clip goes through
+before it is written, when failures stop the job, and how the job spreads over shards or a Ray
+cluster. Each group checks its own values on construction, but for --output's name, which the
+output registry knows (the run checks it first of all).
 
 Standard library only at import (with qtts.core.jobs.contract.choices): the CLI builds these while
 drawing `--help`.
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.choices import (
@@ -264,6 +265,89 @@ def _exact(x: float) -> str:
     return short if float(short) == x else repr(x)
 
 
+# The finishing steps' bounds and defaults (README, "Audio for training").
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 48_000  # every rate a speech trainer reads
+MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS = -70.0, 0.0  # -70: BS.1770's absolute gate
+DEFAULT_PEAK_DB = -1.0  # the sample-peak ceiling of --loudness, dBFS
+MIN_PEAK_DB = -60.0
+# Silence is what lies under the clip's loudest 10 ms frame by more than 40 dB: relative, so a
+# quiet clip is trimmed as a loud one is (the clip is trimmed before it is normalized), and deep
+# enough that a soft consonant or a word's fading tail is speech, not silence.
+DEFAULT_TRIM_THRESHOLD_DB = -40.0
+MIN_TRIM_THRESHOLD_DB = -100.0
+# 0.1 s of silence kept at each end: a clip never starts or stops on its first or last sample,
+# and a trainer's alignment still finds the edges.
+DEFAULT_TRIM_PAD_S = 0.1
+MAX_TRIM_PAD_S = 10.0
+
+
+@dataclass(frozen=True)
+class FinishOptions:
+    """What each clip goes through between the speech decoder and its encoding, in this order:
+    its leading and trailing silence trimmed to a pad, resampled, normalized to an integrated
+    loudness under a sample-peak ceiling (qtts.core.jobs.output.finishing). The defaults do
+    nothing: the model's 24 kHz audio is written as it comes."""
+
+    sample_rate: int | None = None  # None: the model's own (24 kHz)
+    loudness_lufs: float | None = None  # None: not normalized
+    peak_db: float = DEFAULT_PEAK_DB  # the ceiling normalization never crosses
+    trim_silence: bool = False
+    trim_threshold_db: float = DEFAULT_TRIM_THRESHOLD_DB  # re the clip's loudest 10 ms
+    trim_pad_s: float = DEFAULT_TRIM_PAD_S
+
+    def __post_init__(self) -> None:
+        rate = self.sample_rate
+        if rate is not None and not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+            raise UsageError(
+                f"--sample-rate must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz, got {rate}"
+            )
+        lufs = self.loudness_lufs
+        if lufs is not None and not MIN_LOUDNESS_LUFS < lufs <= MAX_LOUDNESS_LUFS:
+            raise UsageError(
+                f"--loudness must be in ({MIN_LOUDNESS_LUFS:g}, {MAX_LOUDNESS_LUFS:g}] LUFS, "
+                f"got {lufs:g}"
+            )
+        if not MIN_PEAK_DB <= self.peak_db <= 0:
+            raise UsageError(
+                f"--peak-db must be in [{MIN_PEAK_DB:g}, 0] dBFS, got {self.peak_db:g}"
+            )
+        if not MIN_TRIM_THRESHOLD_DB <= self.trim_threshold_db < 0:
+            raise UsageError(
+                f"--trim-threshold must be in [{MIN_TRIM_THRESHOLD_DB:g}, 0) dB, "
+                f"got {self.trim_threshold_db:g}"
+            )
+        if not 0 <= self.trim_pad_s <= MAX_TRIM_PAD_S:
+            raise UsageError(
+                f"--trim-pad must be in [0, {MAX_TRIM_PAD_S:g}] seconds, got {self.trim_pad_s:g}"
+            )
+
+    @property
+    def acts(self) -> bool:
+        """Whether any step changes the audio (else it is written as the decoder made it)."""
+        return bool(self.fingerprint_part())
+
+    def at_model_rate(self, model_rate: int) -> FinishOptions:
+        """These options for a model whose audio comes at `model_rate`: --sample-rate at that
+        very rate resamples nothing, so it is no setting (an out dir made without it keeps its
+        rows)."""
+        return replace(self, sample_rate=None) if self.sample_rate == model_rate else self
+
+    def fingerprint_part(self) -> dict[str, Any]:
+        """What the steps that act add to a row's fingerprint; {} when none acts, so an out
+        dir made before these options existed keeps its digest."""
+        part: dict[str, Any] = {}
+        if self.trim_silence:
+            part["trim_silence"] = {
+                "threshold_db": self.trim_threshold_db,
+                "pad_s": self.trim_pad_s,
+            }
+        if self.sample_rate is not None:
+            part["sample_rate"] = self.sample_rate
+        if self.loudness_lufs is not None:
+            part["loudness"] = {"lufs": self.loudness_lufs, "peak_db": self.peak_db}
+        return part
+
+
 # Tries per row under --on-budget retry. With a sampling checkpoint a runaway is an unlucky
 # draw: a row that runs away on a share q of draws runs away on all 3 tries on q^3 of them
 # (10% -> 0.1%), and the work one row may cost stays bounded at 3 frame budgets.
@@ -368,6 +452,7 @@ class JobSpec:
     failures: FailurePolicy = FailurePolicy()
     scale_out: ScaleOut = ScaleOut()
     split: SplitOptions = SplitOptions()
+    finish: FinishOptions = FinishOptions()  # the clip between the decoder and its encoding
     columns: ManifestColumns = field(default_factory=ManifestColumns)  # batch: source's names
 
     def __post_init__(self) -> None:

@@ -127,6 +127,7 @@ class JobRun:
                 prefix=writer_prefix(self.shard.suffix),
                 run_tag=self.run_id.rsplit("-", 1)[-1],
             ),
+            finish=job.spec.finish,
         )
         self.journal = Journal(StatePaths(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()

@@ -166,6 +166,7 @@ def prepare_job(
             "a row that hits its frame budget fails at its first try"
         )
     spec = replace(spec, split=settle_segment_limit(spec.split, budget))
+    spec = replace(spec, finish=spec.finish.at_model_rate(model.sample_rate))
     precision = settle_precision(
         model, spec.model.device, spec.model.dtype.value, recorded, overwrite=spec.output.overwrite
     )
@@ -179,6 +180,7 @@ def prepare_job(
         options=options,
         max_new_tokens=spec.model.max_new_tokens,
         audio_format=spec.output.audio_format.value,
+        finish=spec.finish,
     )
     owned = shard.mask(rows["id"])
     own = rows if owned.all() else rows.filter(pa.array(owned))

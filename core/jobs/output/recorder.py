@@ -1,7 +1,9 @@
 """From a synthesizer's result to a finished row: its ok record built and handed with its audio
 to the output store (which publishes it and journals the record once the audio is durable:
 qtts.core.jobs.output.stores), a failed row journalled at once, and a small Outcome for the loop
-that counts and reports.
+that counts and reports. A clip the job asks to finish (--trim-silence, --sample-rate,
+--loudness: qtts.core.jobs.output.finishing) is finished on the store's writer thread, and its
+record (length, rate, loudness, measures) describes the clip as written.
 
 The same recorder runs in a local job and inside each Ray actor (each with its own journal), so a
 row is recorded the same way wherever it was synthesized. An ok row's model-free measures
@@ -16,11 +18,14 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from qtts.core.jobs.contract.spec import FinishOptions
+from qtts.core.jobs.output.finishing import Finished
+from qtts.core.jobs.output.finishing import finish as finish_clip
 from qtts.core.jobs.output.measures import measure
 from qtts.core.jobs.output.stores.base import OutputStore, RowOutput
 from qtts.core.jobs.output.stores.open_store import StoreSpec
@@ -52,6 +57,7 @@ class RecordContext:
     split: str = "none"  # the split settings' key (spec.SplitOptions.key)
     tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
     store: StoreSpec = StoreSpec()  # where the rows go (the files layout unless asked)
+    finish: FinishOptions = FinishOptions()  # what each clip goes through before it is written
 
     def stamp(self) -> dict[str, str]:
         return {
@@ -110,10 +116,25 @@ class RowRecorder:
         error = utterance_error(item, max_new_tokens, self.ctx.on_budget, self.ctx.tries)
         if error is not None:
             return self.failed(row, error, item.attempts)
-        audio = {
+        output, seconds = self._output(item, row)
+        future: Future[Outcome] = Future()
+
+        def done(write: Future[None]) -> None:
+            if write.cancelled():  # the store dropped it unwritten (an immediate exit)
+                future.cancel()
+            elif write.exception() is not None:
+                future.set_exception(write.exception())
+            else:
+                future.set_result(Outcome(item.id, OK, seconds[0]))  # the clip as written
+
+        self.store.submit(output).add_done_callback(done)
+        return future
+
+    def _output(self, item: Utterance, row: dict[str, Any]) -> tuple[RowOutput, list[float]]:
+        """The row for the store, and a list whose one value is the seconds of its clip as
+        written (set once the store has finished the clip)."""
+        fields = {
             "num_frames": int(len(item.codes)),
-            "num_samples": int(len(item.audio)),
-            "sample_rate": int(item.sample_rate),
             "hit_frame_budget": bool(item.hit_frame_budget),
             "segments": len(item.segment_frames or (0,)),
             "segment_frames": None if item.segment_frames is None else list(item.segment_frames),
@@ -123,27 +144,30 @@ class RowRecorder:
             "text_tokens": row.get("text_tokens"),
             **_attempts(item, row),
         }
-
-        def record(location: str, nbytes: int, codes_saved: bool) -> dict[str, Any]:
-            measured = measure(item.audio, item.codes, row.get("text"), item.sample_rate)
-            where = {"file": location, "bytes": nbytes, "codes_saved": codes_saved}
-            return ok_record(row, {**audio, **measured, **where}, **self.ctx.stamp())
-
         codes = item.codes if self.ctx.store.save_codes else None
-        output = RowOutput(item.id, item.audio, item.sample_rate, codes, record)
-        duration = audio["num_samples"] / audio["sample_rate"]
-        future: Future[Outcome] = Future()
+        seconds = [len(item.audio) / item.sample_rate]
 
-        def done(write: Future[None]) -> None:
-            if write.cancelled():  # the store dropped it unwritten (an immediate exit)
-                future.cancel()
-            elif write.exception() is not None:
-                future.set_exception(write.exception())
-            else:
-                future.set_result(Outcome(item.id, OK, duration))
+        def output(clip: Finished) -> RowOutput:
+            """The row whose audio is `clip`: its record and measures describe that clip."""
+            seconds[0] = len(clip.audio) / clip.sample_rate
 
-        self.store.submit(output).add_done_callback(done)
-        return future
+            def record(location: str, nbytes: int, codes_saved: bool) -> dict[str, Any]:
+                measured = measure(clip.audio, item.codes, row.get("text"), clip.sample_rate)
+                where = {"file": location, "bytes": nbytes, "codes_saved": codes_saved}
+                done = {**fields, **clip.columns(), **measured, **where}
+                return ok_record(row, done, **self.ctx.stamp())
+
+            return RowOutput(item.id, clip.audio, clip.sample_rate, codes, record)
+
+        raw = output(Finished(item.audio, int(item.sample_rate)))
+        options = self.ctx.finish
+        if not options.acts:
+            return raw, seconds
+
+        def finished() -> RowOutput:  # on the writer thread: it never holds up synthesis
+            return output(finish_clip(item.audio, item.sample_rate, options))
+
+        return replace(raw, finish=finished), seconds
 
 
 def _attempts(item: Utterance, row: dict[str, Any]) -> dict[str, Any]:

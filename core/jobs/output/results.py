@@ -74,8 +74,10 @@ RESULT_COLUMNS = (
     "ref_text",
     "settings",
 )
-# The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
+# The tries a row took, the seed it kept, its model-free measures and its loudness as normalized
+# (records.RECORD_SCHEMA).
 RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES, "segment_chars_per_s")
+RESULT_COLUMNS += ("loudness_lufs", "loudness_status")
 # Which record each row shows, and whether its audio is there, is decided on these columns of
 # every record; the views' other record columns are read later, one at a time (view_columns.py).
 MERGE_COLUMNS = ("id", "status", "file", "bytes", "run", "t")

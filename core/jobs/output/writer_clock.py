@@ -16,9 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-# encode: WAV/FLAC (and codes) bytes; measures: the row's model-free measures and its record;
-# write: the audio into its file or shard, fsynced and renamed; journal: record lines, fsynced.
-PARTS = ("encode", "measures", "write", "journal")
+# finish: the clip trimmed, resampled and normalized (--trim-silence, --sample-rate,
+# --loudness); encode: WAV/FLAC (and codes) bytes; measures: the row's model-free measures and
+# its record; write: the audio into its file or shard, fsynced and renamed; journal: record
+# lines, fsynced.
+PARTS = ("finish", "encode", "measures", "write", "journal")
 
 
 class WriterClock:
@@ -89,6 +91,7 @@ class WritingReport:
         why = {
             "encode": "encoding (FLAC costs more than WAV): give the job more CPU cores",
             "measures": "the measures: give the job more CPU cores",
+            "finish": "finishing the clips (trim, resample, loudness): give the job more CPU cores",
         }.get(top, "fsyncs to the out dir's disk: put the out dir on a local disk")
         return (
             f"synthesis waited {self.wait_s:.1f} s{share} on its {self.threads} writer "

@@ -47,6 +47,11 @@ RECORD_SCHEMA = pa.schema(
         ("repeat_ratio", pa.float64()),
         ("chars_per_s", pa.float64()),
         ("segment_chars_per_s", pa.list_(pa.float64())),  # a split row: each segment's, apiece
+        # --loudness: the clip's integrated loudness as written (null: silent, or not asked) and
+        # what normalizing it did (qtts.core.jobs.output.loudness: normalized, peak_limited,
+        # silent)
+        ("loudness_lufs", pa.float64()),
+        ("loudness_status", pa.string()),
         ("text", pa.large_string()),  # a dataset's texts pass 2 GiB: 64-bit offsets
         ("text_digest", pa.int64()),  # of the text: resume compares it, not the text
         ("speaker", pa.string()),
@@ -88,7 +93,7 @@ def failed_record(
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
     """audio: file, bytes, codes_saved, num_frames, num_samples, sample_rate, hit_frame_budget,
     segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures
-    (with segment_chars_per_s)."""
+    (with segment_chars_per_s), and under --loudness loudness_lufs and loudness_status."""
     duration = audio["num_samples"] / audio["sample_rate"]
     return {
         **_fields(row),

@@ -3,8 +3,10 @@
 A row's fingerprint is its recorded inputs (records.INPUT_FIELDS: text, voice, seed, reference
 audio content and text) plus the digest of the job settings it ran under: the model's identity
 (its config, tokenizer and weight files, read cheaply: see TextModel.identity), the precision it
-ran in, both sampling sites, the frame budget and the audio format. The settings behind each
-digest are kept in OUT/.qtts/settings.json, so a rerun can say which setting changed.
+ran in, both sampling sites, the frame budget, the audio format and the finishing steps that
+act on the clip (trim, sample rate, loudness: absent when off, so an out dir made before them keeps
+its digest). The settings behind each digest are kept in OUT/.qtts/settings.json, so a rerun can
+say which setting changed.
 Reference audio is identified by content (qtts.core.jobs.state.ref_digests).
 Knows settings, hashes and one small JSON file; no rows beyond columns, no models.
 """
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qtts.core.jobs.contract.spec import FinishOptions
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
 
@@ -47,10 +50,11 @@ def job_fingerprint(
     options: GenerationOptions,
     max_new_tokens: int | None,
     audio_format: str,
+    finish: FinishOptions = FinishOptions(),
 ) -> JobFingerprint:
     """options: the merged sampling of both sites. Each site is every field
     of its SamplingParams, read from the dataclass: a sampling field added there is in the
-    fingerprint without a change here."""
+    fingerprint without a change here. finish: only the steps that act are in it."""
     return JobFingerprint(
         {
             "model": model,
@@ -59,6 +63,7 @@ def job_fingerprint(
             "subtalker": asdict(options.subtalker),
             "max_new_tokens": max_new_tokens,
             "format": audio_format,
+            **finish.fingerprint_part(),
         }
     )
 
@@ -98,18 +103,23 @@ def format_twins(registry: dict[str, Any], current: dict[str, Any]) -> list[str]
     ]
 
 
+# A setting one side does not have: a finishing step that was off ("sample_rate off -> 16000")
+OFF = "off"
+
+
 def setting_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
     """ "precision float32 -> bfloat16, talker.temperature 0.9 -> 0.7" (old None: unknown)."""
     if old is None:
         return "settings not recorded (made by an older qtts)"
     parts = []
     for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
+        a, b = old.get(key, OFF), new.get(key, OFF)
+        if isinstance(a, dict) or isinstance(b, dict):  # a step turned on or off: its entries
+            a, b = (v if isinstance(v, dict) else {} for v in (a, b))
             parts += [
-                f"{key}.{k} {a.get(k)} -> {b.get(k)}"
+                f"{key}.{k} {a.get(k, OFF)} -> {b.get(k, OFF)}"
                 for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k)
+                if a.get(k, OFF) != b.get(k, OFF)
             ]
         elif a != b:
             parts.append("model (its files changed)" if key == "model" else f"{key} {a} -> {b}")

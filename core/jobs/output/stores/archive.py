@@ -79,13 +79,15 @@ class ArchiveStore:
 
     def submit(self, row: RowOutput) -> Future[None]:
         encoded = self._encoders.submit(self._encode, row)
-        return self._pool.submit(self._guarded, self._add, row, encoded)
+        return self._pool.submit(self._guarded, self._add, encoded)
 
-    def _encode(self, row: RowOutput) -> tuple[bytes, bytes | None]:
+    def _encode(self, row: RowOutput) -> tuple[RowOutput, bytes, bytes | None]:
+        with self.clock.part("finish"):
+            row = row.finished()
         with self.clock.part("encode"):
             audio = encode_audio(row.audio, row.sample_rate, self.audio_format)
             codes = encode_codes(row.codes) if self.save_codes and row.codes is not None else None
-        return audio, codes
+        return row, audio, codes
 
     def _guarded(self, step: Callable[..., None], *args: object) -> None:
         try:
@@ -95,8 +97,8 @@ class ArchiveStore:
             self._discard()  # its rows have no record: the next run redoes them
             raise write_error(e, where) from e
 
-    def _add(self, row: RowOutput, encoded: Future[tuple[bytes, bytes | None]]) -> None:
-        audio, codes = encoded.result()
+    def _add(self, encoded: Future[tuple[RowOutput, bytes, bytes | None]]) -> None:
+        row, audio, codes = encoded.result()  # the row as finished
         shard = self._open or self._start(row.sample_rate)
         member = self.fmt.member(row.id, self.audio_format)
         with self.clock.part("measures"):

@@ -1,7 +1,8 @@
 """The output seam: what the job hands a store for each finished row, and what a store promises.
 
 A store publishes a row's audio (and codes) and journals the row's ok record once the audio is
-durable, never before and never without it. Where the row lands is the store's business: the
+durable, never before and never without it; it finishes the row's clip first (RowOutput.finished),
+on its own threads. Where the row lands is the store's business: the
 record keeps the opaque location the store gives it (locations.py) and the audio's size. The
 job layer never builds a file name; resume, the views and retraction ask the stores' read side
 (presence.py, retract.py). Knows the protocol; no formats.
@@ -26,6 +27,13 @@ class RowOutput:
     # (location, audio bytes, codes saved) -> the row's ok record; called on the writer thread
     # once the store knows where the row lands, so measures never hold up synthesis
     record: Callable[[str, int, bool], dict]
+    # The row as it is written, its clip finished (trimmed, resampled, normalized:
+    # qtts.core.jobs.output.finishing); called on the writer thread before the clip is encoded.
+    # None: the audio is written as it is.
+    finish: Callable[[], RowOutput] | None = None
+
+    def finished(self) -> RowOutput:
+        return self if self.finish is None else self.finish()
 
 
 class OutputStore(Protocol):

@@ -97,6 +97,8 @@ class FilesStore:
         path = self.out_dir / audio_name(row.id, self.audio_format)
         part = self.clock.part
         try:
+            with part("finish"):
+                row = row.finished()
             if self.save_codes and row.codes is not None:
                 with part("encode"):
                     codes = encode_codes(row.codes)
