@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.output.results import results_locked
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.model.languages import LANGUAGE_TAGS
+from qtts.core.quality.card_rows import CardRows, ok_and_kept_ids, read_card_rows
 
 if TYPE_CHECKING:
     from qtts.core.jobs.output.stores.shard_format import ArchiveFormat
@@ -53,9 +53,6 @@ METADATA_FEATURES = {"id": "id", "text": "text", "speaker": "speaker", "language
 METADATA_FEATURES |= {"duration_s": "duration"}
 _DTYPES = {"string": "string", "large_string": "string", "double": "float64", "int64": "int64"}
 _DTYPES |= {"bool": "bool", "float": "float32"}
-# What the card reads of results.parquet (one column each, never the texts).
-READ = ("id", "status", "kept", "path", "member", "sample_rate", "num_samples", "language", "model")
-READ += ("settings",)
 WAV_HEADER = 44  # bytes of a 16-bit PCM WAV file's header
 
 
@@ -105,20 +102,16 @@ def _write(out_dir: Path) -> Card:
 
     path = out_dir / "results.parquet"
     schema = pq.read_schema(path)
-    results = pq.read_table(path, columns=[c for c in READ if c in schema.names])
-    ok = results.filter(pc.fill_null(pc.equal(results["status"], "ok"), False))
-    kept = ok if "kept" not in ok.column_names else ok.filter(pc.fill_null(ok["kept"], False))
-    failed = pc.sum(pc.equal(results["status"], "failed")).as_py() or 0
-    counts = {"total": len(results), "ok": len(ok), "failed": failed}
-    counts["pending"] = len(results) - len(ok) - failed
-    load = _load(out_dir, ok, kept, schema)
+    rows = read_card_rows(path)  # a batch at a time: counts and distinct values (card_rows.py)
+    counts = {"total": rows.total, "ok": rows.ok, "failed": rows.failed, "pending": rows.pending}
+    load = _load(out_dir, rows, schema)
     if load.config is not None:  # datasets caches a folder's load by its card: a new size, a
-        load.info["download_size"] = _bytes(out_dir, load.config, kept)  # new load
+        load.info["download_size"] = _bytes(out_dir, load.config, rows)  # new load
     header = {
         "pretty_name": out_dir.resolve().name,
         "task_categories": ["text-to-speech"],
-        "language": sorted(_languages(kept)),
-        "size_categories": [_size(len(kept) if load.note is None else len(ok))],
+        "language": sorted(_languages(rows.languages)),
+        "size_categories": [_size(rows.kept if load.note is None else rows.ok)],
         "tags": ["synthetic", "qtts", "qwen3-tts"],
     }
     if not header["language"]:
@@ -128,7 +121,7 @@ def _write(out_dir: Path) -> Card:
         header["dataset_info"] = load.info
     quality, rules = summarize_results(path), read_keep_rules(out_dir)
     text = _yaml(header) + _body(
-        out_dir, counts, quality=quality, rules=rules, ok=ok, kept=kept, load=load
+        out_dir, counts, quality=quality, rules=rules, rows=rows, load=load
     )
     target = out_dir / CARD_NAME
     own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
@@ -168,15 +161,18 @@ class CardLoad:
     fmt: ArchiveFormat | None = None
 
 
-def _load(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema) -> CardLoad:
+def _load(out_dir: Path, rows: CardRows, schema: pa.Schema) -> CardLoad:
     """How the layout the ok rows are in loads."""
-    if len(ok) and ok["member"].null_count == len(ok):
-        return _files_load(out_dir, ok, schema)
+    if rows.ok and rows.in_files == rows.ok:
+        return _files_load(out_dir, rows, schema)
     from qtts.core.jobs.output.stores.registry import part_of
 
     # The archive format of the rows' shards, and how a client loads it, from the output-format
-    # registry (never by suffix: a Shar shard's recording part is a .tar too).
-    shards = {part_of(Path(p).name) for p in ok["path"].unique().to_pylist()}
+    # registry (never by suffix: a Shar shard's recording part is a .tar too). A plain file is
+    # no format's shard (None).
+    shards = {part_of(Path(p).name) for p in rows.shard_paths} | (
+        {None} if rows.in_files else set()
+    )
     formats = {s.fmt for s in shards if s is not None}
     if None in shards or len(formats) != 1:
         return CardLoad(note="the rows' layout has no loader that reads it as it is")
@@ -184,10 +180,13 @@ def _load(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema) -> Car
     if fmt.hub is None:
         return CardLoad(note=f"no Hub loader reads the {fmt.name} layout as it is", fmt=fmt)
     config = _config([fmt.hub.pattern])
-    if fmt.hub.filters_ids:
-        note = _filters(config, ok, kept)
-    else:
-        note = None if len(kept) == len(ok) else f"the {fmt.name} shards load every ok row"
+    note = None
+    if rows.kept != rows.ok:  # the shards hold every ok row: the ids are read only here
+        note = (
+            _filters(config, *ok_and_kept_ids(out_dir / "results.parquet"))
+            if fmt.hub.filters_ids
+            else f"the {fmt.name} shards load every ok row"
+        )
     info = {}
     if fmt.hub.features is not None:
         shard = min(s.shard for s in shards if s is not None)
@@ -195,7 +194,7 @@ def _load(out_dir: Path, ok: pa.Table, kept: pa.Table, schema: pa.Schema) -> Car
     return CardLoad(config, info, note, fmt)
 
 
-def _files_load(out_dir: Path, ok: pa.Table, schema: pa.Schema) -> CardLoad:
+def _files_load(out_dir: Path, rows: CardRows, schema: pa.Schema) -> CardLoad:
     """The files layout: metadata.jsonl (the kept rows) and their audio files, an AudioFolder."""
     if not (out_dir / "metadata.jsonl").is_file():
         return CardLoad(
@@ -203,20 +202,12 @@ def _files_load(out_dir: Path, ok: pa.Table, schema: pa.Schema) -> CardLoad:
             "given this folder would list every audio file, unfiltered (`qtts results "
             "--keep-all` keeps every ok row)"
         )
-    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": _rates(ok)[0][0]}}}
-    found = pc.extract_regex(ok["path"].combine_chunks(), r"(?P<suffix>\.[^./]+)$")
-    suffixes = sorted(pc.unique(found.field("suffix")).drop_null().to_pylist())  # Arrow, not Path
+    audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rows.sample_rates()[0][0]}}}
+    suffixes = sorted(rows.suffixes)
     names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
     columns = [_feature(key, schema.field(c).type) for c, key in names.items()]
     config = _config(["metadata.jsonl", *(f"*{s}" for s in suffixes)])
     return CardLoad(config, {"features": [audio, *columns]})
-
-
-def _rates(rows: pa.Table) -> list[tuple[int, int]]:
-    """(sample rate, rows at it) of the rows, the commonest first: one rate unless a rerun with
-    another --sample-rate stopped part way (the loader then resamples each clip to the first)."""
-    counts = pc.value_counts(pc.drop_null(rows["sample_rate"])).to_pylist()
-    return sorted(((c["values"], c["counts"]) for c in counts), key=lambda rc: (-rc[1], rc[0]))
 
 
 def _rates_line(rates: list[tuple[int, int]]) -> str:
@@ -226,15 +217,15 @@ def _rates_line(rates: list[tuple[int, int]]) -> str:
     return ", ".join(f"{r} Hz ({n} rows)" for r, n in rates) or "none yet"
 
 
-def _bytes(out_dir: Path, config: dict, kept: pa.Table) -> int:
+def _bytes(out_dir: Path, config: dict, rows: CardRows) -> int:
     """The bytes of what the config reads: every shard; for the files layout, metadata.jsonl and
     the kept rows' 16-bit samples with a WAV header each (exact for WAV, a FLAC file's upper
     bound), from results.parquet's num_samples: no stat a row, at millions of rows."""
     patterns = config["data_files"][0]["path"]
     if patterns[0] != "metadata.jsonl":
         return sum(p.stat().st_size for pattern in patterns for p in out_dir.glob(pattern))
-    samples = pc.sum(kept["num_samples"]).as_py() or 0
-    return (out_dir / "metadata.jsonl").stat().st_size + 2 * samples + WAV_HEADER * len(kept)
+    samples = rows.kept_samples
+    return (out_dir / "metadata.jsonl").stat().st_size + 2 * samples + WAV_HEADER * rows.kept
 
 
 def _config(paths: list[str]) -> dict:
@@ -264,8 +255,7 @@ def _score_names() -> list[str]:
     return SCORE_FIELDS.names
 
 
-def _languages(kept: pa.Table) -> set[str]:
-    names = pc.unique(pc.drop_null(kept["language"])).to_pylist()
+def _languages(names: set[str]) -> set[str]:
     return {LANGUAGE_TAGS[n.lower()] for n in names if n.lower() in LANGUAGE_TAGS}
 
 
@@ -294,11 +284,10 @@ def _reads(out_dir: Path, load: CardLoad) -> list[str]:
     return lines
 
 
-def _body(out_dir, counts, *, quality, rules, ok, kept, load: CardLoad) -> str:
+def _body(out_dir, counts, *, quality, rules, rows: CardRows, load: CardLoad) -> str:
     from qtts.core.quality.dataset_summary import summary_lines
 
-    models = sorted(set(pc.drop_null(ok["model"]).to_pylist()))
-    settings = sorted(set(pc.drop_null(ok["settings"]).to_pylist()))
+    models, settings = sorted(rows.models), sorted(rows.settings)
     listed = "every ok row" if rules.empty else f"`{rules.describe()}`"
     loads_kept = load.config is not None and load.note is None
     reads = _reads(out_dir, load)
@@ -314,10 +303,10 @@ def _body(out_dir, counts, *, quality, rules, ok, kept, load: CardLoad) -> str:
         "| rows | ok | failed | pending | kept |",
         "|---|---|---|---|---|",
         f"| {counts['total']} | {counts['ok']} | {counts['failed']} | {counts['pending']} "
-        f"| {len(kept)} |",
+        f"| {rows.kept} |",
         "",
         f"- Model: {', '.join(f'`{m}`' for m in models) or 'none yet'}",
-        f"- Sample rate: {_rates_line(_rates(ok))} (the `sample_rate` column)",
+        f"- Sample rate: {_rates_line(rows.sample_rates())} (the `sample_rate` column)",
         f"- Settings fingerprint: {', '.join(f'`{s}`' for s in settings) or 'none yet'} (the "
         "`settings` column: the digest of the job settings each row was made with)",
         f"- Keep rules: {listed} (`qtts results --min-dnsmos ...`"

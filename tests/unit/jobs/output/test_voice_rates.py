@@ -73,3 +73,36 @@ def test_rows_not_shown_or_without_a_rate_get_none():
     }
     out = rate_ratios(Records(columns), np.array([True, False, True]))
     assert out["rate_ratio_min"].to_pylist() == [1.0, None, None]
+
+
+class ChunkedRecords(Records):
+    """Records as a RecordSource holds them: in several chunks (a state each, then the
+    journals), the winners at positions out of order."""
+
+    def __init__(self, columns: dict[str, list], positions: list[int], cut: int) -> None:
+        super().__init__(columns)
+        self._positions, self.cut = np.array(positions), cut
+
+    def positions(self) -> np.ndarray:
+        return self._positions
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        whole = super().column(name).chunk(0)
+        return pa.chunked_array([whole.slice(0, self.cut), whole.slice(self.cut)])
+
+
+def test_a_voice_is_one_group_across_chunks_and_nulls_are_a_value():
+    columns = {
+        "chars_per_s": [10.0, 20.0, 12.0, 30.0, 8.0, 40.0],
+        "segment_chars_per_s": [None] * 6,
+        # voices: anna (rows 0, 2, 4), anna with an instruct (1, 3), no speaker (5)
+        "speaker": ["anna", "anna", "anna", "anna", "anna", None],
+        "instruct": [None, "calm", None, "calm", None, None],
+        "ref_digest": [None] * 6,
+        "language": ["english"] * 6,
+    }
+    positions = [4, 0, 3, 5, 2, 1]  # winner k's record
+    out = rate_ratios(ChunkedRecords(columns, positions, cut=3), np.ones(6, dtype=bool))
+    medians = {0: 10.0, 2: 10.0, 4: 10.0, 1: 25.0, 3: 25.0, 5: 40.0}
+    want = [columns["chars_per_s"][p] / medians[p] for p in positions]
+    assert out["rate_ratio_min"].to_pylist() == pytest.approx(want)
