@@ -22,7 +22,7 @@ from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
-    Backend,
+    BackendName,
     Dtype,
     Split,
 )
@@ -166,7 +166,7 @@ def shard_options(num_shards: o.NumShards = None, shard_index: o.ShardIndex = No
 def scale_out_options(
     num_shards: o.NumShards = None,
     shard_index: o.ShardIndex = None,
-    backend: o.BackendOpt = Backend.local,
+    backend: o.BackendOpt = BackendName.local,
     ray_address: o.RayAddress = None,
     workers: o.Workers = None,
     gpus_per_worker: o.GpusPerWorker = None,

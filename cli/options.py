@@ -18,7 +18,7 @@ import typer
 from qtts.core.jobs.contract.choices import (
     DEFAULT_SHARD_ROWS,
     AudioFormat,
-    Backend,
+    BackendName,
     Dtype,
     OnBudget,
     Split,
@@ -464,7 +464,7 @@ ShardIndex = Annotated[
     _opt("--shard-index", min=0, metavar="I", panel=SCALE_PANEL, help="This run's shard, 0..N-1."),
 ]
 BackendOpt = Annotated[
-    Backend,
+    BackendName,
     _opt(
         "--backend",
         panel=SCALE_PANEL,

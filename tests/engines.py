@@ -9,7 +9,7 @@ import torch
 
 from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.engine import Engine
-from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
+from qtts.core.engine.loop.scheduler import EngineRequest, run_continuous
 from qtts.core.engine.step.slots import SlotState
 from qtts.core.model.config import SamplingParams
 from qtts.core.synthesis.prompt import embed_prompt, normalize_row, pad_embedding, prompt_tokens
@@ -20,7 +20,9 @@ TEXTS = ["Hi.", "A somewhat longer sentence to pad against.", "Mid length line h
 
 def sampling(greedy: bool) -> SamplingParams:
     """The checkpoints' defaults (top-k 50, penalty 1.05), greedy or sampled."""
-    return SamplingParams(not greedy, 0.9, 50, 1.0, 1.05)
+    return SamplingParams(
+        do_sample=not greedy, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
+    )
 
 
 def gpu_tuning(**overrides) -> EngineTuning:
@@ -81,16 +83,16 @@ def engine(
                   tuning or cpu_tuning(dtype))  # fmt: skip
 
 
-def jobs(prompt_list, budget0: int = 6, seed0: int = 100) -> list[EngineJob]:
-    """Job i: budget budget0 + i (so rows finish at different steps), seed seed0 + i."""
-    return [EngineJob(i, pr, budget0 + i, seed0 + i) for i, pr in enumerate(prompt_list)]
+def engine_requests(prompt_list, budget0: int = 6, seed0: int = 100) -> list[EngineRequest]:
+    """Request i: budget budget0 + i (so rows finish at different steps), seed seed0 + i."""
+    return [EngineRequest(i, pr, budget0 + i, seed0 + i) for i, pr in enumerate(prompt_list)]
 
 
-def run_codes(eng: Engine, job_list, step=None) -> dict:
+def run_codes(eng: Engine, requests, step=None) -> dict:
     out = {}
-    for done in run_continuous(eng, job_list, step=step):
+    for done in run_continuous(eng, requests, step=step):
         for d in done:
-            assert d.key not in out, f"job {d.key} came back twice"
+            assert d.key not in out, f"request {d.key} came back twice"
             out[d.key] = d.codes
     return out
 

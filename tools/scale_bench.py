@@ -116,10 +116,10 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     spec = JobSpec(kind="batch", source=str(manifest), output=OutputOptions(out, layout=layout),
                    model=ModelOptions(model, device="cpu"),
                    voice=VoiceOptions(RowDefaults(speaker="vivian")))  # fmt: skip
-    job, req, _, _ = prepare_job(spec, open_text_model, env={})
-    valid = job.prepared.valid()
+    setup, req, _, _ = prepare_job(spec, open_text_model, env={})
+    valid = setup.prepared.valid()
     n = valid.num_rows
-    wav = encode_audio(np.zeros(samples, np.float32), job.text_model.sample_rate, "wav")
+    wav = encode_audio(np.zeros(samples, np.float32), setup.text_model.sample_rate, "wav")
     names = pc.binary_join_element_wise(valid["id"], pa.scalar("wav"), ".")
     if layout != "files":
         names, shard_names = _archive_locations(valid["id"], layout, spec.output.shard_rows)
@@ -129,17 +129,17 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
         bytes=pa.array(np.full(n, len(wav), dtype=np.int64)),
         num_frames=pa.array(np.ones(n, dtype=np.int64)),
         num_samples=pa.array(np.full(n, samples, dtype=np.int64)),
-        sample_rate=pa.array(np.full(n, job.text_model.sample_rate, dtype=np.int64)),
-        duration_s=pa.array(np.full(n, samples / job.text_model.sample_rate)),
+        sample_rate=pa.array(np.full(n, setup.text_model.sample_rate, dtype=np.int64)),
+        duration_s=pa.array(np.full(n, samples / setup.text_model.sample_rate)),
         hit_frame_budget=pa.array(np.zeros(n, dtype=bool)),
         segments=pa.array(np.ones(n, dtype=np.int64)),
-        settings=pa.array(np.full(n, job.settings.digest, dtype=object), pa.string()),
-        split=pa.array(np.full(n, job.spec.split.key, dtype=object), pa.string()),
+        settings=pa.array(np.full(n, setup.settings.digest, dtype=object), pa.string()),
+        split=pa.array(np.full(n, setup.spec.split.key, dtype=object), pa.string()),
         model=pa.array(np.full(n, model, dtype=object), pa.string()),
         run=pa.array(np.full(n, "scale-bench", dtype=object), pa.string()),
         t=pa.array(np.full(n, time.time())),
         attempts=pa.array(np.ones(n, dtype=np.int64)), kept_seed=valid["seed"],
-        on_budget=pa.array(np.full(n, job.spec.failures.key, dtype=object), pa.string()),
+        on_budget=pa.array(np.full(n, setup.spec.failures.key, dtype=object), pa.string()),
     )  # fmt: skip
     # The measures as a real job records them: distinct floats, which compress as real ones do.
     rng = np.random.default_rng(0)
@@ -157,9 +157,11 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
     from qtts.core.jobs.state.shards import ShardRequest
 
     req = ShardRequest(num_shards, 0, "--num-shards/--shard-index") if num_shards > 1 else req
-    scale_out = replace(job.spec.scale_out, num_shards=num_shards)
-    job = replace(job, shard=Shard(num_shards, 0), spec=replace(job.spec, scale_out=scale_out))
-    write_job_files(job, req, source_path(spec))
+    scale_out = replace(setup.spec.scale_out, num_shards=num_shards)
+    setup = replace(
+        setup, shard=Shard(num_shards, 0), spec=replace(setup.spec, scale_out=scale_out)
+    )
+    write_job_files(setup, req, source_path(spec))
     if layout == "files":
         _link_files(out, names, wav)
     else:

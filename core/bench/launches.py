@@ -51,7 +51,9 @@ NO_LAUNCH = {
     "resize_",
 }
 SAMPLING_OPS = {"qtts.sample_tokens"}
-COUNT_PARAMS = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampled defaults
+COUNT_PARAMS = SamplingParams(  # the checkpoints' sampled defaults
+    do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
+)
 COUNT_PROMPT = 64  # prompt positions per slot (the count does not depend on it)
 COUNT_VIEW = 256  # the KV view the step attends over (nor on this)
 PREFILL_PHASES = ("talker_layers", "sampling", "other")

@@ -89,22 +89,22 @@ def bench_manifest(
 ) -> ManifestBench:
     """Every row of spec.source through the job's synthesis path (the spec's out dir is not
     used: a fresh, empty one stands in, so nothing is skipped and nothing is written)."""
-    job, work, options = job_work(spec, open_text_model)
-    spec = job.spec
+    setup, work, options = job_work(spec, open_text_model)
+    spec = setup.spec
     res = ManifestBench(
         manifest=spec.source,
         rows=work.total,
         failed=work.rejected.num_rows,
-        precision=job.settings.values["precision"],
+        precision=setup.settings.values["precision"],
         on_budget=spec.failures.key,
         split=spec.split.key,
     )
     if work.todo.num_rows == 0:
         return res
     start = time.perf_counter()
-    synth = load_synthesizer(job.text_model, spec.model.placement)
+    synth = load_synthesizer(setup.text_model, spec.model.placement)
     res.load_s = time.perf_counter() - start
-    done = _synthesize(res, synth, job, work, options)
+    done = _synthesize(res, synth, setup, work, options)
     clock = getattr(synth, "clock", None)
     if clock is not None and clock.passes:
         res.synthesis, res.synthesis_line = clock.row(), clock.describe()
@@ -115,20 +115,20 @@ def bench_manifest(
 
 
 def job_work(spec: JobSpec, open_text_model: OpenTextModel):
-    """(Job, Work, generation options): what a first run of this job into a fresh out dir would
+    """(RunSetup, Work, generation options): what a first run of this job into a fresh out dir would
     synthesize, decided by the jobs layer (every row: no shards, nothing done before)."""
     with tempfile.TemporaryDirectory(prefix="qtts-bench-") as tmp:
         out = Path(tmp) / "out"  # never created: the job's checks read a fresh out dir
         spec = replace(spec, output=replace(spec.output, out_dir=out, overwrite=False))
-        job, _, options, _ = prepare_job(spec, open_text_model, env={})
-        spec = job.spec
+        setup, _, options, _ = prepare_job(spec, open_text_model, env={})
+        spec = setup.spec
         work = decide_work(
-            job.prepared,
+            setup.prepared,
             empty(),
             list_out_dir(out),
-            model=job.text_model,
-            budget=job.budget,
-            settings=job.settings,
+            model=setup.text_model,
+            budget=setup.budget,
+            settings=setup.settings,
             registry={},
             layout=spec.output.layout,
             audio_format=spec.output.audio_format.value,
@@ -136,16 +136,16 @@ def job_work(spec: JobSpec, open_text_model: OpenTextModel):
             split=spec.split,
             on_budget=spec.failures.key,
         )
-    return job, work, options
+    return setup, work, options
 
 
-def _synthesize(res: ManifestBench, synth, job, work, options) -> list[tuple[float, float]]:
+def _synthesize(res: ManifestBench, synth, setup, work, options) -> list[tuple[float, float]]:
     """The chunks through synthesize_chunk, counted into `res` as a job would record them;
     returns (seconds since the first chunk, audio seconds) of each ok row, in completion order."""
-    spec = job.spec
+    spec = setup.spec
     done: list[tuple[float, float]] = []
     start = time.perf_counter()
-    for chunk in chunks(work.todo, job.text_model, job.budget, split=spec.split):
+    for chunk in chunks(work.todo, setup.text_model, setup.budget, split=spec.split):
         budgets = [*res.budgets, *chunk.budgets.values()]
         res.budgets = [min(budgets), max(budgets)]
         for item in synthesize_chunk(synth, chunk, options, spec.failures.key):

@@ -179,7 +179,7 @@ def run_one(
     vocoder_on=True,
 ) -> BenchResult:
     from qtts.core.engine.loop.build import EngineShape, build_engine
-    from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
+    from qtts.core.engine.loop.scheduler import EngineRequest, run_continuous
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -193,7 +193,9 @@ def run_one(
         embed_prompt(talker, config, synthetic_tokens(i, config.talker.text_vocab_size, text_len))
         for i in range(requests)
     ]
-    params = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # the checkpoints' sampling defaults
+    params = SamplingParams(  # the checkpoints' sampling defaults
+        do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
+    )
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
     tuning = mode_tuning(mode, dev, model.talker.codec_head.weight.dtype)
     sync(dev)
@@ -228,7 +230,9 @@ def run_one(
         else decoder
     )
     engine.suppress[engine.eos] = True  # fixed length: EOS never wins
-    jobs = [EngineJob(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)]
+    engine_requests = [
+        EngineRequest(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)
+    ]
     timers = {"prefill": 0.0, "vocoder": 0.0, "writing": 0.0}
     measured: list[tuple[np.ndarray, np.ndarray]] = []  # (audio, codes) of the first rows
     lengths: list[int] = []  # frames of each row the vocoder decoded
@@ -278,7 +282,7 @@ def run_one(
 
     def handed_over():
         nonlocal decoded_at, vocoded_before
-        for group in run_continuous(engine, jobs, step=counted):
+        for group in run_continuous(engine, engine_requests, step=counted):
             decoded_at = time.perf_counter()
             vocoded_before = timers["vocoder"] + timers["writing"]
             yield group

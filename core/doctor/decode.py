@@ -14,12 +14,14 @@ import torch
 from qtts.core.bench.throughput import TEXT_LEN, synthetic_tokens
 from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.loop.build import EngineShape, build_engine
-from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
+from qtts.core.engine.loop.scheduler import EngineRequest, run_continuous
 from qtts.core.model.config import SamplingParams
 from qtts.core.synthesis.memory_plan import plan_rows
 from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
-GREEDY = SamplingParams(False, 0.9, 50, 1.0, 1.05)  # the checkpoints' defaults, argmax
+GREEDY = SamplingParams(  # the checkpoints' defaults, argmax
+    do_sample=False, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
+)
 AUDIO_CODES = 2048  # talker ids past these are control tokens, suppressed while decoding
 
 
@@ -96,12 +98,12 @@ def greedy_codes(models, device, tuning: EngineTuning, work: Workload) -> list[t
     """Each row's int64 [frames, 16] codes (CPU), by continuous batching over work.slots."""
     config, model, _ = models
     engine, step = build(models, device, tuning, work)
-    jobs = [
-        EngineJob(key=i, prompt=p, budget=work.frames + 1, seed=i)
+    engine_requests = [
+        EngineRequest(key=i, prompt=p, budget=work.frames + 1, seed=i)
         for i, p in enumerate(prompts(config, model, work.rows))
     ]
     codes: dict[int, torch.Tensor] = {}
-    for done in run_continuous(engine, jobs, step=step):
+    for done in run_continuous(engine, engine_requests, step=step):
         for d in done:
             codes[d.key] = d.codes.cpu()
     if sorted(codes) != list(range(work.rows)):

@@ -60,7 +60,10 @@ def decode_step(run: DoctorRun) -> Check:
     models = doctor_models(run)
     mode = fast_mode(dev, dt)
     batch = STEP_BATCH[dev.type]
-    plan = bench_plan(*models, dev, mode, batch, batch, STEP_FRAMES)
+    config, model, decoder = models
+    plan = bench_plan(
+        config, model, decoder, device=dev, mode=mode, batch=batch, rows=batch, frames=STEP_FRAMES
+    )
     res = run_one(
         run.size, *models, plan=plan, requests=batch, frames=STEP_FRAMES, device=dev, mode=mode
     )

@@ -141,16 +141,16 @@ def overlapped(
                 stream.wait_event(ready)  # the codes were written on the producer's stream
             return work(group)
 
-    def run(job: list) -> R:
+    def run(handed: list) -> R:
         # The worker's references to the group's device tensors and the event are dropped while
         # it holds the gate: a free outside it could land inside a graph capture on the
         # producer's thread. References the producer keeps are freed on its own thread, which is
         # safe; a failed work's traceback keeps its locals until the producer reads it.
         try:
-            return work_on(*job)
+            return work_on(*handed)
         finally:
             with release():
-                job.clear()
+                handed.clear()
 
     pending: deque[Future[R]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-vocoder") as pool:
@@ -160,9 +160,9 @@ def overlapped(
                 if stream is not None:
                     ready = torch.cuda.Event()
                     ready.record(torch.cuda.current_stream(device))
-                job = [group, ready]
+                handed = [group, ready]
                 del group, ready  # the worker holds the only references from here on
-                pending.append(pool.submit(run, job))
+                pending.append(pool.submit(run, handed))
                 while pending and (pending[0].done() or len(pending) > max_pending):
                     start = time.perf_counter()
                     result = pending.popleft().result()

@@ -84,7 +84,7 @@ def dims_for(config: ModelConfig, decoder: SpeechDecoderConfig, dtype: torch.dty
     return Dims.of(config, decoder, act, act)
 
 
-def plan_job(
+def fitting_plan(
     shapes: Sequence[RowShape],
     dims: Dims,
     budget_bytes: int,
@@ -166,7 +166,7 @@ def plan_rows(
     weights = weights_bytes(model, decoder, tuning, encoder_dir)
     dtype = model.talker.codec_head.weight.dtype
     dims = dims_for(config, decoder.cfg, dtype)
-    return plan_job(
+    return fitting_plan(
         row_shapes(budgets, tokens),
         dims,
         budget_bytes=device_budget(device),

@@ -368,7 +368,7 @@ class Synthesizer:
 
     def _engine_pass(self, requests, tokens, order: list[int], slots: int, group, options):
         from qtts.core.engine.loop.build import EngineShape, build_engine
-        from qtts.core.engine.loop.scheduler import EngineJob, run_continuous
+        from qtts.core.engine.loop.scheduler import EngineRequest, run_continuous
 
         # Every graph this pass can need is captured before its first prefill, with no vocoder
         # work in flight (the vocoder thread holds the same gate around each micro-batch). Out of
@@ -390,24 +390,24 @@ class Synthesizer:
         self.clock.passes += 1
         self.clock.pass_build_s += time.perf_counter() - start
 
-        def job(attempt: Attempt) -> EngineJob:
-            return EngineJob(
+        def engine_request(attempt: Attempt) -> EngineRequest:
+            return EngineRequest(
                 key=attempt,
                 prompt=lambda t=tokens[attempt.row]: self._prompt(t),
                 budget=requests[attempt.row].max_new_tokens,
                 seed=attempt.seed,
             )
 
-        def again(done: EngineJob, result) -> EngineJob | None:
+        def again(done: EngineRequest, result) -> EngineRequest | None:
             # Same prompt and budget as the first try: it belongs to this length group.
             attempt = done.key
             self.clock.frames += int(result.codes.shape[0])  # kept or not, the engine made them
             follow_up = attempt.after(requests[attempt.row], result.hit_budget, options.attempts)
-            return None if follow_up is None else job(follow_up)
+            return None if follow_up is None else engine_request(follow_up)
 
-        jobs = (job(Attempt.first(i, requests[i])) for i in order)
+        engine_requests = (engine_request(Attempt.first(i, requests[i])) for i in order)
         counted = self.clock.counting_step(step or engine.decode_step, slots)
-        yield from run_continuous(engine, jobs, step=counted, again=again)
+        yield from run_continuous(engine, engine_requests, step=counted, again=again)
 
     def _vocode(self, group) -> Iterator[Utterance | RowFailure]:
         """The speech decoder on at most `vocoder_rows.size` rows at once; out of memory halves the

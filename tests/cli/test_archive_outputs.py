@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -146,6 +147,37 @@ def test_kill_mid_shard_then_rerun_keeps_every_id_once(tmp_path, layout):
     assert _litter(out) == []
     results = pq.read_table(out / "results.parquet").to_pylist()
     assert [r["status"] for r in results] == ["ok"] * 12
+
+
+KILL_POINTS = Path(__file__).resolve().parents[1] / "kill_points.py"
+SHARD_WRITERS = {"webdataset": "webdataset:TarShardWriter", "parquet": "parquet:ParquetShardWriter"}
+
+
+@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+def test_a_kill_while_a_shard_is_open_leaves_temps_the_rerun_removes(tmp_path, layout):
+    """Killed (os._exit, nothing cleaned) just after the 5th row went into its shard: the first
+    shard (rows 1-3) sealed, the second's temp holding rows 4-5, which have no record. The rerun
+    removes that temp and redoes its rows; every id is in a sealed shard once."""
+    manifest = _manifest(tmp_path / "m.parquet", [f"Row {i} of a killed job." for i in range(8)])
+    out = tmp_path / "out"
+    args = ("batch", manifest, "--model", "fake-0.6b", "--speaker", "vivian", "-o", out, "-q",
+            "--output", layout, "--shard-rows", 3)  # fmt: skip
+    writer = f"qtts.core.jobs.output.stores.formats.{SHARD_WRITERS[layout]}.add"
+    cmd = [sys.executable, str(KILL_POINTS), writer, "5", "after", "--", *map(str, args)]
+    killed = subprocess.run(cmd, env=fake_env(), capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 9, killed.stderr
+    assert _litter(out), "no temp shard was left by the kill"
+    sealed = tar_ids(out) if layout == "webdataset" else parquet_ids(out)
+    assert len(set(sealed)) == len(sealed) == 3  # which rows: the run's order (longest first)
+
+    rerun = _fake(manifest, out, "--output", layout, "--shard-rows", 3)
+    assert rerun.returncode == 0, rerun.stderr
+    assert (json.loads(rerun.stdout)["ok"], json.loads(rerun.stdout)["skipped"]) == (5, 3)
+    assert _litter(out) == []
+    ids = tar_ids(out) if layout == "webdataset" else parquet_ids(out)
+    assert Counter(ids) == Counter(f"r{i:02d}" for i in range(8))
+    results = pq.read_table(out / "results.parquet").to_pylist()
+    assert [r["status"] for r in results] == ["ok"] * 8
 
 
 @pytest.mark.parametrize("layout", ["webdataset", "parquet"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -147,10 +146,13 @@ def test_lock_held_by_a_plain_flock_exits_75(tmp_path, write_manifest):
         assert r.returncode == 75 and b"run.lock is held by" in r.stderr
         if os.path.exists("/proc/locks"):
             assert f"pid {holder.pid}".encode() in r.stderr
+        assert not (out / "results.parquet").exists()  # refused before writing anything
     finally:
         holder.kill()
         holder.wait()
-    assert fcntl  # imported for the holder's sake
+    r = subprocess.run(qtts_cmd("batch", m, "-o", out, "--speaker", "ryan"),
+                       capture_output=True, env=fake_env(), timeout=30)  # fmt: skip
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] == 1, r.stderr  # the lock went with it
 
 
 def test_help_does_not_import_torch():

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from qtts.cli import commands
 from qtts.cli.job_options import JobOptions, job_command, scale_out_options
-from qtts.core.jobs.contract.choices import AudioFormat, Backend, Dtype
+from qtts.core.jobs.contract.choices import AudioFormat, BackendName, Dtype
 from qtts.core.jobs.contract.spec import JobKind
 
 
@@ -48,7 +48,7 @@ def test_values_arrive_typed_in_their_groups():
     assert model.batch_size == 4 and model.dtype is Dtype.float16
     assert output.audio_format is AudioFormat.flac and str(output.out_dir) == "somewhere"
     assert options.failures.max_failures == 1  # --fail-fast is the lower limit
-    assert scale_out.backend is Backend.ray and scale_out.ray.workers == 2
+    assert scale_out.backend is BackendName.ray and scale_out.ray.workers == 2
     assert seen["source"] == "rows.parquet" and options.report.quiet is False
     spec = options.spec(JobKind.batch, seen["source"])
     assert spec.model is model and spec.scale_out.ray.workers == 2

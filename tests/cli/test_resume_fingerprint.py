@@ -87,6 +87,21 @@ def test_a_changed_speaker_redoes_the_rows_that_use_it(done, write_manifest):
     assert (summary(r)["ok"], summary(r)["skipped"]) == (4, 1) and "speaker (4)" in redo_line(r)
 
 
+@pytest.mark.parametrize(("column", "value"), [("language", "german"), ("instruct", "whisper")])
+def test_a_changed_language_or_instruct_redoes_its_row(tmp_path, write_manifest, column, value):
+    """Both shape the audio, so both are in the fingerprint (records.INPUT_FIELDS). A 1.7B
+    CustomVoice model: the 0.6B drops instruct."""
+    out = tmp_path / "out"
+    job = ("-o", out, "--speaker", "ryan", "--model", "Qwen3-TTS-12Hz-1.7B-CustomVoice")
+    assert summary(qtts("batch", write_manifest(ROWS), *job))["ok"] == 5
+    rows = [dict(r, **{column: value if r["id"] == "u2" else None}) for r in ROWS]
+    r = qtts("batch", write_manifest(rows), *job)
+    assert (summary(r)["ok"], summary(r)["skipped"]) == (1, 4), r.stderr
+    assert f"{column} (1)" in redo_line(r)
+    res = {x["id"]: x for x in pq.read_table(out / "results.parquet").to_pylist()}
+    assert res["u2"][column] == value and res["u1"][column] != value
+
+
 def test_changed_sampling_or_model_redoes_every_row(done, monkeypatch):
     m, out = done
     r = qtts("batch", m, "-o", out, "--speaker", "ryan", "--temperature", "0.5")

@@ -4,6 +4,8 @@ vocoder running beside decoding), bf16 vs fp32 teacher-forced, golden parity on 
 Skipped without CUDA. Run them on the lent GPU machine: `bash tools/gpu_checks.sh run`.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -45,12 +47,9 @@ def checkpoint(tmp_path_factory):
 
 
 def _options(text_model, greedy: bool) -> GenerationOptions:
-    from qtts.core.model.config import SamplingParams
-
     d = text_model.defaults
-    talker = SamplingParams(not greedy, d.talker.temperature, d.talker.top_k, d.talker.top_p,
-                            d.talker.repetition_penalty)  # fmt: skip
-    sub = SamplingParams(not greedy, d.subtalker.temperature, d.subtalker.top_k, d.subtalker.top_p)
+    talker = dataclasses.replace(d.talker, do_sample=not greedy)
+    sub = dataclasses.replace(d.subtalker, do_sample=not greedy, repetition_penalty=1.0)
     return GenerationOptions(talker, sub)
 
 

@@ -1,9 +1,9 @@
 """One name, one meaning (docs/architecture.md, "Glossary"): every identifier of the source that
-holds one of the glossary's words is listed here under the meaning it has, so a new one fails
-until someone decides it means what the glossary says. Names are split into words
-(`MemoryPlan` -> memory, plan), so `planner` or `settings_file` are read as what they are. The
-package's source is held to it; tools/ (scripts beside it: the oracle's stop plans, the peers'
-run plans) is not."""
+holds one of the glossary's words (layout, settings, plan, record, tuning, job) is listed here
+under the meaning it has, so a new one fails until someone decides it means what the glossary
+says. Names are split into words (`MemoryPlan` -> memory, plan), so `planner` or
+`settings_file` are read as what they are. The package's source is held to it; tools/ (scripts
+beside it: the oracle's stop plans, the peers' run plans) is not."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ KNOWN = {
     # a memory plan: slots, KV lengths and bytes per length group on one device (qtts plan's)
     "plan": {
         "GroupPlan", "MemoryPlan", "MemoryPlanError", "PlanModel", "_first_chunk_plan",
-        "bench_plan", "memory_plan", "plan", "plan_command", "plan_job", "plan_memory",
+        "bench_plan", "fitting_plan", "memory_plan", "plan", "plan_command", "plan_job",
+        "plan_memory",
         "plan_model", "plan_rows", "plan_without_weights",
     },
     # one row's outcome, journalled and in the shard state (and its maker, the recorder); `record`
@@ -41,8 +42,23 @@ KNOWN = {
     },
     # the engine's tuning on a device (never "settings")
     "tuning": {"EngineTuning", "tuning", "cpu_tuning", "gpu_tuning", "_tuning", "mode_tuning"},
+    # a job: one input's rows made into one out dir with one set of options (qtts synth or
+    # batch), over its job shards, rerun until done. Its spec, options and kind; its files in
+    # the out dir (job.json, the job lock); its settings' fingerprint; what `qtts plan` and the
+    # manifest bench say of it; its summary. Never one run of it (RunSetup, LockedRun) nor one
+    # prompt in the engine (EngineRequest)
+    "job": {
+        "JOB_EPILOG", "JOB_LOCK_TIMEOUT_S", "JobFile", "JobFingerprint", "JobKind", "JobOptions",
+        "JobSpec", "JobSummary", "LEGACY_JOB_FILE", "cpu_auto_for_job_file", "job",
+        "job_command", "job_estimate", "job_file", "job_files", "job_fingerprint", "job_fit",
+        "job_for", "job_lock", "job_options", "job_rows", "job_work", "plan_job", "prepare_job",
+        "read_job_file", "run_job", "write_job_file", "write_job_files",
+    },
 }  # fmt: skip
-PLURALS = {"layouts": "layout", "plans": "plan", "records": "record", "recorder": "record"}
+PLURALS = {
+    "layouts": "layout", "plans": "plan", "records": "record", "recorder": "record",
+    "jobs": "job",
+}  # fmt: skip
 
 
 def words(name: str) -> set[str]:
@@ -83,8 +99,10 @@ def test_every_name_holding_a_glossary_word_has_its_one_meaning():
 
 def test_a_name_with_a_second_meaning_is_seen():
     """The check can fail: a new name holding a glossary word is refused until listed."""
-    assert unlisted({"LayoutOfTensors", "settings_for_engine", "vocoder_plan"}, KNOWN) == [
-        "layout: LayoutOfTensors", "plan: vocoder_plan", "settings: settings_for_engine"
+    probe = {"LayoutOfTensors", "settings_for_engine", "vocoder_plan", "EngineJob", "jobs"}
+    assert unlisted(probe, KNOWN) == [
+        "job: EngineJob", "job: jobs", "layout: LayoutOfTensors", "plan: vocoder_plan",
+        "settings: settings_for_engine",
     ]  # fmt: skip
 
 
@@ -127,4 +145,4 @@ def test_the_glossary_defines_each_word():
     text = (REPO / "docs" / "architecture.md").read_text("utf-8")
     glossary = text.split("## Glossary", 1)[1]
     rows = {line.split("|")[1].strip() for line in glossary.splitlines() if line.startswith("| ")}
-    assert {"layout", "settings", "plan", "record", "tuning", "paths", "options"} <= rows
+    assert {"layout", "settings", "plan", "record", "tuning", "paths", "options", "job"} <= rows

@@ -6,9 +6,9 @@ every `check_every` steps copies the finished flags to the host (the only host/d
 loop), hands finished codes back and refills the freed slots. While the device runs the steps just
 queued, the host builds the next prompts ahead, so a refill only launches its prefill. The host
 tracks an upper bound on every slot's KV length without reading the device, so it can pick a
-length-bucketed attention view per stretch. A caller may follow a finished job with another (a
-retry): the follow-up joins the queue behind the prompts already built, like any waiting job, so
-no slot waits for it. Knows slots and tensors; no text, no files, no retry policy.
+length-bucketed attention view per stretch. A caller may follow a finished request with another
+(a retry): the follow-up joins the queue behind the prompts already built, like any waiting
+request, so no slot waits for it. Knows slots and tensors; no text, no files, no retry policy.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from qtts.core.engine.step.views import view_length
 
 
 @dataclass
-class EngineJob:
+class EngineRequest:
+    """One prompt to decode in a slot (a row's or segment's attempt, a bench's synthetic row)."""
+
     key: Any  # the caller's handle, returned with the result
     prompt: Prompt | Callable[[], Prompt]  # built when the loop looks ahead to it
     budget: int  # max_new_tokens
@@ -42,43 +44,47 @@ class EngineResult:
 
 def run_continuous(
     engine: Engine,
-    jobs: Iterable[EngineJob],
+    requests: Iterable[EngineRequest],
     *,
     step: Callable[[int], None] | None = None,
-    again: Callable[[EngineJob, EngineResult], EngineJob | None] | None = None,
+    again: Callable[[EngineRequest, EngineResult], EngineRequest | None] | None = None,
 ) -> Iterator[list[EngineResult]]:
     """Yields the results finished at each check (completion order). `step(view_len)` runs one
     decode step (default: the engine's eager step; a GraphedDecodeStep replays graphs).
-    `again(job, result)`: the job to run after a finished one instead of yielding its result
-    (queued ahead of the jobs not yet read), or None to yield it."""
+    `again(request, result)`: the request to run after a finished one instead of yielding its
+    result (queued ahead of the requests not yet read), or None to yield it."""
     state, tuning = engine.state, engine.tuning
     step = step or engine.decode_step
-    waiting = iter(jobs)
-    follow_ups: deque[EngineJob] = deque()  # from `again`: read before `waiting`
-    ready: deque[tuple[EngineJob, Prompt]] = deque()  # prompts built ahead, in job order
+    waiting = iter(requests)
+    follow_ups: deque[EngineRequest] = deque()  # from `again`: read before `waiting`
+    ready: deque[tuple[EngineRequest, Prompt]] = deque()  # prompts built ahead, in request order
     lookahead = min(state.slots, tuning.prefill_group)
 
     def prepare(n: int) -> None:
         while len(ready) < n:
-            job = follow_ups.popleft() if follow_ups else next(waiting, None)
-            if job is None:
+            request = follow_ups.popleft() if follow_ups else next(waiting, None)
+            if request is None:
                 return
-            ready.append((job, job.prompt() if callable(job.prompt) else job.prompt))
+            ready.append(
+                (request, request.prompt() if callable(request.prompt) else request.prompt)
+            )
 
-    occupant: list[EngineJob | None] = [None] * state.slots
+    occupant: list[EngineRequest | None] = [None] * state.slots
     bound = [0] * state.slots  # host-side upper bound of each slot's KV length
     while True:
-        free = [slot for slot, job in enumerate(occupant) if job is None]
+        free = [slot for slot, request in enumerate(occupant) if request is None]
         prepare(len(free))
         fills = []
         for slot in free[: len(ready)]:
-            job, prompt = ready.popleft()
-            fills.append(SlotFill(slot=slot, prompt=prompt, budget=job.budget, seed=job.seed))
-            occupant[slot], bound[slot] = job, prompt.embeds.shape[0]
+            request, prompt = ready.popleft()
+            fills.append(
+                SlotFill(slot=slot, prompt=prompt, budget=request.budget, seed=request.seed)
+            )
+            occupant[slot], bound[slot] = request, prompt.embeds.shape[0]
         group = tuning.prefill_group
         for start in range(0, len(fills), group):
             engine.prefill(fills[start : start + group])
-        if all(job is None for job in occupant):
+        if all(request is None for request in occupant):
             return
         check = tuning.check_every
         view = view_length(max(bound) + check + 1, tuning.view_bucket, state.kv.max_len)
@@ -88,11 +94,11 @@ def run_continuous(
         bound = [b + check if j is not None else 0 for b, j in zip(bound, occupant, strict=True)]
         finished, frames, hit = _host_flags(state)
         done = []
-        for slot, job in enumerate(occupant):
-            if job is not None and finished[slot]:
+        for slot, request in enumerate(occupant):
+            if request is not None and finished[slot]:
                 codes = state.codes[slot, : frames[slot]].clone()
-                result = EngineResult(job.key, codes, hit[slot])
-                follow_up = None if again is None else again(job, result)
+                result = EngineResult(request.key, codes, hit[slot])
+                follow_up = None if again is None else again(request, result)
                 if follow_up is None:
                     done.append(result)
                 else:

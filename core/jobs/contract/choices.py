@@ -52,7 +52,9 @@ class OnBudget(Choice):
     retry = "retry"  # synthesized again with a derived seed, up to --max-attempts; then failed
 
 
-class Backend(Choice):
+class BackendName(Choice):
+    """--backend: which backend runs the rows (a backend itself is locked_run.Backend)."""
+
     local = "local"  # this process and device
     ray = "ray"  # Ray Data actors (qtts.core.jobs.execution.ray_backend)
 

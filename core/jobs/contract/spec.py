@@ -22,7 +22,7 @@ from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
     AudioFormat,
-    Backend,
+    BackendName,
     Choice,
     Dtype,
     OnBudget,
@@ -432,12 +432,12 @@ class ScaleOut:
 
     num_shards: int | None = None  # with shard_index: rows with sha1(id) % N == I only
     shard_index: int | None = None
-    backend: Backend = Backend.local
+    backend: BackendName = BackendName.local
     ray: RayOptions = RayOptions()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "backend", Backend.parse(self.backend, "--backend"))
-        if self.backend is Backend.ray and (self.num_shards or 1) > 1:
+        object.__setattr__(self, "backend", BackendName.parse(self.backend, "--backend"))
+        if self.backend is BackendName.ray and (self.num_shards or 1) > 1:
             raise UsageError("--backend ray spreads one job over the cluster: no --num-shards")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.execution.locked_run import Job, failing_now, overwritten
+from qtts.core.jobs.execution.locked_run import RunSetup, failing_now, overwritten
 from qtts.core.jobs.execution.out_dir import check_out_dir
 from qtts.core.jobs.output.stores.listing import list_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
@@ -90,36 +90,35 @@ class DryRunSummary:
         )
 
 
-def refuse_as_the_run_would(job: Job) -> None:
-    """job: locked_run.Job. The run's out dir and lock checks, in its order, asked without
-    creating a file or taking a lock: raises LockHeldError (75) or UsageError (2) with the run's
-    own line."""
-    out = job.spec.output.out_dir
+def refuse_as_the_run_would(setup: RunSetup) -> None:
+    """The run's out dir and lock checks, in its order, asked without creating a file or taking
+    a lock: raises LockHeldError (75) or UsageError (2) with the run's own line."""
+    out = setup.spec.output.out_dir
     paths = StatePaths(out)
     check_out_dir(paths.dir)  # before any read: under a file, every read fails oddly
-    own = paths.lock(job.shard.suffix)
+    own = paths.lock(setup.shard.suffix)
     if lock_is_held(own):
         raise LockHeldError(own, holder_pid(own))
-    recorded = read_job_file(out, legacy_ok=job.spec.output.overwrite)
-    if recorded is not None and recorded.num_shards != job.shard.count:  # only --overwrite
+    recorded = read_job_file(out, legacy_ok=setup.spec.output.overwrite)
+    if recorded is not None and recorded.num_shards != setup.shard.count:  # only --overwrite
         check_no_old_run(paths, recorded.num_shards)
 
 
-def dry_run(job: Job) -> DryRunSummary:
-    """job: locked_run.Job. Reads the out dir if it exists; writes nothing anywhere."""
+def dry_run(setup: RunSetup) -> DryRunSummary:
+    """Reads the out dir if it exists; writes nothing anywhere."""
     t0 = time.monotonic()
-    spec, out = job.spec, job.spec.output.out_dir
+    spec, out = setup.spec, setup.spec.output.out_dir
     fresh = spec.output.overwrite
     # the scan's columns as the run holds them (repeated strings encoded: docs/scale.md)
-    records = empty() if fresh else state.read_own(out, job.shard, SCAN_COLUMNS)[0]
+    records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)[0]
     records = with_repeated_encoded(records)
     work = decide_work(
-        job.prepared,
+        setup.prepared,
         records,
         list_out_dir(out),
-        model=job.text_model,
-        budget=job.budget,
-        settings=job.settings,
+        model=setup.text_model,
+        budget=setup.budget,
+        settings=setup.settings,
         registry=read_registry(out),
         layout=spec.output.layout,
         audio_format=spec.output.audio_format.value,
@@ -127,8 +126,8 @@ def dry_run(job: Job) -> DryRunSummary:
         split=spec.split,
         on_budget=spec.failures.key,
     )
-    plan, first = _first_chunk_plan(job, work)
-    locations = _taken_out(job, work, records)
+    plan, first = _first_chunk_plan(setup, work)
+    locations = _taken_out(setup, work, records)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
     failures = work.rejected.select(["row", "id", "error"])
     failures = pa.concat_tables([failures, _cut_failures(first, failures.schema)])
@@ -149,20 +148,20 @@ def dry_run(job: Job) -> DryRunSummary:
         segments=sum(split_rows.values()),
         taken_out=len(locations),
         outputs_rewritten=outputs_touched(locations),
-        shard=job.shard.describe(),
-        precision=job.settings.values["precision"],
+        shard=setup.shard.describe(),
+        precision=setup.settings.values["precision"],
         wall_s=time.monotonic() - t0,
         failure_reasons={r["values"]: r["counts"] for r in reasons[:FIRST_FAILURES]},
     )
 
 
-def _taken_out(job: Job, work: Work, records: pa.Table) -> pa.ChunkedArray:
+def _taken_out(setup: RunSetup, work: Work, records: pa.Table) -> pa.ChunkedArray:
     """The locations the run would take out of its outputs before redoing their rows, chosen as
     locked_run chooses them: every ok row under --overwrite, else the rows to redo and the rows
     done before that fail validation now (their plain files too)."""
-    out, layout = job.spec.output.out_dir, job.spec.output.layout
-    if job.spec.output.overwrite:
-        ok = overwritten(out, job.shard, layout)
+    out, layout = setup.spec.output.out_dir, setup.spec.output.layout
+    if setup.spec.output.overwrite:
+        ok = overwritten(out, setup.shard, layout)
         locations = ok["file"] if ok is not None else pa.chunked_array([], pa.string())
         return locations.filter(taken_out(locations, layout))
     where = records.select(["id", "file"])
@@ -190,14 +189,14 @@ def _cut_failures(first: Chunk | None, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _first_chunk_plan(job: Job, work: Work) -> tuple[str, Chunk | None]:
+def _first_chunk_plan(setup: RunSetup, work: Work) -> tuple[str, Chunk | None]:
     """The plan of the longest rows: the chunk that must fit for the job to fit (and the
     chunk: which of its rows are split is known exactly)."""
     if work.todo.num_rows == 0:
         return "nothing to plan", None
-    spec = job.spec
+    spec = setup.spec
     rows = next(work.todo.slices(CHUNK_ROWS))
-    first = chunk_requests(rows, job.text_model, job.budget, spec.split)
+    first = chunk_requests(rows, setup.text_model, setup.budget, spec.split)
     m = spec.model
-    plan = job.text_model.memory_plan(first.requests, m.placement)
+    plan = setup.text_model.memory_plan(first.requests, m.placement)
     return plan, first

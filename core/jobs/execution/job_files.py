@@ -31,16 +31,16 @@ from qtts.core.jobs.work.precision import cpu_auto_for_job_file
 
 SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
 if TYPE_CHECKING:
-    from qtts.core.jobs.execution.locked_run import Job
+    from qtts.core.jobs.execution.locked_run import RunSetup
 
 LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
 
 
-def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
+def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
     """Record `job`, whose shard lock this process holds."""
     from filelock import FileLock
 
-    spec, out = job.spec, job.spec.output.out_dir
+    spec, out = setup.spec, setup.spec.output.out_dir
     paths = StatePaths(out)
     with FileLock(str(paths.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
         recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
@@ -58,7 +58,7 @@ def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
         shard = resolve_shard(
             out, req, recorded, overwrite=spec.output.overwrite, announce=False
         )  # prepare_job said it already
-        if shard.count != job.shard.count:  # another run recorded the out dir meanwhile
+        if shard.count != setup.shard.count:  # another run recorded the out dir meanwhile
             now = recorded.num_shards if recorded is not None else "another number of"
             raise UsageError(
                 f"{out} was just recorded with {now} shard(s) by another run; run again to join it"
@@ -71,8 +71,8 @@ def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
-        cpu_auto = job.precision.cpu_auto if job.precision is not None else None
-        seen = job.precision.seen if job.precision is not None else None
+        cpu_auto = setup.precision.cpu_auto if setup.precision is not None else None
+        seen = setup.precision.seen if setup.precision is not None else None
         pin = cpu_auto_for_job_file(
             out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
         )
@@ -84,7 +84,7 @@ def write_job_files(job: Job, req: ShardRequest, source: str) -> None:
         )
         if new != recorded:
             write_job_file(out, new)
-        remember(out, job.settings)
+        remember(out, setup.settings)
 
 
 def _no_old_run(paths: StatePaths, old_count: int) -> None:

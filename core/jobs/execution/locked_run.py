@@ -1,6 +1,6 @@
 """The locked part of a job: one pass over the shard's rows, from the work to the summary.
 
-Runs with the shard's lock held; `JobRun.execute` reads as the pass (docs/architecture.md, "One
+Runs with the shard's lock held; `LockedRun.execute` reads as the pass (docs/architecture.md, "One
 pass"). Finishes what a killed run left half done (a retraction, a repack), decides the work
 (qtts.core.jobs.work.decide), records rows that fail validation and rows that must be redone,
 repacks the rows done in another layout or format (no model), then consumes the backend's
@@ -81,8 +81,8 @@ class Backend(Protocol):
 
 
 @dataclass
-class Job:
-    """Everything the locked run needs, prepared before the lock."""
+class RunSetup:
+    """Everything one run of the job (on its shard) needs under the lock, prepared before it."""
 
     spec: JobSpec
     text_model: TextModel
@@ -100,34 +100,36 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-class JobRun:
+class LockedRun:
+    """One run over its shard of the job, the shard's lock held: the pass, then the summary."""
+
     def __init__(
         self,
-        job: Job,
+        setup: RunSetup,
         backend: Backend,
         progress: ProgressSink | None = None,
         called: float | None = None,  # time.monotonic() when run_job was called
     ) -> None:
-        self.job, self.backend = job, backend
-        self.spec, self.shard, self.out = job.spec, job.shard, job.spec.output.out_dir
+        self.setup, self.backend = setup, backend
+        self.spec, self.shard, self.out = setup.spec, setup.shard, setup.spec.output.out_dir
         self.progress = progress or NoProgress()
         self.run_id = new_run_id()
         self.ctx = RecordContext(
-            settings=job.settings.digest,
-            model=job.text_model.name,
+            settings=setup.settings.digest,
+            model=setup.text_model.name,
             run=self.run_id,
-            on_budget=job.spec.failures.key,
-            tries=job.tries,
-            split=job.spec.split.key,
+            on_budget=setup.spec.failures.key,
+            tries=setup.tries,
+            split=setup.spec.split.key,
             store=StoreSpec(
-                layout=job.spec.output.layout,
-                audio_format=job.spec.output.audio_format.value,
-                save_codes=job.spec.output.save_codes,
-                shard_rows=job.spec.output.shard_rows,
+                layout=setup.spec.output.layout,
+                audio_format=setup.spec.output.audio_format.value,
+                save_codes=setup.spec.output.save_codes,
+                shard_rows=setup.spec.output.shard_rows,
                 prefix=writer_prefix(self.shard.suffix),
                 run_tag=self.run_id.rsplit("-", 1)[-1],
             ),
-            finish=job.spec.finish,
+            finish=setup.spec.finish,
         )
         self.journal = Journal(StatePaths(self.out).journal(self.shard.suffix))
         self.failures = FailureLog()
@@ -169,7 +171,7 @@ class JobRun:
     def _scan_and_decide(self) -> Work:
         """Read this shard's records, clear what a killed run left half-written, decide the work."""
         # The texts of a big job off the heap: deciding the work reads digests, not texts.
-        prepared = self.job.prepared
+        prepared = self.setup.prepared
         prepared.rows = spilled(prepared.rows, StatePaths(self.out).dir)
         records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         self.records = with_repeated_encoded(records)
@@ -188,14 +190,14 @@ class JobRun:
         cleanup_temp_files(
             paths.dir, owns=lambda final: final in own or paths.is_repack_intent(final, suffix)
         )
-        j = self.job
+        s = self.setup
         return decide_work(
-            j.prepared,
+            s.prepared,
             self.records,
             listing,
-            model=j.text_model,
-            budget=j.budget,
-            settings=j.settings,
+            model=s.text_model,
+            budget=s.budget,
+            settings=s.settings,
             registry=read_registry(self.out),
             layout=self.ctx.store.layout,
             audio_format=self.spec.output.audio_format.value,
@@ -211,7 +213,7 @@ class JobRun:
         ids = self.records["id"]  # two columns read, no table copied (a million records)
         gone = pc.and_(
             pc.equal(self.records["status"], OK),
-            pc.invert(pc.is_in(ids, value_set=self.job.rows["id"])),
+            pc.invert(pc.is_in(ids, value_set=self.setup.rows["id"])),
         )
         count = pc.sum(pc.fill_null(gone, False)).as_py() or 0
         if count:
@@ -348,8 +350,8 @@ class JobRun:
         # Only the shard's ids are counted from here: the rest of its rows (and the scan's
         # columns, when this run journalled) go before the views' rebuild holds a column of
         # every row itself (ten million rows: docs/scale.md)
-        own = self.job.prepared.rows.select(["id"])
-        self.job.prepared.rows = own
+        own = self.setup.prepared.rows.select(["id"])
+        self.setup.prepared.rows = own
         records = None if folded else self.records  # nothing journalled: the scan's columns
         self.records = None
         pa.default_memory_pool().release_unused()
@@ -420,10 +422,10 @@ class JobRun:
         return clock.row()
 
     def _rebuild_results(self) -> None:
-        if up_to_date(self.out, self.job.inputs):
+        if up_to_date(self.out, self.setup.inputs):
             return
         try:
-            counts = rebuild(self.out, self.job.rows, wait_s=RESULTS_WAIT_S)
+            counts = rebuild(self.out, self.setup.rows, wait_s=RESULTS_WAIT_S)
         except UnreadableState as e:  # another shard's state: this run's rows are safe in its own
             log.error("%s", e)
             return

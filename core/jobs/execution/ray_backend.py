@@ -47,7 +47,7 @@ from qtts.core.jobs.work.chunks import Todo, chunk_requests
 if TYPE_CHECKING:
     from qtts.core.jobs.contract.interfaces import LoadSynthesizer, OpenTextModel
     from qtts.core.jobs.contract.spec import JobSpec, SplitOptions
-    from qtts.core.jobs.execution.locked_run import Job
+    from qtts.core.jobs.execution.locked_run import RunSetup
     from qtts.core.jobs.work.budget import FrameBudget
     from qtts.core.synthesis.requests import GenerationOptions, Placement
 
@@ -102,7 +102,7 @@ class RayBackend:
     def connect(
         cls,
         spec: JobSpec,
-        job: Job,
+        setup: RunSetup,
         options: GenerationOptions,
         open_text_model: OpenTextModel,
         load_synthesizer: LoadSynthesizer,
@@ -123,7 +123,7 @@ class RayBackend:
             "placement": spec.model.placement,
             "out_dir": str(spec.output.out_dir.resolve()),
             "options": options,
-            "budget": job.budget,
+            "budget": setup.budget,
             "split": spec.split,
             "open_text_model": open_text_model,
             "load_synthesizer": load_synthesizer,

@@ -32,7 +32,7 @@ from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.execution.job_files import write_job_files
 from qtts.core.jobs.execution.local_backend import LocalBackend
-from qtts.core.jobs.execution.locked_run import Job, JobRun
+from qtts.core.jobs.execution.locked_run import LockedRun, RunSetup
 from qtts.core.jobs.execution.out_dir import make_out_dir
 from qtts.core.jobs.execution.out_dir_output import settle_output, with_recorded_output
 from qtts.core.jobs.execution.segment_progress import with_segment_progress
@@ -116,8 +116,8 @@ def source_path(spec: JobSpec) -> str:
 
 def prepare_job(
     spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]
-) -> tuple[Job, ShardRequest, GenerationOptions, RefDigests]:
-    """(Job, shard request, sampling options, reference digests): everything decided before
+) -> tuple[RunSetup, ShardRequest, GenerationOptions, RefDigests]:
+    """(RunSetup, shard request, sampling options, reference digests): everything decided before
     the lock; writes nothing."""
     if spec.output.layout is not None:
         check_layout(spec.output.layout)  # an unknown --output: a UsageError naming the choices
@@ -204,7 +204,7 @@ def prepare_job(
         inputs = manifest.inputs()
     else:
         inputs = [] if spec.source == "-" else [Path(spec.source)]
-    job = Job(
+    setup = RunSetup(
         spec=spec,
         text_model=model,
         shard=shard,
@@ -216,7 +216,7 @@ def prepare_job(
         precision=precision,
         tries=options.attempts,
     )
-    return job, req, options, refs
+    return setup, req, options, refs
 
 
 def _ids_of(rows: pa.Table) -> pa.Table:
@@ -238,32 +238,32 @@ def run_job(
     """Run one job (one shard of it when sharded). Raises UsageError (exit 2) before anything is
     written, LockHeldError (75), FatalError (1); otherwise returns the summary."""
     called = time.monotonic()  # the summary's time split counts from here
-    job, req, options, refs = prepare_job(spec, open_text_model, env)
-    spec = job.spec
+    setup, req, options, refs = prepare_job(spec, open_text_model, env)
+    spec = setup.spec
     if spec.output.dry_run:
         from qtts.core.jobs.execution.dry_run import dry_run, refuse_as_the_run_would
 
-        refuse_as_the_run_would(job)  # before any line: a refused run says one
-        log_precision(job.precision)
-        return dry_run(job)
+        refuse_as_the_run_would(setup)  # before any line: a refused run says one
+        log_precision(setup.precision)
+        return dry_run(setup)
     if spec.scale_out.backend == "ray":
         from qtts.core.jobs.execution.ray_backend import RayBackend
 
-        backend = RayBackend.connect(spec, job, options, open_text_model, load_synthesizer)
+        backend = RayBackend.connect(spec, setup, options, open_text_model, load_synthesizer)
     else:
         backend = LocalBackend(
             out_dir=spec.output.out_dir,
-            text_model=job.text_model,
+            text_model=setup.text_model,
             load_synthesizer=with_segment_progress(load_synthesizer, progress),
             placement=spec.model.placement,
             options=options,
-            budget=job.budget,
+            budget=setup.budget,
             split=spec.split,
         )
     paths = StatePaths(spec.output.out_dir)
     make_out_dir(paths.dir)
-    with OutDirLock(paths.lock(job.shard.suffix)):
-        write_job_files(job, req, source_path(spec))
-        log_precision(job.precision)  # once the run goes ahead: a refused run says one line
+    with OutDirLock(paths.lock(setup.shard.suffix)):
+        write_job_files(setup, req, source_path(spec))
+        log_precision(setup.precision)  # once the run goes ahead: a refused run says one line
         refs.save()
-        return JobRun(job, backend, progress, called=called).execute()
+        return LockedRun(setup, backend, progress, called=called).execute()

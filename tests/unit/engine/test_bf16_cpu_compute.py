@@ -50,7 +50,7 @@ def test_decode_steps_multiply_in_bf16_and_cast_no_weight(tiny):
     weights = list(bf16[1].parameters()) + list(bf16[1].buffers())
     log = ComputeLog(weights)
     with log:
-        codes = engines.run_codes(eng, engines.jobs(engines.prompts(bf16)[:3], 6))
+        codes = engines.run_codes(eng, engines.engine_requests(engines.prompts(bf16)[:3], 6))
     assert len(codes) == 3
     assert len(log.matmuls) > 100  # prefill and steps ran under the log
     assert all(dtypes == {torch.bfloat16} for _, dtypes in log.matmuls), log.matmuls

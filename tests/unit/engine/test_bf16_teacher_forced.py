@@ -32,7 +32,7 @@ def test_bf16_tracks_fp32_teacher_forced(model64, monkeypatch):
     sizes = dict(max_len=160, max_frames=64)
     prompts = engines.prompts(model64)[:n]
     free = engines.run_codes(engines.engine(model64, n, True, **sizes),
-                             engines.jobs(prompts, budget0=24))  # fmt: skip
+                             engines.engine_requests(prompts, budget0=24))  # fmt: skip
     codes = [free[i] for i in range(n)]  # the fp32 free-running decode: the forced tokens
     fp32_logits = forced_logits(engines.engine(model64, n, True, **sizes), prompts, codes,
                                 monkeypatch)  # fmt: skip

@@ -43,7 +43,7 @@ def test_grouped_decode_attention_with_the_cuda_output_layout(sdpa_bthd):
 def _codes(tiny, greedy, tuning):
     prompts = engines.prompts(tiny)
     eng = engines.engine(tiny, 3, greedy, tuning)
-    return engines.run_codes(eng, engines.jobs(prompts))
+    return engines.run_codes(eng, engines.engine_requests(prompts))
 
 
 @pytest.mark.parametrize("greedy", [True, False])

@@ -27,7 +27,7 @@ def test_grouped_prefill_state_matches_single(tiny):
 
 def _codes(tiny, group, greedy):
     eng = engines.engine(tiny, 3, greedy, engines.cpu_tuning(prefill_group=group))
-    return engines.run_codes(eng, engines.jobs(engines.prompts(tiny)))
+    return engines.run_codes(eng, engines.engine_requests(engines.prompts(tiny)))
 
 
 def test_grouped_prefill_gives_the_same_codes_through_refills(tiny):

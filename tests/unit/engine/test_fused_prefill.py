@@ -121,7 +121,7 @@ def test_fused_prefill_groups_give_the_official_prefills_codes(tiny_gqa, greedy)
     for name, tuning in (("cpu", engines.cpu_tuning()),
                            ("fused", engines.gpu_tuning(prefill_group=3))):  # fmt: skip
         eng = engines.engine(tiny, 3, greedy, tuning)
-        codes[name] = engines.run_codes(eng, engines.jobs(prompts))
+        codes[name] = engines.run_codes(eng, engines.engine_requests(prompts))
     assert sorted(codes["fused"]) == sorted(codes["cpu"]) == list(range(len(engines.TEXTS)))
     for key, want in codes["cpu"].items():
         assert torch.equal(codes["fused"][key], want), key  # token ids: exact

@@ -74,7 +74,7 @@ def test_fused_engine_gives_the_module_paths_codes(tiny_gqa, greedy):
     for path in ("module", "fused"):
         eng = engines.engine(tiny, 3, greedy, engines.gpu_path_tuning(path))
         assert isinstance(eng.talker_step, FusedStack) == (path == "fused")
-        codes[path] = engines.run_codes(eng, engines.jobs(prompts))
+        codes[path] = engines.run_codes(eng, engines.engine_requests(prompts))
     assert codes["fused"].keys() == codes["module"].keys()
     for key, c in codes["module"].items():
         assert torch.equal(codes["fused"][key], c), key
@@ -91,7 +91,7 @@ def test_the_twins_called_directly_are_the_custom_ops(tiny_gqa, dtype):
                                         prefill_group=4)  # fmt: skip
         eng = engines.engine(tiny, 3, False, tuning, dtype=dtype)
         assert eng.talker_step.ops is (CUSTOM_OPS if custom else TWIN_OPS)
-        codes = engines.run_codes(eng, engines.jobs(engines.prompts(tiny)))
+        codes = engines.run_codes(eng, engines.engine_requests(engines.prompts(tiny)))
         runs[custom] = codes, eng.state.kv.k.clone()
     (codes_op, k_op), (codes_twin, k_twin) = runs[True], runs[False]
     assert codes_op.keys() == codes_twin.keys()

@@ -76,8 +76,8 @@ def _graphed_codes(tiny, backend, greedy=True):
     eng = engines.engine(tiny, 3, greedy, TUNING, max_len=96, max_frames=48)
     views = view_lengths(TUNING.view_bucket, eng.state.kv.max_len)
     step = GraphedDecodeStep(eng, views, backend=backend)
-    jobs = engines.jobs(engines.prompts(tiny), budget0=20)  # KV grows across buckets
-    return engines.run_codes(eng, jobs, step=step), views
+    requests = engines.engine_requests(engines.prompts(tiny), budget0=20)  # KV grows across buckets
+    return engines.run_codes(eng, requests, step=step), views
 
 
 @pytest.mark.parametrize("backend", [Recording, Traced], ids=["eager", "traced"])
@@ -91,7 +91,7 @@ def test_every_view_captured_before_decoding_and_codes_equal_eager(tiny, greedy,
     assert captures == sorted(views, reverse=True) and len(captures) == first_replay
     assert len(set(replays)) > 1, "the test should make the KV view grow"
     eng = engines.engine(tiny, 3, greedy, TUNING, max_len=96, max_frames=48)
-    want = engines.run_codes(eng, engines.jobs(engines.prompts(tiny), budget0=20))
+    want = engines.run_codes(eng, engines.engine_requests(engines.prompts(tiny), budget0=20))
     assert sorted(got) == sorted(want) == list(range(len(engines.TEXTS)))
     for key in want:
         assert torch.equal(got[key], want[key]), key
@@ -232,7 +232,7 @@ def test_capture_after_a_prefill_leaves_the_state_as_it_was(tiny):
 )
 def test_failed_capture_drops_graphs_and_restores_state(tiny, error, raised):
     eng = engines.engine(tiny, 3, True, TUNING, max_len=96, max_frames=48)
-    fills = engines.jobs(engines.prompts(tiny)[:2], budget0=20)
+    fills = engines.engine_requests(engines.prompts(tiny)[:2], budget0=20)
     eng.prefill([SlotFill(j.key, j.prompt, j.budget, j.seed) for j in fills])
     before = _state_copy(eng)
     views = view_lengths(TUNING.view_bucket, eng.state.kv.max_len)

@@ -56,7 +56,7 @@ def _codes(tiny, packed: bool, greedy: bool):
     )
     assert isinstance(eng.predictor_step, PackedStack) == packed
     texts = ["Hi.", "A longer sentence for the test.", "Mid line.", "Ok."]
-    return engines.run_codes(eng, engines.jobs(engines.prompts(tiny, texts), 8, 50))
+    return engines.run_codes(eng, engines.engine_requests(engines.prompts(tiny, texts), 8, 50))
 
 
 @pytest.mark.parametrize("greedy", [True, False])

@@ -10,7 +10,7 @@ from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.planner import GIB, MAX_AUTO_SLOTS, length_groups, plan_memory
 from qtts.core.engine.step.views import KV_ALIGN, aligned_kv_len
 from qtts.core.engine.vocoder.vocoder_windows import bucket_shapes, frame_buckets
-from qtts.core.synthesis.memory_plan import MemoryPlanError, plan_job
+from qtts.core.synthesis.memory_plan import MemoryPlanError, fitting_plan
 
 GPU = EngineTuning.for_device("cuda", env={})
 
@@ -83,7 +83,8 @@ def test_an_explicit_batch_size_is_honoured_or_refused(model):
     over = plan_memory(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=n + 1)
     assert at.fits and not over.fits
     with pytest.raises(MemoryPlanError, match=f"largest batch size that fits is {n}"):
-        plan_job(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, 256, "cuda")
+        fitting_plan(rows, model.dims, 24 * GIB, model.weights_bytes, GPU, batch_size=256,
+                     device_kind="cuda")  # fmt: skip
 
 
 def test_auto_reports_the_largest_batch_size_that_would_fit(model):
@@ -102,7 +103,8 @@ def test_nothing_fits_is_reported_not_hidden(model):
     plan = plan_memory(rows, model.dims, 2 * GIB, model.weights_bytes, GPU)
     assert not plan.fits and plan.largest_fitting is None
     with pytest.raises(MemoryPlanError, match="not even one slot fits"):
-        plan_job(rows, model.dims, 2 * GIB, model.weights_bytes, GPU, None, "cuda")
+        fitting_plan(rows, model.dims, 2 * GIB, model.weights_bytes, GPU, batch_size=None,
+                     device_kind="cuda")  # fmt: skip
 
 
 def test_the_plan_sizes_the_sampler_the_settings_choose(model):

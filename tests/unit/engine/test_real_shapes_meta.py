@@ -22,7 +22,9 @@ from qtts.core.model.talker import build_model
 from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
 
 SLOTS, MAX_LEN, MAX_FRAMES = 8, 512, 96
-PARAMS = SamplingParams(True, 0.9, 50, 1.0, 1.05)  # sampled: the full GPU sampler path
+PARAMS = SamplingParams(  # sampled: the full GPU sampler path
+    do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
+)
 
 
 @pytest.fixture(scope="module", params=["0.6b", "1.7b"])

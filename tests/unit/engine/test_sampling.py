@@ -196,7 +196,9 @@ def test_the_per_row_tensors_are_the_sampling_fields_by_name():
 
     fields = [f.name for f in dataclasses.fields(SamplingParams)]
     assert ["greedy" if n == "do_sample" else n for n in fields] == list(ROW_DTYPES)
-    site = SamplingParams(True, 0.7, 5, 0.9, 1.3)
+    site = SamplingParams(
+        do_sample=True, temperature=0.7, top_k=5, top_p=0.9, repetition_penalty=1.3
+    )
     params = RowParams.from_sampling(site, 2, "cpu")
     for name in fields:
         got = getattr(params, "greedy" if name == "do_sample" else name)

@@ -5,7 +5,8 @@ Triton fixes interpreter mode when it is first imported, process-wide, so the ke
 subprocess (started with TRITON_INTERPRET=1) over every case built here; this process computes
 the twin and compares. Inputs are continuous random logits, so no top-p cut sits within float
 rounding of a cumulative sum (the only place the two may round differently), and the seeds are
-fixed, so each comparison is deterministic.
+fixed, so each comparison is deterministic. One case (top_p_cut) puts a cumulative sum exactly on
+the cut-off, with probabilities that are exact in float32, so the boundary itself is tested.
 """
 
 from __future__ import annotations
@@ -153,6 +154,20 @@ def _chi2_case() -> dict:
     )
 
 
+# The top-p cut-off hit exactly: four ids whose logits differ (by 1e-9, distinct float32 values)
+# but whose exp rounds to 1.0, so each has probability 1/4 and the ascending cumulative sums are
+# exactly 0.25, 0.5, 0.75, 1.0; the rest underflow to probability 0. HF top-p drops a position
+# whose sum is <= 1 - top_p: at top_p 0.5 it drops two of the four, at 0.75 one.
+TOP_P_IDS = [3, 17, 29, 8]  # highest logit first
+TOP_P_KEPT = {0.5: {3, 17}, 0.75: {3, 17, 29}}
+
+
+def _top_p_cut_case() -> dict:
+    logits = torch.full((64, 37), -200.0)
+    logits[:, TOP_P_IDS] = torch.tensor([0.0, -1e-9, -2e-9, -3e-9])
+    return _case(logits, top_p=[0.5] * 32 + [0.75] * 32)
+
+
 def _cases() -> dict:
     ties = torch.tensor([[5.0, 4.0, 4.0, 1.0, 4.0, 0.0, -1.0, 2.0]]).expand(24, -1).contiguous()
     mixed = _mixed(1000, 0)
@@ -200,6 +215,7 @@ def _cases() -> dict:
         "dispatch": _mixed(37, 11) | {"dispatch": True},
         "bad_dtype": _case(_randn(2, 10, 0)) | {"temperature": torch.ones(2, dtype=torch.float64)},
         "chi2": _chi2_case(),
+        "top_p_cut": _top_p_cut_case(),
     }
     for v in (2048, 3072, 37):
         cases[f"vocab_{v}"] = _mixed(v, v)
@@ -272,6 +288,15 @@ def test_greedy_and_degenerate_filters_are_the_argmax(kernel):
         c = cases[name]
         scores = apply_penalties(c["logits"], c["repetition_penalty"], c["seen"], None, -1, None)
         assert _check(kernel, name).tolist() == scores.argmax(-1).tolist(), name
+
+
+@needs_triton
+def test_a_cumulative_sum_exactly_at_the_top_p_cut_off_is_dropped(kernel):
+    """The boundary itself: a position whose cumulative probability equals 1 - top_p is dropped
+    (HF's `<=`), by the kernel and the twin alike; every kept id is drawn by some seed."""
+    tokens = _check(kernel, "top_p_cut")
+    assert set(tokens[:32].tolist()) == TOP_P_KEPT[0.5]
+    assert set(tokens[32:].tolist()) == TOP_P_KEPT[0.75]
 
 
 @needs_triton

@@ -12,6 +12,16 @@ from qtts.core.model.codec_transformer import CodecTransformer
 
 UP = 1920  # samples per frame (8 * 5 * 4 * 3 * 2 * 2)
 Q = 16
+# bfloat16 weights against float32 ones on the tiny decoder: about 25 dB measured (an 8-bit
+# mantissa through the conv stack); silence is 0 dB, half the amplitude 6 dB.
+BF16_MIN_SNR_DB = 20.0
+
+
+def snr_db(audio: torch.Tensor, reference: torch.Tensor) -> float:
+    """The reference's power over the error's, in dB."""
+    error = (audio.double() - reference.double()).pow(2).sum()
+    return float(10 * torch.log10(reference.double().pow(2).sum() / error))
+
 
 REAL_DECODER_CONFIG = {  # the published speech_tokenizer/config.json decoder_config
     "codebook_size": 2048,
@@ -210,4 +220,13 @@ def test_bfloat16_weights_give_float32_audio(tiny):
     codes = _codes(6, 7)
     audio = decode_utterances(model, [codes])[0]
     assert audio.dtype == torch.float32
-    torch.testing.assert_close(audio, _forward(tiny, codes), rtol=0, atol=0.1)
+    assert snr_db(audio, _forward(tiny, codes)) >= BF16_MIN_SNR_DB
+
+
+def test_the_bfloat16_check_fails_on_silence_and_noise(tiny):
+    """The tolerance is scaled to the signal (the tiny decoder's audio peaks near 0.08, so a
+    fixed atol of 0.1 would pass silence): silence or a sign flip is far below it."""
+    reference = _forward(tiny, _codes(6, 7))
+    assert snr_db(torch.zeros_like(reference), reference) < BF16_MIN_SNR_DB
+    assert snr_db(-reference, reference) < BF16_MIN_SNR_DB
+    assert snr_db(reference * 0.5, reference) < BF16_MIN_SNR_DB

@@ -291,8 +291,15 @@ def make_checkpoint_files(d: Path, *, tokenizer_json: bool = False) -> Path:
 
 
 def test_layout_complete(tmp_path):
-    check_checkpoint_files(make_checkpoint_files(tmp_path / "a"))
-    check_checkpoint_files(make_checkpoint_files(tmp_path / "b", tokenizer_json=True))
+    """A BPE tokenizer (vocab.json + merges.txt) or a tokenizer.json alone makes it complete."""
+    bpe = make_checkpoint_files(tmp_path / "a")
+    fast = make_checkpoint_files(tmp_path / "b", tokenizer_json=True)
+    assert not (fast / "vocab.json").exists() and not (fast / "merges.txt").exists()
+    assert hub.checkpoint_problem(bpe) is None and hub.checkpoint_problem(fast) is None
+    check_checkpoint_files(bpe)  # raises nothing
+    check_checkpoint_files(fast)
+    (fast / "tokenizer.json").unlink()
+    assert hub.checkpoint_problem(fast).startswith("missing text tokenizer")
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,11 @@ def test_the_flags_are_the_fields_at_each_site():
 
 def test_a_config_round_trips_through_its_keys():
     d = GenerationDefaults(
-        SamplingParams(False, 0.7, 20, 0.8, 1.2), SamplingParams(True, 0.5, 5, 0.9), 300
+        talker=SamplingParams(
+            do_sample=False, temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.2
+        ),
+        subtalker=SamplingParams(do_sample=True, temperature=0.5, top_k=5, top_p=0.9),
+        max_new_tokens=300,
     )
     assert GenerationDefaults.from_dict(d.to_dict()) == d
     assert GenerationDefaults.from_dict({}) == GenerationDefaults()  # the official hard defaults

@@ -146,13 +146,13 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
     monkeypatch.setattr(s, "tuning", graphed)
-    vocoding, captures, jobs = threading.Event(), [], []
+    vocoding, captures, batches = threading.Event(), [], []
     real_batch = type(s)._vocode_batch
 
     def slow_vocode_batch(self, batch):
         vocoding.set()
-        jobs.append(len(batch))
-        time.sleep(0.5 if len(jobs) == 1 else 0.0)
+        batches.append(len(batch))
+        time.sleep(0.5 if len(batches) == 1 else 0.0)
         try:
             yield from real_batch(self, batch)
         finally:

@@ -44,6 +44,22 @@ def test_english_is_cut_at_sentence_ends_and_sentences_are_packed():
     ]  # fmt: skip
 
 
+def test_a_line_break_and_an_ellipsis_end_sentences():
+    text = "A heading without a stop\nThe first line trails off… The next one ends."
+    assert split(text, 50, every_sentence=True) == [
+        "A heading without a stop", "The first line trails off…", "The next one ends."
+    ]  # fmt: skip
+    assert split("Wait…what now? Yes.", 50, every_sentence=True) == ["Wait…what now?", "Yes."]
+
+
+def test_a_full_stop_before_a_lower_case_word_ends_no_sentence():
+    """ "approx." is neither a title nor an initial: the lower-case word after it keeps it."""
+    text = "It costs approx. ten dollars, etc. and more. Then we left."
+    assert split(text, 50, every_sentence=True) == [
+        "It costs approx. ten dollars, etc. and more.", "Then we left."
+    ]  # fmt: skip
+
+
 def test_a_long_sentence_is_cut_at_clauses_into_even_parts():
     text = ("When the rain stopped, the children ran outside; they played in the mud: "
             "laughing, shouting, and splashing until dark.")  # fmt: skip
