@@ -150,7 +150,7 @@ def results(
     )
     for line in summary_lines(quality):
         typer.echo(line, err=True)
-    _warn_nothing_kept(rules, quality)
+    _warn_nothing_kept(rules, quality, card)
     if card is not None and card.own_readme:
         typer.echo(
             f"Note: {out_dir / 'README.md'} is not a qtts dataset card, so it was left as it is; "
@@ -203,15 +203,16 @@ def _save_rules(out_dir: Path, rules) -> None:
         ) from None
 
 
-def _warn_nothing_kept(rules, quality: dict) -> None:
-    """Keep rules that keep no ok row leave no metadata.jsonl (an empty one breaks
-    load_dataset("audiofolder")): say so, and what a load there would give."""
+def _warn_nothing_kept(rules, quality: dict, card) -> None:
+    """Keep rules that keep no ok row: say so, and what a load of the out dir gives now, as the
+    card says it for the layout (no metadata.jsonl in the files layout; a Parquet card's filter
+    that keeps none; WebDataset shards that load every ok row)."""
     if rules.empty or not quality["ok"] or quality["kept"]:
         return
+    gives = card.note if card is not None and card.note else "the views list no row"
     typer.echo(
-        f"Warning: no ok row meets the keep rules ({rules.describe()}), so there is no "
-        'metadata.jsonl: load_dataset("audiofolder") would list every audio file, unfiltered; '
-        "loosen the rules or give --keep-all",
+        f"Warning: no ok row meets the keep rules ({rules.describe()}): {gives}; loosen the "
+        "rules or give --keep-all",
         err=True,
     )
 

@@ -95,7 +95,7 @@ def test_a_rule_on_an_unscored_column_says_why_nothing_is_listed(out):
     r = qtts("results", out, "--max-cer", "0.1")
     assert r.exit_code == 0, r.stderr
     assert "cer, which no row has yet (run qtts score first)" in r.stderr
-    assert "no ok row meets the keep rules (--max-cer 0.1), so there is no metadata.jsonl" in (
+    assert "no ok row meets the keep rules (--max-cer 0.1): there is no metadata.jsonl" in (
         r.stderr
     )
     assert not (out / "metadata.jsonl").exists()  # an empty one breaks the AudioFolder loader
@@ -157,7 +157,7 @@ def test_an_all_filtered_out_dir_is_refused_by_nothing_downstream(out, tmp_path)
     r = qtts("results", out, "--min-dnsmos", "4.5")  # the best row scored 3.9
     assert r.exit_code == 0, r.stderr
     assert "no ok row meets the keep rules (--min-dnsmos 4.5)" in r.stderr
-    assert "the keep rules keep none of them: no metadata.jsonl" in r.stderr
+    assert "the keep rules keep none of them" in r.stderr
     assert not (out / "metadata.jsonl").exists()
     env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
     read = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True,
@@ -165,5 +165,5 @@ def test_an_all_filtered_out_dir_is_refused_by_nothing_downstream(out, tmp_path)
     assert read.returncode == 0, read.stderr[-2000:]
     assert read.stdout.split()[0] == str(len(DNSMOS)), read.stdout
     card = (out / "README.md").read_text("utf-8").replace("\n", " ")  # which says so too
-    assert "no row passes the keep rules" in card and "every audio file, unfiltered" in card
-    assert "what load_dataset gives" not in card and "configs:" not in card
+    assert "there is no metadata.jsonl" in card and "load_dataset(OUT) gives none" in card
+    assert "what load_dataset gives" not in card  # its config points at no row (test_dataset_card)
