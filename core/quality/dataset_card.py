@@ -12,14 +12,15 @@ the rules change), `task_categories: text-to-speech`, the language tags of the r
 category. The body says which model and settings made the rows, the counts (ok, failed, pending,
 kept), the keep rules and the quality summary.
 
-The card carries a marker line: a README.md without it is the user's and is never overwritten;
-the card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows
-the views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt
-them, so a layout switch or new rows never leave a card pointing at files that are gone.
-Its Python block reads the rows back as pasted: load_dataset(OUT) where the config loads them,
-then the archive format's own client (both declared by the format's module, ArchiveFormat.hub
-and reads_back). Reads results.parquet's columns and, where the format types its columns
-itself, one shard's schema; knows no models.
+The card carries a marker line: a README.md without it is the user's and is never overwritten; the
+card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows the
+views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt them, so
+a layout switch or new rows never leave a card pointing at files that are gone. Its Python block
+reads the rows back as pasted inside the out dir (the folder it runs in, never the path it was
+written at, so a copied or moved out dir still loads): load_dataset(OUT) where the config loads
+them, then the archive format's own client (both declared by the format's module, ArchiveFormat.hub
+and reads_back). Reads results.parquet's columns and, where the format types its columns itself, one
+shard's schema; knows no models.
 """
 
 from __future__ import annotations
@@ -281,18 +282,23 @@ def _yaml(header: dict) -> str:
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _reads(out_dir: Path, load: CardLoad) -> list[str]:
+def _reads(load: CardLoad) -> list[str]:
     """The Python lines that read the out dir back: load_dataset(OUT) where the card's config
-    loads a row, then the archive format's own client (paths as Python literals)."""
-    lines = []
-    if load.config is not None and not load.empty:
-        lines += ["from datasets import load_dataset", ""]
-        lines += [f'ds = load_dataset({str(out_dir.resolve())!r}, split="train")']
-    if load.fmt is not None and load.fmt.reads_back:
-        if lines:
-            lines.append("")
-        data = repr(str(out_dir.resolve() / "data"))
-        lines += [line.replace("{data}", data) for line in load.fmt.reads_back]
+    loads a row, then the archive format's own client. The out dir is named relative to where
+    they run (inside it), never by the path it was written at: copied or moved, it still loads."""
+    loads = load.config is not None and not load.empty
+    client = load.fmt.reads_back if load.fmt is not None else ()
+    if not loads and not client:
+        return []
+    lines = ["import os", ""]
+    lines += ["# Run inside the out dir, or set OUT to its path: copied or moved, it still loads"]
+    lines += ['OUT = os.path.abspath(".")']  # load_dataset(".") has no name to take: absolute
+    if loads:
+        lines += ["", "from datasets import load_dataset", ""]
+        lines += ['ds = load_dataset(OUT, split="train")']
+    if client:
+        lines.append("")
+        lines += [line.replace("{data}", 'OUT + "/data"') for line in client]
     return lines
 
 
@@ -303,7 +309,7 @@ def _body(out_dir, counts, *, quality, rules, ok, kept, load: CardLoad) -> str:
     settings = sorted(set(pc.drop_null(ok["settings"]).to_pylist()))
     listed = "every ok row" if rules.empty else f"`{rules.describe()}`"
     loads_kept = load.config is not None and load.note is None
-    reads = _reads(out_dir, load)
+    reads = _reads(load)
     lines = [
         MARKER,
         "",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -153,6 +154,22 @@ def test_rules_that_keep_no_row_load_no_row_in_every_layout(out, tmp_path):
     assert run("results", out, "--keep-all").returncode == 3
 
 
+def test_the_cards_code_reads_the_rows_from_a_moved_out_dir(out, tmp_path):
+    """The card's code names the out dir as the folder it runs in, never the path it was
+    written at: copied elsewhere, with that place gone, it runs as pasted inside the copy."""
+    assert run("results", out, "--keep-all").returncode == 3
+    moved = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(out, moved)
+    hidden = out.with_name(out.name + "-hidden")
+    out.rename(hidden)
+    try:
+        assert str(out) not in (moved / "README.md").read_text("utf-8")
+        got = card_code_reads(moved, tmp_path)
+    finally:
+        hidden.rename(out)
+    assert "ds" in got and all(ids == ["a1", "b2", "c3"] for ids in got.values()), got
+
+
 # What each layout's card code reads back: the ids, from the names that code binds.
 READ_IDS = {
     "ds": 'sorted(ds["id"] if "id" in ds.column_names else [j["id"] for j in ds["json"]])',
@@ -163,14 +180,15 @@ READ_IDS = {
 
 
 def card_code_reads(out, tmp_path) -> dict[str, list[str]]:
-    """Runs the card's Python block as a user would paste it: {name it binds: the ids read}."""
+    """Runs the card's Python block as a user would paste it, from inside the out dir: {name it
+    binds: the ids read}."""
     code = re.search(r"```python\n(.*?)```", card(out)[1], flags=re.S).group(1)
     show = "\n".join(
         f"if {name!r} in globals(): print(json.dumps([{name!r}, {ids}]))"
         for name, ids in READ_IDS.items()
     )  # fmt: skip
     env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
-    read = subprocess.run([sys.executable, "-c", f"import json\n{code}\n{show}"],
+    read = subprocess.run([sys.executable, "-c", f"import json\n{code}\n{show}"], cwd=out,
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert read.returncode == 0, read.stderr[-3000:]
     return dict(json.loads(line) for line in read.stdout.strip().splitlines())
