@@ -93,8 +93,9 @@ def results(
     pass). An out dir this process cannot write (a read-only mount) is read as it is, its views
     left unrebuilt. Also writes OUT/README.md, a dataset card, so that load_dataset(OUT) loads
     the kept rows (a README.md of your own is left alone: the card goes to OUT/.qtts/). stdout:
-    one JSON line (total, ok, failed, pending, complete, rebuilt, card, quality). Exit 0, or 3
-    when some rows failed."""
+    one JSON line (total, ok, failed, pending, complete: no row pending, kept: the ok rows the
+    keep rules keep, rebuilt, card, quality). Exit 0; 3 when some rows failed or the keep rules
+    keep no ok row."""
     given = {
         "min-dnsmos": min_dnsmos,
         "max-cer": max_cer,
@@ -163,8 +164,9 @@ def results(
         summary = {**summary, "report": str(report.resolve())}
     if card is not None:
         summary = {**summary, "card": str(card.path)}
-    typer.echo(json.dumps({**summary, "quality": quality}))
-    if summary["failed"]:
+    kept = quality["ok"] if quality["kept"] is None else quality["kept"]  # None: no rules
+    typer.echo(json.dumps({**summary, "kept": kept, "quality": quality}))
+    if summary["failed"] or (summary["ok"] and not kept):  # a failure, or nothing to train on
         raise typer.Exit(EXIT_ROWS_FAILED)
 
 
