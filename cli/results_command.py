@@ -113,6 +113,7 @@ def results(
     with cli_errors():
         from qtts.core.errors import UsageError
         from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules
+        from qtts.core.jobs.output.stores.repack import check_no_killed_switch
         from qtts.core.jobs.output.views_aside import current_views
         from qtts.core.jobs.state.jobfile import read_job_file
         from qtts.core.quality.dataset_summary import summarize_results, summary_lines
@@ -121,6 +122,7 @@ def results(
             _check_report_target(report)
         if keep_all and (bounds or no_budget_hits):
             raise UsageError("--keep-all clears the keep rules: give it without rules")
+        check_no_killed_switch(out_dir, read_job_file(out_dir))  # loaders would get part
         changing = keep_all or bounds or no_budget_hits
         if changing and read_job_file(out_dir) is None:  # checked again by the rebuild
             raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json)")
