@@ -122,7 +122,7 @@ def results(
             _check_report_target(report)
         if keep_all and (bounds or no_budget_hits):
             raise UsageError("--keep-all clears the keep rules: give it without rules")
-        check_no_killed_switch(out_dir, read_job_file(out_dir))  # loaders would get part
+        check_no_killed_switch(out_dir)  # loaders would get part of the rows
         changing = keep_all or bounds or no_budget_hits
         if changing and read_job_file(out_dir) is None:  # checked again by the rebuild
             raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json)")

@@ -55,7 +55,7 @@ from qtts.core.jobs.output.stores.repack_sources import (
 from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.writer import write_error
-from qtts.core.jobs.state.jobfile import JobFile
+from qtts.core.jobs.state.jobfile import read_job_file
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.lock_probe import lock_is_held
 from qtts.core.jobs.state.lookup import index_in
@@ -205,7 +205,7 @@ def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
     shutil.rmtree(StatePaths(out_dir).repack_staging(suffix), ignore_errors=True)
 
 
-def check_no_killed_switch(out_dir: Path, job: JobFile | None) -> None:
+def check_no_killed_switch(out_dir: Path) -> None:
     """FatalError (exit 1) where a switch of layout or format was killed part-way: a job shard's
     repack files (intents, staged records) are there and no run holds its lock. Until that
     shard's next run finishes the switch (finish_killed, then the rows left to move), its rows
@@ -216,6 +216,7 @@ def check_no_killed_switch(out_dir: Path, job: JobFile | None) -> None:
             if not lock_is_held(paths.lock(suffix))]  # fmt: skip
     if not left:
         return
+    job = read_job_file(out_dir)  # what to rerun
     into = "" if job is None or job.layout is None else f" --output {job.layout}"
     into += "" if job is None or job.audio_format is None else f" --format {job.audio_format}"
     kind = "qtts synth or qtts batch" if job is None else f"qtts {job.kind}"
