@@ -27,7 +27,9 @@ EXIT_SIGTERM = 143
 # Each line fits 80 columns and a code's lines break only after ";" (the help keeps the lines).
 EXIT_CODES = """\
 Exit codes:
-  0    all rows ok, or skipped as already done
+  0    all rows ok, or skipped as already done;
+       qtts results: no row failed, and the keep rules keep rows;
+       rows may still be pending (see complete)
   1    fatal (model load failed, disk full, Ray cluster unreachable);
        undone rows stay pending
   2    usage or input error, nothing done: a bad option;
@@ -35,7 +37,8 @@ Exit codes:
        an unreadable, empty or invalid input; duplicate ids;
        an out dir not writable or holding another job;
        a shard count that disagrees with the out dir's
-  3    finished with failed rows, or stopped by --fail-fast/--max-failures
+  3    finished with failed rows, or stopped by --fail-fast/--max-failures;
+       qtts results: rows failed, or the keep rules keep no ok row
   75   another qtts run holds the out dir (OUT/.qtts/run*.lock)
   130  interrupted by SIGINT (Ctrl-C), after flushing finished rows
   143  interrupted by SIGTERM, after flushing finished rows"""

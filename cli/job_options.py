@@ -75,7 +75,7 @@ def voice_options(
     ref_audio: o.RefAudio = None,
     ref_text: o.RefText = None,
     x_vector_only: o.XVectorOnly = False,
-    seed: o.Seed = 0,
+    seed: o.Seed = None,
 ) -> VoiceOptions:
     audio = None if ref_audio is None else str(ref_audio)
     return VoiceOptions(

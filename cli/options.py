@@ -179,13 +179,16 @@ XVectorOnly = Annotated[
     ),
 ]
 Seed = Annotated[
-    int,
+    int | None,
     _opt(
         "--seed",
         min=0,
         metavar="N",
         panel=VOICE_PANEL,
-        help=("Seed of rows without their own seed column value."),
+        help=(
+            "Seed of rows without their own seed column value (default: one derived from the "
+            "row's id, so rows of the same text and voice differ)."
+        ),
     ),
 ]
 

@@ -93,8 +93,9 @@ def results(
     pass). An out dir this process cannot write (a read-only mount) is read as it is, its views
     left unrebuilt. Also writes OUT/README.md, a dataset card, so that load_dataset(OUT) loads
     the kept rows (a README.md of your own is left alone: the card goes to OUT/.qtts/). stdout:
-    one JSON line (total, ok, failed, pending, complete, rebuilt, card, quality). Exit 0, or 3
-    when some rows failed."""
+    one JSON line (total, ok, failed, pending, complete: no row pending, kept: the ok rows the
+    keep rules keep, rebuilt, card, quality). Exit 0; 3 when some rows failed or the keep rules
+    keep no ok row."""
     given = {
         "min-dnsmos": min_dnsmos,
         "max-cer": max_cer,
@@ -112,6 +113,7 @@ def results(
     with cli_errors():
         from qtts.core.errors import UsageError
         from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules
+        from qtts.core.jobs.output.stores.repack import check_no_killed_switch
         from qtts.core.jobs.output.views_aside import current_views
         from qtts.core.jobs.state.jobfile import read_job_file
         from qtts.core.quality.dataset_summary import summarize_results, summary_lines
@@ -120,6 +122,7 @@ def results(
             _check_report_target(report)
         if keep_all and (bounds or no_budget_hits):
             raise UsageError("--keep-all clears the keep rules: give it without rules")
+        check_no_killed_switch(out_dir)  # loaders would get part of the rows
         changing = keep_all or bounds or no_budget_hits
         if changing and read_job_file(out_dir) is None:  # checked again by the rebuild
             raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json)")
@@ -150,7 +153,7 @@ def results(
     )
     for line in summary_lines(quality):
         typer.echo(line, err=True)
-    _warn_nothing_kept(rules, quality)
+    _warn_nothing_kept(rules, quality, card)
     if card is not None and card.own_readme:
         typer.echo(
             f"Note: {out_dir / 'README.md'} is not a qtts dataset card, so it was left as it is; "
@@ -163,8 +166,9 @@ def results(
         summary = {**summary, "report": str(report.resolve())}
     if card is not None:
         summary = {**summary, "card": str(card.path)}
-    typer.echo(json.dumps({**summary, "quality": quality}))
-    if summary["failed"]:
+    kept = quality["ok"] if quality["kept"] is None else quality["kept"]  # None: no rules
+    typer.echo(json.dumps({**summary, "kept": kept, "quality": quality}))
+    if summary["failed"] or (summary["ok"] and not kept):  # a failure, or nothing to train on
         raise typer.Exit(EXIT_ROWS_FAILED)
 
 
@@ -203,15 +207,16 @@ def _save_rules(out_dir: Path, rules) -> None:
         ) from None
 
 
-def _warn_nothing_kept(rules, quality: dict) -> None:
-    """Keep rules that keep no ok row leave no metadata.jsonl (an empty one breaks
-    load_dataset("audiofolder")): say so, and what a load there would give."""
+def _warn_nothing_kept(rules, quality: dict, card) -> None:
+    """Keep rules that keep no ok row: say so, and what a load of the out dir gives now, as the
+    card says it for the layout (no metadata.jsonl in the files layout; a Parquet card's filter
+    that keeps none; WebDataset shards that load every ok row)."""
     if rules.empty or not quality["ok"] or quality["kept"]:
         return
+    gives = card.note if card is not None and card.note else "the views list no row"
     typer.echo(
-        f"Warning: no ok row meets the keep rules ({rules.describe()}), so there is no "
-        'metadata.jsonl: load_dataset("audiofolder") would list every audio file, unfiltered; '
-        "loosen the rules or give --keep-all",
+        f"Warning: no ok row meets the keep rules ({rules.describe()}): {gives}; loosen the "
+        "rules or give --keep-all",
         err=True,
     )
 

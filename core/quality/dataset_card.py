@@ -1,25 +1,26 @@
 """OUT/README.md: the out dir as a Hugging Face dataset, a card that `datasets.load_dataset(OUT)`
 and the Hub read as they are, written by `qtts results`.
 
-The YAML header follows the Hub's dataset-card conventions: `configs` pointing at the layout's
-files (the files layout's metadata.jsonl AudioFolder with its audio files; the Parquet shards
-`data/*.parquet`, with a `filters` on `id` keeping only the rows the keep rules keep, as long as
-the list stays under MAX_FILTER_IDS; WebDataset tars as they are), `dataset_info` (the features,
-audio: Audio at the rows' sampling rate and the columns, where the loader does not type them
-itself; `download_size`, the bytes the config reads, so that datasets' cache of a local folder,
-keyed by its card, loads afresh once the rows or the rules change), `task_categories:
-text-to-speech`, the language tags of the rows and the size category. The body says which model
-and settings made the rows, the counts (ok, failed, pending, kept), the keep rules and the
-quality summary.
+The YAML header follows the Hub's dataset-card conventions: `configs` pointing at the layout's files
+(the files layout's metadata.jsonl AudioFolder with its audio files; the Parquet shards
+`data/*.parquet`, with a `filters` on `id` keeping only the rows the keep rules keep, as long as the
+list stays under MAX_FILTER_IDS; WebDataset tars as they are; where the rules keep no row, a config
+that gives none: NO_ROW), `dataset_info` (the features, audio: Audio at the rows' sampling rate and
+the columns, where the loader does not type them itself; `download_size`, the bytes the config
+reads, so that datasets' cache of a local folder, keyed by its card, loads afresh once the rows or
+the rules change), `task_categories: text-to-speech`, the language tags of the rows and the size
+category. The body says which model and settings made the rows, the counts (ok, failed, pending,
+kept), the keep rules and the quality summary.
 
-The card carries a marker line: a README.md without it is the user's and is never overwritten;
-the card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows
-the views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt
-them, so a layout switch or new rows never leave a card pointing at files that are gone.
-Its Python block reads the rows back as pasted: load_dataset(OUT) where the config loads them,
-then the archive format's own client (both declared by the format's module, ArchiveFormat.hub
-and reads_back). Reads results.parquet's columns and, where the format types its columns
-itself, one shard's schema; knows no models.
+The card carries a marker line: a README.md without it is the user's and is never overwritten; the
+card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows the
+views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt them, so
+a layout switch or new rows never leave a card pointing at files that are gone. Its Python block
+reads the rows back as pasted inside the out dir (the folder it runs in, never the path it was
+written at, so a copied or moved out dir still loads): load_dataset(OUT) where the config loads
+them, then the archive format's own client (both declared by the format's module, ArchiveFormat.hub
+and reads_back). Reads results.parquet's columns and, where the format types its columns itself, one
+shard's schema; knows no models.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ MARKER = (
     "<!-- qtts dataset card: `qtts results` rewrites this file; remove this line to keep it -->"
 )
 MAX_FILTER_IDS = 100_000  # ids a Parquet card's filter may list; beyond, every row loads
+# Keep rules that keep no row: a filter no id passes (no string sorts before the empty one), typed
+# string as `id` is; `[id, in, []]` was typed null, and Arrow refused to compare the two.
+NO_ROW = [["id", "<", ""]]
+# What load_dataset(OUT) gives then: datasets < 4 has no split of zero rows.
+GIVES_NONE = (
+    "so load_dataset(OUT) gives none: streamed, no row comes; loaded whole, datasets < 4 stops "
+    "with 'Instruction \"train\" corresponds to no data' (it makes no split of zero rows)"
+)
 SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")]
 SIZES += [(1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
 METADATA_FEATURES = {"id": "id", "text": "text", "speaker": "speaker", "language": "language"}
@@ -61,6 +70,7 @@ class Card:
     path: Path  # where it was written
     own_readme: bool  # OUT/README.md is the user's: the card went elsewhere
     quality: dict  # the quality summary it shows (dataset_summary.summarize_results)
+    note: str | None = None  # what its config cannot do, or gives when no row is kept
 
 
 # How long a card waits for the results lock. A run's refresh gives way sooner: the process
@@ -128,7 +138,7 @@ def _write(out_dir: Path) -> Card:
     if own:
         target = StatePaths(out_dir).dir / CARD_NAME
     atomic_write_bytes(target, text.encode("utf-8"))
-    return Card(target, own, quality)
+    return Card(target, own, quality, load.note)
 
 
 def _cards(out_dir: Path) -> list[Path]:
@@ -153,12 +163,14 @@ def _is_card(path: Path) -> bool:
 @dataclass(frozen=True)
 class CardLoad:
     """What loads the rows as they are: the card's config (None: no Hub loader reads them), its
-    dataset_info, a note on what it cannot do, and the rows' archive format (None: files)."""
+    dataset_info, a note on what it cannot do, and the rows' archive format (None: files);
+    empty: the config gives no row (the keep rules keep none)."""
 
     config: dict | None = None
     info: dict | None = None
     note: str | None = None
     fmt: ArchiveFormat | None = None
+    empty: bool = False
 
 
 def _load(out_dir: Path, rows: CardRows, schema: pa.Schema) -> CardLoad:
@@ -191,17 +203,18 @@ def _load(out_dir: Path, rows: CardRows, schema: pa.Schema) -> CardLoad:
     if fmt.hub.features is not None:
         shard = min(s.shard for s in shards if s is not None)
         info["features"] = fmt.hub.features(out_dir / "data" / fmt.key.name(shard))
-    return CardLoad(config, info, note, fmt)
+    return CardLoad(config, info, note, fmt, empty=config.get("filters") == NO_ROW)
 
 
 def _files_load(out_dir: Path, rows: CardRows, schema: pa.Schema) -> CardLoad:
-    """The files layout: metadata.jsonl (the kept rows) and their audio files, an AudioFolder."""
+    """The files layout: metadata.jsonl (the kept rows) and their audio files, an AudioFolder.
+    No row kept: no metadata.jsonl, and a config that gives no row (results.parquet, filtered
+    to none): without one, the loader given this folder would list every audio file."""
     if not (out_dir / "metadata.jsonl").is_file():
-        return CardLoad(
-            note="no row passes the keep rules, so there is no metadata.jsonl, and a loader "
-            "given this folder would list every audio file, unfiltered (`qtts results "
-            "--keep-all` keeps every ok row)"
-        )
+        config = {**_config(["results.parquet"]), "filters": NO_ROW}
+        note = "there is no metadata.jsonl (no row passes the keep rules), and the card's "
+        note += f"config points at no row, {GIVES_NONE}"
+        return CardLoad(config, {}, note, empty=True)
     audio = {"name": "audio", "dtype": {"audio": {"sampling_rate": rows.sample_rates()[0][0]}}}
     suffixes = sorted(rows.suffixes)
     names = {**METADATA_FEATURES, **{c: c for c in schema.names if c in _score_names()}}
@@ -236,6 +249,9 @@ def _filters(config: dict, ok: pa.Table, kept: pa.Table) -> str | None:
     """Keep rules as a filter on `id` (the shards hold every ok row); a note when it cannot."""
     if len(kept) == len(ok):
         return None
+    if not len(kept):
+        config["filters"] = NO_ROW
+        return f"the card's filter on `id` keeps no row (none passes the keep rules), {GIVES_NONE}"
     kept_ids = set(kept["id"].to_pylist())
     dropped = [i for i in ok["id"].to_pylist() if i not in kept_ids]
     op, ids = ("in", sorted(kept_ids)) if len(kept_ids) <= len(dropped) else ("not in", dropped)
@@ -269,18 +285,23 @@ def _yaml(header: dict) -> str:
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _reads(out_dir: Path, load: CardLoad) -> list[str]:
+def _reads(load: CardLoad) -> list[str]:
     """The Python lines that read the out dir back: load_dataset(OUT) where the card's config
-    loads it, then the archive format's own client (paths as Python literals)."""
-    lines = []
-    if load.config is not None:
-        lines += ["from datasets import load_dataset", ""]
-        lines += [f'ds = load_dataset({str(out_dir.resolve())!r}, split="train")']
-    if load.fmt is not None and load.fmt.reads_back:
-        if lines:
-            lines.append("")
-        data = repr(str(out_dir.resolve() / "data"))
-        lines += [line.replace("{data}", data) for line in load.fmt.reads_back]
+    loads a row, then the archive format's own client. The out dir is named relative to where
+    they run (inside it), never by the path it was written at: copied or moved, it still loads."""
+    loads = load.config is not None and not load.empty
+    client = load.fmt.reads_back if load.fmt is not None else ()
+    if not loads and not client:
+        return []
+    lines = ["import os", ""]
+    lines += ["# Run inside the out dir, or set OUT to its path: copied or moved, it still loads"]
+    lines += ['OUT = os.path.abspath(".")']  # load_dataset(".") has no name to take: absolute
+    if loads:
+        lines += ["", "from datasets import load_dataset", ""]
+        lines += ['ds = load_dataset(OUT, split="train")']
+    if client:
+        lines.append("")
+        lines += [line.replace("{data}", 'OUT + "/data"') for line in client]
     return lines
 
 
@@ -290,7 +311,7 @@ def _body(out_dir, counts, *, quality, rules, rows: CardRows, load: CardLoad) ->
     models, settings = sorted(rows.models), sorted(rows.settings)
     listed = "every ok row" if rules.empty else f"`{rules.describe()}`"
     loads_kept = load.config is not None and load.note is None
-    reads = _reads(out_dir, load)
+    reads = _reads(load)
     lines = [
         MARKER,
         "",

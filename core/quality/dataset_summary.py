@@ -162,7 +162,7 @@ def summary_lines(summary: dict) -> list[str]:
         + '  (docs/job-state.md, "Quality")'
     )
     if summary["kept"]:
-        lines.append(f"  metadata.jsonl lists {summary['kept']:,} of them (the keep rules)")
+        lines.append(f"  the keep rules keep {summary['kept']:,} of them")
     elif summary["kept"] is not None:
-        lines.append("  the keep rules keep none of them: no metadata.jsonl")
+        lines.append("  the keep rules keep none of them")
     return lines

@@ -13,6 +13,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
+from qtts.core.jobs.rows.id_seeds import id_seed
 from qtts.core.synthesis.requests import Request, attempt_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")
@@ -216,9 +217,10 @@ def test_batch_retries_by_default_under_the_automatic_budget(tmp_path, write_man
     r = qtts("batch", write_manifest(RUNAWAYS), "-o", tmp_path / "out", "--speaker", "ryan")
     assert r.exit_code == 3 and (summary(r)["ok"], summary(r)["failed"]) == (2, 1)
     res = results(tmp_path / "out")
-    assert (res["once"]["attempts"], res["once"]["kept_seed"]) == (2, attempt_seed(0, 2))
+    once = attempt_seed(id_seed("once"), 2)  # no seed given: the row's id's
+    assert (res["once"]["attempts"], res["once"]["kept_seed"]) == (2, once)
     assert res["once"]["hit_frame_budget"] is False
-    assert (res["fine"]["attempts"], res["fine"]["kept_seed"]) == (1, 0)
+    assert (res["fine"]["attempts"], res["fine"]["kept_seed"]) == (1, id_seed("fine"))
     assert res["always"]["attempts"] == 3 and res["always"]["error"].startswith(
         "hit the frame budget without EOS in 3 attempts")  # fmt: skip
     assert res["always"]["error"].endswith("; --on-budget retry --max-attempts 3)")

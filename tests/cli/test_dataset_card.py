@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -62,12 +63,21 @@ def out(request, tmp_path_factory):
     return out
 
 
+def layout_of(out) -> str:
+    shards = {p.suffix for p in (out / "data").glob("*")} if (out / "data").is_dir() else set()
+    return "webdataset" if ".tar" in shards else "parquet" if ".parquet" in shards else "files"
+
+
 def load(out, tmp_path) -> dict:
-    env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
-    read = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True,
-                          text=True, env=env, timeout=300)  # fmt: skip
+    read = load_run(LOAD, out, tmp_path)
     assert read.returncode == 0, read.stderr[-3000:]
     return json.loads(read.stdout.strip().splitlines()[-1])
+
+
+def load_run(code: str, out, tmp_path) -> subprocess.CompletedProcess:
+    env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
 
 
 def test_the_card_says_what_results_say_and_load_dataset_reads_the_folder(out, tmp_path):
@@ -108,6 +118,58 @@ def test_keep_rules_decide_what_load_dataset_gives(out, tmp_path):
     assert load(out, tmp_path / "kept")["ids"] == sorted(rates)  # the same cache: a new card
 
 
+STREAM = """\
+import json, sys
+from datasets import load_dataset
+ds = load_dataset(sys.argv[1], split="train", streaming=True)
+print(json.dumps([r.get("id") or (r.get("json") or {}).get("id") for r in ds]))
+"""
+
+
+def test_rules_that_keep_no_row_load_no_row_in_every_layout(out, tmp_path):
+    """Keep rules that keep nothing: the card still parses and load_dataset(OUT) never gives a
+    dropped row nor an Arrow type error (an empty `id in []` filter was typed null). The files
+    and Parquet cards load no row: streamed, none comes; datasets < 4 refuses a split of no
+    rows, so a plain load says there is no data. WebDataset shards cannot be filtered: they
+    load every ok row, and the warning says so. It names metadata.jsonl only where the layout
+    has one."""
+    r = run("results", out, "--max-chars-per-s", "0.001")
+    assert r.returncode == 3, r.stderr  # d4 failed; and nothing is kept
+    header, body = card(out)
+    assert counts(body)["kept"] == 0 and header["task_categories"] == ["text-to-speech"]
+    warning = next(line for line in r.stderr.splitlines() if line.startswith("Warning: no ok row"))
+    layout = layout_of(out)
+    assert ("metadata.jsonl" in warning) == (layout == "files"), warning
+    streamed = load_run(STREAM, out, tmp_path / "stream")
+    assert streamed.returncode == 0, streamed.stderr[-3000:]
+    got = json.loads(streamed.stdout.strip().splitlines()[-1])
+    plain = load_run(LOAD, out, tmp_path / "plain")
+    if layout == "webdataset":
+        assert sorted(got) == ["a1", "b2", "c3"] and "every ok row" in warning
+        assert plain.returncode == 0
+    else:
+        assert got == [] and "no row" in warning
+        assert plain.returncode != 0 and "corresponds to no data" in plain.stderr, plain.stderr
+    assert "ArrowTypeError" not in plain.stderr
+    assert run("results", out, "--keep-all").returncode == 3
+
+
+def test_the_cards_code_reads_the_rows_from_a_moved_out_dir(out, tmp_path):
+    """The card's code names the out dir as the folder it runs in, never the path it was
+    written at: copied elsewhere, with that place gone, it runs as pasted inside the copy."""
+    assert run("results", out, "--keep-all").returncode == 3
+    moved = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(out, moved)
+    hidden = out.with_name(out.name + "-hidden")
+    out.rename(hidden)
+    try:
+        assert str(out) not in (moved / "README.md").read_text("utf-8")
+        got = card_code_reads(moved, tmp_path)
+    finally:
+        hidden.rename(out)
+    assert "ds" in got and all(ids == ["a1", "b2", "c3"] for ids in got.values()), got
+
+
 # What each layout's card code reads back: the ids, from the names that code binds.
 READ_IDS = {
     "ds": 'sorted(ds["id"] if "id" in ds.column_names else [j["id"] for j in ds["json"]])',
@@ -118,14 +180,15 @@ READ_IDS = {
 
 
 def card_code_reads(out, tmp_path) -> dict[str, list[str]]:
-    """Runs the card's Python block as a user would paste it: {name it binds: the ids read}."""
+    """Runs the card's Python block as a user would paste it, from inside the out dir: {name it
+    binds: the ids read}."""
     code = re.search(r"```python\n(.*?)```", card(out)[1], flags=re.S).group(1)
     show = "\n".join(
         f"if {name!r} in globals(): print(json.dumps([{name!r}, {ids}]))"
         for name, ids in READ_IDS.items()
     )  # fmt: skip
     env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
-    read = subprocess.run([sys.executable, "-c", f"import json\n{code}\n{show}"],
+    read = subprocess.run([sys.executable, "-c", f"import json\n{code}\n{show}"], cwd=out,
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert read.returncode == 0, read.stderr[-3000:]
     return dict(json.loads(line) for line in read.stdout.strip().splitlines())

@@ -383,3 +383,34 @@ def test_a_full_disk_mid_repack_is_one_line_and_loses_nothing(finished, manifest
     r = qtts(manifest, out, "--format", "flac", QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0, r.stderr
     assert_same_rows(out, before)
+
+
+@pytest.mark.parametrize("point", ["journalled", "mid-batch"])
+def test_results_refuses_a_switch_a_kill_left_part_way(sources, tmp_path, point):
+    """A kill -9 during a switch from files to shards leaves rows in both layouts until the next
+    run: `journalled`, the committed batch's rows both as WAV files and as tar members;
+    `mid-batch`, some rows moved and the rest not. `qtts results` before that run refuses in
+    one line that says to rerun the job (loaders would get part of the rows), and leaves the
+    views as the killed run left them; while a run holds the shard's lock the switch is its
+    own, not refused. After the rerun every row loads."""
+    manifest, made = sources
+    out = tmp_path / "out"
+    shutil.copytree(made["files"][0], out)
+    switch = ("--output", "webdataset", "--shard-rows", 3)
+    kill_at(point, manifest, out, *switch)
+    views = ("results.parquet", "metadata.jsonl", "README.md")
+    before = {name: (out / name).read_bytes() for name in views if (out / name).exists()}
+    r = CliRunner().invoke(app, ["results", str(out)])
+    errors = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
+    assert r.exit_code == 1 and len(errors) == 1, r.stderr
+    assert "killed part-way" in errors[0] and "rerun the job" in errors[0], errors
+    assert {name: (out / name).read_bytes() for name in views if (out / name).exists()} == before
+    from filelock import FileLock
+
+    with FileLock(str(out / ".qtts" / "run.lock")):  # a run going: mid-switch, not killed
+        assert "killed part-way" not in CliRunner().invoke(app, ["results", str(out)]).stderr
+    r = qtts(manifest, out, *switch, QTTS_FAKE_LOAD_FAIL="1")  # the rerun needs no model
+    assert r.exit_code == 0, r.stderr
+    r = CliRunner().invoke(app, ["results", str(out)])
+    assert r.exit_code == 0 and summary(r)["ok"] == ROWS, r.stderr
+    assert copies(out) == Counter(IDS)

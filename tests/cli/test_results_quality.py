@@ -93,9 +93,9 @@ def test_keep_all_with_rules_and_out_of_range_rules_are_usage_errors(out):
 
 def test_a_rule_on_an_unscored_column_says_why_nothing_is_listed(out):
     r = qtts("results", out, "--max-cer", "0.1")
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 3, r.stderr  # rules that keep no row: the dataset loads nothing
     assert "cer, which no row has yet (run qtts score first)" in r.stderr
-    assert "no ok row meets the keep rules (--max-cer 0.1), so there is no metadata.jsonl" in (
+    assert "no ok row meets the keep rules (--max-cer 0.1): there is no metadata.jsonl" in (
         r.stderr
     )
     assert not (out / "metadata.jsonl").exists()  # an empty one breaks the AudioFolder loader
@@ -155,9 +155,9 @@ def test_an_all_filtered_out_dir_is_refused_by_nothing_downstream(out, tmp_path)
     from fakes import fake_env
 
     r = qtts("results", out, "--min-dnsmos", "4.5")  # the best row scored 3.9
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 3, r.stderr
     assert "no ok row meets the keep rules (--min-dnsmos 4.5)" in r.stderr
-    assert "the keep rules keep none of them: no metadata.jsonl" in r.stderr
+    assert "the keep rules keep none of them" in r.stderr
     assert not (out / "metadata.jsonl").exists()
     env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
     read = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True,
@@ -165,5 +165,29 @@ def test_an_all_filtered_out_dir_is_refused_by_nothing_downstream(out, tmp_path)
     assert read.returncode == 0, read.stderr[-2000:]
     assert read.stdout.split()[0] == str(len(DNSMOS)), read.stdout
     card = (out / "README.md").read_text("utf-8").replace("\n", " ")  # which says so too
-    assert "no row passes the keep rules" in card and "every audio file, unfiltered" in card
-    assert "what load_dataset gives" not in card and "configs:" not in card
+    assert "there is no metadata.jsonl" in card and "load_dataset(OUT) gives none" in card
+    assert "what load_dataset gives" not in card  # its config points at no row (test_dataset_card)
+
+
+def test_what_results_tells_cron(out, tmp_path):
+    """The JSON line and the exit code agree: `complete` is every row with an outcome (ok or
+    failed; a rerun retries the failed), `failed` counts the failures and `kept` the ok rows
+    the keep rules keep; exit 3 when a row failed or the rules keep no row, else 0."""
+    r = qtts("results", out)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.exit_code == 0 and got["complete"] and (got["failed"], got["kept"]) == (0, 5)
+    r = qtts("results", out, "--min-dnsmos", "3.5")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.exit_code == 0 and got["kept"] == 2  # some kept: a dataset to train on
+    r = qtts("results", out, "--min-dnsmos", "4.5")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.exit_code == 3 and got["kept"] == 0 and got["failed"] == 0 and got["complete"]
+    src = tmp_path / "failing.txt"
+    src.write_text("One line.\nA line that fails [fail].\n")
+    failing = tmp_path / "failing"
+    assert qtts("synth", src, "--speaker", "vivian", "-o", failing).exit_code == 3
+    r = qtts("results", failing)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.exit_code == 3, r.stderr
+    assert (got["pending"], got["failed"], got["complete"], got["kept"]) == (0, 1, True, 1)
+    assert "1 of 2 rows ok, 1 failed, 0 pending (complete)" in r.stderr

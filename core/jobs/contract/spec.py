@@ -124,7 +124,8 @@ class RowDefaults:
     speaker: str | None = None
     language: str = "auto"
     instruct: str | None = None
-    seed: int = 0
+    # None: the row's id's seed (rows/id_seeds.py), or 0 where the out dir pins the old rule
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

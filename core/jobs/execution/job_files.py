@@ -1,8 +1,8 @@
-"""Writing a run into the out dir, under the job lock: the job file (input, shard count and what
---dtype auto means on a CPU, checked again now that no other run can change them between check
-and write) and the settings registry. --overwrite with another shard count voids the old split's
-state, but only while no other run holds a lock in the out dir; on an out dir of qtts 0.1 it
-removes the old state files. Knows the job file, lock files and state names."""
+"""Writing a run into the out dir, under the job lock: the job file (input, shard count, the seed
+rule and what --dtype auto means on a CPU, checked again now that no other run can change them
+between check and write) and the settings registry. --overwrite with another shard count voids
+the old split's state, but only while no other run holds a lock in the out dir; on an out dir of
+qtts 0.1 it removes the old state files. Knows the job file, lock files and state names."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from qtts.core.jobs.state.jobfile import (
     job_for,
     read_job_file,
     resolve_shard,
+    seed_rule_for,
     write_job_file,
 )
 from qtts.core.jobs.state.lock_probe import old_run_error, old_split_locks
@@ -81,6 +82,7 @@ def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
             cpu_auto_dtype=pin,
             layout=spec.output.layout,
             audio_format=spec.output.audio_format.value,
+            default_seed=seed_rule_for(recorded, overwrite=spec.output.overwrite),
         )
         if new != recorded:
             write_job_file(out, new)

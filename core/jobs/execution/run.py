@@ -41,7 +41,12 @@ from qtts.core.jobs.output.stores.registry import check_layout
 from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
-from qtts.core.jobs.state.jobfile import check_input, read_job_file, resolve_shard
+from qtts.core.jobs.state.jobfile import (
+    check_input,
+    read_job_file,
+    resolve_shard,
+    seed_rule_for,
+)
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import one_chunk
@@ -144,6 +149,10 @@ def prepare_job(
             "say this is intended"
         )
     shard = resolve_shard(out, req, recorded, overwrite=spec.output.overwrite)
+    defaults = spec.voice.row_defaults
+    if defaults.seed is None and seed_rule_for(recorded, overwrite=spec.output.overwrite) == "zero":
+        # an out dir of a qtts from before: its rows without a seed were made with 0, and keep it
+        spec = replace(spec, voice=replace(spec.voice, row_defaults=replace(defaults, seed=0)))
     if shard.sharded:
         spec = replace(
             spec, model=replace(spec.model, device=local_rank_device(spec.model.device, env))

@@ -442,13 +442,14 @@ def job_rows(out_dir: Path, source: str | None = None) -> tuple[JobFile, pa.Tabl
 
 
 def counts_summary(out_dir: Path, job: JobFile, counts: Counts) -> dict:
-    """`qtts results`' counts, as its JSON line gives them."""
+    """`qtts results`' counts, as its JSON line gives them. complete: every row has an outcome,
+    ok or failed (none pending); `failed` says how many failed (a rerun tries them again)."""
     return {
         "total": counts.total,
         "ok": counts.ok,
         "failed": counts.failed,
         "pending": counts.pending,
-        "complete": counts.ok == counts.total,
+        "complete": counts.pending == 0,
         "num_shards": job.num_shards,
         "results": str(out_dir / RESULTS_NAME),
     }

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import RowDefaults
+from qtts.core.jobs.rows.id_seeds import id_seeds
 from qtts.core.jobs.rows.ids import id_errors, patched
 from qtts.core.jobs.rows.manifest import BLANK
 from qtts.core.jobs.state.records import text_digests
@@ -60,7 +61,7 @@ def prepare_rows(
     blank = pc.if_else(pc.match_substring_regex(text, BLANK), "empty text", none)
     text_error = pc.if_else(pc.is_null(text), "text is null", blank)
     voice = _voices(rows, model, defaults)
-    seed, seed_error = _seeds(rows["seed"], defaults.seed)
+    seed, seed_error = _seeds(rows["seed"], defaults.seed, rows["id"])
     base = model.config.tts_model_type == "base"
     ref = _references(rows, ref_dir, refs) if base else None
     error = pc.coalesce(
@@ -134,12 +135,15 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
     }
 
 
-def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
-    """(seed per row, reason per row): null and NaN take the default; integers in range only."""
+def _seeds(
+    column: pa.ChunkedArray, default: int | None, ids: pa.ChunkedArray
+) -> tuple[pa.Array, pa.Array]:
+    """(seed per row, reason per row): null and NaN take the default (None: the row's id's
+    seed, rows.id_seeds); integers in range only."""
     column = column.combine_chunks()
     n = len(column)
     if pa.types.is_null(column.type):
-        return pa.array(np.full(n, default, dtype=np.int64)), pa.nulls(n, pa.string())
+        return _defaults(default, ids, pa.array(np.ones(n, dtype=bool))), pa.nulls(n, pa.string())
     if pa.types.is_floating(column.type):
         column = pc.if_else(pc.is_nan(column), None, column)
         bad = pc.or_(
@@ -153,9 +157,23 @@ def _seeds(column: pa.ChunkedArray, default: int) -> tuple[pa.Array, pa.Array]:
     errors = patched(
         pa.nulls(n, pa.string()), bad_at, [_seed_error(v) for v in column.take(bad_at).to_pylist()]
     )
-    good = pc.if_else(bad, None, column)
-    seeds = pc.fill_null(pc.cast(good, pa.int64(), safe=False), default)
-    return seeds, errors
+    good = pc.cast(pc.if_else(bad, None, column), pa.int64(), safe=False)
+    if good.null_count:
+        good = pc.coalesce(good, _defaults(default, ids, pc.is_null(good)))
+    return good, errors
+
+
+def _defaults(default: int | None, ids: pa.ChunkedArray, where: pa.Array) -> pa.Array:
+    """The default seed of each row (0 where `where` is false: a value to coalesce over)."""
+    if default is not None:
+        return pa.array(np.full(len(where), default, dtype=np.int64))
+    where = where.to_numpy(zero_copy_only=False)
+    seeds = np.zeros(len(where), dtype=np.int64)
+    at = np.flatnonzero(where)
+    if len(at) == len(where):
+        return id_seeds(ids)
+    seeds[at] = id_seeds(ids.take(pa.array(at))).to_numpy()
+    return pa.array(seeds)
 
 
 def _seed_error(value: int | float) -> str:

@@ -8,6 +8,8 @@ explicit --num-shards that disagrees is refused; a Slurm array, srun or torchrun
 disagrees (a partly resubmitted array) runs its task as shard `task` of the recorded N when
 that is a valid index. --overwrite may change N only while no other run holds a lock there.
 It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/work/precision.py),
+the seed of rows that give none (`default_seed`: their id's, or 0 in an out dir of a qtts from
+before; seed_rule_for),
 and records the out dir's output (--output and --format as the last run wrote them: a run
 that leaves either flag out writes what the out dir holds, core/jobs/execution/out_dir_output.py).
 Knows the job file and lock names; no rows, no models.
@@ -32,6 +34,10 @@ FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
 CPU_AUTO_DTYPES = ("bfloat16", "float32")
 # A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
 UNPINNED_CPU_AUTO = "float32"
+# The seed of a row without one: "id", its id's (rows/id_seeds.py); "zero", 0. A job file from
+# before the pin has no default_seed key: those qtts gave such rows seed 0, which they keep.
+SEED_RULES = ("id", "zero")
+UNPINNED_SEED_RULE = "zero"
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class JobFile:
     # None: no run has (a job file of an older qtts): a run without the flags takes the defaults.
     layout: str | None = None
     audio_format: str | None = None
+    # The seed of rows that give none (SEED_RULES); None: not recorded yet.
+    default_seed: str | None = None
 
 
 def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
@@ -75,6 +83,12 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     known = {k: data[k] for k in JobFile.__dataclass_fields__ if k in data}
     known.setdefault("format", 1)
     known.setdefault("cpu_auto_dtype", UNPINNED_CPU_AUTO)
+    known.setdefault("default_seed", UNPINNED_SEED_RULE)
+    if known["default_seed"] not in (None, *SEED_RULES):
+        raise UsageError(
+            f"{path}: default_seed must be {' or '.join(SEED_RULES)} (or null), got "
+            f"{known['default_seed']!r}; fix it or use another --out-dir"
+        )
     if known["cpu_auto_dtype"] not in (None, *CPU_AUTO_DTYPES):
         raise UsageError(
             f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
@@ -90,6 +104,15 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
         return JobFile(**known)
     except TypeError as e:
         raise UsageError(f"{path} is not a qtts job file ({e})") from None
+
+
+def seed_rule_for(recorded: JobFile | None, *, overwrite: bool) -> str:
+    """The seed rule of this run's rows that give no seed: the out dir's (an out dir of a qtts
+    from before keeps seed 0, so upgrading redoes none of its rows); "id" for a new out dir, or
+    afresh under --overwrite."""
+    if recorded is None or overwrite or recorded.default_seed is None:
+        return "id"
+    return recorded.default_seed
 
 
 def write_job_file(out_dir: Path, job: JobFile) -> None:

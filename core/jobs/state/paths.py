@@ -82,6 +82,15 @@ class StatePaths:
     def repack_staging(self, suffix: str) -> Path:  # their records, staged (stores/repack)
         return self.dir / f"repack-columns{suffix}"
 
+    def repack_files(self) -> dict[str, list[Path]]:
+        """Every shard's repack files (intents, staged records), by shard suffix."""
+        found: dict[str, list[Path]] = {}
+        for path in sorted(self.dir.glob("repack*")) if self.dir.is_dir() else []:
+            staging = path.name.startswith("repack-columns")
+            rest = path.name.removeprefix("repack-columns" if staging else "repack")
+            found.setdefault(rest.split(".")[0], []).append(path)
+        return found
+
     def ray_journal(self, actor: str) -> Path:
         return self.dir / f"{RAY_PREFIX}{actor}.jsonl"
 

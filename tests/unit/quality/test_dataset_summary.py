@@ -66,4 +66,4 @@ def test_summary_lines_name_the_flags_and_the_kept_count(tmp_path):
     assert lines[0].startswith("quality of 2 ok rows")
     assert any(line.strip().startswith("repeat_ratio") for line in lines)
     assert "looping 1" in lines[-2]
-    assert "lists 1 of them" in lines[-1]
+    assert "the keep rules keep 1 of them" in lines[-1]  # in every layout, not metadata.jsonl

@@ -17,6 +17,7 @@ audio is (file, bytes, codes_saved), the settings digest (this run's: the same b
 format) and the run that moved it.
 A signal stops it between rows: the open batch is dropped, its rows stay where they were, and
 the committed rows' old copies go before the run ends (or in the next run's first step).
+A switch killed part-way is refused by `qtts results` until that next run (check_no_killed_switch).
 Knows records, locations and batches; the formats and files live in the modules above.
 """
 
@@ -34,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.errors import FatalError
 from qtts.core.jobs.output.stores.locations import FILES, containers
 from qtts.core.jobs.output.stores.registry import read_errors
 from qtts.core.jobs.output.stores.repack_commit import (
@@ -53,7 +55,9 @@ from qtts.core.jobs.output.stores.repack_sources import (
 from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.writer import write_error
+from qtts.core.jobs.state.jobfile import read_job_file
 from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.lock_probe import lock_is_held
 from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
@@ -199,6 +203,29 @@ def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
     if commit_finish(out_dir, suffix, journal):
         log.info("finished moving the rows a killed run was repacking")
     shutil.rmtree(StatePaths(out_dir).repack_staging(suffix), ignore_errors=True)
+
+
+def check_no_killed_switch(out_dir: Path) -> None:
+    """FatalError (exit 1) where a switch of layout or format was killed part-way: a job shard's
+    repack files (intents, staged records) are there and no run holds its lock. Until that
+    shard's next run finishes the switch (finish_killed, then the rows left to move), its rows
+    sit in the old layout, the new, or both, and views rebuilt now would list part of them. A
+    run going now holds its lock: its files are its own, mid-switch."""
+    paths = StatePaths(out_dir)
+    left = [p.name for suffix, found in paths.repack_files().items() for p in found
+            if not lock_is_held(paths.lock(suffix))]  # fmt: skip
+    if not left:
+        return
+    job = read_job_file(out_dir)  # what to rerun
+    into = "" if job is None or job.layout is None else f" --output {job.layout}"
+    into += "" if job is None or job.audio_format is None else f" --format {job.audio_format}"
+    kind = "qtts synth or qtts batch" if job is None else f"qtts {job.kind}"
+    raise FatalError(
+        f"{out_dir}: a switch of layout or audio format was killed part-way ({paths.dir.name}/"
+        f"{left[0]}{f' and {len(left) - 1} more' if len(left) > 1 else ''}), so its rows are in "
+        f"the old layout, the new one or both, and loaders would get part of them: rerun the job "
+        f"({kind}{into}, as it was run) to finish the switch, no model is loaded; then qtts results"
+    )
 
 
 def _in_container_order(winners: pa.Table, ids: pa.Array) -> tuple[np.ndarray, pa.Array]:
