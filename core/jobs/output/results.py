@@ -72,6 +72,7 @@ RESULT_COLUMNS = (
     "instruct",
     "ref_audio",
     "ref_text",
+    "voice",
     "settings",
 )
 # The tries a row took, the seed it kept and its model-free measures (records.RECORD_SCHEMA).
