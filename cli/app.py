@@ -18,6 +18,7 @@ from qtts.cli import (
     plan_command,
     results_command,
     score_command,
+    voice_command,
 )
 from qtts.cli.errors import EXIT_CODES, EXIT_USAGE, usage_error
 from qtts.cli.help_format import KEEP_LINES, HelpCommand, HelpGroup
@@ -30,6 +31,7 @@ Examples:
   qtts batch manifest.parquet -o out/ --num-shards 16 --shard-index 3
   qtts results out/
   qtts score out/ --asr-model openai/whisper-large-v3
+  qtts voice make ref.wav --text "its words" --model DIR -o narrator.voice
   qtts plan manifest.parquet --model DIR --gpu l4
   qtts bench --size 1.7b --batch-sizes 1,16,64,128 --compare
   qtts doctor"""
@@ -100,6 +102,7 @@ SHORT_HELP = {
     "results": "Count an out dir's rows, summarize its quality, set keep rules.",
     "score": "Score audio: DNSMOS, an ASR round trip, speaker similarity.",
     "doctor": "Check this install on its device.",
+    "voice": "Make, design or show a voice file that rows clone.",
 }
 _command = functools.partial(app.command, cls=HelpCommand)
 for _run, _epilog in (
@@ -113,6 +116,7 @@ for _run, _epilog in (
     (doctor_command.doctor, None),
 ):
     _command(epilog=_epilog, short_help=SHORT_HELP[_run.__name__])(_run)
+app.add_typer(voice_command.voice_app, name="voice", short_help=SHORT_HELP["voice"])
 
 
 def main() -> None:

@@ -95,7 +95,8 @@ def batch(
     """Speak every row of a manifest: row -> OUT/{id}.wav, plus OUT/results.parquet.
 
     Columns: id (string, unique, filename-safe) and text are required; speaker, language,
-    instruct, ref_audio, ref_text and seed (int) are optional, a null taking the option's value.
+    instruct, ref_audio, ref_text, voice (a voice file) and seed (int) are optional, a null
+    taking the option's value.
     Other names map onto them with --id-column, --text-column and --column FIELD=NAME.
     """
     run_command(JobKind.batch, manifest, options)

@@ -74,12 +74,17 @@ def voice_options(
     instruct: o.Instruct = None,
     ref_audio: o.RefAudio = None,
     ref_text: o.RefText = None,
+    voice: o.VoiceFile = None,
     x_vector_only: o.XVectorOnly = False,
     seed: o.Seed = None,
 ) -> VoiceOptions:
     audio = None if ref_audio is None else str(ref_audio)
     return VoiceOptions(
-        RowDefaults(speaker, language, instruct, seed), audio, ref_text, x_vector_only
+        RowDefaults(speaker, language, instruct, seed),
+        audio,
+        ref_text,
+        x_vector_only,
+        voice=None if voice is None else str(voice),
     )
 
 

@@ -117,8 +117,8 @@ ColumnMap = Annotated[
         metavar="FIELD=NAME",
         panel=INPUT_PANEL,
         help=(
-            "Read an optional field (speaker, language, instruct, ref_audio, ref_text, seed) "
-            "from column NAME, e.g. speaker=spk. Repeatable."
+            "Read an optional field (speaker, language, instruct, ref_audio, ref_text, seed, "
+            "voice) from column NAME, e.g. speaker=spk. Repeatable."
         ),
     ),
 ]
@@ -170,12 +170,27 @@ RefText = Annotated[
         help=("Transcript of --ref-audio: in-context cloning. Without it: x-vector only."),
     ),
 ]
+VoiceFile = Annotated[
+    Path | None,
+    _opt(
+        "--voice",
+        metavar="FILE",
+        panel=VOICE_PANEL,
+        help=(
+            "Base models: a voice file (qtts voice make, qtts voice design) for rows with "
+            "neither a voice nor a ref_audio of their own; not with --ref-audio/--ref-text."
+        ),
+    ),
+]
 XVectorOnly = Annotated[
     bool,
     _opt(
         "--x-vector-only",
         panel=VOICE_PANEL,
-        help=("Clone from the speaker embedding alone, ignoring every ref_text."),
+        help=(
+            "Clone from the speaker embedding alone, ignoring every ref_text (and a voice "
+            "file's transcript and codes)."
+        ),
     ),
 ]
 Seed = Annotated[

@@ -94,6 +94,11 @@ class FakeTextModel:
     def identity(self) -> str:
         return f"fake:{self.name}:{self.defaults.max_new_tokens}"
 
+    @property
+    def voice_identity(self) -> str | None:
+        """Base fakes: one identity per name (fake_voice writes a voice file that matches it)."""
+        return f"fake-voice:{self.name}" if self.config.tts_model_type == "base" else None
+
     def count_text_tokens(self, texts) -> list[int]:
         return [len(t.split()) for t in texts]
 
@@ -214,3 +219,17 @@ def fake_env(**extra: str) -> dict[str, str]:
 
 def qtts_cmd(*args) -> list[str]:
     return [sys.executable, "-m", "qtts", *map(str, args)]
+
+
+def fake_voice(path: Path, model: str = "fake-base", transcript: str | None = "words") -> Path:
+    """A voice file the fake Base model `model` takes (its voice identity), in-context when
+    `transcript` is given, else x-vector only; its contents are random (the fake ignores them)."""
+    from qtts.core.model.voice_file import IN_CONTEXT, X_VECTOR, Voice, write_voice
+
+    rng = np.random.default_rng(zlib.crc32(str(path).encode()))
+    codes = rng.integers(0, 2048, size=(12, 16), dtype=np.int64) if transcript else None
+    mode = IN_CONTEXT if transcript else X_VECTOR
+    xvec = rng.standard_normal(32).astype(np.float32)
+    identity = FakeTextModel(model).voice_identity or ""
+    write_voice(path, Voice(mode, transcript, xvec, codes, identity, model_name=model))
+    return path

@@ -114,5 +114,6 @@ def _request_rows(rows: pa.Table, config: ModelConfig, speaker: str | None) -> p
             "seed": pa.array(np.zeros(n, dtype=np.int64)),
             "ref_audio": nothing,
             "ref_text": nothing,
+            "voice": nothing,
         }
     )

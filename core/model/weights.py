@@ -44,3 +44,21 @@ def load_weights(model_dir: Path, config: ModelConfig, device: torch.device, dty
         ignore_prefixes=("encoder.",),
     )
     return model.eval(), decoder.eval()
+
+
+def load_speaker_encoder(model_dir: Path, config: ModelConfig, device: torch.device | str):
+    """A Base checkpoint's speaker encoder alone, in float32: only its `speaker_encoder.*`
+    tensors are read (no talker, no decoder), each checked against the file."""
+    from qtts.core.model.loader import read_prefixed
+    from qtts.core.model.speaker_encoder import SpeakerEncoder
+
+    encoder = SpeakerEncoder(config.speaker_encoder)
+    load_strict(
+        encoder,
+        read_prefixed(model_dir, "speaker_encoder."),
+        source=str(model_dir / "model.safetensors"),
+        dtype=torch.float32,
+        device=device,
+        prefix="speaker_encoder.",
+    )
+    return encoder.eval()

@@ -128,23 +128,11 @@ class _BaseEncoder:
     """A Base checkpoint's ECAPA-TDNN: only its `speaker_encoder.*` tensors are read."""
 
     def __init__(self, directory: Path, device: str) -> None:
-        import torch
-
         from qtts.core.model.config import ModelConfig
-        from qtts.core.model.loader import load_strict, read_prefixed
-        from qtts.core.model.speaker_encoder import SpeakerEncoder
+        from qtts.core.model.weights import load_speaker_encoder
 
-        config = ModelConfig.from_file(directory / "config.json").speaker_encoder
-        self.encoder = SpeakerEncoder(config)
-        load_strict(
-            self.encoder,
-            read_prefixed(directory, "speaker_encoder."),
-            source=str(directory / "model.safetensors"),
-            dtype=torch.float32,
-            device=device,
-            prefix="speaker_encoder.",
-        )
-        self.encoder.eval()
+        config = ModelConfig.from_file(directory / "config.json")
+        self.encoder = load_speaker_encoder(directory, config, device)
 
     def embed(self, clips: list[np.ndarray]) -> np.ndarray:
         import soxr

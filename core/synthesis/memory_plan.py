@@ -231,7 +231,11 @@ def _clone_estimate(tokens, tokenizer, request):
     from qtts.core.synthesis.prompt import clone_tokens
 
     frames = 0
-    if request.ref_text is not None:
+    if request.ref_text is not None and request.voice is not None:
+        from qtts.core.model.voice_file import read_header
+
+        frames = read_header(request.voice).frames
+    elif request.ref_text is not None:
         import soundfile as sf
 
         frames = int(sf.info(request.ref_audio).duration * 12.5) + 1

@@ -111,6 +111,7 @@ class PromptTokens:
     ref_frames: int = 0  # ICL: frames of the reference codes
     ref_audio: str | None = None  # the reference this prompt clones (looked up by the caller)
     ref_text: str | None = None
+    voice: str | None = None  # or the voice file it clones
 
 
 def prompt_tokens(

@@ -38,7 +38,8 @@ class Request:
     instruct: str | None = None  # None when empty or ignored by the model
     seed: int = 0
     ref_audio: str | None = None  # Base (voice clone) only
-    ref_text: str | None = None
+    ref_text: str | None = None  # with a voice: its transcript (None: x-vector mode)
+    voice: str | None = None  # Base: a voice file (qtts.core.model.voice_file), not ref_audio
     # Talker step budget, as the official max_new_tokens: at most max_new_tokens - 1 frames when the
     # row never emits EOS (the last sampled token never gets its residual codes).
     max_new_tokens: int = 2048

@@ -67,6 +67,15 @@ class CheckpointText:
     def identity(self) -> str:
         return checkpoint_identity(self.model_dir)
 
+    @functools.cached_property
+    def voice_identity(self) -> str | None:
+        from qtts.core.model.voice_identity import voice_identity
+
+        try:
+            return voice_identity(self.model_dir)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(f"{self.model_dir}: cannot read its encoders: {e}") from None
+
     def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
         from qtts.core.errors import UsageError
         from qtts.core.model.cpu_precision import auto_cpu_precision

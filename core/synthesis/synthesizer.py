@@ -243,7 +243,7 @@ class Synthesizer:
 
     def _prompt(self, tokens):
         if tokens.clone:
-            ref = self.references.get(tokens.ref_audio, tokens.ref_text)
+            ref = self.references.get(tokens.ref_audio, tokens.ref_text, tokens.voice)
             talker = self.model.talker
             return embed_clone_prompt(talker, self.config, tokens, ref.x_vector, ref.ref_code)
         return embed_prompt(self.model.talker, self.config, tokens)
@@ -471,4 +471,4 @@ class Synthesizer:
     def _ref_code(self, req: Request) -> torch.Tensor | None:
         if self.references is None:
             return None
-        return self.references.get(req.ref_audio, req.ref_text).ref_code
+        return self.references.get(req.ref_audio, req.ref_text, req.voice).ref_code

@@ -4,7 +4,8 @@ Owns reading a reference clip (soundfile; any format it reads) as 24 kHz mono fl
 librosa's default resampler), the checks that fail a row with a reason (missing, unreadable,
 silent, shorter than 1 s), the speech-tokenizer encoder (transformers' MimiModel built from
 speech_tokenizer/config.json `encoder_config` with the `encoder.*` weights; first 16 codebooks),
-and a per-job cache: each unique (ref_audio, ref_text, x_vector_only) is computed once.
+and a per-job cache: each unique (ref_audio, ref_text, x_vector_only) is computed once, and each
+voice file (qtts.core.model.voice_file) read once: its x-vector and codes stand in for the clip's.
 Knows files, waveforms and tensors; no prompts layout, no generation.
 """
 
@@ -125,7 +126,8 @@ class CloneReference:
 
 
 class ReferenceCache:
-    """Computes each unique (ref_audio, ref_text, x_vector_only) once per job; failures too."""
+    """Computes each unique (ref_audio, ref_text, x_vector_only) once per job, and reads each
+    (voice file, x_vector_only) once; failures too."""
 
     def __init__(
         self, speaker_encoder: SpeakerEncoder, speech_encoder: Callable[[], SpeechEncoder]
@@ -137,15 +139,22 @@ class ReferenceCache:
         self._audio: dict[str, np.ndarray | str] = {}
         self.computed = 0  # references built (for tests and logs)
 
-    def get(self, ref_audio: str | None, ref_text: str | None) -> CloneReference:
-        """ICL when ref_text is non-blank, else x-vector only. Raises ValueError(reason)."""
-        if not ref_audio:
+    def get(
+        self, ref_audio: str | None, ref_text: str | None, voice: str | None = None
+    ) -> CloneReference:
+        """ICL when ref_text is non-blank, else x-vector only; from the voice file `voice` when
+        given (ref_text: its transcript, or None for its x-vector alone). Raises
+        ValueError(reason)."""
+        if not ref_audio and not voice:
             raise ValueError("missing ref_audio: Base models clone a voice from reference audio")
         text = ref_text if ref_text and ref_text.strip() else None
-        key = (ref_audio, text, text is None)
+        key = ("voice", voice, text is None) if voice else (ref_audio, text, text is None)
         if key not in self._done:
             try:
-                self._done[key] = self._build(ref_audio, text)
+                if voice:
+                    self._done[key] = self._from_voice(voice, x_vector_only=text is None)
+                else:
+                    self._done[key] = self._build(ref_audio, text)
             except ValueError as e:
                 self._done[key] = str(e)
         got = self._done[key]
@@ -163,6 +172,23 @@ class ReferenceCache:
             code = self._speech_encoder.encode(wav)
         self.computed += 1
         return CloneReference(xvec, code, text)
+
+    def _from_voice(self, path: str, x_vector_only: bool) -> CloneReference:
+        """A voice file's reference, as _build would have made it from the clip (the row's
+        validation checked that the voice belongs to this model)."""
+        from qtts.core.model.voice_file import read_voice
+
+        voice = read_voice(path)  # VoiceFileError is a ValueError: the row fails with it
+        p = next(self.speaker_encoder.parameters())
+        if voice.x_vector.shape[0] != self.speaker_encoder.fc.out_channels:
+            raise ValueError(
+                f"voice {path} holds a {voice.x_vector.shape[0]}-wide speaker embedding; this "
+                f"model's is {self.speaker_encoder.fc.out_channels} wide"
+            )
+        xvec = torch.from_numpy(voice.x_vector).to(device=p.device, dtype=p.dtype)  # [H]
+        if x_vector_only or voice.ref_codes is None:
+            return CloneReference(xvec, None, None)
+        return CloneReference(xvec, torch.from_numpy(voice.ref_codes).long(), voice.transcript)
 
     def _wav(self, path: str) -> np.ndarray:
         if path not in self._audio:  # one read per file even when ICL and x-vector rows share it
@@ -187,14 +213,14 @@ def clone_inputs(cache: ReferenceCache, tokenizer, requests: list, tokens: list)
     kept, kept_tokens, failed = [], [], []
     for r, t in zip(requests, tokens, strict=True):
         try:
-            ref = cache.get(r.ref_audio, r.ref_text)
+            ref = cache.get(r.ref_audio, r.ref_text, r.voice)
         except ValueError as e:
             failed.append(RowFailure(r.id, str(e)))
             continue
         frames = 0 if ref.ref_code is None else int(ref.ref_code.shape[0])
         t = clone_tokens(t, tokenizer, ref.ref_text, frames)
         kept.append(r)
-        kept_tokens.append(replace(t, ref_audio=r.ref_audio, ref_text=r.ref_text))
+        kept_tokens.append(replace(t, ref_audio=r.ref_audio, ref_text=r.ref_text, voice=r.voice))
     return kept, kept_tokens, failed
 
 

@@ -10,15 +10,18 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import EXAMPLES, app
 from qtts.cli.errors import EXIT_CODES
+from qtts.cli.voice_command import EXAMPLES as VOICE_EXAMPLES
 from qtts.core.jobs.contract.choices import DEFAULT_MODEL
 
-COMMANDS = ["", "synth", "batch", "info", "bench", "plan", "results", "score", "doctor"]
+COMMANDS = ["", "synth", "batch", "info", "bench", "plan", "results", "score", "doctor", "voice"]
+SUBCOMMANDS = ["voice make", "voice design", "voice info"]
 SENTENCE_ENDS = (".", ":", ";", "!", "?")
-KEPT_LINES = {line.strip() for block in (EXAMPLES, EXIT_CODES) for line in block.splitlines()}
+KEPT_LINES = {line.strip() for block in (EXAMPLES, EXIT_CODES, VOICE_EXAMPLES)
+              for line in block.splitlines()}  # fmt: skip
 
 
 def render(command: str, width: int) -> str:
-    args = [command, "--help"] if command else ["--help"]
+    args = [*command.split(), "--help"]
     result = CliRunner().invoke(app, args, env={"COLUMNS": str(width), "TERMINAL_WIDTH": None})
     assert result.exit_code == 0, result.output
     return result.stdout
@@ -48,7 +51,7 @@ def early_breaks(text: str, width: int) -> list[str]:
 
 
 @pytest.mark.parametrize("width", [80, 120])
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", COMMANDS + SUBCOMMANDS)
 def test_help_flows_at_the_terminal_width(command, width):
     text = render(command, width)
     assert max(len(line) for line in text.splitlines()) <= width

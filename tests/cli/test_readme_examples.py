@@ -23,14 +23,14 @@ DOCS = sorted((README.parent / "docs").glob("*.md"))
 
 def _commands(*docs: Path) -> list[tuple[str, list[str]]]:
     """(subcommand, flags) of every `qtts <sub> ...` line in the code blocks of the README (and of
-    the given docs)."""
+    the given docs); a group's command is its two words (`voice make`)."""
     out, inside = [], False
     lines = [x for p in (README, *docs) for x in p.read_text("utf-8").splitlines()]
     for line in lines:
         if line.startswith("```"):
             inside = not inside
             continue
-        match = re.search(r"\bqtts (\w+)\b(.*)", line) if inside else None
+        match = re.search(r"\bqtts (voice \w+|\w+)\b(.*)", line) if inside else None
         if match and not line.lstrip().startswith("#"):
             out.append((match.group(1), re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", match.group(2))))
     return out
@@ -43,7 +43,7 @@ def test_the_readme_has_the_scale_out_recipes():
 
 @pytest.mark.parametrize(("sub", "flags"), _commands(*DOCS), ids=lambda v: str(v)[:40])
 def test_every_readme_flag_exists(sub, flags):
-    help_text = CliRunner().invoke(app, [sub, "--help"], terminal_width=200).output
+    help_text = CliRunner().invoke(app, [*sub.split(), "--help"], terminal_width=200).output
     for flag in flags:
         assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text), (
             f"qtts {sub} has no {flag}"

@@ -152,7 +152,7 @@ def test_changed_reference_audio_redoes_the_rows_that_clone_it(tmp_path, write_m
     sf.write(tmp_path / "b.wav", [0.2] * 24000, 24000)  # same path, new content
     r = qtts("batch", m, "-o", out, "--model", "fake-base")
     assert (summary(r)["ok"], summary(r)["skipped"]) == (2, 2)
-    assert "ref_audio content (2)" in redo_line(r)
+    assert "ref_audio or voice file content (2)" in redo_line(r)
     r = qtts("batch", m, "-o", out, "--model", "fake-base", "--x-vector-only")
     assert summary(r)["ok"] == 4 and "ref_text (4)" in redo_line(r)
 

@@ -24,12 +24,14 @@ ALLOWED = {
     "kernels": {"errors"},
     "engine": {"model", "kernels", "errors"},
     "synthesis": {"engine", "model", "kernels", "errors"},
-    "jobs": {"synthesis.requests", "model.config", "errors"},  # the torch-free contract types
+    # the torch-free contract types, and the voice file's header (validation reads it)
+    "jobs": {"synthesis.requests", "model.config", "model.voice_file", "errors"},
     "tiny": {"model", "synthesis", "errors"},
     "bench": {"engine", "model", "synthesis", "jobs", "kernels", "errors"},
     "capacity": {"bench", "engine", "model", "synthesis", "jobs", "errors"},  # qtts plan
     "doctor": {"bench", "engine", "model", "synthesis", "kernels", "errors"} | DOCTOR_ALSO,
     "quality": {"jobs", "model", "errors"},  # qtts score: reads out dirs through the jobs layer
+    "voices": {"jobs", "synthesis", "model", "errors"},  # qtts voice: a job speaks a design
     "cli": {
         "jobs",
         "synthesis",
@@ -38,6 +40,7 @@ ALLOWED = {
         "capacity",
         "doctor",
         "quality",
+        "voices",
         "engine",
         "kernels",
         "pkg",

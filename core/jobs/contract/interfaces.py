@@ -29,6 +29,9 @@ class TextModel(Protocol):
     defaults: GenerationDefaults
     sample_rate: int
     identity: str  # digest of what the checkpoint's files hold (config, tokenizer, weights)
+    # The identity its voice files carry (qtts.core.model.voice_identity); None: not a Base
+    # checkpoint. Read on first use: only jobs with a voice file pay for it.
+    voice_identity: str | None
     # Most text tokens a UTF-8 byte can give (a byte-level tokenizer: 1, times what Unicode
     # normalization may add); None when unknown: every length check then tokenizes.
     max_tokens_per_byte: float | None

@@ -40,7 +40,7 @@ class JobKind(Choice):
 
 # The fields a manifest row may give (qtts.core.jobs.rows.manifest reads them under these names).
 REQUIRED_FIELDS = ("id", "text")
-OPTIONAL_FIELDS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "seed")
+OPTIONAL_FIELDS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "seed", "voice")
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,18 @@ class VoiceOptions:
     ref_audio: str | None = None  # Base: reference clip for rows without one
     ref_text: str | None = None  # Base: its transcript (in-context cloning); none: x-vector only
     x_vector_only: bool = False  # Base: ignore every ref_text (x-vector cloning)
+    # Base: a voice file (qtts voice make) for rows with neither a voice nor a ref_audio
+    voice: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [
+            f for f, v in (("--ref-audio", self.ref_audio), ("--ref-text", self.ref_text)) if v
+        ]
+        if self.voice is not None and given:
+            raise UsageError(
+                f"--voice with {' and '.join(given)}: a voice file holds its reference and its "
+                "transcript; give one or the other"
+            )
 
 
 @dataclass(frozen=True)

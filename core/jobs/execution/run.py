@@ -41,6 +41,7 @@ from qtts.core.jobs.output.stores.registry import check_layout
 from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
+from qtts.core.jobs.rows.voices import check_voice_flag
 from qtts.core.jobs.state.jobfile import (
     check_input,
     read_job_file,
@@ -82,20 +83,24 @@ def read_rows(spec: JobSpec, manifest: ManifestSource | None = None) -> pa.Table
 
 
 def apply_reference_defaults(rows: pa.Table, spec: JobSpec) -> pa.Table:
-    """--ref-audio/--ref-text fill rows without their own; --x-vector-only drops every ref_text.
-    A command-line path is relative to the working directory (a manifest's to the manifest)."""
-    if spec.voice.ref_audio is not None:
-        audio = str(Path(spec.voice.ref_audio).expanduser().absolute())
-        rows = rows.set_column(
-            rows.schema.get_field_index("ref_audio"),
-            "ref_audio",
-            pc.fill_null(rows["ref_audio"], audio),
-        )
+    """--ref-audio/--ref-text, or --voice, fill rows with neither a ref_audio nor a voice of their
+    own (--ref-text: rows without a voice); --x-vector-only drops every ref_text. A command-line
+    path is relative to the working directory (a manifest's to the manifest)."""
+    own = pc.or_(pc.is_valid(rows["ref_audio"]), pc.is_valid(rows["voice"]))
+    for name, given in (("ref_audio", spec.voice.ref_audio), ("voice", spec.voice.voice)):
+        if given is not None:
+            path = pa.scalar(str(Path(given).expanduser().absolute()), pa.string())
+            rows = rows.set_column(
+                rows.schema.get_field_index(name), name, pc.if_else(own, rows[name], path)
+            )
     text = rows["ref_text"]
     if spec.voice.x_vector_only:
         text = pa.nulls(rows.num_rows, pa.string())
     elif spec.voice.ref_text is not None:
-        text = pc.fill_null(text, spec.voice.ref_text)
+        fill = pc.if_else(
+            pc.is_valid(rows["voice"]), pa.scalar(None, pa.string()), spec.voice.ref_text
+        )
+        text = pc.coalesce(text, fill)
     return rows.set_column(rows.schema.get_field_index("ref_text"), "ref_text", text)
 
 
@@ -159,6 +164,8 @@ def prepare_job(
         )
     model = open_text_model(spec.model.name)
     check_shared_voice(rows, model, spec.voice.row_defaults)
+    if spec.voice.voice is not None:
+        check_voice_flag(spec.voice.voice, model)
     try:
         options = generation_options(model.defaults, spec.sampling)
         budget = FrameBudget(
@@ -205,7 +212,14 @@ def prepare_job(
         log.info("%s: %d of %d rows", shard.describe(), own.num_rows, rows.num_rows)
     ref_dir = manifest.base_dir if manifest is not None else None
     refs = RefDigests(out)
-    prepared = prepare_rows(own, model, spec.voice.row_defaults, ref_dir=ref_dir, refs=refs)
+    prepared = prepare_rows(
+        own,
+        model,
+        spec.voice.row_defaults,
+        ref_dir=ref_dir,
+        refs=refs,
+        x_vector_only=spec.voice.x_vector_only,
+    )
     pa.default_memory_pool().release_unused()
     for message, count in prepared.warnings.items():
         log.warning("%s (%d row%s)", message, count, "" if count == 1 else "s")

@@ -72,6 +72,7 @@ RESULT_COLUMNS = (
     "instruct",
     "ref_audio",
     "ref_text",
+    "voice",
     "settings",
 )
 # The tries a row took, the seed it kept, its model-free measures and its loudness as normalized

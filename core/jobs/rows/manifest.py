@@ -27,7 +27,7 @@ from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_row
 from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 
-STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text")
+STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text", "voice")
 # What every reader returns; seed stays as the manifest typed it (validation checks it). Text is
 # a large_string: a dataset's texts pass 2 GiB, past a plain string column's 32-bit offsets.
 ROW_SCHEMA = pa.schema(

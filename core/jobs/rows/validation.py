@@ -3,10 +3,11 @@ before any weights are loaded.
 
 Owns the per-row checks of the dataset-job contract: unsafe id, empty text, unknown speaker or
 language (the reason comes from the model and lists what it supports), bad seed, missing reference
-audio for Base models, and (qtts.core.jobs.work.lengths) text too long for the frame budget. A null
-field takes the command-line default. Work is per distinct value, not per row: the model's voice
-check runs once per (speaker, language, instruct) combination and each reference clip is looked
-at once. Knows the TextModel interface; no tensors; writes nothing.
+audio for Base models, a voice file the model cannot use (qtts.core.jobs.rows.voices), and
+(qtts.core.jobs.work.lengths) text too long for the frame budget. A null field takes the
+command-line default. Work is per distinct value, not per row: the model's voice check runs once
+per (speaker, language, instruct) combination and each reference clip or voice file is looked at
+once. Knows the TextModel interface; no tensors; writes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.id_seeds import id_seeds
 from qtts.core.jobs.rows.ids import id_errors, patched
 from qtts.core.jobs.rows.manifest import BLANK
+from qtts.core.jobs.rows.voices import resolve_voices
 from qtts.core.jobs.state.records import text_digests
 from qtts.core.jobs.state.ref_digests import RefDigests
 
@@ -53,8 +55,10 @@ def prepare_rows(
     *,
     ref_dir: Path | None,
     refs: RefDigests,
+    x_vector_only: bool = False,
 ) -> Prepared:
-    """Resolve and check every row (ref_dir: where relative ref_audio paths point)."""
+    """Resolve and check every row (ref_dir: where relative ref_audio and voice paths point;
+    x_vector_only: a voice clones from its x-vector alone)."""
     warnings: Counter[str] = Counter()
     text = rows["text"]
     none = pa.scalar(None, pa.string())
@@ -64,12 +68,17 @@ def prepare_rows(
     seed, seed_error = _seeds(rows["seed"], defaults.seed, rows["id"])
     base = model.config.tts_model_type == "base"
     ref = _references(rows, ref_dir, refs) if base else None
+    clone = None  # rows naming a voice file: none (most jobs), so no column is made for them
+    if rows["voice"].null_count < rows.num_rows:
+        clone = resolve_voices(rows, model, ref_dir, refs, x_vector_only)
+        ref = _with_voices(rows, ref, clone) if base else ref
     error = pc.coalesce(
         id_errors(rows["id"]),
         text_error,
         voice["error"],
         seed_error,
         *([ref["error"]] if base else []),
+        *([clone["error"]] if clone and not base else []),
     )
     ok = pc.is_null(error)
     for item in pc.value_counts(pc.filter(voice["warning"], ok).drop_null()).to_pylist():
@@ -92,10 +101,19 @@ def prepare_rows(
             "ref_digest": ref["digest"] if base else nothing,
             "ref_text": ref["text"] if base else nothing,
             "ref_audio": ref["path"] if base else nothing,
+            "voice": clone["path"] if base and clone else nothing,
             "error": error,
         }
     )
     return Prepared(out, warnings)
+
+
+def _with_voices(rows: pa.Table, ref: dict, clone: dict) -> dict[str, pa.Array]:
+    """A Base row's reference: its voice file where it names one (no ref_audio then)."""
+    named = pc.is_valid(rows["voice"])
+    out = {k: pc.if_else(named, clone[k], ref[k]) for k in ("digest", "error", "text")}
+    out["path"] = pc.if_else(named, pa.scalar(None, pa.string()), ref["path"])
+    return out
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:

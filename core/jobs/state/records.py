@@ -60,7 +60,8 @@ RECORD_SCHEMA = pa.schema(
         ("seed", pa.int64()),
         ("ref_audio", pa.string()),
         ("ref_text", pa.string()),
-        ("ref_digest", pa.string()),  # content of the reference audio (Base models)
+        ("ref_digest", pa.string()),  # content of the reference audio or voice file (Base)
+        ("voice", pa.string()),  # the voice file it cloned (Base; ref_audio is then null)
         ("settings", pa.string()),  # digest of the job settings (fingerprint.JobFingerprint)
         ("split", pa.string()),  # the split settings it ran under (spec.SplitOptions.key)
         ("on_budget", pa.string()),  # the budget policy it ran under (spec.FailurePolicy.key)
@@ -71,7 +72,7 @@ RECORD_SCHEMA = pa.schema(
 )
 # Row inputs that, with `settings`, make the row's fingerprint (the text by its digest).
 INPUT_FIELDS = ("text_digest", "speaker", "language", "instruct", "seed", "ref_digest", "ref_text")
-ROW_FIELDS = ("id", "row", "text", *INPUT_FIELDS, "ref_audio")  # a row's fields in its record
+ROW_FIELDS = ("id", "row", "text", *INPUT_FIELDS, "ref_audio", "voice")  # its record's inputs
 OK, FAILED, PENDING = "ok", "failed", "pending"
 
 

@@ -45,6 +45,7 @@ REQUEST_FIELDS = (
     "seed",
     "ref_audio",
     "ref_text",
+    "voice",
 )
 
 

@@ -29,7 +29,8 @@ from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
-FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio content"}  # as users know them
+# as users know them
+FIELD_NAMES = {"text_digest": "text", "ref_digest": "ref_audio or voice file content"}
 
 
 @dataclass

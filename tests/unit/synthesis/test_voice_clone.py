@@ -174,3 +174,48 @@ def test_job_reference_defaults():
     assert (a["ref_text"], b["ref_audio"], b["ref_text"]) == ("cli text", "own.wav", "own")
     spec = JobSpec("batch", "m.parquet", out, voice=VoiceOptions(x_vector_only=True))
     assert apply_reference_defaults(rows, spec)["ref_text"].to_pylist() == [None, None]
+
+
+def _speaker_encoder(width: int = 16):
+    from qtts.core.model.config import SpeakerEncoderConfig
+    from qtts.core.model.speaker_encoder import SpeakerEncoder
+    from qtts.core.tiny.base_parts import speaker_encoder_config
+
+    return SpeakerEncoder(SpeakerEncoderConfig.from_dict(speaker_encoder_config(width)))
+
+
+def _voice_file(path: Path, width: int = 16, transcript: str | None = "its words") -> str:
+    from qtts.core.model.voice_file import IN_CONTEXT, X_VECTOR, Voice, write_voice
+
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 2048, size=(10, 16), dtype=np.int64) if transcript else None
+    xvec = rng.standard_normal(width).astype(np.float32)
+    mode = IN_CONTEXT if transcript else X_VECTOR
+    write_voice(path, Voice(mode, transcript, xvec, codes, "id", model_name="m"))
+    return str(path)
+
+
+def test_a_voice_file_stands_in_for_its_clip_and_is_read_once_a_mode(tmp_path, monkeypatch):
+    import qtts.core.model.voice_file as voice_file
+
+    path = _voice_file(tmp_path / "n.voice")
+    reads = []
+    real = voice_file.read_voice
+    monkeypatch.setattr(voice_file, "read_voice", lambda p: reads.append(p) or real(p))
+    cache = ReferenceCache(_speaker_encoder(), lambda: pytest.fail("a voice needs no encoder"))
+    for _ in range(2):
+        icl = cache.get(None, "its words", path)
+        x = cache.get(None, None, path)  # x-vector only: its embedding alone
+    stored = real(path)
+    assert torch.equal(icl.ref_code, torch.from_numpy(stored.ref_codes))
+    assert icl.ref_text == "its words" and (x.ref_code, x.ref_text) == (None, None)
+    assert torch.equal(x.x_vector, torch.from_numpy(stored.x_vector))  # the stored values
+    assert reads == [path, path] and cache.computed == 0  # no clip was embedded
+
+
+def test_a_voice_of_another_width_fails_its_rows_with_the_reason(tmp_path):
+    path = _voice_file(tmp_path / "wide.voice", width=32)
+    cache = ReferenceCache(_speaker_encoder(16), FakeSpeech)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="32-wide speaker embedding; this model's is 16 wide"):
+            cache.get(None, "its words", path)

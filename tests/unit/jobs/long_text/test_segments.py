@@ -25,7 +25,8 @@ OPTIONS = GenerationOptions(None, None)
 def _rows(*texts, seed=7) -> pa.Table:
     return pa.Table.from_pylist([
         {"id": f"r{i}", "row": i + 1, "text": t, "speaker": "ryan", "language": "english",
-         "instruct": None, "seed": seed + i, "ref_audio": None, "ref_text": None}
+         "instruct": None, "seed": seed + i, "ref_audio": None, "ref_text": None,
+         "voice": None}
         for i, t in enumerate(texts)
     ])  # fmt: skip
 

@@ -218,8 +218,8 @@ def test_column_flags():
     assert (names.column("id"), names.flag("id")) == ("id", None)
     assert names.flag("text") == "--text-column sentence"
     assert names.flag("speaker") == "--column speaker=spk"
-    with pytest.raises(UsageError, match="no manifest field 'voice'"):
-        ManifestColumns({"voice": "v"})
+    with pytest.raises(UsageError, match="no manifest field 'timbre'"):
+        ManifestColumns({"timbre": "v"})
 
 
 def test_a_path_with_wildcard_characters_that_exists_is_that_file(tmp_path):

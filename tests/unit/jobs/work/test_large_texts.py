@@ -46,6 +46,7 @@ def test_chunks_and_the_length_sample_work_past_2_gib():
     (req,) = chunk_requests(rows.slice(ROWS - 1).append_column(
         "speaker", pa.array(["ryan"])).append_column("language", pa.array(["auto"])).append_column(
         "instruct", pa.nulls(1, pa.string())).append_column("seed", pa.array([0])).append_column(
-        "ref_audio", pa.nulls(1, pa.string())).append_column("ref_text", pa.nulls(1, pa.string())),
+        "ref_audio", pa.nulls(1, pa.string())).append_column("ref_text", pa.nulls(1, pa.string())
+        ).append_column("voice", pa.nulls(1, pa.string())),
         model, FrameBudget(2048)).requests  # fmt: skip
     assert req.id == f"r{ROWS - 1}" and len(req.text) == SIZE

@@ -1,0 +1,82 @@
+"""Rows that clone a voice file (the `voice` column, or `--voice`): each distinct file resolved,
+read (its header only), checked against the model and digested once.
+
+A row's voice stands in for its reference clip: its record's ref_digest is the voice file's
+content digest (so a changed file redoes its rows: qtts.core.jobs.work.fingerprint) and its
+ref_text the voice's transcript (null in x-vector mode, or with --x-vector-only); ref_audio stays
+null. A row cannot give both: a voice with its own ref_audio or ref_text fails alone, as does a
+voice that is missing, no voice file, or made for another model. `--voice` itself is checked
+before any row (`check_voice_flag`): a bad one is a usage error.
+Knows voice file headers (qtts.core.model.voice_file) and the TextModel; no tensors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.errors import UsageError
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.state.ref_digests import RefDigests
+from qtts.core.model.voice_file import VoiceFileError, VoiceHeader, read_header, refusal
+
+WITH_REF_AUDIO = "voice and ref_audio both given: a row clones one of them"
+WITH_REF_TEXT = "ref_text given with a voice: the voice file holds its own transcript"
+
+
+def check_voice_flag(path: str, model: TextModel) -> None:
+    """--voice as given: a voice file this model can use, else a UsageError (exit 2)."""
+    try:
+        head = read_header(path)
+    except VoiceFileError as e:
+        raise UsageError(f"--voice: {e}") from None
+    problem = refusal(head, model.voice_identity, model.name)
+    if problem:
+        raise UsageError(f"--voice: {problem}")
+
+
+def resolve_voices(
+    rows: pa.Table, model: TextModel, ref_dir: Path | None, refs: RefDigests, x_vector_only: bool
+) -> dict[str, pa.Array]:
+    """Per row: the resolved voice path, its digest, its transcript (the row's ref_text) and the
+    reason it fails (null: none, or the row names no voice)."""
+    enc = pc.dictionary_encode(rows["voice"].combine_chunks(), null_encoding="encode")
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    found = [_resolve(v, model, ref_dir, refs) for v in enc.dictionary.to_pylist()]
+    take = pa.array(codes)
+    path, digest, error = (
+        pa.array([f[i] for f in found], pa.string()).take(take) for i in (0, 1, 3)
+    )
+    text = pa.array([None if x_vector_only else f[2] for f in found], pa.string()).take(take)
+    named = pc.is_valid(rows["voice"])
+    both = pc.and_(named, pc.is_valid(rows["ref_audio"]))
+    with_text = pc.and_(named, pc.is_valid(rows["ref_text"]))
+    none = pa.scalar(None, pa.string())
+    error = pc.coalesce(
+        pc.if_else(both, WITH_REF_AUDIO, none), pc.if_else(with_text, WITH_REF_TEXT, none), error
+    )
+    return {"path": path, "digest": digest, "text": text, "error": error}
+
+
+def _resolve(value: str | None, model: TextModel, ref_dir: Path | None, refs: RefDigests):
+    """(path, digest, transcript, error) of one distinct voice value."""
+    if value is None:
+        return None, None, None, None
+    path = Path(value).expanduser()
+    if not path.is_absolute() and ref_dir is not None:
+        path = ref_dir / path
+    try:
+        head: VoiceHeader = read_header(path)
+    except VoiceFileError as e:
+        return None, None, None, str(e)
+    problem = refusal(head, model.voice_identity, model.name)
+    if problem:
+        return None, None, None, problem
+    resolved = str(path.resolve())
+    try:
+        return resolved, refs.digest(resolved), head.transcript, None
+    except OSError as e:
+        return None, None, None, f"voice unreadable: {path}: {e.strerror or e}"
