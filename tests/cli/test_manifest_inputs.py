@@ -257,7 +257,7 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path, make, words):
     [
         (["--column", "speaker"], "give FIELD=NAME"),
         (["--column", "text=sentence"], "use --text-column"),
-        (["--column", "voice=spk"], "unknown field"),
+        (["--column", "timbre=spk"], "unknown field"),
         (["--column", "seed=a", "--column", "seed=b"], "maps 'seed' twice"),
     ],
 )

@@ -63,8 +63,8 @@ def test_a_wrong_column_name_is_refused_as_batch_refuses_it(manifests, tmp_path)
     assert one_error(p) == one_error(b) and "'sentense' (--text-column sentense)" in one_error(p)
     p = run("plan", renamed, *PLAN)  # no flags: the fields' own names are missing
     assert p.returncode == 2 and "missing required column(s) id, text" in one_error(p)
-    p = run("plan", renamed, "--column", "voice=spk", *PLAN)
-    assert p.returncode == 2 and "--column 'voice=spk'" in one_error(p)
+    p = run("plan", renamed, "--column", "timbre=spk", *PLAN)
+    assert p.returncode == 2 and "--column 'timbre=spk'" in one_error(p)
 
 
 def test_a_column_flag_needs_a_manifest(tmp_path):

@@ -72,14 +72,11 @@ def prepare_rows(
     if rows["voice"].null_count < rows.num_rows:
         clone = resolve_voices(rows, model, ref_dir, refs, x_vector_only)
         ref = _with_voices(rows, ref, clone) if base else ref
-    error = pc.coalesce(
-        id_errors(rows["id"]),
-        text_error,
-        voice["error"],
-        seed_error,
-        *([ref["error"]] if base else []),
-        *([clone["error"]] if clone and not base else []),
-    )
+    # A row's first error, in this order: its id, text, voice, seed, then its clone reference
+    errors = [id_errors(rows["id"]), text_error, voice["error"], seed_error]
+    errors += [ref["error"]] if base else []
+    errors += [clone["error"]] if clone and not base else []
+    error = pc.coalesce(*errors)
     ok = pc.is_null(error)
     for item in pc.value_counts(pc.filter(voice["warning"], ok).drop_null()).to_pylist():
         warnings[item["values"]] += item["counts"]
