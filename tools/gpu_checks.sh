@@ -23,16 +23,16 @@
 #   bash tools/gpu_checks.sh peers     # the peers side by side (tools/peers_bench.py)
 #   bash tools/gpu_checks.sh first     # a fresh session's one call (issue: the product at the
 #                                      # card's speed): the real job against the bench on 2,048
-#                                      # rows (WAV files and WebDataset, each run 60 s, each
+#                                      # rows (WAV files and WebDataset, each run 55 s, each
 #                                      # summary's time split), the peers on 128 rows with and
-#                                      # without their warm-ups, one decode step profiled at 256
-#                                      # slots, the steady bench at 256, the speech decoder
-#                                      # probe (530 s of limits, device timeout_s 590)
+#                                      # without their warm-ups, the steady bench at 256 (0.6b,
+#                                      # 1.7b), one decode step profiled at 256 slots (525 s of
+#                                      # limits, device timeout_s 590)
 #   bash tools/gpu_checks.sh second    # its follow-up on the warm machine: the FLAC job, the
-#                                      # start-up with the vocoder's graphs captured ahead
-#                                      # (the old way) against as first met, the 1.7b steady
-#                                      # bench, qtts doctor, tests/gpu (270 s of limits, device
-#                                      # timeout_s 290)
+#                                      # steady bench with the decoder's convolutions timed on
+#                                      # the card, the start-up with the vocoder's graphs as
+#                                      # first met, ahead and capped, the decoder probe,
+#                                      # tests/gpu (270 s of limits, device timeout_s 290)
 #   bash tools/gpu_checks.sh startup   # the start-up alone: a 128-row job with the vocoder's
 #                                      # graphs captured as first met, captured ahead, and only
 #                                      # below QTTS_VOCODER_GRAPH_MAX rows x frames
@@ -233,31 +233,37 @@ peers)
   ;;
 first)
   # A fresh session's one call (device timeout_s 590) for the product at the card's speed, the
-  # most important figures first, each under its own limit: 230 + 200 + 40 + 60 + 40 = 570 s
-  # at most, setup about 15 s more. Within 230 s: the checkpoint (about 20 s, at most 70), the
-  # warm-up (64 rows), the bench on 2,048 rows and two jobs, each run 60 s. The peers: qtts,
+  # most important figures first, each under its own limit: 210 + 180 + 55 + 35 + 45 = 525 s
+  # at most, setup about 15 s more. Within 210 s: the checkpoint (about 20 s, at most 70), the
+  # warm-up (64 rows), the bench on 2,048 rows and two jobs, each run 55 s. The peers: qtts,
   # faster-qwen3-tts-batch and the official code (the single-row peer's figure is known).
   setup
-  job_run 230 60 warmup,bench,files,webdataset
-  check "peers 0.6b" peers.log timeout -k 5 200 \
+  job_run 210 55 warmup,bench,files,webdataset
+  check "peers 0.6b" peers.log timeout -k 5 180 \
     python3 tools/peers_bench.py all --out /tmp/peers --size 0.6b --rows 128 --frames 128 \
-      --systems qtts,faster_batch,official --kinds base --budget 192
+      --systems qtts,faster_batch,official --kinds base --budget 172
   cp /tmp/peers/peers.json "$OUT/" 2>/dev/null || true
-  check "decode step profile 0.6b at 256 slots" step_profile.log timeout -k 5 40 \
+  steady_bench_with_vocoder 0.6b 55
+  check "decode step profile 0.6b at 256 slots" step_profile.log timeout -k 5 35 \
     python3 tools/step_profile.py --size 0.6b --slots 256
-  steady_bench_with_vocoder 0.6b 60
-  check "vocoder probe" probe.log timeout -k 5 40 \
-    python3 tools/vocoder_probe.py --size 0.6b --rows 8
+  steady_bench_with_vocoder 1.7b 45
   finish
   ;;
 second)
-  # After `first`, on the same warm machine (its checkpoint and rows in /tmp): 60 + 60 + 60 +
-  # 90 s of limits (device timeout_s 290; tests/gpu gets what is left of its 90 s).
+  # After `first`, on the same warm machine (its checkpoint and rows in /tmp): 50 + 55 + 75 +
+  # 30 + 60 = 270 s of limits (device timeout_s 290): the FLAC job, the steady bench with each
+  # decoder convolution timed on the card (QTTS_DECODER_CONVS=timed; this process times, the
+  # choices kept in $QTTS_CACHE_DIR), the start-up three ways, the decoder probe, tests/gpu.
   setup
-  flac_job 60
-  startup_runs 60
-  steady_bench_with_vocoder 1.7b 60
-  check "tests/gpu" gpu_tests.log timeout -k 5 90 \
+  flac_job 50
+  check "bench 0.6b 256 x 8 passes, convolutions timed" bench_timed_convs.log \
+    timeout -k 5 55 env QTTS_DECODER_CONVS=timed QTTS_CACHE_DIR=/tmp/qtts-cache \
+      python3 -m qtts bench --size 0.6b --batch-sizes 256 --frames 128 --passes 8
+  cp /tmp/qtts-cache/conv_choices.json "$OUT/" 2>/dev/null || true
+  startup_runs 75
+  check "vocoder probe" probe.log timeout -k 5 30 \
+    python3 tools/vocoder_probe.py --size 0.6b --rows 8
+  check "tests/gpu" gpu_tests.log timeout -k 5 60 \
     python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/gpu
   finish
   ;;

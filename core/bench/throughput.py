@@ -214,7 +214,7 @@ def run_one(
     sync(dev)
     built = time.perf_counter() - built
     # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
-    decoder = with_kernels(decoder, gemm=tuning.decoder_gemm)
+    decoder = with_kernels(decoder, gemm=tuning.decoder_gemm, choices=tuning.decoder_conv_choices)
     stream = decode_stream(dev) if tuning.decode_priority else None
     cuda = dev.type == "cuda"
     vocoding = vocoder_stream(dev, tuning.vocoder_sms) if cuda else None

@@ -27,7 +27,9 @@ def vocoder_window(run: DoctorRun) -> Check:
     dev = run.device
     dt = parse_dtype("auto", dev)
     tuning = EngineTuning.for_device(dev)
-    decoder = with_kernels(doctor_models(run)[2], gemm=tuning.decoder_gemm)  # as a job decodes
+    decoder = with_kernels(  # as a job decodes
+        doctor_models(run)[2], gemm=tuning.decoder_gemm, choices=tuning.decoder_conv_choices
+    )
     graphs = tuning.cuda_graphs
     rows, frames = WINDOW_ROWS[dev.type], CHUNK_FRAMES + LEFT_CONTEXT
     forward = GraphedVocoder(decoder, rows) if graphs else decoder

@@ -95,7 +95,9 @@ class Synthesizer:
         # The speech decoder's windows replay CUDA graphs where decode steps do (one per window
         # shape, captured as each is first met); elsewhere the decoder runs eagerly. Its kernels
         # serve it on CUDA either way.
-        decoder = with_kernels(decoder, gemm=self.tuning.decoder_gemm)
+        decoder = with_kernels(
+            decoder, gemm=self.tuning.decoder_gemm, choices=self.tuning.decoder_conv_choices
+        )
         # One stream for the vocoder's work, for the synthesizer's life: the graphs' static
         # buffers outlive one synthesize call, so they must not belong to a recycled stream.
         cuda = device.type == "cuda"

@@ -131,7 +131,7 @@ def _vocoder_window_with_fake_graphs(monkeypatch, fail: bool):
             return SimpleNamespace(replay=lambda: (replays.append(key), window(key)))
 
     monkeypatch.setattr(vocoder_graphs, "CudaGraphs", FakeCudaGraphs)
-    graphed = SimpleNamespace(cuda_graphs=True, decoder_gemm=True)
+    graphed = SimpleNamespace(cuda_graphs=True, decoder_gemm=True, decoder_conv_choices=None)
     monkeypatch.setattr(check.EngineTuning, "for_device", lambda device: graphed)
     run = DoctorRun(torch.device("cpu"), "small")
     run.measured["models"] = (None, None, tiny_decoder())

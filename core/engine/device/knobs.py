@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from qtts.core.errors import UsageError
 from qtts.core.model.cpu_precision import read_bf16_knob
@@ -23,6 +24,8 @@ GENERATORS = ("engine", "naive")
 CPU_THREADS = ("auto", "serial", "split", "overlap")
 # When the speech decoder's window graphs are captured (core/engine/vocoder/vocoder_graphs.py).
 VOCODER_CAPTURES = ("lazy", "ahead")
+# How the speech decoder's convolutions pick their way (core/engine/vocoder/conv_choice.py).
+DECODER_CONVS = ("fixed", "timed")
 RETIRED = {
     "QTTS_FUSED": "QTTS_LAYER_PATH=fused|module",
     "QTTS_PACKED": "QTTS_LAYER_PATH=packed|module",
@@ -57,6 +60,9 @@ class Knobs:
     # QTTS_VOCODER_GRAPH_MAX: windows of more rows x frames than this run eagerly (their device
     # time hides their launches); None: every window replays a graph
     vocoder_graph_max: int | None
+    # QTTS_DECODER_CONVS=timed: each speech-decoder convolution a product can compute takes the
+    # way timed fastest on the card, kept in the file `conv_choices` names; None: fixed ways
+    conv_choices: str | None
 
 
 def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
@@ -76,7 +82,19 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         vocoder_sms=_count(env, "QTTS_VOCODER_SMS", "SMs"),
         vocoder_capture=_pick(env, "QTTS_VOCODER_CAPTURE", VOCODER_CAPTURES, "lazy"),
         vocoder_graph_max=_count(env, "QTTS_VOCODER_GRAPH_MAX", "rows x frames"),
+        conv_choices=_conv_choices(env),
     )
+
+
+def _conv_choices(env: Mapping[str, str]) -> str | None:
+    """The file of timed convolution choices under QTTS_DECODER_CONVS=timed: in
+    $QTTS_CACHE_DIR, else $XDG_CACHE_HOME/qtts, else ~/.cache/qtts; None for fixed ways."""
+    if _pick(env, "QTTS_DECODER_CONVS", DECODER_CONVS, "fixed") == "fixed":
+        return None
+    if env.get("QTTS_CACHE_DIR", "").strip():
+        return str(Path(env["QTTS_CACHE_DIR"].strip()) / "conv_choices.json")
+    root = Path(env.get("XDG_CACHE_HOME", "").strip() or Path.home() / ".cache")
+    return str(root / "qtts" / "conv_choices.json")
 
 
 def _count(env: Mapping[str, str], name: str, unit: str) -> int | None:

@@ -85,6 +85,10 @@ class EngineTuning:
     # window's device time is long enough, its launches hide behind it and a graph buys nothing
     # but capture time and memory. Off until a GPU run shows where that line lies.
     vocoder_graph_max: int | None = None
+    # Where the speech decoder's timed convolution choices are kept (QTTS_DECODER_CONVS=timed:
+    # each convolution in the way timed fastest on the card, core/engine/vocoder/conv_choice.py);
+    # None: the fixed ways above (decoder_gemm). Off until a GPU run shows the choice pays.
+    decoder_conv_choices: str | None = None
 
     @classmethod
     def for_device(
@@ -96,7 +100,7 @@ class EngineTuning:
         """The defaults for `device` and the weights' `dtype`, with the environment's knobs
         (docs/engine-tuning.md) applied: QTTS_CUDA_GRAPHS, QTTS_LAYER_PATH, QTTS_SAMPLER,
         QTTS_CPU_THREADS, QTTS_DECODE_PRIORITY, QTTS_DECODER_GEMM, QTTS_VOCODER_JOIN,
-        QTTS_VOCODER_SMS, QTTS_VOCODER_CAPTURE, QTTS_VOCODER_GRAPH_MAX."""
+        QTTS_VOCODER_SMS, QTTS_VOCODER_CAPTURE, QTTS_VOCODER_GRAPH_MAX, QTTS_DECODER_CONVS."""
         knobs = read_knobs(env)
         cuda = torch.device(device).type == "cuda"
         budget = None if cuda else cpu_budget(env=env)
@@ -119,6 +123,7 @@ class EngineTuning:
             vocoder_sms=knobs.vocoder_sms if cuda else None,
             vocoder_capture=knobs.vocoder_capture,
             vocoder_graph_max=knobs.vocoder_graph_max,
+            decoder_conv_choices=knobs.conv_choices if cuda else None,
         )
 
     def __post_init__(self):

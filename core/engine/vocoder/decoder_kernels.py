@@ -15,11 +15,16 @@ On a CPU nothing changes: the modules keep their own layers there.
   alone), and these are the ones whose products stay small. Every later convolution (the first
   block's residual units at 768 channels, the second block's transposed conv, and all narrower ones
   at 2-24 kHz) stays with cuDNN, where an im2col copy would be several times the activation.
+- Timed (QTTS_DECODER_CONVS=timed): every convolution a product can compute takes the way that
+  ran fastest on this card at its size, timed once and kept in a file (conv_choice.py).
 Knows which modules take which op; no shapes, no graphs.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from qtts.core.engine.vocoder.conv_choice import Choices, timed_conv
 from qtts.core.engine.vocoder.conv_gemm import causal_conv, causal_conv_transpose
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.codec_modules import (
@@ -31,14 +36,26 @@ from qtts.core.model.codec_modules import (
 from qtts.kernels.snake_beta import snake_beta
 
 
-def with_kernels(decoder: SpeechDecoder, *, gemm: bool = True) -> SpeechDecoder:
+def with_kernels(
+    decoder: SpeechDecoder, *, gemm: bool = True, choices: str | Path | None = None
+) -> SpeechDecoder:
     """decoder, served on CUDA by the one-pass SnakeBeta and, with `gemm`, by matrix products
-    for its frame-rate convolutions (`frame_rate_convs`); without, those are cuDNN's again."""
+    for its frame-rate convolutions (`frame_rate_convs`); without, those are cuDNN's again.
+    With `choices` (a file: the engine tuning's decoder_conv_choices), every convolution a
+    product can compute takes the way timed fastest on the card (conv_choice.py), the ways
+    above being what a size met inside a graph capture, untimed, falls back to."""
     for module in decoder.modules():
         if isinstance(module, SnakeBeta):
             module.cuda_op = _snake_beta
-    for conv in frame_rate_convs(decoder):
+    frame_rate = frame_rate_convs(decoder)
+    for conv in frame_rate:
         conv.cuda_op = (_conv if isinstance(conv, CausalConv1d) else _conv_t) if gemm else None
+    if choices is not None:
+        kept = Choices(Path(choices))
+        for conv in decoder.modules():
+            if isinstance(conv, (CausalConv1d, CausalConvTranspose1d)):
+                fallback = "product" if gemm and any(conv is f for f in frame_rate) else "cudnn"
+                conv.cuda_op = timed_conv(conv, kept, fallback) or conv.cuda_op
     return decoder
 
 
