@@ -53,11 +53,11 @@ def filled_engine(size: str, slots: int, dev: torch.device, dtype: torch.dtype):
         random_models,
         synthetic_tokens,
     )
-    from qtts.core.engine.loop.build import EngineShape, build_engine
     from qtts.core.engine.step.slots import SlotFill
     from qtts.core.engine.step.views import view_length
     from qtts.core.model.config import SamplingParams
-    from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
+    from qtts.core.synthesis.engine_driver import EngineDriver, EngineShape
+    from qtts.core.synthesis.prompt import embed_prompt
 
     config, model, decoder = random_models(size, dev, dtype)
     mode = fast_mode(dev, dtype)
@@ -65,18 +65,9 @@ def filled_engine(size: str, slots: int, dev: torch.device, dtype: torch.dtype):
     (group,) = plan.groups
     params = SamplingParams(do_sample=True, temperature=0.9, top_k=50, top_p=1.0,
                             repetition_penalty=1.05)  # fmt: skip
-    talker = model.talker
-    engine, step = build_engine(
-        model,
-        config,
-        EngineShape.of(group),
-        tts_pad=pad_embedding(talker, config),
-        talker=params,
-        subtalker=params,
-        dtype=dtype,
-        device=dev,
-        tuning=mode_tuning(mode, dev, dtype),
-    )
+    driver = EngineDriver(model, config, dev, mode_tuning(mode, dev, dtype))
+    engine_pass = driver.build(EngineShape.of(group), talker=params, subtalker=params)
+    engine, step, talker = engine_pass.engine, engine_pass.step, model.talker
     vocab = config.talker.text_vocab_size
     prompts = [embed_prompt(talker, config, synthetic_tokens(i, vocab, 24)) for i in range(slots)]
     s = engine.state

@@ -23,13 +23,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qtts.core.engine.device.tuning import EngineTuning
-from qtts.core.engine.loop.build import EngineShape, build_engine
 from qtts.core.engine.loop.engine import Engine
 from qtts.core.engine.step.slots import SlotFill
 from qtts.core.model.config import ModelConfig, SamplingParams
 from qtts.core.model.sizes import model_config
 from qtts.core.model.talker import build_model
-from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
+from qtts.core.synthesis.engine_driver import EngineDriver, EngineShape
+from qtts.core.synthesis.prompt import PromptTokens, embed_prompt
 
 PHASES = ("talker_layers", "predictor_passes", "sampling", "other")
 # Ops known to launch more than one kernel on CUDA. qtts::decode_attention and
@@ -106,17 +106,8 @@ def meta_engine(model: str | ModelConfig, slots: int, tuning: EngineTuning | Non
         model = build_model(config).to(device="meta", dtype=torch.bfloat16).eval()
     tuning = tuning or replace(EngineTuning.for_device("cuda", env={}), cuda_graphs=False)
     shape = EngineShape(slots, COUNT_VIEW + 64, 128, 1)
-    eng, _ = build_engine(
-        model,
-        config,
-        shape,
-        tts_pad=pad_embedding(model.talker, config),
-        talker=COUNT_PARAMS,
-        subtalker=COUNT_PARAMS,
-        dtype=torch.bfloat16,
-        device="meta",
-        tuning=tuning,
-    )
+    driver = EngineDriver(model, config, "meta", tuning)
+    eng = driver.build(shape, talker=COUNT_PARAMS, subtalker=COUNT_PARAMS).engine
     speaker = 0 if config.uses_speaker else None
     tokens = PromptTokens([0] * COUNT_PROMPT, None, [0] * 4, speaker)
     prompt = embed_prompt(model.talker, config, tokens)

@@ -19,22 +19,12 @@ import torch
 from qtts.core.bench.part_clock import PartClock, sync
 from qtts.core.bench.step_parts import step_parts
 from qtts.core.engine.device.tuning import EngineTuning
-from qtts.core.engine.vocoder.decoder_kernels import with_kernels
-from qtts.core.engine.vocoder.vocoder_graphs import GraphedVocoder
-from qtts.core.engine.vocoder.vocoder_windows import decode_bucketed, padding_waste
+from qtts.core.engine.vocoder.vocoder_windows import padding_waste
 from qtts.core.model.codec import SpeechDecoder
 from qtts.core.model.config import SamplingParams
 from qtts.core.model.sizes import decoder_config, model_config
 from qtts.core.model.talker import build_model
-from qtts.core.synthesis.decode_overlap import (
-    decode_stream,
-    overlapped,
-    prioritized,
-    vocoder_stream,
-)
-from qtts.core.synthesis.device_gate import DeviceGate
-from qtts.core.synthesis.prompt import PromptTokens, embed_prompt, pad_embedding
-from qtts.core.synthesis.synthesis_clock import SynthesisClock
+from qtts.core.synthesis.prompt import PromptTokens, embed_prompt
 
 SAMPLES_PER_FRAME, SAMPLE_RATE = 1920, 24000
 TEXT_LEN = 24  # text tokens per bench row
@@ -128,9 +118,10 @@ class BenchResult:
     steady_audio_s_per_s: float | None = None
     # Where the time went around the timed run: the command's imports and random weights
     # (`start_s`, set by core/bench/size_runs.py), the engine's build before the run (its
-    # decode graphs, the kernel compiles of their warm-up), the vocoder's graph captures as each
-    # window shape was first met (inside the run, on its thread), the run up to its last decode
-    # step, and the drain after it (tail_s).
+    # decode graphs, the kernel compiles of their warm-up; the vocoder's window graphs too with
+    # QTTS_VOCODER_CAPTURE=ahead, as a job captures them before decoding), the vocoder's graph
+    # captures as each window shape was first met (inside the run, on its thread), the run up
+    # to its last decode step, and the drain after it (tail_s).
     time_split: dict = field(default_factory=dict)
 
     def row(self) -> dict:
@@ -178,8 +169,9 @@ def run_one(
     text_len=TEXT_LEN,
     vocoder_on=True,
 ) -> BenchResult:
-    from qtts.core.engine.loop.build import EngineShape, build_engine
-    from qtts.core.engine.loop.scheduler import EngineRequest, run_continuous
+    from qtts.core.engine.loop.scheduler import EngineRequest
+    from qtts.core.synthesis.engine_driver import EngineDriver, EngineShape
+    from qtts.core.synthesis.vocoding import Vocoding
 
     dev = torch.device(device)
     if mode not in MODES:
@@ -196,40 +188,19 @@ def run_one(
     params = SamplingParams(  # the checkpoints' sampling defaults
         do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
     )
+    tuning = mode_tuning(mode, dev, talker.codec_head.weight.dtype)
+    driver = EngineDriver(model, config, dev, tuning)  # a capture that fails raises
     # Graphs are captured here, before the vocoder thread exists (as qtts batch).
-    tuning = mode_tuning(mode, dev, model.talker.codec_head.weight.dtype)
     sync(dev)
     built = time.perf_counter()
-    engine, step = build_engine(
-        model,
-        config,
-        EngineShape.of(group),
-        tts_pad=pad_embedding(talker, config),
-        talker=params,
-        subtalker=params,
-        dtype=talker.codec_head.weight.dtype,
-        device=dev,
-        tuning=tuning,
+    engine_pass = driver.build(
+        EngineShape.of(group), talker=params, subtalker=params, fixed_length=True
     )
+    vocoding = Vocoding(decoder, driver, plan.vocoder_batch)  # as the synthesizer's
+    vocoding.plan(plan.vocoder_batch)
     sync(dev)
     built = time.perf_counter() - built
-    # As the synthesizer: the decoder's kernels on CUDA, the decode loop's stream prioritized.
-    decoder = with_kernels(decoder, gemm=tuning.decoder_gemm, choices=tuning.decoder_conv_choices)
-    stream = decode_stream(dev) if tuning.decode_priority else None
-    cuda = dev.type == "cuda"
-    vocoding = vocoder_stream(dev, tuning.vocoder_sms) if cuda else None
-    split = vocoding if tuning.vocoder_sms else None  # its graphs captured there: the SM limit
-    vocoder = (
-        GraphedVocoder(
-            decoder,
-            plan.vocoder_batch,
-            capture_stream=split,
-            graph_max=tuning.vocoder_graph_max,
-        )
-        if tuning.cuda_graphs
-        else decoder
-    )
-    engine.suppress[engine.eos] = True  # fixed length: EOS never wins
+    engine = engine_pass.engine
     engine_requests = [
         EngineRequest(key=i, prompt=p, budget=frames + 1, seed=i) for i, p in enumerate(prompts)
     ]
@@ -239,64 +210,48 @@ def run_one(
     finished: list[tuple[float, int]] = []  # (when its audio was done, frames) per group
     prefill = PartClock(dev, ["prefill"])  # the engine's prefill passes, synced at their edges
     engine.timer = prefill
-    if dev.type == "cuda":
+    cuda = dev.type == "cuda"
+    if cuda:
         torch.cuda.reset_peak_memory_stats()
     sync(dev)
     start = time.perf_counter()
     total_frames = 0
-    gate = DeviceGate()
 
     def vocode(done) -> int:  # on the vocoder thread, overlapping the decode loop (as qtts batch)
-        if not vocoder_on:  # decode only: the frames made, nothing else on the device
-            finished.append((time.perf_counter(), sum(int(d.codes.shape[0]) for d in done)))
-            return finished[-1][1]
-        t = time.perf_counter()
-        wavs = []
-        for i in range(0, len(done), plan.vocoder_batch):  # the plan's micro-batch
-            batch = [d.codes for d in done[i : i + plan.vocoder_batch]]
-            with gate.yielding():  # as the synthesizer: the gate per micro-batch, copies included
-                audio = decode_bucketed(decoder, batch, vocoder)
-                wavs += [a.float().cpu().numpy() for a in audio]
-                del audio
-        timers["vocoder"] += time.perf_counter() - t
-        lengths.extend(int(d.codes.shape[0]) for d in done)
-        room = max(MEASURED_ROWS - len(measured), 0)  # kept to measure after the timed loop
-        codes = [d.codes.cpu().numpy() for d in done[:room]]
-        measured.extend(zip(wavs[:room], codes, strict=True))
-        if write:
-            from qtts.core.jobs.output.writer import encode_audio
-
+        if vocoder_on:  # else decode only: the frames made, nothing else on the device
             t = time.perf_counter()
-            for w in wavs:
-                encode_audio(w, SAMPLE_RATE, "wav")
-            timers["writing"] += time.perf_counter() - t
+            wavs = vocoding.in_micro_batches([d.codes for d in done], vocoding.decode)
+            timers["vocoder"] += time.perf_counter() - t
+            lengths.extend(int(d.codes.shape[0]) for d in done)
+            room = max(MEASURED_ROWS - len(measured), 0)  # kept to measure after the timed loop
+            codes = [d.codes.cpu().numpy() for d in done[:room]]
+            measured.extend(zip(wavs[:room], codes, strict=True))
+            if write:
+                from qtts.core.jobs.output.writer import encode_audio
+
+                t = time.perf_counter()
+                for w in wavs:
+                    encode_audio(w, SAMPLE_RATE, "wav")
+                timers["writing"] += time.perf_counter() - t
         finished.append((time.perf_counter(), sum(int(d.codes.shape[0]) for d in done)))
         return finished[-1][1]
 
     decoded_at = start  # when the loop handed over its last group
-    # The engine's own (packed, eager) step where no graphs replay, counted as a job counts it
-    clock = SynthesisClock()
-    counted = clock.counting_step(step or engine.decode_step, group.slots)
-
     vocoded_before = 0.0  # the vocoder's and writing's seconds before that (inline: the loop's)
 
     def handed_over():
         nonlocal decoded_at, vocoded_before
-        for group in run_continuous(engine, engine_requests, step=counted):
+        for group in engine_pass.run(engine_requests):
             decoded_at = time.perf_counter()
             vocoded_before = timers["vocoder"] + timers["writing"]
             yield group
 
-    for frames_done in overlapped(
-        prioritized(handed_over(), stream), vocode, dev, gate=gate,
-        inline=not tuning.vocoder_thread,
-        stream=vocoding,
-    ):  # fmt: skip
+    for frames_done in driver.overlapped(handed_over(), vocode):
         total_frames += frames_done
     sync(dev)
     end = time.perf_counter()
     res.wall_s = end - start
-    steps = clock.decode_steps
+    steps = driver.clock.decode_steps
     res.steps, res.tail_s = steps, round(end - decoded_at, 4)
     engine.timer = None
     timers["prefill"] = prefill.totals["prefill"]
@@ -314,11 +269,11 @@ def run_one(
     res.groups, res.steady_audio_s_per_s = len(finished), steady_rate(finished)
     res.vocoder_s_per_audio_s = round(timers["vocoder"] / max(res.audio_s, 1e-9), 4)
     res.vocoder_padding = round(padding_waste(lengths), 4)
-    graphed = vocoder if vocoder is not decoder else None
+    clock = driver.clock
     res.time_split = {
         "build_s": round(built, 3),
-        "vocoder_graphs": graphed.captures if graphed is not None else 0,
-        "vocoder_graphs_s": round(graphed.capture_s, 3) if graphed is not None else 0.0,
+        "vocoder_graphs": clock.vocoder_graphs,
+        "vocoder_graphs_s": round(clock.vocoder_first_met_s, 3),
         "decoding_s": round(decoded_at - start, 3),
         "drain_s": round(end - decoded_at, 3),
     }
@@ -329,7 +284,7 @@ def run_one(
         import resource
 
         res.peak_mem_gb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
-    res.step_ms, view = profile_step(engine, step, prompts[:batch])
+    res.step_ms, view = profile_step(engine, engine_pass.step, prompts[:batch])
     res.view = view
     return res
 

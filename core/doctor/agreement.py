@@ -48,7 +48,7 @@ def _tuning(device, dtype=torch.float32, **changes) -> EngineTuning:
 def _forced(models, device, tuning, codes) -> dict:
     config, model, _ = models
     work = Workload(len(codes), len(codes), max(int(c.shape[0]) for c in codes))
-    engine, _ = build(models, device, tuning, work)
+    engine = build(models, device, tuning, work).engine
     return forced_logits(engine, prompts(config, model, work.rows), codes)
 
 

@@ -13,11 +13,11 @@ import torch
 
 from qtts.core.bench.throughput import TEXT_LEN, synthetic_tokens
 from qtts.core.engine.device.tuning import EngineTuning
-from qtts.core.engine.loop.build import EngineShape, build_engine
-from qtts.core.engine.loop.scheduler import EngineRequest, run_continuous
+from qtts.core.engine.loop.scheduler import EngineRequest
 from qtts.core.model.config import SamplingParams
+from qtts.core.synthesis.engine_driver import EngineDriver, EnginePass, EngineShape
 from qtts.core.synthesis.memory_plan import plan_rows
-from qtts.core.synthesis.prompt import embed_prompt, pad_embedding
+from qtts.core.synthesis.prompt import embed_prompt
 
 GREEDY = SamplingParams(  # the checkpoints' defaults, argmax
     do_sample=False, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05
@@ -64,8 +64,8 @@ def prompts(config, model, rows: int) -> list:
     return [embed_prompt(model.talker, config, t) for t in _tokens(config, rows)]
 
 
-def build(models, device: torch.device, tuning: EngineTuning, work: Workload):
-    """(engine, graphed step or None) for `work`, shaped by the memory plan for these tuning."""
+def build(models, device: torch.device, tuning: EngineTuning, work: Workload) -> EnginePass:
+    """An engine pass for `work`, shaped by the memory plan for these tuning; EOS suppressed."""
     config, model, decoder = models
     plan = plan_rows(
         config,
@@ -78,32 +78,19 @@ def build(models, device: torch.device, tuning: EngineTuning, work: Workload):
         batch_size=work.slots,
     )
     (group,) = plan.groups  # every row has the same shape
-    talker = model.talker
-    engine, step = build_engine(
-        model,
-        config,
-        EngineShape.of(group),
-        tts_pad=pad_embedding(talker, config),
-        talker=GREEDY,
-        subtalker=GREEDY,
-        dtype=talker.codec_head.weight.dtype,
-        device=device,
-        tuning=tuning,
-    )
-    engine.suppress[engine.eos] = True
-    return engine, step
+    driver = EngineDriver(model, config, device, tuning)  # a capture that fails raises
+    return driver.build(EngineShape.of(group), talker=GREEDY, subtalker=GREEDY, fixed_length=True)
 
 
 def greedy_codes(models, device, tuning: EngineTuning, work: Workload) -> list[torch.Tensor]:
     """Each row's int64 [frames, 16] codes (CPU), by continuous batching over work.slots."""
     config, model, _ = models
-    engine, step = build(models, device, tuning, work)
     engine_requests = [
         EngineRequest(key=i, prompt=p, budget=work.frames + 1, seed=i)
         for i, p in enumerate(prompts(config, model, work.rows))
     ]
     codes: dict[int, torch.Tensor] = {}
-    for done in run_continuous(engine, engine_requests, step=step):
+    for done in build(models, device, tuning, work).run(engine_requests):
         for d in done:
             codes[d.key] = d.codes.cpu()
     if sorted(codes) != list(range(work.rows)):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 SPLIT_COVERAGE = 0.8  # least share of the step's wall time its parts must account for
+ROUNDING_S = 2e-3  # two figures rounded to the millisecond, added
 
 
 def test_bench_small_cpu_prints_table_and_json():
@@ -45,6 +46,13 @@ def test_bench_small_cpu_prints_table_and_json():
     )
     assert row["step_ms"]["repeats"] == 5
     assert any("packed / eager:" in line for line in lines[:-1])  # the side-by-side ratio
+    # where the time went around the run: decoding and the drain after it make up the run;
+    # a CPU's vocoder runs eagerly, so no window graph is met
+    split = row["time_split"]
+    assert set(split) == {"start_s", "build_s", "vocoder_graphs", "vocoder_graphs_s",
+                          "decoding_s", "drain_s"}  # fmt: skip
+    assert abs(split["decoding_s"] + split["drain_s"] - row["wall_s"]) <= ROUNDING_S
+    assert split["build_s"] > 0 and split["vocoder_graphs"] == 0
 
 
 def test_bench_rejects_bad_batch_sizes():

@@ -114,7 +114,7 @@ def test_bf16_tracks_fp32_teacher_forced(checkpoint, monkeypatch, path):
                           subtalker=opts.subtalker, dtype=weights, device="cuda")  # fmt: skip
         tuning = replace(EngineTuning.for_device("cuda"), cuda_graphs=False,
                            layer_path=path)  # fmt: skip
-        eng = Engine(synth.model, config, state, synth.tts_pad, tuning)
+        eng = Engine(synth.model, config, state, synth.driver.tts_pad, tuning)
         logits[dtype] = forced_logits(eng, prompts, codes, monkeypatch)
     for sites in (range(0, 1), range(1, 16)):
         same, worst, count = agreement(logits["float32"], logits["bfloat16"], sites, 2048)

@@ -69,7 +69,7 @@ def test_one_engine_construction_site():
     sources = [p for folder in ("core", "cli") for p in (REPO / folder).rglob("*.py")]
     calls = [p.relative_to(REPO).as_posix() for p in sources
              for _ in re.findall(r"(?<![\w.])Engine\(", p.read_text("utf-8"))]  # fmt: skip
-    assert calls == ["core/engine/loop/build.py"]
+    assert calls == ["core/synthesis/engine_driver.py"]
 
 
 def test_cpu_thread_budget_policies_and_knob():

@@ -1,5 +1,5 @@
 """The device gate lets the decode side in before the vocoder's next micro-batch, and the
-synthesizer's vocoder holds it per micro-batch, never for a whole group."""
+vocoder (core/synthesis/vocoding.py) holds it per micro-batch, never for a whole group."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from qtts.core.synthesis.device_gate import DeviceGate
 from qtts.core.synthesis.oom_backoff import OomBackoff
 from qtts.core.synthesis.synthesis_clock import SynthesisClock
-from qtts.core.synthesis.synthesizer import Synthesizer
+from qtts.core.synthesis.vocoding import Vocoding
 
 
 def _until(condition, timeout=5.0):
@@ -62,6 +62,13 @@ def test_the_gate_excludes_both_sides():
     assert set(overlaps) == {1} and not gate.locked()
 
 
+def _vocoding(gate: DeviceGate) -> SimpleNamespace:
+    """A Vocoding's state, 2 rows per call, no graphs (the vocoder is the decoder itself)."""
+    rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
+    driver = SimpleNamespace(gate=gate, clock=SynthesisClock())
+    return SimpleNamespace(driver=driver, rows=rows, graphed=None)
+
+
 class RecordingGate(DeviceGate):
     def __init__(self, log):
         super().__init__()
@@ -80,11 +87,7 @@ def test_the_vocoder_takes_the_gate_per_micro_batch():
         log.append(("batch", len(batch), gate.locked()))
         return iter(batch)
 
-    rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
-    decoder = object()  # the vocoder is the decoder itself: no graphs
-    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch,
-                           clock=SynthesisClock(), vocoder=decoder, decoder=decoder)  # fmt: skip
-    out = list(Synthesizer._vocode(fake, list(range(5))))
+    out = Vocoding.in_micro_batches(_vocoding(gate), list(range(5)), vocode_batch)
     assert out == [0, 1, 2, 3, 4]
     assert log == ["take", ("batch", 2, True), "take", ("batch", 2, True), "take",
                    ("batch", 1, True)]  # fmt: skip
@@ -124,9 +127,5 @@ def test_the_vocoders_oom_frees_under_the_gate_once_the_failed_attempt_is_gone(m
         log.append(("free", gate.locked(), [r() is not None for r in alive]))
 
     monkeypatch.setattr(oom_backoff, "_empty_cache", empty_cache)
-    rows = OomBackoff(2, what="vocoder rows", device=torch.device("cpu"))
-    decoder = object()  # the vocoder is the decoder itself: no graphs
-    fake = SimpleNamespace(device_gate=gate, vocoder_rows=rows, _vocode_batch=vocode_batch,
-                           clock=SynthesisClock(), vocoder=decoder, decoder=decoder)  # fmt: skip
-    assert list(Synthesizer._vocode(fake, [0, 1, 2])) == [0, 1, 2]
+    assert Vocoding.in_micro_batches(_vocoding(gate), [0, 1, 2], vocode_batch) == [0, 1, 2]
     assert log == [("free", True, [False])]  # under the gate, the failed tensors already freed

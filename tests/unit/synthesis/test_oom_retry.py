@@ -91,7 +91,7 @@ def test_the_retry_frees_cached_memory_only_under_the_device_gate(synth, monkeyp
     text_model, s = synth
     gate_held = []
     monkeypatch.setattr(
-        module, "_empty_cache", lambda device: gate_held.append(s.device_gate.locked())
+        module, "_empty_cache", lambda device: gate_held.append(s.driver.gate.locked())
     )
     monkeypatch.setattr(Engine, "prefill", _once_per_pass(Engine.prefill, 4))
     _run(text_model, s)
@@ -100,7 +100,7 @@ def test_the_retry_frees_cached_memory_only_under_the_device_gate(synth, monkeyp
 
 def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(synth, monkeypatch):
     """Equal budgets: all 8 rows finish at the same step and reach the vocoder together."""
-    from qtts.core.synthesis import synthesizer as module
+    from qtts.core.synthesis import vocoding as module
 
     text_model, s = synth
     d = text_model.defaults
@@ -123,7 +123,7 @@ def test_oom_in_the_vocoder_halves_its_micro_batch_and_decodes_each_row_once(syn
                                    rtol=0, atol=AUDIO_ATOL)  # fmt: skip
     # The CPU's plan decodes 2 rows at a time (VOCODER_MAX_BATCH): the first pair fails, then
     # every row alone: each row is decoded exactly once in the end.
-    assert s.vocoder_rows.size == 1 and batches == [2] + [1] * 8
+    assert s.vocoding.rows.size == 1 and batches == [2] + [1] * 8
 
 
 def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth, monkeypatch):
@@ -145,7 +145,7 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
     cpu = EngineTuning.for_device("cpu", env={})
     # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
-    monkeypatch.setattr(s, "tuning", graphed)
+    monkeypatch.setattr(s.driver, "tuning", graphed)
     vocoding, captures, batches = threading.Event(), [], []
     real_batch = type(s)._vocode_batch
 
@@ -162,7 +162,7 @@ def test_graph_capture_waits_for_the_vocoder_and_its_oom_halves_the_slots(synth,
         def capture(self, step, view_len):
             slots = step.__self__.state.slots
             assert not vocoding.is_set(), "a graph capture ran while the vocoder was working"
-            assert s.device_gate.locked(), "a graph capture ran without the device gate"
+            assert s.driver.gate.locked(), "a graph capture ran without the device gate"
             captures.append(slots)
             if slots == 4:
                 raise torch.OutOfMemoryError("simulated: out of memory during capture")
@@ -202,7 +202,7 @@ def test_a_capture_failure_that_is_not_oom_decodes_without_graphs(synth, monkeyp
     cpu = EngineTuning.for_device("cpu", env={})
     # the GPU's arrangement on CPU tensors: graphs captured, the vocoder on its own thread
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
-    monkeypatch.setattr(s, "tuning", graphed)
+    monkeypatch.setattr(s.driver, "tuning", graphed)
 
     class Broken(graphs.EagerGraphs):
         def capture(self, step, view_len):
@@ -227,7 +227,7 @@ def _graphed_on_cpu(s, monkeypatch):
 
     cpu = EngineTuning.for_device("cpu", env={})
     graphed = replace(cpu, cuda_graphs=True, allow_host_sync=False, vocoder_thread=True)
-    monkeypatch.setattr(s, "tuning", graphed)
+    monkeypatch.setattr(s.driver, "tuning", graphed)
 
 
 def test_a_capture_that_breaks_turns_graphs_off_for_the_process(synth, monkeypatch):
@@ -263,18 +263,19 @@ def test_a_capture_that_breaks_turns_graphs_off_for_the_process(synth, monkeypat
 def test_the_kv_cache_is_allocated_under_the_device_gate_when_graphs_run(synth, monkeypatch):
     """While the vocoder thread captures, the allocator skips the retry that frees a finished
     graph's pool: the slot state is built holding the gate the vocoder's work holds."""
-    from qtts.core.engine.loop import build, graphs
+    from qtts.core.engine.loop import graphs
+    from qtts.core.synthesis import engine_driver
 
     text_model, s = synth
     _graphed_on_cpu(s, monkeypatch)
-    held, real_state = [], build.SlotState
+    held, real_state = [], engine_driver.SlotState
 
     def recorded(*args, **kwargs):
-        held.append(s.device_gate.locked())
+        held.append(s.driver.gate.locked())
         return real_state(*args, **kwargs)
 
     monkeypatch.setattr(graphs, "default_backend", lambda engine: graphs.EagerGraphs())
-    monkeypatch.setattr(build, "SlotState", recorded)
+    monkeypatch.setattr(engine_driver, "SlotState", recorded)
     _run(text_model, s)
     assert held and all(held)
 
@@ -302,7 +303,7 @@ def test_vocoder_graphs_are_captured_under_the_gate_as_first_met_or_ahead(synth,
                 window(key)
 
         def capture(self, window, key):
-            events.append(("capture", key, s.device_gate.locked()))
+            events.append(("capture", key, s.driver.gate.locked()))
             return SimpleNamespace(replay=lambda: window(key))
 
     def prefill(engine, fills):
@@ -311,17 +312,17 @@ def test_vocoder_graphs_are_captured_under_the_gate_as_first_met_or_ahead(synth,
 
     real_prefill = Engine.prefill
     monkeypatch.setattr(Engine, "prefill", prefill)
-    monkeypatch.setattr(s, "tuning", replace(s.tuning, vocoder_capture=when))
-    monkeypatch.setattr(s, "clock", SynthesisClock())
+    monkeypatch.setattr(s.driver, "tuning", replace(s.driver.tuning, vocoder_capture=when))
+    monkeypatch.setattr(s.driver, "clock", SynthesisClock())
     # Windows of up to 40 frames: the rows here are short, and capturing every 300-frame window
     # on a CPU would only cost time.
     vocoder = GraphedVocoder(s.decoder, 2, backend=Recorded(), max_frames=40)
-    monkeypatch.setattr(s, "vocoder", vocoder)
+    monkeypatch.setattr(s.vocoding, "graphed", vocoder)
     got, _ = _run(text_model, s)
     first_prefill = events.index(("prefill",))
     captures = [e for e in events if e[0] == "capture"]
     assert all(held for *_, held in captures)
-    planned = {(r, f) for r, f in bucket_shapes(s.vocoder_rows.size) if f <= 40}
+    planned = {(r, f) for r, f in bucket_shapes(s.vocoding.rows.size) if f <= 40}
     largest = (2, 40)  # the reservation's whole window, captured first: it sizes the pool
     captured = [key for _, key, _ in captures]
     assert captured[0] == largest and len(captured) == len(set(captured))

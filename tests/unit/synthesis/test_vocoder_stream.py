@@ -61,16 +61,22 @@ def test_a_green_context_of_that_many_sms_is_made_and_kept(plain, monkeypatch):
 
 def test_the_vocoder_graphs_are_captured_on_the_split_stream(monkeypatch):
     """A graph's kernels keep the context of the stream they were captured on, so a green
-    context's limit holds in replay only for graphs captured on its stream: the synthesizer
-    hands its vocoder stream to the graphs when the SMs are split, and nothing otherwise."""
+    context's limit holds in replay only for graphs captured on its stream: the vocoder hands
+    the driver's vocoder stream to its graphs when the SMs are split, and nothing otherwise."""
     from types import SimpleNamespace
 
-    from qtts.core.synthesis.synthesizer import Synthesizer
+    from qtts.core.synthesis import vocoding
 
-    split = SimpleNamespace(vocoder_stream="green 66", tuning=SimpleNamespace(vocoder_sms=66))
-    whole = SimpleNamespace(vocoder_stream="plain", tuning=SimpleNamespace(vocoder_sms=None))
-    assert Synthesizer._split_stream(split) == "green 66"
-    assert Synthesizer._split_stream(whole) is None
+    monkeypatch.setattr(vocoding, "with_kernels", lambda decoder, gemm, choices: decoder)
+
+    def capture_stream(sms, stream):
+        tuning = SimpleNamespace(decoder_gemm=True, vocoder_sms=sms, cuda_graphs=True,
+                                 vocoder_graph_max=None, decoder_conv_choices=None)  # fmt: skip
+        driver = SimpleNamespace(device=DEVICE, tuning=tuning, vocoder_stream=stream)
+        return vocoding.Vocoding(object(), driver, rows=2).graphed.capture_stream
+
+    assert capture_stream(66, "green 66") == "green 66"
+    assert capture_stream(None, "plain") is None
 
 
 @pytest.mark.parametrize("why", ["unsupported", "no Stream()"])
