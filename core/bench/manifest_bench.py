@@ -28,7 +28,7 @@ from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.run import prepare_job
 from qtts.core.jobs.long_text.segments import synthesize_chunk
 from qtts.core.jobs.output.recorder import utterance_error
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.state.records import empty
 from qtts.core.jobs.work.chunks import chunks
 from qtts.core.jobs.work.decide import decide_work

@@ -96,8 +96,7 @@ def open_dataset(path: Path) -> Dataset:
 
 
 def _out_dir_rows(out_dir: Path) -> pa.Table:
-    from qtts.core.jobs.output.stores.listing import list_out_dir
-    from qtts.core.jobs.output.stores.presence import present
+    from qtts.core.jobs.output.stores.presence import list_out_dir, present
     from qtts.core.jobs.state.records import OK
     from qtts.core.jobs.state.shard_state import read_all
 

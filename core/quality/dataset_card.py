@@ -40,7 +40,7 @@ from qtts.core.model.languages import LANGUAGE_TAGS
 from qtts.core.quality.card_rows import CardRows, ok_and_kept_ids, read_card_rows
 
 if TYPE_CHECKING:
-    from qtts.core.jobs.output.stores.shard_format import ArchiveFormat
+    from qtts.core.jobs.output.stores.archive import ArchiveFormat
 
 log = logging.getLogger("qtts")
 CARD_NAME = "README.md"

@@ -220,7 +220,7 @@ def _isolated(score, clips: list[Clip], rows: pa.Table) -> list:
 
 
 def _reading_order(dataset: Dataset, rows: np.ndarray, reader) -> np.ndarray:
-    from qtts.core.jobs.output.stores.locations import is_archived
+    from qtts.core.jobs.output.stores.presence import is_archived
 
     locations = dataset.rows["file_name"].take(pa.array(rows))
     if not pc.any(pc.fill_null(is_archived(locations), False)).as_py():

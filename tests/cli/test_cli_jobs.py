@@ -276,7 +276,7 @@ def test_max_new_tokens_is_exact(tmp_path, write_manifest):
 
 
 def test_disk_full_is_fatal_and_rows_stay_pending(tmp_path, write_manifest, monkeypatch):
-    from qtts.core.jobs.output.stores import files as writer  # the files layout's writes
+    from qtts.core.jobs.output.stores.formats import files as writer  # the files layout's writes
 
     real = writer.atomic_write_bytes
     calls = {"n": 0}

@@ -82,7 +82,7 @@ def test_the_summary_says_where_the_time_went(checkpoint, manifest, tmp_path, la
 
 def test_a_slow_writer_shows_as_a_wait_with_a_hint(checkpoint, manifest, tmp_path, monkeypatch):
     from qtts.core.jobs.execution import local_backend
-    from qtts.core.jobs.output.stores import files
+    from qtts.core.jobs.output import writer as files  # the files layout encodes through it
 
     encode = files.encode_audio
 

@@ -2,7 +2,8 @@
 modules (imports inside functions included), every edge points down the layers of qtts.core
 (jobs -> synthesis -> engine -> model) and down the folders inside a layer, the jobs layer works
 with torch missing altogether, a call of six or more positional arguments (a splat counted) is
-one of a few known custom-op calls, and a SamplingParams is built by keyword."""
+one of a few known custom-op calls, a SamplingParams is built by keyword, and no module but the
+output layouts' own asks which layout it has."""
 
 from __future__ import annotations
 
@@ -232,6 +233,76 @@ def test_a_sampling_params_by_position_is_seen(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("SamplingParams(True, 0.9)\nconfig.SamplingParams(do_sample=True)\n")
     assert _sampling_params_by_position([probe], root=tmp_path) == ["probe.py:1"]
+
+
+# Only a layout's own module (core/jobs/output/stores/formats/) and the registry that finds them
+# name a layout: everything else asks the layout (a Layout's attributes and methods) what to do,
+# never which one it is (docs/architecture.md, "Adding a layout").
+LAYOUT_OWNERS = ("core/jobs/output/stores/formats/", "core/jobs/output/stores/registry.py")
+NOT_A_LAYOUT = {("core/jobs/rows/manifest.py", "'parquet'"): "an input manifest's kind"}
+
+
+def _layout_name_tests(paths, names: set[str], root: Path = REPO) -> list[str]:
+    """Where a module compares a value with a layout's name, matches on one, keys a table by
+    one, or names a layout's class or constant (FILES, ..._LAYOUT, FilesLayout)."""
+
+    def named(expr: ast.AST) -> list[str]:
+        out = []
+        for n in ast.walk(expr):
+            ident = n.id if isinstance(n, ast.Name) else getattr(n, "attr", None)
+            if isinstance(n, ast.Constant) and n.value in names:
+                out.append(repr(n.value))
+            elif ident is not None and (ident in ("FILES", "FilesLayout") or
+                                        ident.endswith("_LAYOUT")):  # fmt: skip
+                out.append(ident)
+        return out
+
+    found = []
+    for path in paths:
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Compare):
+                hits = [h for e in (node.left, *node.comparators) for h in named(e)]
+            elif isinstance(node, ast.match_case):
+                hits = named(node.pattern)
+            elif isinstance(node, ast.Dict):
+                hits = [h for k in node.keys if k is not None for h in named(k)]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance":
+                hits = named(node.args[1]) if len(node.args) == 2 else []
+            else:
+                continue
+            line = getattr(node, "lineno", None) or node.pattern.lineno  # a case: its pattern's
+            found += [f"{rel}:{line} {h}" for h in hits if (rel, h) not in NOT_A_LAYOUT]
+    return found
+
+
+def test_no_module_but_the_layouts_asks_which_layout_it_has():
+    """No module outside the layouts' own and the registry compares or branches on a layout's
+    name: the files layout is asked as the archive formats are."""
+    from qtts.core.jobs.output.stores.registry import layout_names
+
+    names = set(layout_names())
+    assert {"files", "webdataset", "parquet", "shar"} <= names
+    paths = [p for p in _modules().values()
+             if not str(p.relative_to(REPO)).startswith(LAYOUT_OWNERS)]  # fmt: skip
+    assert _layout_name_tests(paths, names) == []
+
+
+def test_a_question_on_a_layouts_name_is_seen(tmp_path):
+    """The check can fail: a comparison, a match, a table and a type test on a layout."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        'if layout == "files": pass\n'
+        "if spec.layout != FILES: pass\n"
+        "match layout:\n    case 'webdataset': pass\n"
+        "x = {'parquet': 1}\n"
+        "y = isinstance(fmt, FilesLayout)\n"
+        "z = layout == name\n"
+    )
+    found = _layout_name_tests([probe], {"files", "webdataset", "parquet"}, root=tmp_path)
+    assert [f.split(" ", 1)[1] for f in found] == [
+        "'files'", "FILES", "'webdataset'", "'parquet'", "FilesLayout"
+    ]  # fmt: skip
 
 
 def test_one_out_of_memory_loop():

@@ -18,8 +18,9 @@ SOURCE = ("cli", "core", "kernels", "pkg")
 KNOWN = {
     # an output layout: files, webdataset, parquet, shar (--output)
     "layout": {
-        "DEFAULT_LAYOUT", "OutputLayout", "_output_layout", "check_layout", "layout",
-        "layout_names", "layouts", "layouts_help", "_layout", "_layout_of",
+        "FilesLayout", "Layout", "OutputLayout", "_output_layout", "check_layout",
+        "default_layout", "layout", "layout_names", "layouts", "layouts_help",
+        "_layout_of",
     },
     # the job settings a row's output depends on; their digest is its fingerprint
     "settings": {

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.execution.locked_run import RunSetup, failing_now, overwritten
 from qtts.core.jobs.execution.out_dir import check_out_dir
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
@@ -161,8 +161,7 @@ def _taken_out(setup: RunSetup, work: Work, records: pa.Table) -> pa.ChunkedArra
     done before that fail validation now (their plain files too)."""
     out, layout = setup.spec.output.out_dir, setup.spec.output.layout
     if setup.spec.output.overwrite:
-        ok = overwritten(out, setup.shard, layout)
-        locations = ok["file"] if ok is not None else pa.chunked_array([], pa.string())
+        locations = overwritten(out, setup.shard)["file"]
         return locations.filter(taken_out(locations, layout))
     where = records.select(["id", "file"])
     redo = aligned(pa.table({"id": _flat(work.resume.stale)}), where)["file"]

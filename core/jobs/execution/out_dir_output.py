@@ -24,15 +24,15 @@ import pyarrow.compute as pc
 from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.choices import AudioFormat
 from qtts.core.jobs.contract.spec import OutputOptions
-from qtts.core.jobs.output.stores.locations import layouts
-from qtts.core.jobs.output.stores.registry import layout_names
+from qtts.core.jobs.output.stores.presence import layouts
+from qtts.core.jobs.output.stores.registry import default_layout, find, layout_names
 from qtts.core.jobs.state.jobfile import JobFile
 from qtts.core.jobs.state.records import OK
 from qtts.core.jobs.state.shard_state import read_all
 from qtts.core.jobs.work.fingerprint import read_registry
 
 log = logging.getLogger("qtts")
-DEFAULT_LAYOUT, DEFAULT_FORMAT = "files", "wav"  # --output and --format on a new out dir
+DEFAULT_FORMAT = "wav"  # --format on a new out dir (--output's: the registry's default layout)
 FLAGS = {"layout": "--output", "audio_format": "--format"}  # job.json key -> its option
 
 
@@ -66,9 +66,10 @@ def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOpti
     layout, audio_format = output.layout, output.audio_format
     kept, inherited = [], []
     if layout is None:
-        layout = (recorded.layout if recorded is not None else None) or DEFAULT_LAYOUT
+        default = default_layout().name
+        layout = (recorded.layout if recorded is not None else None) or default
         _check_recorded(output.out_dir, "layout", layout, layout_names())
-        kept += [f"--output {layout}"] if layout != DEFAULT_LAYOUT else []
+        kept += [f"--output {layout}"] if layout != default else []
         inherited.append("layout")
     if audio_format is None:
         recorded_format = (
@@ -81,10 +82,8 @@ def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOpti
         inherited.append("audio_format")
     if kept:
         log.info("%s: as %s holds them (pass another to repack)", ", ".join(kept), output.out_dir)
-    if output.shard_rows_given and layout == DEFAULT_LAYOUT:  # harmless, but not what was meant
-        log.warning(
-            "--shard-rows %d does nothing with --output files (a file a row)", output.shard_rows
-        )
+    if output.shard_rows_given and not find(layout).shards:  # harmless, but not what was meant
+        log.warning("--shard-rows %d does nothing with --output %s", output.shard_rows, layout)
     return replace(output, layout=layout, audio_format=audio_format, inherited=tuple(inherited))
 
 

@@ -27,7 +27,7 @@ from qtts.core.jobs.contract.spec import FinishOptions
 from qtts.core.jobs.output.finishing import Finished
 from qtts.core.jobs.output.finishing import finish as finish_clip
 from qtts.core.jobs.output.measures import measure
-from qtts.core.jobs.output.stores.base import OutputStore, RowOutput
+from qtts.core.jobs.output.stores.layout import OutputStore, RowOutput
 from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.records import FAILED, OK, failed_record, ok_record

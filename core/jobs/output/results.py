@@ -30,10 +30,15 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
 from qtts.core.jobs.output.measures import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
-from qtts.core.jobs.output.stores.files import METADATA_KEYS, METADATA_NAME
-from qtts.core.jobs.output.stores.listing import Listing, list_out_dir
-from qtts.core.jobs.output.stores.locations import containers, is_archived, members
-from qtts.core.jobs.output.stores.presence import present
+from qtts.core.jobs.output.stores.formats.files import METADATA_KEYS, METADATA_NAME
+from qtts.core.jobs.output.stores.presence import (
+    Listing,
+    containers,
+    is_archived,
+    list_out_dir,
+    members,
+    present,
+)
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.voice_rates import RATE_COLUMNS, READ_COLUMNS, rate_ratios
 from qtts.core.jobs.state.atomic_files import atomic_write, cleanup_temp_files, unlink_quietly

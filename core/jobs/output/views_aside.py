@@ -30,7 +30,7 @@ from qtts.core.jobs.output.results import (
     rebuild_once,
     rebuilt_counts,
 )
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.lock_probe import lock_is_held
 from qtts.core.jobs.state.paths import StatePaths

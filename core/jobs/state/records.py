@@ -26,7 +26,7 @@ RECORD_SCHEMA = pa.schema(
         ("row", pa.int64()),  # the input row it came from, when it was recorded
         ("status", pa.string()),  # ok | failed | pending (not done after all)
         ("error", pa.string()),
-        ("file", pa.string()),  # where its audio is: a store's opaque location (stores/locations)
+        ("file", pa.string()),  # where its audio is: a layout's opaque location (stores/presence)
         ("bytes", pa.int64()),  # the audio's size: resume checks a file's without opening it
         ("codes_saved", pa.bool_()),  # its codes were saved beside it (--save-codes)
         ("num_frames", pa.int64()),

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qtts.core.jobs.output.stores.files import METADATA_KEYS
+from qtts.core.jobs.output.stores.formats.files import METADATA_KEYS
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.journal import Journal, read_journal
 from qtts.core.jobs.state.jsonl import json_lines, json_strings

@@ -3,17 +3,15 @@ in the order the shards hold them."""
 
 from __future__ import annotations
 
-from store_rows import row
+from store_rows import archive_store, row
 
-from qtts.core.jobs.output.stores.archive import ArchiveStore
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.jobs.state.journal import Journal, read_journals
 
 
 def _shard(out, layout, ids):
     journal = Journal(out / "j.jsonl")
-    store = ArchiveStore(out, layout, journal, audio_format="wav", save_codes=False, prefix="w",
-                         shard_rows=100)  # fmt: skip
+    store = archive_store(out, layout, journal, shard_rows=100)
     for k, i in enumerate(ids):
         store.submit(row(i, seed=k)).result()
     store.close()
