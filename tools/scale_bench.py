@@ -84,7 +84,7 @@ def _write_rows(path: Path, rng, schema: pa.Schema, first: int, rows: int, batch
             writer.write_table(pa.table({"id": ids, "text": texts}, schema=schema))
 
 
-# Plausible ranges of each model-free measure (qtts.core.jobs.output.measures) for the fake records.
+# Plausible ranges of each model-free measure (qtts.core.jobs.output.recorder) for the fake records.
 MEASURE_RANGES = {"peak": (0.3, 1.0), "rms_dbfs": (-40.0, -10.0), "silence_ratio": (0.0, 0.4),
                   "repeat_ratio": (0.0, 0.2), "chars_per_s": (8.0, 20.0)}  # fmt: skip
 

@@ -28,7 +28,7 @@ from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.plan.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.segment_limit import settle_segment_limit
+from qtts.core.jobs.work.split_rules import settle_segment_limit
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.sizes import decoder_config, model_config

@@ -13,7 +13,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.rows.id_seeds import id_seed
+from qtts.core.jobs.rows.validation import id_seed
 from qtts.core.synthesis.requests import Request, attempt_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")

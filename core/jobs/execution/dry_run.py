@@ -29,8 +29,7 @@ from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
-from qtts.core.jobs.state.lock import LockHeldError, holder_pid
-from qtts.core.jobs.state.lock_probe import check_no_old_run, lock_is_held
+from qtts.core.jobs.state.lock import LockHeldError, check_no_old_run, holder_pid, lock_is_held
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty, with_repeated_encoded
 from qtts.core.jobs.work.budget import FRAME_S

@@ -7,7 +7,7 @@ repacks the rows done in another layout or format (no model), then consumes the 
 outcomes (local or Ray: one loop) to report progress, count failures and stop after too many.
 Whatever happens (signal, disk full, too many failures, a crash), the shard's journal is folded
 into its state and results.parquet is rebuilt before returning or raising; the summary counts
-its rows (run_counts). Knows records and outcomes; no tensors, no CLI.
+its rows (summary.py). Knows records and outcomes; no tensors, no CLI.
 """
 
 from __future__ import annotations
@@ -26,11 +26,16 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.contract.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.contract.spec import JobSpec
-from qtts.core.jobs.execution.failures import FailureLog
 from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
-from qtts.core.jobs.execution.run_counts import hit_budget, made_now_s, moved_aside
-from qtts.core.jobs.execution.summary import JobSummary
-from qtts.core.jobs.execution.time_split import RunEdges, time_split
+from qtts.core.jobs.execution.summary import (
+    FailureLog,
+    JobSummary,
+    RunEdges,
+    hit_budget,
+    made_now_s,
+    moved_aside,
+    time_split,
+)
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
 from qtts.core.jobs.output.stores import retract
@@ -384,7 +389,7 @@ class LockedRun:
         )
 
     def _time_split(self) -> dict:
-        """Where the run's time went (time_split.py), the clock's one-time work and last step
+        """Where the run's time went (summary.time_split), the clock's one-time work and last step
         included where the local backend ran."""
         clock = getattr(getattr(self.backend, "synth", None), "clock", None)
         one_time = 0.0

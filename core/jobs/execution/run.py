@@ -33,8 +33,7 @@ from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.execution.job_files import write_job_files
 from qtts.core.jobs.execution.local_backend import LocalBackend
 from qtts.core.jobs.execution.locked_run import LockedRun, RunSetup
-from qtts.core.jobs.execution.out_dir import make_out_dir
-from qtts.core.jobs.execution.out_dir_output import settle_output, with_recorded_output
+from qtts.core.jobs.execution.out_dir import make_out_dir, settle_output, with_recorded_output
 from qtts.core.jobs.execution.segment_progress import with_segment_progress
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.output.stores.registry import check_layout
@@ -56,7 +55,7 @@ from qtts.core.jobs.state.shards import ShardRequest, local_rank_device, shard_r
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.fingerprint import job_fingerprint
 from qtts.core.jobs.work.precision import for_ray_actors, log_precision, settle_precision
-from qtts.core.jobs.work.segment_limit import settle_segment_limit
+from qtts.core.jobs.work.split_rules import settle_segment_limit
 from qtts.core.synthesis.requests import GenerationOptions
 
 log = logging.getLogger("qtts")

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
-from qtts.core.jobs.output.measures import MEASURES
+from qtts.core.jobs.output.recorder import MEASURES
 from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
 from qtts.core.jobs.output.stores.formats.files import METADATA_KEYS, METADATA_NAME
 from qtts.core.jobs.output.stores.presence import (

@@ -31,8 +31,7 @@ from qtts.core.jobs.output.results import (
     rebuilt_counts,
 )
 from qtts.core.jobs.output.stores.presence import list_out_dir
-from qtts.core.jobs.state.lock import OutDirLock
-from qtts.core.jobs.state.lock_probe import lock_is_held
+from qtts.core.jobs.state.lock import OutDirLock, lock_is_held
 from qtts.core.jobs.state.paths import StatePaths
 
 ASIDE_PREFIX = "qtts-results-"
