@@ -15,18 +15,16 @@ from typing import Annotated
 
 import typer
 
-from qtts.core.jobs.contract.choices import (
+from qtts.core.jobs.contract.spec import (
+    DEFAULT_PEAK_DB,
     DEFAULT_SHARD_ROWS,
+    DEFAULT_TRIM_PAD_S,
+    DEFAULT_TRIM_THRESHOLD_DB,
     AudioFormat,
     BackendName,
     Dtype,
     OnBudget,
     Split,
-)
-from qtts.core.jobs.contract.spec import (
-    DEFAULT_PEAK_DB,
-    DEFAULT_TRIM_PAD_S,
-    DEFAULT_TRIM_THRESHOLD_DB,
 )
 from qtts.core.jobs.output.stores.registry import OutputLayout, formats, layouts_help
 

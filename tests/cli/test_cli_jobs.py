@@ -426,7 +426,7 @@ def test_a_big_jobs_texts_are_read_from_their_spill(tmp_path, write_manifest, mo
     here to every run): the rows it synthesizes and records read them from there, and nothing
     is left in the folder."""
     from qtts.core.jobs.execution import locked_run
-    from qtts.core.jobs.rows import text_spill
+    from qtts.core.jobs.rows import validation as text_spill
 
     monkeypatch.setattr(text_spill, "SPILL_ROWS", 1)
     spills = []

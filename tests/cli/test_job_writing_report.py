@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import app
 from qtts.core.jobs.output.stores.open_store import writer_threads
-from qtts.core.jobs.output.writer_clock import PARTS
+from qtts.core.jobs.output.writer import PARTS
 
 ROWS = 6
 SLOW_ENCODE_S = 0.4

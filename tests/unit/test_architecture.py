@@ -2,8 +2,9 @@
 modules (imports inside functions included), every edge points down the layers of qtts.core
 (jobs -> synthesis -> engine -> model) and down the folders inside a layer, the jobs layer works
 with torch missing altogether, a call of six or more positional arguments (a splat counted) is
-one of a few known custom-op calls, a SamplingParams is built by keyword, and no module but the
-output layouts' own asks which layout it has."""
+one of a few known custom-op calls, a SamplingParams is built by keyword, no module but the
+output layouts' own asks which layout it has, and the other layers reach the job layer through
+its face (a few public modules)."""
 
 from __future__ import annotations
 
@@ -166,6 +167,54 @@ def test_a_jobs_folder_order_violation_is_seen():
     for i in range(1, len(order) - 1):
         swapped = [*order[:i], order[i + 1], order[i], *order[i + 2 :]]
         assert _folder_order_violations("qtts.core.jobs", swapped), (order[i], order[i + 1])
+
+
+# The job layer's face: the only modules of core/jobs/ that another layer (cli/, quality/, bench/,
+# capacity/, voices/, doctor/) imports, each with what it is for; the rest of core/jobs/ is its
+# own (docs/architecture.md, "The job layer's face").
+JOBS_FACE = {
+    "qtts.core.jobs.contract.spec": "what a job is asked: its option groups and their choices",
+    "qtts.core.jobs.contract.interfaces": "what a job needs of a model and of a progress sink",
+    "qtts.core.jobs.execution.run": "a job's entry points: run_job, prepare_job, job_work",
+    "qtts.core.jobs.execution.interrupt": "how a long pass stops on a signal",
+    "qtts.core.jobs.work.chunks": "a job's work: an input's requests, its budget, split, chunks",
+    "qtts.core.jobs.output.recorder": "a finished row's record: why it fails, its measures",
+    "qtts.core.jobs.output.writer": "the audio encodings every layout writes",
+    "qtts.core.jobs.output.results": "the out dir as its readers see it: views, rows, audio",
+    "qtts.core.jobs.output.stores.registry": "the output layouts (--output)",
+    "qtts.core.jobs.state.paths": "the names of an out dir's state files",
+    "qtts.core.jobs.state.atomic_files": "a file written into an out dir whole or not at all",
+    "qtts.core.jobs.state.lock": "one process at a time on a lock of the out dir",
+}
+MAX_FACE = 12
+
+
+def _past_the_face(graph: dict[str, set[str]], face) -> list[str]:
+    """Imports of a core/jobs/ module from outside it that is not on its face."""
+    return sorted(f"{module} -> {dep}" for module, deps in graph.items()
+                  if not module.startswith("qtts.core.jobs.") for dep in deps
+                  if dep.startswith("qtts.core.jobs.") and dep not in face)  # fmt: skip
+
+
+def test_the_job_layer_is_reached_through_its_face():
+    """Every other layer imports the job layer through a few public modules, not its internals:
+    at most MAX_FACE of them, each one imported."""
+    graph = _graph()
+    assert _past_the_face(graph, JOBS_FACE) == []
+    used = {dep for module, deps in graph.items() if not module.startswith("qtts.core.jobs.")
+            for dep in deps}  # fmt: skip
+    assert set(JOBS_FACE) <= used, set(JOBS_FACE) - used  # no stale entry
+    assert len(JOBS_FACE) <= MAX_FACE
+
+
+def test_an_import_past_the_face_is_seen():
+    """The check can fail: an import of the job layer's internals from the CLI is found."""
+    cli, jobs = "qtts.cli.results_command", "qtts.core.jobs"
+    graph = {cli: {f"{jobs}.state.records", f"{jobs}.contract.spec"},
+             f"{jobs}.work.decide": {f"{jobs}.state.records"}}  # fmt: skip
+    assert _past_the_face(graph, JOBS_FACE) == [
+        "qtts.cli.results_command -> qtts.core.jobs.state.records"
+    ]
 
 
 def test_jobs_modules_are_all_in_folders():

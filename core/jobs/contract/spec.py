@@ -18,6 +18,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from qtts.core.errors import UsageError
+
+# The options' values, part of what a job is asked: the CLI and the other layers take them from
+# here, the job layer's face for its options (choices.py defines them, standard library only).
 from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,

@@ -34,7 +34,7 @@ from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty, with_repeated_encoded
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
-from qtts.core.jobs.work.decide import Work, decide_work
+from qtts.core.jobs.work.decide import Work
 from qtts.core.jobs.work.fingerprint import read_registry
 from qtts.core.jobs.work.resume import aligned
 
@@ -111,20 +111,7 @@ def dry_run(setup: RunSetup) -> DryRunSummary:
     # the scan's columns as the run holds them (repeated strings encoded: docs/scale.md)
     records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)[0]
     records = with_repeated_encoded(records)
-    work = decide_work(
-        setup.prepared,
-        records,
-        list_out_dir(out),
-        model=setup.text_model,
-        budget=setup.budget,
-        settings=setup.settings,
-        registry=read_registry(out),
-        layout=spec.output.layout,
-        audio_format=spec.output.audio_format.value,
-        save_codes=spec.output.save_codes,
-        split=spec.split,
-        on_budget=spec.failures.key,
-    )
+    work = setup.decide(records, list_out_dir(out), read_registry(out))
     plan, first = _first_chunk_plan(setup, work)
     locations = _taken_out(setup, work, records)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}

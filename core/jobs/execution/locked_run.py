@@ -40,10 +40,9 @@ from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
 from qtts.core.jobs.output.stores import retract
 from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
-from qtts.core.jobs.output.stores.presence import list_out_dir
+from qtts.core.jobs.output.stores.presence import Listing, list_out_dir
 from qtts.core.jobs.output.stores.repack import finish_killed, repack
-from qtts.core.jobs.rows.text_spill import spilled
-from qtts.core.jobs.rows.validation import Prepared
+from qtts.core.jobs.rows.validation import Prepared, spilled
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.atomic_files import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.state.journal import Journal
@@ -97,6 +96,16 @@ class RunSetup:
     inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
     precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
     tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
+
+    def decide(self, records: pa.Table, listing: Listing, registry: dict) -> Work:
+        """What this run must do (work.decide), from the shard's latest records, the out dir's
+        listing and its settings registry."""
+        out = self.spec.output
+        return decide_work(self.prepared, records, listing, model=self.text_model,
+                           budget=self.budget, settings=self.settings, registry=registry,
+                           layout=out.layout, audio_format=out.audio_format.value,
+                           save_codes=out.save_codes, split=self.spec.split,
+                           on_budget=self.spec.failures.key)  # fmt: skip
 
 
 def new_run_id() -> str:
@@ -189,21 +198,7 @@ class LockedRun:
         cleanup_temp_files(
             paths.dir, owns=lambda final: final in own or paths.is_repack_intent(final, suffix)
         )
-        s = self.setup
-        return decide_work(
-            s.prepared,
-            self.records,
-            listing,
-            model=s.text_model,
-            budget=s.budget,
-            settings=s.settings,
-            registry=read_registry(self.out),
-            layout=self.ctx.store.layout,
-            audio_format=self.spec.output.audio_format.value,
-            save_codes=self.spec.output.save_codes,
-            split=self.spec.split,
-            on_budget=self.spec.failures.key,
-        )
+        return self.setup.decide(self.records, listing, read_registry(self.out))
 
     def _warn_rows_left_the_input(self) -> None:
         """Rows done by earlier runs whose ids the input has no more (a manifest cut short, rows

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.output.writer_clock import WritingReport
+from qtts.core.jobs.output.writer import WritingReport
 from qtts.core.jobs.state.records import OK
 
 
@@ -70,7 +70,7 @@ class JobSummary:
         return d
 
     def writer_hint(self) -> str | None:
-        """One line when synthesis waited on the writers (core/jobs/output/writer_clock.py)."""
+        """One line when synthesis waited on the writers (core/jobs/output/writer.py)."""
         if self.writing is None:
             return None
         return self.writing.hint(self.synthesis_s or 0.0)

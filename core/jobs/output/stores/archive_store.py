@@ -10,7 +10,7 @@ by the next run (its temps removed then). Shard names are `{writer}-{k:06d}`; a 
 carries the job shard and a fresh run tag, so tasks of one job and Ray actors never collide, and
 a sealed shard is never replaced (a retried Ray unit's writer starts after the shards its first
 attempt sealed). Rows are encoded on `encoders` threads and appended by one more, in the order
-they were submitted; each part is timed on the store's clock (writer_clock.py).
+they were submitted; each part is timed on the store's clock (writer.py).
 Standard library only at import (the archive formats' layout opens it); the encoders inside.
 Knows shards and records; the bytes are the format's, the files shard_files'.
 """
@@ -31,7 +31,7 @@ from qtts.core.jobs.output.stores.shard_files import (
     ShardFormat,
     ShardWriter,
 )
-from qtts.core.jobs.output.writer_clock import WriterClock
+from qtts.core.jobs.output.writer import WriterClock
 from qtts.core.jobs.state.atomic_files import fsync_dir, temp_path
 from qtts.core.jobs.state.paths import ARCHIVE_DIR
 

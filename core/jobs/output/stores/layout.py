@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from qtts.core.jobs.output.writer_clock import WriterClock
+    from qtts.core.jobs.output.writer import WriterClock
     from qtts.core.jobs.state.journal import Journal
 
 REPACK_TEMP = f"{TEMP_MARK}repack"  # one repack per job shard at a time: a fixed name is its own

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from qtts.core.jobs.output.stores.archive import MemberSource
-from qtts.core.jobs.output.stores.presence import split_location
+from qtts.core.jobs.output.stores.presence import is_archived, split_location
 from qtts.core.jobs.output.stores.registry import holder
 
 KEPT_BLOCKS = 4  # decoded blocks kept (a Parquet row group: 64 rows)
@@ -58,11 +60,13 @@ class MemberReader:
             return self.root / container
         return lambda: io.BytesIO(self._member_source(container).read(member))
 
-    def order(self, locations: list[str]) -> np.ndarray:
+    def order(self, locations: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """The indices of `locations` in reading order: files of their own first as given, then
-        each shard's members front to back."""
+        each shard's members front to back (all files of their own: as given, nothing read)."""
+        if not pc.any(pc.fill_null(is_archived(locations), False)).as_py():
+            return np.arange(len(locations))
         keys = []
-        for k, location in enumerate(locations):
+        for k, location in enumerate(locations.to_pylist()):
             container, member = split_location(location)
             if member is None:
                 keys.append(("", 0, 0, k))

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from qtts.core.jobs.contract.choices import DEFAULT_SHARD_ROWS
 from qtts.core.jobs.output.stores.layout import Layout, OutputStore
-from qtts.core.jobs.output.stores.registry import check_layout, default_layout, find, formats
-from qtts.core.jobs.output.writer_clock import WriterClock
+from qtts.core.jobs.output.stores.registry import default_layout, find, formats
+from qtts.core.jobs.output.writer import WriterClock
 from qtts.core.jobs.state.atomic_files import cleanup_temp_files
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.paths import ARCHIVE_DIR
@@ -64,7 +64,7 @@ class StoreSpec:
     def __post_init__(self) -> None:
         if not self.layout:
             object.__setattr__(self, "layout", default_layout().name)
-        check_layout(self.layout)  # an unknown name: a UsageError naming --output's choices
+        find(self.layout)  # an unknown name: a UsageError naming --output's choices
 
     @property
     def fmt(self) -> Layout:

@@ -123,11 +123,6 @@ def find(name: str) -> Layout:
         ) from None
 
 
-def check_layout(name: str) -> str:
-    find(name)
-    return name
-
-
 def default_layout() -> Layout:
     """--output on a new out dir when none is given."""
     return next(iter(formats().values()))

@@ -9,7 +9,7 @@ old audio, and what this run does not make (another format's audio, codes withou
 the record and the rename leaves no file, never an old one passing for the new, and a kill after
 it never leaves two copies of one row. metadata.jsonl goes before the first redone row replaces
 its file or a row's file is taken out (unlist). Each part of a row's writing is timed on
-its clock (core/jobs/output/writer_clock.py).
+its clock (core/jobs/output/writer.py).
 Standard library only at import; numpy, pyarrow and soundfile inside the functions.
 Knows file names; no records beyond building them.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from qtts.core.jobs.contract.choices import AudioFormat
 from qtts.core.jobs.output.stores.layout import Layout, RepackTarget, RowOutput, Sample
 from qtts.core.jobs.output.stores.layout import repack_temp as _repack_temp
-from qtts.core.jobs.output.writer_clock import WriterClock
+from qtts.core.jobs.output.writer import WriterClock
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes, fsync_dir, unlink_quietly
 
 AUDIO_SUFFIXES = tuple(f".{f.value}" for f in AudioFormat)

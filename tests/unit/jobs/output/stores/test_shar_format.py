@@ -97,6 +97,6 @@ def test_a_member_and_the_durations_read_back(tmp_path):
     where = dict(zip(records["id"].to_pylist(), records["file"].to_pylist(), strict=True))
     assert where["c%3"] == "data/recording.w-000000.tar#c%3.flac"
     assert reader.source(where["c%3"])().read()[:4] == b"fLaC"
-    assert reader.order([where["c%3"], where["plain"]]).tolist() == [1, 0]
+    assert reader.order(pa.array([where["c%3"], where["plain"]])).tolist() == [1, 0]
     shard = ArchiveShard(shar.FORMAT, tmp_path / "data", "w-000000")
     assert shar.durations(shard) == {i: len(rows[i].audio) / 24000 for i in IDS[:3]}
