@@ -1,4 +1,5 @@
-"""The frame budget of one row: how many talker steps (max_new_tokens) it may take.
+"""The frame budget of one row: how many talker steps (max_new_tokens) it may take, and its
+resume rule.
 
 Policy: an explicit --max-new-tokens is used exactly, for every row (the official semantics: a row
 that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
@@ -6,19 +7,11 @@ min(generation_config max_new_tokens, a runaway guard from the text length), so 
 never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
 check and the frame estimate.
 
-Its resume rule (recheck_budget): a done row is redone only when this run's policy would keep other
-codes for it. The policy (--on-budget ok | fail | retry with --max-attempts N) is not in the job
-settings digest: it shapes only the rows that hit their frame budget. Each record keeps the policy
-it ran under (its `on_budget` key: ok, fail or retry/N), whether its kept codes hit the budget and
-the attempts it took (a split row: the most any segment took). Attempts are deterministic (each
-try's seed derives from the row's), so what a policy keeps follows from those columns:
-- a row that stopped by EOS at its first try: every policy keeps it;
-- a row kept at try k > 1 (under retry/M): retry/N keeps it for N >= k;
-- a row kept flagged at its first try (under ok): ok keeps it.
-Every other done row is redone. A record without a key was made before qtts retried, under ok
-or fail: it counts as ok (a flagged row was made under ok; a row that stopped is kept anyway).
-So switching a job to retry redoes its flagged rows only, and changing N redoes only the rows
-that needed more tries than the new N allows.
+The budget policy (--on-budget ok | fail | retry with --max-attempts N) is not in the settings
+digest: a done row made under another policy is redone only when this run's would keep other
+codes for it, which follows from its record's `on_budget`, `attempts` and `hit_frame_budget`, as
+tries are deterministic (recheck_budget; docs/job-state.md, "The fingerprint and the resume
+rule"). A record without a key was made before qtts retried, and counts as ok.
 Knows the budget arithmetic, record columns and the policy's key; no files, models or tensors.
 """
 

@@ -6,20 +6,13 @@ speak a segment that long. The default (50 tokens) was chosen for the published 
 checkpoint whose generation config allows fewer frames gets the longest limit it can speak, said
 in one log line, so a default run never fails on a value the user did not set.
 
-The resume rule: a done row is redone only when this run would cut it differently. The split
-options (--split, --max-segment-tokens, --segment-pause) are not in the job settings
-digest: they shape only the rows they cut. Each record keeps the settings it ran under (its
-`split` key), how many segments the row made and its text's token count. A done row stays done
-when its key is this run's; a row made in segments is redone whenever the key differs (the cut or
-the pause would change); a row made whole stays done when this run leaves it whole too. That
-follows from the settings alone for --split none, the same mode and limit, or auto with a limit
-no lower; otherwise from the recorded token count (auto: within the limit) and, for sentence,
-whether the text has a sentence end inside (an Arrow regex over the column; the cut itself only
-for the few texts the regex flags). So the check is columnar: reruns cost no tokenizing.
-A record without a key was made before qtts split long text: it is kept as it is (its row was
-accepted whole by the length check of its day), so upgrading redoes nothing; --overwrite does.
-Knows the split options, the budget rules and record columns; the TextModel only for flagged
-texts. No files, no tensors.
+The split options are not in the settings digest: a done row is redone only when this run would
+cut it differently, decided from each record's `split` key, segment count and token count, and
+a sentence-end regex over the texts (docs/job-state.md, "The fingerprint and the resume rule"),
+so the check is columnar: reruns cost no tokenizing. A record without a key was made before qtts
+split long text and is kept as made.
+Knows the split options, the budget rules and record columns; the TextModel only for the texts
+the regex flags. No files, no tensors.
 """
 
 from __future__ import annotations
