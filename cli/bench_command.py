@@ -11,7 +11,7 @@ import typer
 from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.cli.logs import setup_logging
-from qtts.core.jobs.contract.choices import Split
+from qtts.core.jobs.contract.spec import Split
 
 
 def _parse_sizes(text: str) -> list[int | None]:

@@ -11,8 +11,14 @@ import typer
 from qtts.cli.errors import cli_errors
 from qtts.cli.job_options import failure_options, model_options, split_options, voice_options
 from qtts.core.errors import UsageError
-from qtts.core.jobs.contract.choices import OnBudget, Split
-from qtts.core.jobs.contract.spec import DEFAULT_SEGMENT_PAUSE_S, JobKind, JobSpec, OutputOptions
+from qtts.core.jobs.contract.spec import (
+    DEFAULT_SEGMENT_PAUSE_S,
+    JobKind,
+    JobSpec,
+    OnBudget,
+    OutputOptions,
+    Split,
+)
 
 
 def run_manifest_bench(

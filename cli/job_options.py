@@ -19,18 +19,15 @@ from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.cli.logs import setup_logging
 from qtts.core.errors import UsageError
-from qtts.core.jobs.contract.choices import (
-    DEFAULT_MODEL,
-    DEFAULT_SHARD_ROWS,
-    BackendName,
-    Dtype,
-    Split,
-)
 from qtts.core.jobs.contract.spec import (
+    DEFAULT_MODEL,
     DEFAULT_PEAK_DB,
     DEFAULT_SEGMENT_PAUSE_S,
+    DEFAULT_SHARD_ROWS,
     DEFAULT_TRIM_PAD_S,
     DEFAULT_TRIM_THRESHOLD_DB,
+    BackendName,
+    Dtype,
     FailurePolicy,
     FinishOptions,
     JobKind,
@@ -42,6 +39,7 @@ from qtts.core.jobs.contract.spec import (
     RowDefaults,
     SamplingOverrides,
     ScaleOut,
+    Split,
     SplitOptions,
     VoiceOptions,
 )

@@ -15,20 +15,18 @@ from typing import Annotated
 
 import typer
 
-from qtts.core.jobs.contract.choices import (
+from qtts.core.jobs.contract.spec import (
+    DEFAULT_PEAK_DB,
     DEFAULT_SHARD_ROWS,
+    DEFAULT_TRIM_PAD_S,
+    DEFAULT_TRIM_THRESHOLD_DB,
     AudioFormat,
     BackendName,
     Dtype,
     OnBudget,
     Split,
 )
-from qtts.core.jobs.contract.spec import (
-    DEFAULT_PEAK_DB,
-    DEFAULT_TRIM_PAD_S,
-    DEFAULT_TRIM_THRESHOLD_DB,
-)
-from qtts.core.jobs.output.stores.registry import OutputLayout, archive_formats, layouts_help
+from qtts.core.jobs.output.stores.registry import OutputLayout, formats, layouts_help
 
 INPUT_PANEL = "Input and resume"
 VOICE_PANEL = "Voice"
@@ -287,6 +285,7 @@ OutputOpt = Annotated[
         help=layouts_help() + " Default: the out dir's own (files for a new one).",
     ),
 ]
+SHARDED = [name for name, fmt in formats().items() if fmt.shards]  # the archive layouts
 ShardRows = Annotated[
     int | None,
     _opt(
@@ -295,8 +294,7 @@ ShardRows = Annotated[
         metavar="N",
         panel=OUTPUT_PANEL,
         help=(
-            f"Rows per archive shard (--output {'|'.join(archive_formats())}; "
-            f"default {DEFAULT_SHARD_ROWS})."
+            f"Rows per archive shard (--output {'|'.join(SHARDED)}; default {DEFAULT_SHARD_ROWS})."
         ),
     ),
 ]

@@ -18,8 +18,7 @@ from qtts.cli.errors import cli_errors
 from qtts.cli.job_options import column_options, split_options
 from qtts.cli.logs import setup_logging
 from qtts.core.capacity.plan_job import GPUS
-from qtts.core.jobs.contract.choices import Split
-from qtts.core.jobs.contract.spec import DEFAULT_SEGMENT_PAUSE_S
+from qtts.core.jobs.contract.spec import DEFAULT_SEGMENT_PAUSE_S, Split
 
 
 def plan(

@@ -3,7 +3,7 @@ the summary as one JSON line: is the dataset complete, and what is its quality? 
 (`--min-dnsmos 3.0 --max-cer 0.1`, ...) choose which ok rows metadata.jsonl lists, for this
 rebuild and every later one; `--report FILE.html` draws the distributions and says where; the
 dataset card OUT/README.md is written afresh (core/quality/dataset_card.py). An out dir it cannot
-write is read as it is, nothing written there (core/jobs/output/views_aside.py)."""
+write is read as it is, nothing written there (core/jobs/output/results.py)."""
 
 from __future__ import annotations
 
@@ -112,10 +112,13 @@ def results(
     bounds = {k: v for k, v in given.items() if v is not None}
     with cli_errors():
         from qtts.core.errors import UsageError
-        from qtts.core.jobs.output.keep_rules import KeepRules, read_keep_rules
-        from qtts.core.jobs.output.stores.repack import check_no_killed_switch
-        from qtts.core.jobs.output.views_aside import current_views
-        from qtts.core.jobs.state.jobfile import read_job_file
+        from qtts.core.jobs.output.results import (
+            KeepRules,
+            check_no_killed_switch,
+            current_views,
+            read_keep_rules,
+            require_job,
+        )
         from qtts.core.quality.dataset_summary import summarize_results, summary_lines
 
         if report is not None:
@@ -124,8 +127,8 @@ def results(
             raise UsageError("--keep-all clears the keep rules: give it without rules")
         check_no_killed_switch(out_dir)  # loaders would get part of the rows
         changing = keep_all or bounds or no_budget_hits
-        if changing and read_job_file(out_dir) is None:  # checked again by the rebuild
-            raise UsageError(f"{out_dir} holds no qtts job (no .qtts/job.json)")
+        if changing:  # before the rules are saved; the rebuild checks it again
+            require_job(out_dir)
         if changing:
             _save_rules(out_dir, KeepRules(bounds, no_budget_hits))
         source = None if input_path is None else str(input_path)
@@ -196,7 +199,7 @@ def _save_rules(out_dir: Path, rules) -> None:
     """Keep rules given on the command line, saved for every later rebuild; an out dir this
     process cannot write refuses them in one line (exit 2)."""
     from qtts.core.errors import UsageError
-    from qtts.core.jobs.output.keep_rules import write_keep_rules
+    from qtts.core.jobs.output.results import write_keep_rules
 
     try:
         write_keep_rules(out_dir, rules)
@@ -225,7 +228,7 @@ def _warn_unscored(rules, results_file: Path) -> None:
     """A rule on a column no row has a value in keeps no row: say which, and why."""
     import pyarrow.parquet as pq
 
-    from qtts.core.jobs.output.score_columns import SCORE_FIELDS
+    from qtts.core.jobs.output.results import SCORE_FIELDS
 
     names = set(pq.read_schema(results_file).names)
     for column in sorted(rules.columns()):

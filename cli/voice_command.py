@@ -16,7 +16,7 @@ from qtts.cli import options as o
 from qtts.cli.errors import cli_errors
 from qtts.cli.help_format import KEEP_LINES, HelpCommand, HelpGroup
 from qtts.cli.logs import setup_logging
-from qtts.core.jobs.contract.choices import Dtype
+from qtts.core.jobs.contract.spec import Dtype
 
 EXAMPLES = """\
 Examples:

@@ -117,8 +117,7 @@ def made_at(out: Path) -> dict[str, float]:
 
 def recorded_where_it_is(out: Path) -> bool:
     """Every id's latest record is ok and its audio is where the record says (the views)."""
-    from qtts.core.jobs.output.stores.listing import list_out_dir
-    from qtts.core.jobs.output.stores.presence import present
+    from qtts.core.jobs.output.stores.presence import list_out_dir, present
     from qtts.core.jobs.state.shard_state import read_all
 
     records = read_all(out, ("id", "status", "file", "bytes"))
@@ -149,9 +148,9 @@ def make_sources(root: Path) -> tuple[Path, dict]:
 # after it returns)
 POINTS = {
     "mid-batch": (f"{STORES}.repack:commit", 2, "before"),  # a batch done, the next one's temps
-    "mid-write": (f"{STORES}.repack_targets:_write", 5, "before"),  # files: the first batch's
+    "mid-write": (f"{STORES}.layout:RepackTarget.write", 5, "before"),  # files: the first batch's
     "intent-written": (f"{STORES}.repack_commit:_name", 1, "before"),  # the commit point
-    "first-named": (f"{STORES}.repack_commit:_name", 2, "after"),  # the first new shard appears
+    "first-named": (f"{STORES}.repack_commit:_name", 1, "after"),  # the first batch's outputs
     "journalled": (f"{STORES}.repack_commit:take_out_rows", 1, "before"),  # old copies all there
     "half-removed": (f"{STORES}.retract:_take_out", 2, "before"),  # one old copy gone
     "intent-left": (f"{STORES}.repack_commit:unlink_quietly", 1, "before"),  # all but the intent
@@ -186,9 +185,9 @@ def count_take_outs(monkeypatch) -> Counter:
 
     touched, take_out = Counter(), retract._take_out
 
-    def counted(out_dir, container, ids, keep_codes):
+    def counted(fmt, out_dir, container, ids, keep_codes):
         touched[container] += 1
-        take_out(out_dir, container, ids, keep_codes)
+        take_out(fmt, out_dir, container, ids, keep_codes)
 
     monkeypatch.setattr(retract, "_take_out", counted)
     return touched

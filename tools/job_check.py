@@ -170,7 +170,7 @@ def job_row(
         "ids": why or ONCE,
         "synthesis": s.get("synthesis"),  # where the synthesizer's time went
         # The whole process's rate, its start-up counted (the figure for a job), and
-        # where its time went, from its summary (core/jobs/execution/time_split.py)
+        # where its time went, from its summary (core/jobs/execution/summary.py)
         "whole_audio_s_per_s": whole_rate(s.get("audio_s"), r["process_s"]),
         "time_split": s.get("time_split"),
         "partial": last_progress(log) if r["exit_code"] == 124 and log else None,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qtts.core.jobs.output.stores.base import RowOutput
+from qtts.core.jobs.output.stores.layout import RowOutput
 from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.state.journal import Journal
 

@@ -84,7 +84,7 @@ def _write_rows(path: Path, rng, schema: pa.Schema, first: int, rows: int, batch
             writer.write_table(pa.table({"id": ids, "text": texts}, schema=schema))
 
 
-# Plausible ranges of each model-free measure (qtts.core.jobs.output.measures) for the fake records.
+# Plausible ranges of each model-free measure (qtts.core.jobs.output.recorder) for the fake records.
 MEASURE_RANGES = {"peak": (0.3, 1.0), "rms_dbfs": (-40.0, -10.0), "silence_ratio": (0.0, 0.4),
                   "repeat_ratio": (0.0, 0.2), "chars_per_s": (8.0, 20.0)}  # fmt: skip
 
@@ -185,24 +185,24 @@ def _link_files(out: Path, names: pa.Array, wav: bytes) -> None:
 
 def _archive_locations(ids: pa.Array, layout: str, shard_rows: int) -> tuple[pa.Array, list]:
     """Each row's member location in shards of shard_rows rows, as a run would record them."""
-    from qtts.core.jobs.output.stores.locations import member_location
-    from qtts.core.jobs.output.stores.registry import archive_format
+    from qtts.core.jobs.output.stores.archive import ArchiveShard
+    from qtts.core.jobs.output.stores.registry import find
 
-    fmt = archive_format(layout)
+    fmt = find(layout)
     shard_names = [f"scalebench-{k:06d}" for k in range(-(-len(ids) // shard_rows))]
-    at = np.arange(len(ids)) // shard_rows
+    shards = [ArchiveShard(fmt, Path("data"), name) for name in shard_names]
+    at = (np.arange(len(ids)) // shard_rows).tolist()
     members = [fmt.member(i, "wav") for i in ids.to_pylist()]
-    key_of = np.array([fmt.key.name(s) for s in shard_names], dtype=object)[at]
-    locations = [member_location(k, m) for k, m in zip(key_of, members, strict=True)]
+    locations = [shards[k].location(m) for k, m in zip(at, members, strict=True)]
     return pa.array(locations, pa.string()), shard_names
 
 
 def _place_shards(out: Path, shard_names: list[str], layout: str, wav: bytes) -> None:
     """One small valid shard, its every part copied under every shard's name (a hard link
     each, as files are)."""
-    from qtts.core.jobs.output.stores.registry import archive_format
+    from qtts.core.jobs.output.stores.registry import find
 
-    fmt = archive_format(layout)
+    fmt = find(layout)
     data = out / "data"
     data.mkdir(exist_ok=True)
     templates = {}

@@ -18,20 +18,14 @@ no files are written (its out dir is a temporary folder that stays empty).
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 
 from qtts.core.jobs.contract.interfaces import LoadSynthesizer, OpenTextModel
 from qtts.core.jobs.contract.spec import JobSpec
-from qtts.core.jobs.execution.run import prepare_job
-from qtts.core.jobs.long_text.segments import synthesize_chunk
+from qtts.core.jobs.execution.run import job_work
 from qtts.core.jobs.output.recorder import utterance_error
-from qtts.core.jobs.output.stores.listing import list_out_dir
-from qtts.core.jobs.state.records import empty
-from qtts.core.jobs.work.chunks import chunks
-from qtts.core.jobs.work.decide import decide_work
+from qtts.core.jobs.work.chunks import chunks, synthesize_chunk
 from qtts.core.synthesis.requests import RowFailure
 
 log = logging.getLogger("qtts")
@@ -112,31 +106,6 @@ def bench_manifest(
     res.audio_s_per_s = res.audio_s / res.synthesis_s if res.synthesis_s > 0 else 0.0
     res.middle_audio_s_per_s, res.middle_rows = middle_rate(done)
     return res
-
-
-def job_work(spec: JobSpec, open_text_model: OpenTextModel):
-    """(RunSetup, Work, generation options): what a first run of this job into a fresh out dir would
-    synthesize, decided by the jobs layer (every row: no shards, nothing done before)."""
-    with tempfile.TemporaryDirectory(prefix="qtts-bench-") as tmp:
-        out = Path(tmp) / "out"  # never created: the job's checks read a fresh out dir
-        spec = replace(spec, output=replace(spec.output, out_dir=out, overwrite=False))
-        setup, _, options, _ = prepare_job(spec, open_text_model, env={})
-        spec = setup.spec
-        work = decide_work(
-            setup.prepared,
-            empty(),
-            list_out_dir(out),
-            model=setup.text_model,
-            budget=setup.budget,
-            settings=setup.settings,
-            registry={},
-            layout=spec.output.layout,
-            audio_format=spec.output.audio_format.value,
-            save_codes=spec.output.save_codes,
-            split=spec.split,
-            on_budget=spec.failures.key,
-        )
-    return setup, work, options
 
 
 def _synthesize(res: ManifestBench, synth, setup, work, options) -> list[tuple[float, float]]:

@@ -108,7 +108,7 @@ class BenchResult:
     # and the frames its window buckets padded on, as a share of the frames it had to decode.
     vocoder_s_per_audio_s: float = 0.0
     vocoder_padding: float = 0.0
-    # The model-free measures (core/jobs/output/measures.py) of the first rows, in seconds per
+    # The model-free measures (core/jobs/output/recorder.py) of the first rows, in seconds per
     # audio-second.
     measures_s_per_audio_s: float = 0.0
     # Steady state: the audio of every group after the first over the time from the first
@@ -302,7 +302,7 @@ def steady_rate(finished: list[tuple[float, int]]) -> float | None:
 def _measures_cost(rows: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """Seconds per audio-second the job's model-free measures take, over these rows (audio,
     codes), timed apart from the run: a job computes them on its writer threads."""
-    from qtts.core.jobs.output.measures import measure
+    from qtts.core.jobs.output.recorder import measure
 
     audio_s = sum(len(wav) for wav, _ in rows) / SAMPLE_RATE
     if not rows:  # no audio made (--no-vocoder)

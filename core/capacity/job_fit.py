@@ -10,25 +10,25 @@ or from --text-tokens. The plan is the one `qtts batch` would make on a card of 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from qtts.core.capacity.input_requests import (
-    ESTIMATED_BYTES_PER_TOKEN,
-    EstimatedText,
-    InputRequests,
-    input_requests,
-)
 from qtts.core.capacity.vocoder_cost import vocoder_cost
 from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.plan.footprint import Dims
 from qtts.core.engine.plan.planner import GIB, MemoryPlan, RowShape
 from qtts.core.engine.plan.roofline import FRAME_S, DeviceSpec, decode_step_cost
 from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.segment_limit import settle_segment_limit
+from qtts.core.jobs.work.chunks import (
+    FrameBudget,
+    InputRequests,
+    input_requests,
+    settle_segment_limit,
+)
 from qtts.core.model.codec import SpeechDecoder, SpeechDecoderConfig
 from qtts.core.model.config import GenerationDefaults, ModelConfig
 from qtts.core.model.sizes import decoder_config, model_config
@@ -37,6 +37,19 @@ from qtts.core.synthesis.memory_plan import dims_for, row_shapes, weights_bytes
 from qtts.core.synthesis.prompt import PromptTokens
 
 PUBLISHED_MAX_NEW_TOKENS = 8192  # generation_config.json of the published checkpoints
+ESTIMATED_BYTES_PER_TOKEN = 3  # Qwen2 BPE: ~4 bytes per English token, ~3 per CJK character
+
+
+@dataclass(frozen=True)
+class EstimatedText:
+    """The text side of a published size (no tokenizer): token counts from the text's bytes."""
+
+    name: str
+    config: ModelConfig
+    max_tokens_per_byte: float | None = None  # unknown: the length check counts every row
+
+    def count_text_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [max(1, math.ceil(len(t.encode()) / ESTIMATED_BYTES_PER_TOKEN)) for t in texts]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.output.score_columns import SCORES_NAME, record_stamps
+from qtts.core.jobs.output.results import SCORES_NAME, record_stamps
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.model.hub import one_line
 
@@ -96,15 +96,9 @@ def open_dataset(path: Path) -> Dataset:
 
 
 def _out_dir_rows(out_dir: Path) -> pa.Table:
-    from qtts.core.jobs.output.stores.listing import list_out_dir
-    from qtts.core.jobs.output.stores.presence import present
-    from qtts.core.jobs.state.records import OK
-    from qtts.core.jobs.state.shard_state import read_all
+    from qtts.core.jobs.output.results import present_records
 
-    records = read_all(out_dir, RECORD_COLUMNS).combine_chunks()
-    ok = pc.fill_null(pc.equal(records["status"], OK), False).to_numpy(zero_copy_only=False)
-    ok &= present(records["file"], records["bytes"], list_out_dir(out_dir, sizes=True))
-    done = records.filter(pa.array(ok))
+    done = present_records(out_dir, RECORD_COLUMNS)
     done = done.take(pc.sort_indices(done["row"]))
     return pa.table(
         {

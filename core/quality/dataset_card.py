@@ -40,7 +40,7 @@ from qtts.core.model.languages import LANGUAGE_TAGS
 from qtts.core.quality.card_rows import CardRows, ok_and_kept_ids, read_card_rows
 
 if TYPE_CHECKING:
-    from qtts.core.jobs.output.stores.shard_format import ArchiveFormat
+    from qtts.core.jobs.output.stores.registry import ArchiveFormat
 
 log = logging.getLogger("qtts")
 CARD_NAME = "README.md"
@@ -107,7 +107,7 @@ def refresh_card(out_dir: Path) -> Card | None:
 
 
 def _write(out_dir: Path) -> Card:
-    from qtts.core.jobs.output.keep_rules import read_keep_rules
+    from qtts.core.jobs.output.results import read_keep_rules
     from qtts.core.quality.dataset_summary import summarize_results
 
     path = out_dir / "results.parquet"
@@ -266,7 +266,7 @@ def _feature(name: str, type_: pa.DataType) -> dict:
 
 
 def _score_names() -> list[str]:
-    from qtts.core.jobs.output.score_columns import SCORE_FIELDS
+    from qtts.core.jobs.output.results import SCORE_FIELDS
 
     return SCORE_FIELDS.names
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qtts.core.jobs.output.keep_rules import RULES, KeepRules
+from qtts.core.jobs.output.results import RULES, KeepRules
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.quality import dataset_summary as ds
 
@@ -35,7 +35,8 @@ def write_report(
     results: Path, target: Path, summary: dict, rules: KeepRules, out_dir: Path | None = None
 ) -> None:
     """FILE.html from results.parquet's ok rows and the summary (summarize_results); out_dir:
-    the out dir the page names (default: results.parquet's folder; views_aside builds it aside)."""
+    the out dir the page names (default: results.parquet's folder; results.current_views builds it
+    aside)."""
     column = ds.OkColumns(results)
     figures = []
     for name in ds.COLUMNS:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from qtts.core.errors import QttsError
 from qtts.core.jobs.contract.interfaces import NoProgress, ProgressSink
 from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
-from qtts.core.jobs.output.stores.member_reader import MemberReader
+from qtts.core.jobs.output.results import MemberReader
 from qtts.core.model.hub import one_line
 from qtts.core.quality.audio import Clip, cores, read_ahead
 from qtts.core.quality.dataset import OUT_DIR, Dataset, open_dataset
@@ -220,12 +220,7 @@ def _isolated(score, clips: list[Clip], rows: pa.Table) -> list:
 
 
 def _reading_order(dataset: Dataset, rows: np.ndarray, reader) -> np.ndarray:
-    from qtts.core.jobs.output.stores.locations import is_archived
-
-    locations = dataset.rows["file_name"].take(pa.array(rows))
-    if not pc.any(pc.fill_null(is_archived(locations), False)).as_py():
-        return np.arange(len(rows))  # files only: input order
-    return reader.order(locations.to_pylist())
+    return reader.order(dataset.rows["file_name"].take(pa.array(rows)))
 
 
 class _ChunkPaths:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.output.score_columns import SCORE_FIELDS
+from qtts.core.jobs.output.results import SCORE_FIELDS
 from qtts.core.jobs.state.atomic_files import atomic_write
 from qtts.core.model.hub import one_line
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.output.score_columns import SCORE_FIELDS
+from qtts.core.jobs.output.results import SCORE_FIELDS
 
 PERCENTILES = (5, 50, 95)
 DIGITS = 4

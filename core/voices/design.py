@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from qtts.core.errors import FatalError, UsageError
-from qtts.core.jobs.contract.choices import OnBudget
 from qtts.core.jobs.contract.interfaces import LoadSynthesizer, OpenTextModel, ProgressSink
 from qtts.core.jobs.contract.spec import (
     FailurePolicy,
     JobSpec,
     ModelOptions,
+    OnBudget,
     OutputOptions,
     RowDefaults,
     VoiceOptions,

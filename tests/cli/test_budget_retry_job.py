@@ -7,7 +7,7 @@ retries). From it follows what every policy keeps: retry/N the first try that st
 (else the row fails after N), ok the first try, flagged or not. The job must record that try
 (attempts, kept_seed, its exact codes) and the row's model-free measures in results.parquet; a
 rerun under the same policy redoes no done row; a rerun under another policy redoes exactly the
-rows core/jobs/work/budget_resume.py names, and ends with what that policy makes from scratch.
+rows core/jobs/work/budget.py names, and ends with what that policy makes from scratch.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from aimed_eos import aim_eos, store_eos_row
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.output.measures import MEASURES, SILENCE_FRAME_S, measure, repeat_ratio
+from qtts.core.jobs.output.recorder import MEASURES, SILENCE_FRAME_S, measure, repeat_ratio
 from qtts.core.synthesis.requests import GenerationOptions, Placement, Request, attempt_seed
 
 SAMPLE_RATE = 24_000

@@ -13,7 +13,7 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.rows.id_seeds import id_seed
+from qtts.core.jobs.rows.validation import id_seed
 from qtts.core.synthesis.requests import Request, attempt_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")
@@ -276,7 +276,7 @@ def test_max_new_tokens_is_exact(tmp_path, write_manifest):
 
 
 def test_disk_full_is_fatal_and_rows_stay_pending(tmp_path, write_manifest, monkeypatch):
-    from qtts.core.jobs.output.stores import files as writer  # the files layout's writes
+    from qtts.core.jobs.output.stores.formats import files as writer  # the files layout's writes
 
     real = writer.atomic_write_bytes
     calls = {"n": 0}
@@ -426,7 +426,7 @@ def test_a_big_jobs_texts_are_read_from_their_spill(tmp_path, write_manifest, mo
     here to every run): the rows it synthesizes and records read them from there, and nothing
     is left in the folder."""
     from qtts.core.jobs.execution import locked_run
-    from qtts.core.jobs.rows import text_spill
+    from qtts.core.jobs.rows import validation as text_spill
 
     monkeypatch.setattr(text_spill, "SPILL_ROWS", 1)
     spills = []

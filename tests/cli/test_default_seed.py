@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.rows.id_seeds import id_seed
+from qtts.core.jobs.rows.validation import id_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 

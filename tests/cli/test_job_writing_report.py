@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from qtts.cli.app import app
 from qtts.core.jobs.output.stores.open_store import writer_threads
-from qtts.core.jobs.output.writer_clock import PARTS
+from qtts.core.jobs.output.writer import PARTS
 
 ROWS = 6
 SLOW_ENCODE_S = 0.4
@@ -82,7 +82,7 @@ def test_the_summary_says_where_the_time_went(checkpoint, manifest, tmp_path, la
 
 def test_a_slow_writer_shows_as_a_wait_with_a_hint(checkpoint, manifest, tmp_path, monkeypatch):
     from qtts.core.jobs.execution import local_backend
-    from qtts.core.jobs.output.stores import files
+    from qtts.core.jobs.output import writer as files  # the files layout encodes through it
 
     encode = files.encode_audio
 

@@ -359,11 +359,11 @@ def test_a_full_disk_mid_repack_is_one_line_and_loses_nothing(finished, manifest
     import errno
     import os
 
-    from qtts.core.jobs.output.stores import repack_targets
+    from qtts.core.jobs.output.stores.layout import RepackTarget
 
     out, before = finished
     calls = Counter()
-    write = repack_targets._write
+    write = RepackTarget.write
 
     def full_at_the_fifth(target, final, data):
         calls["writes"] += 1
@@ -373,13 +373,13 @@ def test_a_full_disk_mid_repack_is_one_line_and_loses_nothing(finished, manifest
 
     r = qtts(manifest, out, "--output", "webdataset", "--shard-rows", 3, QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0
-    monkeypatch.setattr(repack_targets, "_write", full_at_the_fifth)  # back to files: disk full
+    monkeypatch.setattr(RepackTarget, "write", full_at_the_fifth)  # back to files: disk full
     r = qtts(manifest, out, "--output", "files", "--format", "flac", QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 1
     (line,) = r.stderr.strip().splitlines()[-1:]
     assert line.startswith("Error: disk full writing ") and "Traceback" not in r.stderr
     assert copies(out) == Counter(IDS) and litter(out) == []
-    monkeypatch.setattr(repack_targets, "_write", write)
+    monkeypatch.setattr(RepackTarget, "write", write)
     r = qtts(manifest, out, "--format", "flac", QTTS_FAKE_LOAD_FAIL="1")
     assert r.exit_code == 0, r.stderr
     assert_same_rows(out, before)

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
-from qtts.core.jobs.output import results
+from qtts.core.jobs.output import views as results  # the views are written there
 from qtts.core.jobs.state import atomic_files, jobfile
 
 pytestmark = pytest.mark.usefixtures("fake_model")

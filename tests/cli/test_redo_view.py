@@ -20,7 +20,7 @@ from fakes import fake_env, qtts_cmd
 
 KILL_POINTS = Path(__file__).resolve().parents[1] / "kill_points.py"
 IDS = [f"u{i}" for i in range(6)]
-FILES = "qtts.core.jobs.output.stores.files"
+FILES = "qtts.core.jobs.output.stores.formats.files"
 # (the function called through, which call, before or after it, what redoes the rows)
 KILLS = [
     (f"{FILES}:unlink_quietly", 2, "after", "--seed"),  # the 1st drops the view; an old WAV gone

@@ -61,7 +61,7 @@ def said(stdout: str, stderr: str) -> dict:
 def test_a_results_lock_no_one_can_open_is_read_without_writing(out, tmp_path, monkeypatch):
     """OUT/.qtts can be written here: the views are built aside there (not in $TMPDIR, which a
     ten-million-row job's staged columns would fill), and nothing is left."""
-    from qtts.core.jobs.output import views_aside
+    from qtts.core.jobs.output import results as views_aside
 
     lock = out / ".qtts" / "results.lock"
     lock.unlink(missing_ok=True)

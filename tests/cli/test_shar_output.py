@@ -207,10 +207,11 @@ SWITCHES = {
     "shar->files": ("shar", ("--output", "files")),
 }
 CASES = [
-    ("files->shar", (f"{STORES}.repack_commit:_name", 2, "after")),  # a first shard named
+    ("files->shar", (f"{STORES}.repack_commit:_name", 1, "after")),  # a first shard named
     ("files->shar", (f"{STORES}.shard_files:_rename", 2, "after")),  # its key part not yet
     ("shar->files", (f"{STORES}.retract:_take_out", 2, "before")),  # one source shard gone
-    ("shar->files", (f"{STORES}.retract:_rewrite_part", 2, "before")),  # a shard's cuts gone
+    # a shard's cuts gone
+    ("shar->files", (f"{STORES}.archive:ArchiveFormat._rewrite_part", 2, "before")),
 ]
 
 

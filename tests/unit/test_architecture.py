@@ -2,7 +2,9 @@
 modules (imports inside functions included), every edge points down the layers of qtts.core
 (jobs -> synthesis -> engine -> model) and down the folders inside a layer, the jobs layer works
 with torch missing altogether, a call of six or more positional arguments (a splat counted) is
-one of a few known custom-op calls, and a SamplingParams is built by keyword."""
+one of a few known custom-op calls, a SamplingParams is built by keyword, no module but the
+output layouts' own asks which layout it has, and the other layers reach the job layer through
+its face (a few public modules)."""
 
 from __future__ import annotations
 
@@ -167,6 +169,54 @@ def test_a_jobs_folder_order_violation_is_seen():
         assert _folder_order_violations("qtts.core.jobs", swapped), (order[i], order[i + 1])
 
 
+# The job layer's face: the only modules of core/jobs/ that another layer (cli/, quality/, bench/,
+# capacity/, voices/, doctor/) imports, each with what it is for; the rest of core/jobs/ is its
+# own (docs/architecture.md, "The job layer's face").
+JOBS_FACE = {
+    "qtts.core.jobs.contract.spec": "what a job is asked: its option groups and their choices",
+    "qtts.core.jobs.contract.interfaces": "what a job needs of a model and of a progress sink",
+    "qtts.core.jobs.execution.run": "a job's entry points: run_job, prepare_job, job_work",
+    "qtts.core.jobs.execution.interrupt": "how a long pass stops on a signal",
+    "qtts.core.jobs.work.chunks": "a job's work: an input's requests, its budget, split, chunks",
+    "qtts.core.jobs.output.recorder": "a finished row's record: why it fails, its measures",
+    "qtts.core.jobs.output.writer": "the audio encodings every layout writes",
+    "qtts.core.jobs.output.results": "the out dir as its readers see it: views, rows, audio",
+    "qtts.core.jobs.output.stores.registry": "the output layouts (--output)",
+    "qtts.core.jobs.state.paths": "the names of an out dir's state files",
+    "qtts.core.jobs.state.atomic_files": "a file written into an out dir whole or not at all",
+    "qtts.core.jobs.state.lock": "one process at a time on a lock of the out dir",
+}
+MAX_FACE = 12
+
+
+def _past_the_face(graph: dict[str, set[str]], face) -> list[str]:
+    """Imports of a core/jobs/ module from outside it that is not on its face."""
+    return sorted(f"{module} -> {dep}" for module, deps in graph.items()
+                  if not module.startswith("qtts.core.jobs.") for dep in deps
+                  if dep.startswith("qtts.core.jobs.") and dep not in face)  # fmt: skip
+
+
+def test_the_job_layer_is_reached_through_its_face():
+    """Every other layer imports the job layer through a few public modules, not its internals:
+    at most MAX_FACE of them, each one imported."""
+    graph = _graph()
+    assert _past_the_face(graph, JOBS_FACE) == []
+    used = {dep for module, deps in graph.items() if not module.startswith("qtts.core.jobs.")
+            for dep in deps}  # fmt: skip
+    assert set(JOBS_FACE) <= used, set(JOBS_FACE) - used  # no stale entry
+    assert len(JOBS_FACE) <= MAX_FACE
+
+
+def test_an_import_past_the_face_is_seen():
+    """The check can fail: an import of the job layer's internals from the CLI is found."""
+    cli, jobs = "qtts.cli.results_command", "qtts.core.jobs"
+    graph = {cli: {f"{jobs}.state.records", f"{jobs}.contract.spec"},
+             f"{jobs}.work.decide": {f"{jobs}.state.records"}}  # fmt: skip
+    assert _past_the_face(graph, JOBS_FACE) == [
+        "qtts.cli.results_command -> qtts.core.jobs.state.records"
+    ]
+
+
 def test_jobs_modules_are_all_in_folders():
     """qtts.core.jobs holds folders and its __init__ only: a module at the top would sit outside
     the folder order."""
@@ -232,6 +282,76 @@ def test_a_sampling_params_by_position_is_seen(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("SamplingParams(True, 0.9)\nconfig.SamplingParams(do_sample=True)\n")
     assert _sampling_params_by_position([probe], root=tmp_path) == ["probe.py:1"]
+
+
+# Only a layout's own module (core/jobs/output/stores/formats/) and the registry that finds them
+# name a layout: everything else asks the layout (a Layout's attributes and methods) what to do,
+# never which one it is (docs/architecture.md, "Adding a layout").
+LAYOUT_OWNERS = ("core/jobs/output/stores/formats/", "core/jobs/output/stores/registry.py")
+NOT_A_LAYOUT = {("core/jobs/rows/manifest.py", "'parquet'"): "an input manifest's kind"}
+
+
+def _layout_name_tests(paths, names: set[str], root: Path = REPO) -> list[str]:
+    """Where a module compares a value with a layout's name, matches on one, keys a table by
+    one, or names a layout's class or constant (FILES, ..._LAYOUT, FilesLayout)."""
+
+    def named(expr: ast.AST) -> list[str]:
+        out = []
+        for n in ast.walk(expr):
+            ident = n.id if isinstance(n, ast.Name) else getattr(n, "attr", None)
+            if isinstance(n, ast.Constant) and n.value in names:
+                out.append(repr(n.value))
+            elif ident is not None and (ident in ("FILES", "FilesLayout") or
+                                        ident.endswith("_LAYOUT")):  # fmt: skip
+                out.append(ident)
+        return out
+
+    found = []
+    for path in paths:
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Compare):
+                hits = [h for e in (node.left, *node.comparators) for h in named(e)]
+            elif isinstance(node, ast.match_case):
+                hits = named(node.pattern)
+            elif isinstance(node, ast.Dict):
+                hits = [h for k in node.keys if k is not None for h in named(k)]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance":
+                hits = named(node.args[1]) if len(node.args) == 2 else []
+            else:
+                continue
+            line = getattr(node, "lineno", None) or node.pattern.lineno  # a case: its pattern's
+            found += [f"{rel}:{line} {h}" for h in hits if (rel, h) not in NOT_A_LAYOUT]
+    return found
+
+
+def test_no_module_but_the_layouts_asks_which_layout_it_has():
+    """No module outside the layouts' own and the registry compares or branches on a layout's
+    name: the files layout is asked as the archive formats are."""
+    from qtts.core.jobs.output.stores.registry import layout_names
+
+    names = set(layout_names())
+    assert {"files", "webdataset", "parquet", "shar"} <= names
+    paths = [p for p in _modules().values()
+             if not str(p.relative_to(REPO)).startswith(LAYOUT_OWNERS)]  # fmt: skip
+    assert _layout_name_tests(paths, names) == []
+
+
+def test_a_question_on_a_layouts_name_is_seen(tmp_path):
+    """The check can fail: a comparison, a match, a table and a type test on a layout."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        'if layout == "files": pass\n'
+        "if spec.layout != FILES: pass\n"
+        "match layout:\n    case 'webdataset': pass\n"
+        "x = {'parquet': 1}\n"
+        "y = isinstance(fmt, FilesLayout)\n"
+        "z = layout == name\n"
+    )
+    found = _layout_name_tests([probe], {"files", "webdataset", "parquet"}, root=tmp_path)
+    assert [f.split(" ", 1)[1] for f in found] == [
+        "'files'", "FILES", "'webdataset'", "'parquet'", "FilesLayout"
+    ]  # fmt: skip
 
 
 def test_one_out_of_memory_loop():

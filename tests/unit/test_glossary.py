@@ -18,8 +18,9 @@ SOURCE = ("cli", "core", "kernels", "pkg")
 KNOWN = {
     # an output layout: files, webdataset, parquet, shar (--output)
     "layout": {
-        "DEFAULT_LAYOUT", "OutputLayout", "_output_layout", "check_layout", "layout",
-        "layout_names", "layouts", "layouts_help", "_layout", "_layout_of",
+        "FilesLayout", "Layout", "OutputLayout", "_output_layout",
+        "default_layout", "layout", "layout_names", "layouts", "layouts_help",
+        "_layout_of",
     },
     # the job settings a row's output depends on; their digest is its fingerprint
     "settings": {
@@ -36,7 +37,7 @@ KNOWN = {
     # in cli/progress.py is logging's LogRecord, the name logging.Handler.emit gives it
     "record": {
         "FROM_RECORDS", "RECORD_COLUMNS", "RECORD_SCHEMA", "RecordContext", "RecordSource",
-        "RowRecorder", "_record_work", "_records", "failed_record", "ok_record",
+        "RowRecorder", "_record_work", "_records", "failed_record", "ok_record", "present_records",
         "pending_records", "record", "record_at", "record_source", "record_stamps", "recorder",
         "records",
     },
@@ -52,7 +53,7 @@ KNOWN = {
         "JobSpec", "JobSummary", "LEGACY_JOB_FILE", "cpu_auto_for_job_file", "job",
         "job_command", "job_estimate", "job_file", "job_files", "job_fingerprint", "job_fit",
         "job_for", "job_lock", "job_options", "job_rows", "job_work", "plan_job", "prepare_job",
-        "read_job_file", "run_job", "write_job_file", "write_job_files",
+        "read_job_file", "require_job", "run_job", "write_job_file", "write_job_files",
     },
 }  # fmt: skip
 PLURALS = {

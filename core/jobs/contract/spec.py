@@ -18,6 +18,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from qtts.core.errors import UsageError
+
+# The options' values, part of what a job is asked: the CLI and the other layers take them from
+# here, the job layer's face for its options (choices.py defines them, standard library only).
 from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
@@ -124,7 +127,8 @@ class RowDefaults:
     speaker: str | None = None
     language: str = "auto"
     instruct: str | None = None
-    # None: the row's id's seed (rows/id_seeds.py), or 0 where the out dir pins the old rule
+    # None: the row's id's seed (rows/validation.py id_seed), or 0 where the out dir pins the
+    # old rule
     seed: int | None = None
 
 
@@ -187,7 +191,7 @@ class OutputOptions:
 
     out_dir: Path
     # --format and --output; None: not given, so the out dir's own (as its job file records
-    # them; qtts.core.jobs.execution.out_dir_output), else the defaults. A run settles them
+    # them; qtts.core.jobs.execution.out_dir), else the defaults. A run settles them
     # before it reads a row: from then on both are set.
     audio_format: AudioFormat | None = AudioFormat.wav
     save_codes: bool = False
@@ -228,7 +232,7 @@ class SplitOptions:
     """How long rows are cut into segments, synthesized apart and joined with a pause."""
 
     mode: Split = Split.auto
-    # None: not given; the job fits the default to the model (core/jobs/work/segment_limit.py)
+    # None: not given; the job fits the default to the model (core/jobs/work/split_rules.py)
     max_segment_tokens: int | None = None
     pause_s: float = DEFAULT_SEGMENT_PAUSE_S
 

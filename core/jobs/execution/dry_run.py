@@ -25,17 +25,16 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.execution.locked_run import RunSetup, failing_now, overwritten
 from qtts.core.jobs.execution.out_dir import check_out_dir
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.output.stores.retract import outputs_touched, taken_out
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.jobfile import read_job_file
-from qtts.core.jobs.state.lock import LockHeldError, holder_pid
-from qtts.core.jobs.state.lock_probe import check_no_old_run, lock_is_held
+from qtts.core.jobs.state.lock import LockHeldError, check_no_old_run, holder_pid, lock_is_held
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import SCAN_COLUMNS, empty, with_repeated_encoded
 from qtts.core.jobs.work.budget import FRAME_S
 from qtts.core.jobs.work.chunks import CHUNK_ROWS, Chunk, chunk_requests, planned_frames
-from qtts.core.jobs.work.decide import Work, decide_work
+from qtts.core.jobs.work.decide import Work
 from qtts.core.jobs.work.fingerprint import read_registry
 from qtts.core.jobs.work.resume import aligned
 
@@ -112,20 +111,7 @@ def dry_run(setup: RunSetup) -> DryRunSummary:
     # the scan's columns as the run holds them (repeated strings encoded: docs/scale.md)
     records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)[0]
     records = with_repeated_encoded(records)
-    work = decide_work(
-        setup.prepared,
-        records,
-        list_out_dir(out),
-        model=setup.text_model,
-        budget=setup.budget,
-        settings=setup.settings,
-        registry=read_registry(out),
-        layout=spec.output.layout,
-        audio_format=spec.output.audio_format.value,
-        save_codes=spec.output.save_codes,
-        split=spec.split,
-        on_budget=spec.failures.key,
-    )
+    work = setup.decide(records, list_out_dir(out), read_registry(out))
     plan, first = _first_chunk_plan(setup, work)
     locations = _taken_out(setup, work, records)
     split_rows = {place[0]: place[2] for place in first.split.place.values()} if first else {}
@@ -161,8 +147,7 @@ def _taken_out(setup: RunSetup, work: Work, records: pa.Table) -> pa.ChunkedArra
     done before that fail validation now (their plain files too)."""
     out, layout = setup.spec.output.out_dir, setup.spec.output.layout
     if setup.spec.output.overwrite:
-        ok = overwritten(out, setup.shard, layout)
-        locations = ok["file"] if ok is not None else pa.chunked_array([], pa.string())
+        locations = overwritten(out, setup.shard)["file"]
         return locations.filter(taken_out(locations, layout))
     where = records.select(["id", "file"])
     redo = aligned(pa.table({"id": _flat(work.resume.stale)}), where)["file"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qtts.core.errors import UsageError
-from qtts.core.jobs.execution.out_dir_output import check_output_unchanged
+from qtts.core.jobs.execution.out_dir import check_output_unchanged
 from qtts.core.jobs.output.stores.retract import remove_every_archive
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.atomic_files import cleanup_temp_files
@@ -24,7 +24,7 @@ from qtts.core.jobs.state.jobfile import (
     seed_rule_for,
     write_job_file,
 )
-from qtts.core.jobs.state.lock_probe import old_run_error, old_split_locks
+from qtts.core.jobs.state.lock import old_run_error, old_split_locks
 from qtts.core.jobs.state.paths import LEGACY_JOB_FILE, StatePaths
 from qtts.core.jobs.state.shards import ShardRequest
 from qtts.core.jobs.work.fingerprint import remember

@@ -8,7 +8,17 @@ row, not at the end. Closing the stream early (an
 abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
 is lost. What the writing cost (the writer threads' busy time by part, and the synthesis loop's
 waits on them) is left in `writing` when the stream ends, for the run's summary.
-Knows chunks, the synthesizer protocol and the recorder; no tensors.
+
+Progress during a long row (with_segment_progress): each segment of a split row is reported to the
+ProgressSink as the synthesizer makes it, not only the row once its last segment is joined and
+written.
+
+A 100,000-character row is hundreds of segments and minutes of work; counted by rows alone the
+progress reads `0/7 rows ... ETA ?` all that time. Wrapping the loaded synthesizer sees every
+request as it finishes, the segments of split rows among them (their ids name the row:
+qtts.core.jobs.long_text.segments.segment_id), without touching the chunk loop both backends
+share. The row's own advance then replaces its segments' audio (ProgressSink.advance row_id).
+Knows chunks, requests, the synthesizer protocol and the recorder; no tensors.
 """
 
 from __future__ import annotations
@@ -16,23 +26,30 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from qtts.core.jobs.contract.interfaces import LoadSynthesizer, Synthesizer, TextModel
+from qtts.core.jobs.contract.interfaces import LoadSynthesizer, ProgressSink, Synthesizer, TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.long_text.segments import row_of_segment
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.stores.open_store import writer_threads
-from qtts.core.jobs.output.writer_clock import WriterClock, WritingReport
+from qtts.core.jobs.output.writer import WriterClock, WritingReport
 from qtts.core.jobs.state.atomic_files import fsync_dir
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.chunks import Chunk, Todo, chunks
-from qtts.core.synthesis.requests import GenerationOptions, Placement
+from qtts.core.synthesis.requests import (
+    GenerationOptions,
+    Placement,
+    Request,
+    RowFailure,
+    Utterance,
+)
 
 log = logging.getLogger("qtts")
 
@@ -152,3 +169,37 @@ class WriteQueue:
         self.inflight.clear()
         self.unsynced = 1
         self.sync()
+
+
+def with_segment_progress(load: LoadSynthesizer, progress: ProgressSink | None) -> LoadSynthesizer:
+    """The factory, its synthesizers reporting segments to `progress` (none: as it was)."""
+    if progress is None:
+        return load
+    return lambda text_model, placement: SegmentReporting(load(text_model, placement), progress)
+
+
+class SegmentReporting:
+    """A Synthesizer that tells `progress` of each segment of a split row it yields."""
+
+    def __init__(self, synth: Synthesizer, progress: ProgressSink) -> None:
+        self.synth, self.progress = synth, progress
+
+    @property
+    def clock(self):
+        """The wrapped synthesizer's SynthesisClock (where its time went), if it keeps one."""
+        return getattr(self.synth, "clock", None)
+
+    def synthesize(
+        self, requests: Sequence[Request], options: GenerationOptions
+    ) -> Iterator[Utterance | RowFailure]:
+        items = self.synth.synthesize(requests, options)
+        try:
+            for item in items:
+                row_id = row_of_segment(item.id)
+                if row_id is not None and isinstance(item, Utterance):
+                    self.progress.segment(row_id, len(item.audio) / item.sample_rate)
+                yield item
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:  # an early close reaches the real stream (frees the engine)
+                close()

@@ -7,7 +7,7 @@ repacks the rows done in another layout or format (no model), then consumes the 
 outcomes (local or Ray: one loop) to report progress, count failures and stop after too many.
 Whatever happens (signal, disk full, too many failures, a crash), the shard's journal is folded
 into its state and results.parquet is rebuilt before returning or raising; the summary counts
-its rows (run_counts). Knows records and outcomes; no tensors, no CLI.
+its rows (summary.py). Knows records and outcomes; no tensors, no CLI.
 """
 
 from __future__ import annotations
@@ -26,21 +26,23 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.contract.interfaces import NoProgress, ProgressSink, TextModel
 from qtts.core.jobs.contract.spec import JobSpec
-from qtts.core.jobs.execution.failures import FailureLog
 from qtts.core.jobs.execution.interrupt import Interrupted, StopSignals
-from qtts.core.jobs.execution.run_counts import hit_budget, made_now_s, moved_aside
-from qtts.core.jobs.execution.summary import JobSummary
-from qtts.core.jobs.execution.time_split import RunEdges, time_split
+from qtts.core.jobs.execution.summary import (
+    FailureLog,
+    JobSummary,
+    RunEdges,
+    hit_budget,
+    made_now_s,
+    moved_aside,
+    time_split,
+)
 from qtts.core.jobs.output.recorder import Outcome, RecordContext
 from qtts.core.jobs.output.results import rebuild, up_to_date
 from qtts.core.jobs.output.stores import retract
-from qtts.core.jobs.output.stores.files import drop_audiofolder_view, row_id_of
-from qtts.core.jobs.output.stores.listing import list_out_dir
-from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, FILES
 from qtts.core.jobs.output.stores.open_store import StoreSpec, writer_prefix
+from qtts.core.jobs.output.stores.presence import Listing, list_out_dir
 from qtts.core.jobs.output.stores.repack import finish_killed, repack
-from qtts.core.jobs.rows.text_spill import spilled
-from qtts.core.jobs.rows.validation import Prepared
+from qtts.core.jobs.rows.validation import Prepared, spilled
 from qtts.core.jobs.state import shard_state as state
 from qtts.core.jobs.state.atomic_files import cleanup_temp_files, remove_live_temps
 from qtts.core.jobs.state.journal import Journal
@@ -94,6 +96,16 @@ class RunSetup:
     inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
     precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
     tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
+
+    def decide(self, records: pa.Table, listing: Listing, registry: dict) -> Work:
+        """What this run must do (work.decide), from the shard's latest records, the out dir's
+        listing and its settings registry."""
+        out = self.spec.output
+        return decide_work(self.prepared, records, listing, model=self.text_model,
+                           budget=self.budget, settings=self.settings, registry=registry,
+                           layout=out.layout, audio_format=out.audio_format.value,
+                           save_codes=out.save_codes, split=self.spec.split,
+                           on_budget=self.spec.failures.key)  # fmt: skip
 
 
 def new_run_id() -> str:
@@ -165,7 +177,7 @@ class LockedRun:
         finish_killed(self.out, self.shard.suffix, self.journal)
         if self.spec.output.overwrite:
             self._retract_everything()
-            drop_audiofolder_view(self.out)  # each row's file goes as it is made again
+            self.ctx.store.fmt.unlist(self.out)  # each row's is made again
             state.reset(self.out, self.shard)
 
     def _scan_and_decide(self) -> Work:
@@ -178,11 +190,7 @@ class LockedRun:
         del records
         self._warn_rows_left_the_input()
         listing = list_out_dir(self.out)
-        removed = cleanup_temp_files(self.out, owns=self._owns_file, names=listing.temps)
-        removed += cleanup_temp_files(
-            self.out / ARCHIVE_DIR, owns=self.ctx.store.owns_shard, names=listing.archive_temps
-        )
-        if removed:
+        if self.ctx.store.clear_temps(self.out, listing, owns_row=self.shard.owns):
             log.info("removed temp files left by an interrupted run")
         paths = StatePaths(self.out)
         suffix = self.shard.suffix
@@ -190,21 +198,7 @@ class LockedRun:
         cleanup_temp_files(
             paths.dir, owns=lambda final: final in own or paths.is_repack_intent(final, suffix)
         )
-        s = self.setup
-        return decide_work(
-            s.prepared,
-            self.records,
-            listing,
-            model=s.text_model,
-            budget=s.budget,
-            settings=s.settings,
-            registry=read_registry(self.out),
-            layout=self.ctx.store.layout,
-            audio_format=self.spec.output.audio_format.value,
-            save_codes=self.spec.output.save_codes,
-            split=self.spec.split,
-            on_budget=self.spec.failures.key,
-        )
+        return self.setup.decide(self.records, listing, read_registry(self.out))
 
     def _warn_rows_left_the_input(self) -> None:
         """Rows done by earlier runs whose ids the input has no more (a manifest cut short, rows
@@ -243,8 +237,8 @@ class LockedRun:
             if len(taken):
                 rest = pc.filter(rest, pc.invert(pc.is_in(rest, value_set=taken)))
             self.journal.append_table(pending_records(rest, run=self.run_id))
-            if len(rest):  # their files are replaced (another format's removed) as they are redone:
-                drop_audiofolder_view(self.out)  # never a view that lists a file gone after a kill
+            if len(rest):  # their outputs are replaced by name as they are redone: never a view
+                self.ctx.store.fmt.unlist(self.out)  # listing one gone after a kill
             # (pending first: a view another shard rebuilds meanwhile lists none of them)
         if work.skipped or work.moved:
             moved = f", {work.moved} to repack into {self.ctx.store.layout}" * bool(work.moved)
@@ -283,11 +277,10 @@ class LockedRun:
         )
 
     def _retract_everything(self) -> None:
-        """--overwrite: this shard's rows in archive shards (in files too, when this run writes
-        another layout) come out before its state goes; files are replaced by name."""
-        ok = overwritten(self.out, self.shard, self.ctx.store.layout)
-        if ok is not None:
-            self._retract(ok["id"], ok)
+        """--overwrite: this shard's rows come out of their outputs before its state goes, but
+        those this run's layout replaces by name (retract.taken_out)."""
+        ok = overwritten(self.out, self.shard)
+        self._retract(ok["id"], ok)
 
     def _repack(self, work: Work, stop: StopSignals) -> None:
         """Rows done in another layout or format move into this run's, before any synthesis
@@ -334,12 +327,6 @@ class LockedRun:
     def _too_many_failures(self) -> bool:
         limit = self.spec.failures.max_failures
         return limit is not None and self.failures.count >= limit
-
-    def _owns_file(self, final: str) -> bool:
-        """Row files of this shard's rows (the shared views' temps are cleared under the
-        results lock)."""
-        row_id = row_id_of(final)
-        return row_id is not None and self.shard.owns(row_id)
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self, work: Work, stopped: Interrupted | None) -> JobSummary:
@@ -397,7 +384,7 @@ class LockedRun:
         )
 
     def _time_split(self) -> dict:
-        """Where the run's time went (time_split.py), the clock's one-time work and last step
+        """Where the run's time went (summary.time_split), the clock's one-time work and last step
         included where the local backend ran."""
         clock = getattr(getattr(self.backend, "synth", None), "clock", None)
         one_time = 0.0
@@ -452,10 +439,7 @@ def failing_now(work: Work, records: pa.Table) -> pa.Array | pa.ChunkedArray:
     return pc.filter(work.rejected["id"], pc.fill_null(pc.equal(old["status"], OK), False))
 
 
-def overwritten(out: Path, shard: Shard, layout: str) -> pa.Table | None:
-    """--overwrite: the shard's ok records (id, file) whose outputs may need taking out first;
-    None when the run writes files and there are no archives (files are replaced by name)."""
-    if layout == FILES and not (out / ARCHIVE_DIR).exists():
-        return None
+def overwritten(out: Path, shard: Shard) -> pa.Table:
+    """--overwrite: the shard's ok records (id, file), whose outputs may need taking out first."""
     records, _ = state.read_own(out, shard, ("id", "status", "file", "run", "t"))
     return records.filter(pc.fill_null(pc.equal(records["status"], OK), False))

@@ -1,15 +1,40 @@
-"""The out dir's folder for job state (OUT/.qtts): made by a run, or, for --dry-run, checked
-without making anything, each refusal a UsageError (exit 2) in the run's own words.
-Knows paths and permissions; no jobs.
+"""The out dir as a run finds it: its folder for job state (OUT/.qtts) made by a run, or, for
+--dry-run, checked without making anything, each refusal a UsageError (exit 2) in the run's own
+words; and the layout and format it keeps.
+
+--output and --format left out (None) mean the out dir's own, as its job file records them
+(`settle_output`), or the defaults (the registry's default layout, wav) for a new out dir. A cron
+line missing a flag then resumes the dataset as it is; another value given repacks its finished
+rows. Under the job lock a run checks that what it took from the job file is still what is
+recorded there (`check_output_unchanged`): another task may have switched it. An out dir from
+before the job file recorded them is read once from its records (`with_recorded_output`): the
+layout of most of its ok rows' locations (the output registry's parsing), the format of the
+settings most were made with (OUT/.qtts/settings.json keeps each settings digest's format).
+Knows paths, permissions, records, locations and the settings registry; no models.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from qtts.core.errors import UsageError
+from qtts.core.jobs.contract.choices import AudioFormat
+from qtts.core.jobs.contract.spec import OutputOptions
+from qtts.core.jobs.output.stores.presence import layouts
+from qtts.core.jobs.output.stores.registry import default_layout, find, layout_names
+from qtts.core.jobs.state.jobfile import JobFile
+from qtts.core.jobs.state.records import OK
+from qtts.core.jobs.state.shard_state import read_all
+from qtts.core.jobs.work.fingerprint import read_registry
 
 
 def make_out_dir(path: Path) -> None:
@@ -55,3 +80,86 @@ def _read_only(path: Path) -> bool:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):  # AttributeError: no statvfs on this platform
         return False
+
+
+log = logging.getLogger("qtts")
+DEFAULT_FORMAT = "wav"  # --format on a new out dir (--output's: the registry's default layout)
+FLAGS = {"layout": "--output", "audio_format": "--format"}  # job.json key -> its option
+
+
+def with_recorded_output(out_dir: Path, recorded: JobFile | None) -> JobFile | None:
+    """`recorded`, its missing layout and audio_format read from the out dir's records (left
+    None where no ok row says)."""
+    if recorded is None or (recorded.layout is not None and recorded.audio_format is not None):
+        return recorded
+    rows = read_all(out_dir, ("status", "file", "settings"))
+    ok = rows.filter(pc.fill_null(pc.equal(rows["status"], OK), False))
+    if ok.num_rows == 0:
+        return recorded
+    layout = recorded.layout or _most(layouts(ok["file"]))
+    made_with = _most(ok["settings"])
+    audio_format = recorded.audio_format or read_registry(out_dir).get(made_with, {}).get("format")
+    return replace(recorded, layout=layout, audio_format=audio_format)
+
+
+def _most(values: pa.Array | pa.ChunkedArray) -> str | None:
+    """The most common value (counted in Arrow: millions of rows), or None when all are null."""
+    counts = pc.value_counts(pc.drop_null(values))
+    if len(counts) == 0:
+        return None
+    return counts.field("values")[int(np.argmax(counts.field("counts")))].as_py()
+
+
+def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOptions:
+    """--output and --format as given; one left out (None) is the out dir's own, as its job file
+    records it, or the default (files, wav) for a new out dir. Another value than the out dir's
+    repacks its finished rows; leaving a flag out never does."""
+    layout, audio_format = output.layout, output.audio_format
+    kept, inherited = [], []
+    if layout is None:
+        default = default_layout().name
+        layout = (recorded.layout if recorded is not None else None) or default
+        _check_recorded(output.out_dir, "layout", layout, layout_names())
+        kept += [f"--output {layout}"] if layout != default else []
+        inherited.append("layout")
+    if audio_format is None:
+        recorded_format = (
+            recorded.audio_format if recorded is not None else None
+        ) or DEFAULT_FORMAT
+        formats = [f.value for f in AudioFormat]
+        _check_recorded(output.out_dir, "audio_format", recorded_format, formats)
+        audio_format = AudioFormat(recorded_format)
+        kept += [f"--format {audio_format.value}"] if audio_format.value != DEFAULT_FORMAT else []
+        inherited.append("audio_format")
+    if kept:
+        log.info("%s: as %s holds them (pass another to repack)", ", ".join(kept), output.out_dir)
+    if output.shard_rows_given and not find(layout).shards:  # harmless, but not what was meant
+        log.warning("--shard-rows %d does nothing with --output %s", output.shard_rows, layout)
+    return replace(output, layout=layout, audio_format=audio_format, inherited=tuple(inherited))
+
+
+def _check_recorded(out_dir: Path, key: str, value: str, known: Iterable[str]) -> None:
+    known = list(known)
+    if value not in known:
+        raise UsageError(
+            f"{out_dir}/.qtts/job.json records {key} {value!r}, which this qtts does not know "
+            f"(it knows {', '.join(known)}): pass {FLAGS[key]} to say what to write, or upgrade "
+            "qtts"
+        )
+
+
+def check_output_unchanged(out_dir: Path, output: OutputOptions, recorded: JobFile | None) -> None:
+    """Under the job lock: a layout or format this run took from the job file is still the one
+    recorded there; another run may have switched it since (a task given --output while this one
+    read the file), and writing the old value back would undo that switch."""
+    if recorded is None:
+        return
+    now = {"layout": recorded.layout, "audio_format": recorded.audio_format}
+    mine = {"layout": output.layout, "audio_format": getattr(output.audio_format, "value", None)}
+    for key in output.inherited:
+        if now[key] is not None and now[key] != mine[key]:
+            flag = FLAGS[key]
+            raise UsageError(
+                f"{out_dir} was just switched to {flag} {now[key]} by another run; run again to "
+                f"join it (or pass {flag} {mine[key]} to switch it back)"
+            )

@@ -37,8 +37,6 @@ from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
 from qtts.core.jobs.execution.ray_local import start_local_ray
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
-from qtts.core.jobs.output.stores.files import remove_row_files
-from qtts.core.jobs.output.stores.locations import FILES
 from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.paths import RAY_PREFIX, StatePaths
 from qtts.core.jobs.state.records import OK, ROW_FIELDS
@@ -143,7 +141,7 @@ class RayBackend:
         todo = todo.ordered(list(ROW_FIELDS))  # units of similar lengths
         try:
             unit = rows_per_unit(todo.num_rows, self.workers, self.slots)
-            if ctx.store.layout != FILES:  # a unit fills one archive shard at most
+            if ctx.store.fmt.shards:  # a unit fills one archive shard at most
                 unit = min(unit, ctx.store.shard_rows)
             log.info(
                 "ray: %d worker(s), %g GPU(s) each, %d rows in units of %d",
@@ -206,8 +204,7 @@ class RayBackend:
             if row["id"] in made:
                 yield Outcome(row["id"], OK, made[row["id"]])
                 continue
-            if ctx.store.layout == FILES:  # as a store would: an earlier run's files go first
-                remove_row_files(out_dir, row["id"])
+            ctx.store.fmt.remove_row(out_dir, row["id"])  # as a store would: an earlier run's
             yield recorder.failed(row, "no result came back from the ray workers")
 
 

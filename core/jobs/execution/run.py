@@ -5,13 +5,16 @@ record -> settle the precision (CPU auto as the out dir pinned it) -> (dry run: 
 
 Nothing is created on disk until the input, the options, the device and the cluster are known
 good. The model comes in through injected factories (qtts.core.jobs.contract.interfaces), so the
-CLI passes the real ones and tests pass fakes. Knows no tensors and no command-line parsing.
+CLI passes the real ones and tests pass fakes. The job's entry points for the other layers:
+run_job, prepare_job, job_work (what a first run would synthesize, for the manifest bench).
+Knows no tensors and no command-line parsing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -31,13 +34,12 @@ from qtts.core.jobs.contract.interfaces import (
 from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.generation import generation_options
 from qtts.core.jobs.execution.job_files import write_job_files
-from qtts.core.jobs.execution.local_backend import LocalBackend
+from qtts.core.jobs.execution.local_backend import LocalBackend, with_segment_progress
 from qtts.core.jobs.execution.locked_run import LockedRun, RunSetup
-from qtts.core.jobs.execution.out_dir import make_out_dir
-from qtts.core.jobs.execution.out_dir_output import settle_output, with_recorded_output
-from qtts.core.jobs.execution.segment_progress import with_segment_progress
+from qtts.core.jobs.execution.out_dir import make_out_dir, settle_output, with_recorded_output
 from qtts.core.jobs.execution.summary import JobSummary
-from qtts.core.jobs.output.stores.registry import check_layout
+from qtts.core.jobs.output.stores.presence import list_out_dir
+from qtts.core.jobs.output.stores.registry import find
 from qtts.core.jobs.rows.manifest import check_unique_ids, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 from qtts.core.jobs.rows.validation import RowDefaults, prepare_rows
@@ -50,13 +52,13 @@ from qtts.core.jobs.state.jobfile import (
 )
 from qtts.core.jobs.state.lock import OutDirLock
 from qtts.core.jobs.state.paths import StatePaths
-from qtts.core.jobs.state.records import one_chunk
+from qtts.core.jobs.state.records import empty, one_chunk
 from qtts.core.jobs.state.ref_digests import RefDigests
 from qtts.core.jobs.state.shards import ShardRequest, local_rank_device, shard_request
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.fingerprint import job_fingerprint
 from qtts.core.jobs.work.precision import for_ray_actors, log_precision, settle_precision
-from qtts.core.jobs.work.segment_limit import settle_segment_limit
+from qtts.core.jobs.work.split_rules import settle_segment_limit
 from qtts.core.synthesis.requests import GenerationOptions
 
 log = logging.getLogger("qtts")
@@ -130,7 +132,7 @@ def prepare_job(
     """(RunSetup, shard request, sampling options, reference digests): everything decided before
     the lock; writes nothing."""
     if spec.output.layout is not None:
-        check_layout(spec.output.layout)  # an unknown --output: a UsageError naming the choices
+        find(spec.output.layout)  # an unknown --output: a UsageError naming the choices
     out = spec.output.out_dir
     manifest = find_manifest(spec.source, out) if spec.kind == "batch" else None
     rows = apply_reference_defaults(read_rows(spec, manifest), spec)
@@ -249,6 +251,19 @@ def _ids_of(rows: pa.Table) -> pa.Table:
     else:
         text = pc.if_else(pc.is_null(rows["id"]), rows["text"], pa.scalar(None, pa.large_string()))
     return pa.table({"row": rows["row"], "id": rows["id"], "text": text})
+
+
+def job_work(spec: JobSpec, open_text_model: OpenTextModel):
+    """(RunSetup, Work, generation options): what a first run of this job into a fresh out dir
+    would synthesize, decided as a run decides it (every row: no shards, nothing done before),
+    with nothing written: the manifest bench's rows."""
+    with tempfile.TemporaryDirectory(prefix="qtts-bench-") as tmp:
+        out = Path(tmp) / "out"  # never created: the job's checks read a fresh out dir
+        spec = replace(spec, output=replace(spec.output, out_dir=out, overwrite=False))
+        setup, _, options, _ = prepare_job(spec, open_text_model, env={})
+        spec = setup.spec
+        work = setup.decide(empty(), list_out_dir(out), registry={})
+    return setup, work, options
 
 
 def run_job(

@@ -1,13 +1,31 @@
 """What a job run reports: counts of its rows by outcome, audio produced, time (and where it went:
 the model's load, synthesis, the writers), where results are. Printed as the final one-line JSON
-on stdout; its exit code is the process's."""
+on stdout; its exit code is the process's.
+
+Its parts are counted here too: the shard's rows from their records (the audio it made, the rows
+it kept at their frame budget and the one warning about them, the rows it repacked rather than
+made: a repacked row's record is this run's, its audio an earlier run's); the failed rows, said
+on the terminal (the first few as `row ID: reason`, the rest counted by reason) with the most
+common reasons; and where the run's wall time went, from `run_job`'s call to its summary, in the
+order it went (`time_split`: its parts add up to `command_s`, so a slow start shows as one number
+beside the decoding it delayed), from the run's edges as `time.monotonic()` readings and the
+synthesizer clock's one-time work.
+Knows record columns, strings and times; nothing of engines or files.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qtts.core.jobs.output.writer_clock import WritingReport
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.output.writer import WritingReport
+from qtts.core.jobs.state.records import OK
 
 
 @dataclass
@@ -35,7 +53,7 @@ class JobSummary:
     synthesis: dict | None = None
     shard: str = ""  # "shard I of N (from SOURCE)", as the dry run says it (total: its rows)
     # Where the run's time went, from run_job's call: input, scan, load, one-time work,
-    # decoding, drain, finish (core/jobs/execution/time_split.py); empty for a dry run
+    # decoding, drain, finish (time_split below); empty for a dry run
     time_split: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -52,7 +70,7 @@ class JobSummary:
         return d
 
     def writer_hint(self) -> str | None:
-        """One line when synthesis waited on the writers (core/jobs/output/writer_clock.py)."""
+        """One line when synthesis waited on the writers (core/jobs/output/writer.py)."""
         if self.writing is None:
             return None
         return self.writing.hint(self.synthesis_s or 0.0)
@@ -69,3 +87,155 @@ class JobSummary:
             line += f"; most common failures: {top}"
         hint = self.writer_hint()
         return line if hint is None else f"{line}; {hint}"
+
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("qtts")
+
+SHOWN_IN_FULL = 20
+TOP_REASONS = 5
+
+
+class FailureLog:
+    def __init__(self) -> None:
+        self.reasons: Counter[str] = Counter()
+        self.count = 0
+
+    def add(self, row_id: str | None, row: int | None, reason: str) -> None:
+        self.count += 1
+        self.reasons[reason] += 1
+        if self.count <= SHOWN_IN_FULL:
+            named = row_id is not None and row_id.strip()  # a blank id names nothing
+            name = f"row {one_line(row_id)}" if named else f"row {row} (no id)"
+            log.warning("%s: %s", name, one_line(str(reason)))
+
+    def add_table(self, rows: pa.Table) -> None:
+        """rows: an Arrow table with id, row and error: the first few said, all counted."""
+        if rows.num_rows == 0:
+            return
+        import pyarrow.compute as pc
+
+        shown = max(SHOWN_IN_FULL - self.count, 0)
+        for r in rows.slice(0, shown).select(["id", "row", "error"]).to_pylist():
+            self.add(r["id"], r["row"], r["error"])
+        rest = rows.slice(shown)
+        self.count += rest.num_rows
+        for item in pc.value_counts(rest["error"]).to_pylist():
+            self.reasons[item["values"]] += item["counts"]
+
+    def close(self) -> None:
+        """After the job: how many more failed, by reason."""
+        hidden = self.count - SHOWN_IN_FULL
+        if hidden > 0:
+            log.warning(
+                "... and %d more failed row(s); by reason: %s",
+                hidden,
+                "; ".join(f"{r} ({n})" for r, n in self.reasons.most_common()),
+            )
+
+    def top(self) -> dict[str, int]:
+        return dict(self.reasons.most_common(TOP_REASONS))
+
+
+def one_line(text: str) -> str:
+    """text as it is, or, holding a control character (a newline in an id), quoted and escaped
+    as the JSON summary writes it: one failure, one log line."""
+    return text if text.isprintable() else json.dumps(text)
+
+
+log = logging.getLogger("qtts")
+
+
+def _made_now(mine: pa.Table, run_id: str) -> pa.Array:
+    """Per row: whether this run made its record (False for a rerun that made nothing)."""
+    if "run" not in mine.column_names:
+        return pa.nulls(mine.num_rows, pa.bool_()).fill_null(False)
+    return pc.fill_null(pc.equal(mine["run"], run_id), False)
+
+
+def moved_aside(mine: pa.Table, repacked: pa.Array, run_id: str) -> tuple[int, pa.Table]:
+    """(rows this run repacked, mine with their `run` cleared): a repacked row's record is this
+    run's, but its audio was made before (not counted as made now, nor warned of again)."""
+    if len(repacked) == 0 or "run" not in mine.column_names:
+        return 0, mine
+    moved = pc.and_(pc.fill_null(pc.is_in(mine["id"], value_set=repacked), False),
+                    _made_now(mine, run_id))  # fmt: skip
+    run = pc.if_else(moved, pa.scalar(None, mine["run"].type), mine["run"])
+    at = mine.schema.get_field_index("run")
+    return pc.sum(moved).as_py() or 0, mine.set_column(at, "run", run)
+
+
+def made_now_s(mine: pa.Table, run_id: str) -> float:
+    """Seconds of audio this run made, from its records: rows whose files were still being
+    written when a signal stopped the outcome stream count too, as they do in `ok`."""
+    if "duration_s" not in mine.column_names:
+        return 0.0
+    ok_now = pc.and_(pc.equal(mine["status"], OK), _made_now(mine, run_id))
+    return pc.sum(pc.filter(mine["duration_s"], pc.fill_null(ok_now, False))).as_py() or 0.0
+
+
+def hit_budget(mine: pa.Table, run_id: str) -> int:
+    """The shard's ok rows kept at their frame budget (the summary's count); the warning names
+    only those this run made, so a rerun that made nothing does not repeat it."""
+    hit = pc.and_(pc.equal(mine["status"], OK), pc.fill_null(mine["hit_frame_budget"], False))
+    n = pc.sum(hit).as_py() or 0
+    now = pc.sum(pc.and_(hit, _made_now(mine, run_id))).as_py() or 0
+    if now:
+        log.warning(
+            "%d row(s) used their whole frame budget without EOS (kept; hit_frame_budget "
+            "is true in results.parquet; --on-budget retry tries them again, --on-budget "
+            "fail fails them)",
+            now,
+        )
+    return n
+
+
+@dataclass
+class RunEdges:
+    """time.monotonic() at each edge of a run; None where the run never got there."""
+
+    called: float  # run_job called: the input read and validated next, then the lock taken
+    run: float | None = None  # the locked run began
+    load: float | None = None  # the model's load began (nothing to synthesize: never)
+    synthesis: float | None = None  # the loaded backend took the first chunk
+    last_step: float | None = None  # the last decode step was launched (the synthesizer's clock)
+    written: float | None = None  # the last outcome came back: its row written and recorded
+
+
+def time_split(edges: RunEdges, end: float, one_time_s: float = 0.0) -> dict[str, float | None]:
+    """The parts of the run's wall time, seconds (3 decimals), adding up to command_s:
+    - input_s: reading and validating every row, the lock;
+    - scan_s: a killed run settled, the resume scan, rows repacked (or all that preceded the
+      end, when nothing was synthesized);
+    - load_s: the model's load;
+    - one_time_s: work done once before decoding could run (decode-step graph captures and the
+      kernel compiles of their warm-up; vocoder graphs captured ahead), from the clock;
+    - decoding_s: the rest of the span up to the last decode step;
+    - drain_s: after the last step, until the last row was written (the vocoder's last windows,
+      the writers' tail); None where no decode step was counted (a Ray run's steps are its
+      actors');
+    - finish_s: the journal folded, the views rebuilt, the summary counted."""
+    run = edges.run if edges.run is not None else end
+    load = edges.load if edges.load is not None else run
+    synthesis = edges.synthesis if edges.synthesis is not None else load
+    written = edges.written if edges.written is not None else synthesis
+    spans: dict[str, float | None] = {
+        "input_s": run - edges.called,
+        "scan_s": (edges.load if edges.load is not None else end) - run,
+        "load_s": synthesis - load,
+    }
+    last = edges.last_step
+    if edges.synthesis is None:
+        spans.update(one_time_s=0.0, decoding_s=0.0, drain_s=None)
+    elif last is None:
+        spans.update(one_time_s=one_time_s, decoding_s=written - synthesis - one_time_s)
+        spans["drain_s"] = None
+    else:
+        last = min(max(last, synthesis), written)
+        spans.update(one_time_s=one_time_s, decoding_s=last - synthesis - one_time_s)
+        spans["drain_s"] = written - last
+    spans["finish_s"] = end - written if edges.synthesis is not None else 0.0
+    spans["command_s"] = end - edges.called
+    return {k: None if v is None else round(v, 3) for k, v in spans.items()}

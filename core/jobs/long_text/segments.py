@@ -24,8 +24,7 @@ import numpy as np
 from qtts.core.jobs.contract.interfaces import Synthesizer
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.split_text import split_texts
-from qtts.core.jobs.output.measures import chars_per_s
-from qtts.core.jobs.output.recorder import utterance_error
+from qtts.core.jobs.output.recorder import chars_per_s, utterance_error
 from qtts.core.synthesis.requests import (
     GenerationOptions,
     Request,

@@ -1,280 +1,77 @@
-"""results.parquet and metadata.jsonl for a whole out dir, rebuilt from every shard's state.
+"""The out dir as its readers see it: `qtts results`, `qtts score`, the dataset card and a finished
+run all read it here, through one face.
 
-One row per input row that has an outcome, in input order: its latest record (an ok row only if
-its file is there), with the row number and absolute path as they are now. Pending rows (not
-done, or to be redone) have no row. Shards of one job share the out dir: whenever one finishes,
-and whenever `qtts results OUT` asks, the views are rebuilt under a short lock and replaced
-atomically. A shard that finds the lock busy leaves the rebuild to the holder, who rebuilds
-again if a state changed while it worked, so after the last shard the views cover every row.
-A process that cannot open the lock (a read-only mount) rebuilds nothing: ViewsNotWritable, and
-`qtts results` reads the out dir as it is (views_aside.py). metadata.jsonl is left out when it
-would list no row (an empty one breaks load_dataset("audiofolder")).
-Knows records, input ids and files; no models, no tensors.
+Its views (results.parquet and metadata.jsonl, written by views.py from every shard's records)
+are rebuilt under a short lock and replaced atomically whenever a shard finishes and whenever
+`qtts results OUT` asks: a shard that finds the lock busy leaves the rebuild to the holder, who
+rebuilds again if a state changed while it worked, so after the last shard the views cover every
+row. A process that cannot open the lock (a read-only mount, a published dataset) rebuilds
+nothing: ViewsNotWritable, and `qtts results` reads the out dir as it is (current_views builds
+the same views in a temporary folder removed afterwards, in OUT/.qtts where that can be written,
+else in $TMPDIR, so the summary and the report read the results.parquet a rebuild would write
+now; each such reader holds a lock in its folder while it reads, and a folder a killed reader
+left is removed by the next one that builds aside there).
+
+Also here, for the readers: the rows whose audio is present (present_records), the job an out
+dir holds (require_job), a layout switch killed part-way (check_no_killed_switch), the views'
+score columns (score_columns.py) and keep rules (keep_rules.py), and a row's audio read back by
+its location (MemberReader).
+Knows records, input ids and the views; no models, no tensors.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.output.keep_rules import KEPT, read_keep_rules
-from qtts.core.jobs.output.measures import MEASURES
-from qtts.core.jobs.output.score_columns import SCORE_FIELDS, with_scores
-from qtts.core.jobs.output.stores.files import METADATA_KEYS, METADATA_NAME
-from qtts.core.jobs.output.stores.listing import Listing, list_out_dir
-from qtts.core.jobs.output.stores.locations import containers, is_archived, members
-from qtts.core.jobs.output.stores.presence import present
-from qtts.core.jobs.output.view_columns import StagedColumns
-from qtts.core.jobs.output.voice_rates import RATE_COLUMNS, READ_COLUMNS, rate_ratios
-from qtts.core.jobs.state.atomic_files import atomic_write, cleanup_temp_files, unlink_quietly
-from qtts.core.jobs.state.jobfile import JobFile
-from qtts.core.jobs.state.jsonl import table_lines
+from qtts.core.errors import UsageError
+from qtts.core.jobs.output.keep_rules import RULES, KeepRules, read_keep_rules, write_keep_rules
+from qtts.core.jobs.output.score_columns import SCORE_FIELDS, SCORES_NAME, record_stamps
+from qtts.core.jobs.output.stores.member_reader import MemberReader
+from qtts.core.jobs.output.stores.presence import list_out_dir, present
+from qtts.core.jobs.output.stores.repack import check_no_killed_switch
+from qtts.core.jobs.output.views import (
+    BUILT_FOR,
+    RESULTS_NAME,
+    SHARED_VIEWS,
+    Counts,
+    paths_root,
+    rebuild_once,
+)
+from qtts.core.jobs.state.atomic_files import cleanup_temp_files
+from qtts.core.jobs.state.jobfile import JobFile, read_job_file
+from qtts.core.jobs.state.lock import OutDirLock, lock_is_held
 from qtts.core.jobs.state.paths import StatePaths
-from qtts.core.jobs.state.record_source import RecordSource
-from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA
-from qtts.core.jobs.state.shard_state import UnreadableState
+from qtts.core.jobs.state.records import OK
+from qtts.core.jobs.state.shard_state import UnreadableState, read_all
 
+# The readers' face: what they take from here (the views' score columns, keep rules and a row's
+# audio are re-exported from the modules that make them)
+__all__ = [
+    "RESULTS_NAME", "RULES", "SCORE_FIELDS", "SCORES_NAME", "KeepRules", "MemberReader",
+    "ViewsNotWritable", "Views", "check_no_killed_switch", "current_views", "input_rows",
+    "present_records", "read_keep_rules", "rebuild", "rebuild_out_dir", "record_stamps",
+    "require_job", "results_locked", "up_to_date", "write_keep_rules",
+]  # fmt: skip
 log = logging.getLogger("qtts")
 
-RESULTS_NAME = "results.parquet"
-BUILT_FOR = "qtts_out_dir"  # results.parquet's schema metadata: the folder its paths are under
-SHARED_VIEWS = (RESULTS_NAME, METADATA_NAME)
-
-RESULT_COLUMNS = (
-    "id",
-    "row",
-    "status",
-    "path",
-    "member",
-    "num_frames",
-    "num_samples",
-    "duration_s",
-    "sample_rate",
-    "seed",
-    "hit_frame_budget",
-    "segments",
-    "segment_frames",
-    "error",
-    "model",
-    "text",
-    "speaker",
-    "language",
-    "instruct",
-    "ref_audio",
-    "ref_text",
-    "voice",
-    "settings",
-)
-# The tries a row took, the seed it kept, its model-free measures and its loudness as normalized
-# (records.RECORD_SCHEMA).
-RESULT_COLUMNS += ("attempts", "kept_seed", "segment_seeds", *MEASURES, "segment_chars_per_s")
-RESULT_COLUMNS += ("loudness_lufs", "loudness_status")
-# Which record each row shows, and whether its audio is there, is decided on these columns of
-# every record; the views' other record columns are read later, one at a time (view_columns.py).
-MERGE_COLUMNS = ("id", "status", "file", "bytes", "run", "t")
-FROM_RECORDS = tuple(c for c in RESULT_COLUMNS if c not in ("row", "path", "member"))
-STAGED_COLUMNS = tuple(c for c in FROM_RECORDS if c not in MERGE_COLUMNS)
 RESULTS_COMMAND_WAIT_S = 300  # `qtts results` waits this long for a shard that is rebuilding
-BATCH = 1 << 18  # input rows per batch of the views being written
 
 
 class ViewsNotWritable(OSError):
     """The results lock cannot be opened here (a read-only mount, no write permission): the
     views cannot be rebuilt, and nothing was written."""
-
-
-class _NothingListed(Exception):
-    """metadata.jsonl would list no row: it is not published (write_views)."""
-
-
-@dataclass(frozen=True)
-class Counts:
-    total: int
-    ok: int
-    failed: int
-
-    @property
-    def pending(self) -> int:
-        return self.total - self.ok - self.failed
-
-
-@dataclass
-class Picks:
-    """Which record each input row shows: decided on the merge columns; the rest are staged a
-    column at a time while the views are written (memory: the widest column once, plus a
-    batch)."""
-
-    rows: pa.Table  # the input's row, id, text
-    records: RecordSource  # winners: MERGE_COLUMNS of each id's latest record
-    source: np.ndarray  # per input row: the index of its record in records.winners, or -1
-
-    def counts(self) -> Counts:
-        shown = self.records.winners["status"].take(pa.array(self.source[self.source >= 0]))
-        ok = pc.sum(pc.equal(shown, OK)).as_py() or 0
-        failed = (pc.sum(pc.equal(shown, FAILED)).as_py() or 0) + self.rows["id"].null_count
-        return Counts(self.rows.num_rows, ok, failed)
-
-
-def pick(rows: pa.Table, records: RecordSource, listing: Listing) -> Picks:
-    """rows: every input row (all shards); records: every shard's latest records."""
-    winners = records.winners
-    status = winners["status"]
-    ok = pc.fill_null(pc.equal(status, OK), False).to_numpy(zero_copy_only=False)
-    is_failed = pc.fill_null(pc.equal(status, FAILED), False).to_numpy(zero_copy_only=False)
-    keep = is_failed | (ok & present(winners["file"], winners["bytes"], listing))
-    kept = np.flatnonzero(keep)
-    at = pc.index_in(rows["id"], value_set=winners["id"].take(pa.array(kept)))
-    source = np.full(rows.num_rows, -1, dtype=np.int64)
-    has = pc.is_valid(at).to_numpy(zero_copy_only=False)
-    source[has] = kept[pc.drop_null(at).to_numpy()]
-    return Picks(rows, records, source)
-
-
-def result_batches(
-    out_dir: Path, picks: Picks, shown: pa.Table, staged: StagedColumns
-) -> Iterator[pa.Table]:
-    """results.parquet's rows in input order, `staged.size` input rows at a time. shown: the
-    winners' merge columns (and scores), taken here; staged: every other record column."""
-    root = pa.scalar(_paths_root(out_dir) + os.sep)
-    scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
-    kept = (*MERGE_COLUMNS, *RATE_COLUMNS, *scored)
-    shown = shown.select([c for c in shown.column_names if c in kept])
-    size = staged.size
-    for k, start in enumerate(range(0, picks.rows.num_rows, size)):
-        rows = picks.rows.slice(start, size)
-        source = picks.source[start : start + size]
-        has = source >= 0
-        taken = shown.take(pa.array(source[has]))
-        for name, column in staged.batch(k):
-            taken = taken.append_column(name, column)
-        taken = taken.append_column("row", rows["row"].filter(pa.array(has)))
-        # path: the audio file, or the archive shard holding the row's `member`
-        path = pc.binary_join_element_wise(root, containers(taken["file"]), "")
-        taken = taken.append_column("path", path).append_column("member", members(taken["file"]))
-        # An ok row recorded before qtts split long text was made whole: one segment.
-        whole = pc.and_(pc.equal(taken["status"], OK), pc.is_null(taken["segments"]))
-        taken = taken.set_column(
-            taken.schema.get_field_index("segments"),
-            "segments",
-            pc.if_else(whole, 1, taken["segments"]),
-        )
-        null_ids = rows.filter(pc.is_null(rows["id"]))
-        if null_ids.num_rows:  # they fail validation and have no record (no id to key it by)
-            n = null_ids.num_rows
-            extra = pa.table(
-                {
-                    "row": null_ids["row"],
-                    "text": null_ids["text"].cast(pa.large_string()),
-                    "status": pa.array([FAILED] * n, pa.string()),
-                    "error": pa.array(["id is null"] * n, pa.string()),
-                }
-            )
-            taken = pa.concat_tables([taken, extra], promote_options="default")
-            taken = taken.take(pc.sort_indices(taken["row"]))
-        yield taken.select([*RESULT_COLUMNS, *RATE_COLUMNS, *scored])
-
-
-def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
-    """results.parquet and metadata.jsonl in one pass over the batches (each file atomic), with
-    the scores of OUT/scores.parquet when there are some (qtts.core.jobs.output.score_columns), and,
-    under keep rules (qtts.core.jobs.output.keep_rules), a `kept` column and only the kept rows in
-    metadata.jsonl. metadata.jsonl is the files layout's (AudioFolder) view: it lists rows in
-    files, and an out dir whose rows all sit in archive shards (which carry their own metadata)
-    has none; nor has one where no row would be listed (keep rules that keep none, no ok row):
-    Hugging Face's AudioFolder fails on an empty one (IndexError in datasets < 4).
-    into: the folder the views (and their staged columns) are written to; OUT by default."""
-    into = out_dir if into is None else into
-    shown = with_scores(_with_rates(picks), out_dir)
-    scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]
-    keys = {**METADATA_KEYS, **{c: c for c in scored}}
-    rules = read_keep_rules(out_dir)
-    staging = StatePaths(into).view_staging
-    staged = StagedColumns(staging, picks.records, picks.source, BATCH)
-
-    def write_both(results_file: BinaryIO, metadata_file: BinaryIO | None = None) -> None:
-        schema = _empty_results().schema
-        for name in scored:
-            schema = schema.append(SCORE_FIELDS.field(name))
-        if not rules.empty:
-            schema = schema.append(pa.field(KEPT, pa.bool_()))
-        schema = schema.with_metadata({BUILT_FOR: _paths_root(out_dir)})
-        writer = pq.ParquetWriter(results_file, schema, compression="zstd")
-        listed = 0
-        for batch in result_batches(out_dir, picks, shown, staged):
-            is_ok = pc.fill_null(pc.equal(batch["status"], OK), False)
-            in_file = pc.invert(pc.fill_null(pc.is_valid(batch["member"]), False))
-            if not rules.empty:  # null for a row that is not ok: there is nothing to keep
-                kept = pa.array(rules.passes(batch))
-                batch = batch.append_column(
-                    KEPT, pc.if_else(is_ok, kept, pa.scalar(None, pa.bool_()))
-                )
-                is_ok = pc.and_(is_ok, kept)
-            writer.write_table(batch.cast(schema))
-            ok = batch.filter(pc.and_(is_ok, in_file))  # archives carry their own metadata
-            ok = ok.append_column("file_name", pc.replace_substring_regex(ok["path"], r"^.*/", ""))
-            listed += ok.num_rows
-            for data in table_lines(ok, keys) if metadata_file is not None else ():
-                metadata_file.write(data)
-        writer.close()
-        if metadata_file is not None and not listed:
-            raise _NothingListed  # results.parquet is whole; metadata.jsonl's temp is dropped
-
-    def write_metadata_or_none(results_file: BinaryIO) -> None:
-        try:
-            atomic_write(into / METADATA_NAME, lambda f: write_both(results_file, f))
-        except _NothingListed:
-            unlink_quietly(into / METADATA_NAME)
-            if not rules.empty and bool(pc.any(pc.equal(shown["status"], OK)).as_py()):
-                log.info("no ok row meets the keep rules (%s): no metadata.jsonl", rules.describe())
-
-    with staged:
-        for name in STAGED_COLUMNS:
-            staged.stage(name)
-        if _archives_only(shown["file"]):
-            atomic_write(into / RESULTS_NAME, write_both)
-            unlink_quietly(into / METADATA_NAME)
-            return
-        atomic_write(into / RESULTS_NAME, write_metadata_or_none)
-
-
-def _with_rates(picks: Picks) -> pa.Table:
-    """The winners with each row's speaking rate against its voice's (voice_rates.py)."""
-    winners = picks.records.winners
-    shown = np.zeros(winners.num_rows, dtype=bool)
-    shown[picks.source[picks.source >= 0]] = True
-    shown &= pc.fill_null(pc.equal(winners["status"], OK), False).to_numpy(zero_copy_only=False)
-    for name, column in rate_ratios(picks.records, shown).items():
-        winners = winners.append_column(name, column)
-    return winners
-
-
-def _archives_only(locations: pa.Array) -> bool:
-    """Some row sits in an archive shard and none in a plain file."""
-    located = pc.drop_null(locations)
-    archived = pc.fill_null(is_archived(located), False)
-    return bool(len(located)) and bool(pc.all(archived).as_py())
-
-
-def _empty_results() -> pa.Table:
-    schema = RECORD_SCHEMA
-    fields = [
-        schema.field(c)
-        if c in schema.names
-        else pa.field(c, pa.int64() if c == "row" else pa.string())
-        for c in RESULT_COLUMNS
-    ]
-    fields += [pa.field(c, pa.float64()) for c in RATE_COLUMNS]
-    return pa.schema(fields).empty_table()
 
 
 @contextmanager
@@ -331,26 +128,6 @@ def _rebuild_held(out_dir: Path, rows: pa.Table) -> Counts:
     return counts
 
 
-def rebuild_once(
-    out_dir: Path, rows: pa.Table, listing: Listing, into: Path | None = None
-) -> Counts:
-    """One round: the records merged, the views written (into OUT, or the folder `into`); the
-    states closed, whatever happens."""
-    records = None
-    try:
-        records = RecordSource.open(out_dir, MERGE_COLUMNS, (*STAGED_COLUMNS, *READ_COLUMNS))
-        picks = pick(rows, records, listing)
-        write_views(out_dir, picks, into)
-        return picks.counts()
-    except UnreadableState as e:  # the views as they were beat views without a shard
-        raise UnreadableState(
-            f"{e}; {RESULTS_NAME} and {METADATA_NAME} are kept as they were"
-        ) from None
-    finally:
-        if records is not None:
-            records.close()
-
-
 def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
     """results.parquet is newer than every state, journal and input it was built from, and was
     built in this folder (its paths are absolute: an out dir copied or moved lists the old)."""
@@ -362,12 +139,7 @@ def up_to_date(out_dir: Path, inputs: list[Path]) -> bool:
         metadata = pq.read_schema(out_dir / RESULTS_NAME).metadata or {}
     except (OSError, pa.ArrowException):
         return False
-    return metadata.get(BUILT_FOR.encode()) == _paths_root(out_dir).encode()
-
-
-def _paths_root(out_dir: Path) -> str:
-    """The folder results.parquet's paths are under, as it records it (BUILT_FOR)."""
-    return str(out_dir.resolve())
+    return metadata.get(BUILT_FOR.encode()) == paths_root(out_dir).encode()
 
 
 def _state_files(out_dir: Path) -> list[Path]:
@@ -406,7 +178,7 @@ def input_rows(kind: str, source: str, columns: Mapping[str, str] | None = None)
 def rebuild_out_dir(out_dir: Path, source: str | None = None) -> dict:
     """`qtts results OUT`: the views rebuilt for every row of the job's input (re-read from
     where the job file says, or `source`); the counts as one dict. ViewsNotWritable where the
-    results lock cannot be opened (views_aside.read_views then reads the out dir as it is)."""
+    results lock cannot be opened (current_views then reads the out dir as it is)."""
     job, rows = job_rows(out_dir, source)
     return counts_summary(out_dir, job, rebuilt_counts(out_dir, rows))
 
@@ -427,19 +199,31 @@ def rebuilt_counts(out_dir: Path, rows: pa.Table) -> Counts:
 def job_rows(out_dir: Path, source: str | None = None) -> tuple[JobFile, pa.Table]:
     """(the job file, every input row): the input re-read from where the job file says, or
     from `source`; a UsageError when OUT holds no job or the job read stdin."""
-    from qtts.core.errors import UsageError
-    from qtts.core.jobs.state.jobfile import read_job_file
+    job = require_job(out_dir)
+    source = source or job.source
+    if source == "-":
+        raise UsageError("the job read stdin: pass the same lines with --input PATH")
+    return job, input_rows(job.kind, source, job.columns)
 
+
+def require_job(out_dir: Path) -> JobFile:
+    """The out dir's job file; a UsageError (exit 2) when it holds no job."""
     job = read_job_file(out_dir)
     if job is None:
         raise UsageError(
             f"{out_dir} holds no qtts job (no .qtts/job.json): run qtts synth or "
             "qtts batch with --out-dir there first"
         )
-    source = source or job.source
-    if source == "-":
-        raise UsageError("the job read stdin: pass the same lines with --input PATH")
-    return job, input_rows(job.kind, source, job.columns)
+    return job
+
+
+def present_records(out_dir: Path, columns: tuple[str, ...]) -> pa.Table:
+    """The ok records (these columns: `status`, `file` and `bytes` among them) of every shard
+    whose audio is in the out dir as recorded."""
+    records = read_all(out_dir, columns).combine_chunks()
+    ok = pc.fill_null(pc.equal(records["status"], OK), False).to_numpy(zero_copy_only=False)
+    ok &= present(records["file"], records["bytes"], list_out_dir(out_dir, sizes=True))
+    return records.filter(pa.array(ok))
 
 
 def counts_summary(out_dir: Path, job: JobFile, counts: Counts) -> dict:
@@ -454,3 +238,66 @@ def counts_summary(out_dir: Path, job: JobFile, counts: Counts) -> dict:
         "num_shards": job.num_shards,
         "results": str(out_dir / RESULTS_NAME),
     }
+
+
+# -- the views as they are, for a reader that cannot rebuild them ----------------------------
+ASIDE_PREFIX = "qtts-results-"
+READER_LOCK = "reader.lock"
+# A folder younger than this may be a reader's that has not taken its lock yet
+GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Views:
+    summary: dict  # the counts, as `qtts results` prints them (results.counts_summary)
+    results: Path  # a results.parquet as of the state now: OUT's own, or one built aside
+    not_rebuilt: str | None  # why OUT's views were left as they were; None: they were rebuilt
+
+
+@contextmanager
+def current_views(out_dir: Path, source: str | None = None) -> Iterator[Views]:
+    """The views rebuilt in OUT under the results lock; where that lock cannot be opened,
+    built aside from the state as it is (the temporary folder lives for the `with` block)."""
+    job, rows = job_rows(out_dir, source)
+    try:
+        counts = rebuilt_counts(out_dir, rows)
+    except ViewsNotWritable as e:
+        why = e.strerror or str(e)
+    else:
+        del rows  # what the caller reads next comes from results.parquet (1 GB at 10M rows)
+        summary = {**counts_summary(out_dir, job, counts), "rebuilt": True}
+        yield Views(summary, out_dir / RESULTS_NAME, None)
+        return
+    where = _aside_in(out_dir)
+    if where is not None:
+        remove_dead_asides(where)
+    with tempfile.TemporaryDirectory(prefix=ASIDE_PREFIX, dir=where) as aside:
+        with OutDirLock(Path(aside) / READER_LOCK):
+            counts = rebuild_once(out_dir, rows, list_out_dir(out_dir, sizes=False), Path(aside))
+            del rows
+            summary = {**counts_summary(out_dir, job, counts), "rebuilt": False}
+            yield Views(summary, Path(aside) / RESULTS_NAME, why)
+
+
+def remove_dead_asides(folder: Path, now: float | None = None) -> list[str]:
+    """Folders of readers killed while building aside (their lock held by nobody, older than
+    GRACE_S), removed; their names."""
+    now = time.time() if now is None else now
+    removed = []
+    for aside in folder.glob(f"{ASIDE_PREFIX}*"):
+        try:
+            young = now - aside.stat().st_mtime < GRACE_S
+        except OSError:
+            continue  # gone meanwhile
+        if aside.is_dir() and not young and not lock_is_held(aside / READER_LOCK):
+            shutil.rmtree(aside, ignore_errors=True)
+            removed.append(aside.name)
+    return removed
+
+
+def _aside_in(out_dir: Path) -> Path | None:
+    """Where the views are built aside: OUT/.qtts where this process may write there (the lock
+    alone cannot be opened), so ten million rows' staged columns and results.parquet land on the
+    out dir's disk, not in $TMPDIR (often small, or memory); else $TMPDIR (None)."""
+    folder = StatePaths(out_dir).dir
+    return folder if os.access(folder, os.W_OK | os.X_OK) else None

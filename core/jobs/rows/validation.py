@@ -7,11 +7,31 @@ audio for Base models, a voice file the model cannot use (qtts.core.jobs.rows.vo
 (qtts.core.jobs.work.lengths) text too long for the frame budget. A null field takes the
 command-line default. Work is per distinct value, not per row: the model's voice check runs once
 per (speaker, language, instruct) combination and each reference clip or voice file is looked at
-once. Knows the TextModel interface; no tensors; writes nothing.
+once.
+
+The seed a row draws with when neither its `seed` column nor --seed gives one (id_seeds) is a
+hash of its id, so rows of the same text and voice make different audio (a dataset that does not
+repeat itself), and a row draws the same on every machine, Python and run. The rule: the first 4
+bytes of blake2b(id as UTF-8, digest_size=4), big-endian, shifted right by one: [0, 2**31). Which
+rule an out dir's rows follow is pinned in its job file (core/jobs/state/jobfile.py: an out dir
+of a qtts from before keeps seed 0).
+
+A big job's texts are kept off the heap while the run decides its work (spilled): the text column
+written once to a file in OUT/.qtts/, memory-mapped back and the file unlinked at once. Deciding
+the work (the resume scan, the split and budget rechecks) compares text digests, not texts; only
+the rows a run synthesizes or rechecks read their text. Mapped, a text is paged in when it is
+read and the kernel may drop it again, so a rerun of a finished ten-million-row job no longer
+holds about a gigabyte of texts it never reads. The file has no name once mapped: a killed run
+leaves nothing behind. Small jobs keep their texts on the heap.
+Knows the TextModel interface; no tensors; writes nothing but the spilled texts' nameless file.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +42,6 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import RowDefaults
-from qtts.core.jobs.rows.id_seeds import id_seeds
 from qtts.core.jobs.rows.ids import id_errors, patched
 from qtts.core.jobs.rows.manifest import BLANK
 from qtts.core.jobs.rows.voices import resolve_voices
@@ -154,7 +173,7 @@ def _seeds(
     column: pa.ChunkedArray, default: int | None, ids: pa.ChunkedArray
 ) -> tuple[pa.Array, pa.Array]:
     """(seed per row, reason per row): null and NaN take the default (None: the row's id's
-    seed, rows.id_seeds); integers in range only."""
+    seed, id_seeds); integers in range only."""
     column = column.combine_chunks()
     n = len(column)
     if pa.types.is_null(column.type):
@@ -224,3 +243,45 @@ def _resolve_ref(value: str | None, ref_dir: Path | None, refs: RefDigests):
         return resolved, refs.digest(resolved), None
     except OSError as e:
         return None, None, f"ref_audio unreadable: {path}: {e.strerror or e}"
+
+
+CHUNK = 65_536  # ids turned into Python strings at once: memory bounded at millions of rows
+NULL = bytes(4)  # a null id's "digest": seed 0
+
+
+def id_seed(row_id: str) -> int:
+    """The seed of the row `row_id`, in [0, 2**31)."""
+    digest = hashlib.blake2b(row_id.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def id_seeds(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """id_seed of each id, int64; 0 for a null id (its row fails validation anyway). The
+    digests of a chunk are read as big-endian words at once: about 1 s per million ids."""
+    seeds = np.zeros(len(ids), dtype=np.int64)
+    hashed = functools.partial(hashlib.blake2b, digest_size=4)
+    for start in range(0, len(ids), CHUNK):
+        chunk = ids.slice(start, CHUNK).to_pylist()
+        digests = b"".join(NULL if i is None else hashed(i.encode("utf-8")).digest() for i in chunk)
+        seeds[start : start + len(chunk)] = np.frombuffer(digests, dtype=">u4") >> 1
+    return pa.array(seeds)
+
+
+SPILL_ROWS = 1 << 19  # fewer rows than this: a few tens of MB, not worth a file
+
+
+def spilled(table: pa.Table, folder: Path, column: str = "text") -> pa.Table:
+    """table with `column` read from a memory-mapped copy (unchanged under SPILL_ROWS rows)."""
+    if table.num_rows < SPILL_ROWS or column not in table.column_names:
+        return table
+    values = table[column]
+    schema = pa.schema([table.schema.field(column)])
+    fd, name = tempfile.mkstemp(prefix=".text-", suffix=".arrow", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f, pa.ipc.new_file(f, schema) as out:
+            for chunk in values.chunks:
+                out.write_batch(pa.record_batch([chunk], schema=schema))
+        mapped = pa.ipc.open_file(pa.memory_map(name)).read_all()[column]
+    finally:
+        os.unlink(name)  # the mapping keeps the pages; nothing is left if the run is killed
+    return table.set_column(table.schema.get_field_index(column), column, mapped)

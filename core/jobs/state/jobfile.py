@@ -11,7 +11,7 @@ It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/work/
 the seed of rows that give none (`default_seed`: their id's, or 0 in an out dir of a qtts from
 before; seed_rule_for),
 and records the out dir's output (--output and --format as the last run wrote them: a run
-that leaves either flag out writes what the out dir holds, core/jobs/execution/out_dir_output.py).
+that leaves either flag out writes what the out dir holds, core/jobs/execution/out_dir.py).
 Knows the job file and lock names; no rows, no models.
 """
 
@@ -34,8 +34,9 @@ FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
 CPU_AUTO_DTYPES = ("bfloat16", "float32")
 # A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
 UNPINNED_CPU_AUTO = "float32"
-# The seed of a row without one: "id", its id's (rows/id_seeds.py); "zero", 0. A job file from
-# before the pin has no default_seed key: those qtts gave such rows seed 0, which they keep.
+# The seed of a row without one: "id", its id's (rows/validation.py id_seed); "zero", 0. A job
+# file from before the pin has no default_seed key: those qtts gave such rows seed 0, which they
+# keep.
 SEED_RULES = ("id", "zero")
 UNPINNED_SEED_RULE = "zero"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STATE_DIR = ".qtts"
-ARCHIVE_DIR = "data"  # OUT/data/: every archive shard, from every writer (stores/locations.py)
+ARCHIVE_DIR = "data"  # OUT/data/: every archive shard, from every writer (stores/presence.py)
 LEGACY_JOB_FILE = ".qtts-job.json"  # qtts 0.1 kept its state at the top of the out dir
 RAY_PREFIX = "journal-ray-"
 

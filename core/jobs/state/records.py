@@ -2,7 +2,7 @@
 
 A record says what became of one row (status ok | failed | pending, the file and its byte size,
 frames and samples, the attempts it took and the seed it kept, and an ok row's model-free
-measures: qtts.core.jobs.output.measures) and everything that shaped it: the row's own inputs (text,
+measures: qtts.core.jobs.output.recorder) and everything that shaped it: the row's own inputs (text,
 voice, seed, reference audio digest and text), the digest of the job settings it ran under
 (qtts.core.jobs.work.fingerprint), and the split and frame-budget policies it ran under. Journals
 hold records as JSON lines; state and results hold them as Parquet. Tables of records are
@@ -26,7 +26,7 @@ RECORD_SCHEMA = pa.schema(
         ("row", pa.int64()),  # the input row it came from, when it was recorded
         ("status", pa.string()),  # ok | failed | pending (not done after all)
         ("error", pa.string()),
-        ("file", pa.string()),  # where its audio is: a store's opaque location (stores/locations)
+        ("file", pa.string()),  # where its audio is: a layout's opaque location (stores/presence)
         ("bytes", pa.int64()),  # the audio's size: resume checks a file's without opening it
         ("codes_saved", pa.bool_()),  # its codes were saved beside it (--save-codes)
         ("num_frames", pa.int64()),
@@ -40,7 +40,7 @@ RECORD_SCHEMA = pa.schema(
         ("attempts", pa.int64()),  # tries it took (--on-budget retry); split: its segments' most
         ("kept_seed", pa.int64()),  # the seed that drew its kept codes (a whole row)
         ("segment_seeds", pa.list_(pa.int64())),  # a split row: each segment's kept seed
-        # model-free measures of an ok row (qtts.core.jobs.output.measures.MEASURES)
+        # model-free measures of an ok row (qtts.core.jobs.output.recorder.MEASURES)
         ("peak", pa.float64()),
         ("rms_dbfs", pa.float64()),
         ("silence_ratio", pa.float64()),
@@ -48,7 +48,7 @@ RECORD_SCHEMA = pa.schema(
         ("chars_per_s", pa.float64()),
         ("segment_chars_per_s", pa.list_(pa.float64())),  # a split row: each segment's, apiece
         # --loudness: the clip's integrated loudness as written (null: silent, or not asked) and
-        # what normalizing it did (qtts.core.jobs.output.loudness: normalized, peak_limited,
+        # what normalizing it did (qtts.core.jobs.output.finishing: normalized, peak_limited,
         # silent)
         ("loudness_lufs", pa.float64()),
         ("loudness_status", pa.string()),

@@ -1,11 +1,18 @@
-"""The frame budget of one row: how many talker steps (max_new_tokens) it may take.
+"""The frame budget of one row: how many talker steps (max_new_tokens) it may take, and its
+resume rule.
 
 Policy: an explicit --max-new-tokens is used exactly, for every row (the official semantics: a row
 that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
 min(generation_config max_new_tokens, a runaway guard from the text length), so a sample that
 never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
-check and the frame estimate. Pure arithmetic: knows no model
-and no tensors.
+check and the frame estimate.
+
+The budget policy (--on-budget ok | fail | retry with --max-attempts N) is not in the settings
+digest: a done row made under another policy is redone only when this run's would keep other
+codes for it, which follows from its record's `on_budget`, `attempts` and `hit_frame_budget`, as
+tries are deterministic (recheck_budget; docs/job-state.md, "The fingerprint and the resume
+rule"). A record without a key was made before qtts retried, and counts as ok.
+Knows the budget arithmetic, record columns and the policy's key; no files, models or tensors.
 """
 
 from __future__ import annotations
@@ -13,6 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qtts.core.jobs.work.resume import ResumeScan
 
 FRAME_S = 0.08  # audio per frame: the 12 Hz codec runs at 12.5 frames per second
 
@@ -99,3 +110,51 @@ class FrameBudget:
     def estimate_frames_of(self, tokens: np.ndarray) -> np.ndarray:
         est = EST_FRAMES_PER_TOKEN * np.maximum(tokens, 1)
         return np.minimum(est, self.max_new_tokens_of(tokens))
+
+
+LEGACY_KEY = "ok"  # a record made before the policy was recorded (see above)
+
+
+def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: str) -> ResumeScan:
+    """resume with the done rows whose kept codes `key`'s policy would not keep moved to
+    stale, with a reason ("on-budget ok -> retry/3"). valid: this run's valid rows (resume's
+    order); records: the shard's latest records."""
+    at = np.flatnonzero(resume.done)
+    if len(at) == 0 or resume.record_at is None:
+        return resume
+    index = resume.record_at.take(pa.array(at))
+    # The usual rerun, decided on booleans: no copy of ten million keys.
+    same = pc.equal(records["on_budget"], key)
+    if pc.all(pc.fill_null(same, LEGACY_KEY == key).take(index)).as_py():
+        return resume
+    keys = _one(pc.fill_null(records["on_budget"].take(index), LEGACY_KEY))
+    attempts = _numpy(pc.fill_null(records["attempts"].take(index), 1))
+    hit = _numpy(pc.fill_null(records["hit_frame_budget"].take(index), False))
+    changed = _numpy(pc.not_equal(keys, key)) & ~kept_by(key, attempts, hit)
+    if not changed.any():
+        return resume
+    reasons = pc.value_counts(pc.filter(keys, pa.array(changed))).to_pylist()
+    resume.done[at[changed]] = False
+    more = valid["id"].take(pa.array(at[changed]))
+    resume.stale = pa.concat_arrays([_one(resume.stale), _one(more)])
+    resume.reasons.update({f"on-budget {r['values']} -> {key}": r["counts"] for r in reasons})
+    return resume
+
+
+def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    """Whether the policy `key` keeps each row's recorded codes, from the try they came from
+    (attempts, int [n]) and whether they hit the budget (bool [n])."""
+    policy, _, limit = key.partition("/")
+    if policy == "retry":
+        return ~hit & (attempts <= int(limit))
+    if policy == "ok":
+        return attempts == 1  # stopped or flagged: the first try is what ok keeps
+    return (attempts == 1) & ~hit  # fail
+
+
+def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return _one(column).to_numpy(zero_copy_only=False)
+
+
+def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

@@ -7,8 +7,16 @@ follows the chunk, not the dataset. Within a chunk each row's token count is exa
 budget final; the chunk is re-sorted by that exact estimate. A job smaller than a chunk is one
 call to the synthesizer, as it always was (split rows aside: qtts.core.jobs.long_text.segments). A
 row the split settings cut becomes one request per segment, each with the budget of its own text,
-and the frame-budget check applies to each segment. Knows the budget rules and the TextModel's
-counter.
+and the frame-budget check applies to each segment.
+
+This is the job's face for its work (qtts plan, the manifest bench): an input file's rows as the
+requests the job would run (input_requests: read and checked for length as the job reads them, a
+manifest as `qtts batch` reads it and anything else as `qtts synth`'s text lines, ordered longest
+first, the first chunk cut into requests under the same split tuning, so `qtts plan`'s length
+groups are the dry run's; every row takes one voice, --speaker or the checkpoint's first, as a
+prompt's length hardly depends on which), and the rules a job's budget and split are settled by
+(FrameBudget, settle_segment_limit) and its chunks synthesized with (synthesize_chunk).
+Knows the budget rules, the rows' readers and the TextModel's counter; no tensors.
 """
 
 from __future__ import annotations
@@ -22,13 +30,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.interfaces import TextModel
-from qtts.core.jobs.contract.spec import SplitOptions
-from qtts.core.jobs.long_text.segments import SplitRows, cut_rows, segment_id, segment_seed
+from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
+from qtts.core.jobs.long_text.segments import (
+    SplitRows,
+    cut_rows,
+    segment_id,
+    segment_seed,
+    synthesize_chunk,
+)
+from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
+from qtts.core.jobs.rows.sources import looks_like_manifest
 from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.lengths import count_tokens
+from qtts.core.jobs.work.lengths import check_lengths, count_tokens
+from qtts.core.jobs.work.split_rules import settle_segment_limit
+from qtts.core.model.config import ModelConfig
 from qtts.core.synthesis.requests import Request
 
+# The job's face for its work: the budget and split rules, a chunk's synthesis (their modules' own)
+__all__ = [
+    "CHUNK_ROWS", "Chunk", "FrameBudget", "InputRequests", "Todo", "chunk_requests", "chunks",
+    "input_requests", "planned_frames", "settle_segment_limit", "synthesize_chunk",
+]  # fmt: skip
 CHUNK_ROWS = 65536  # rows per synthesizer call: ~100 MB of prompts, minutes of GPU work
 # Why a one-word piece is still too long with splitting on: no boundary the splitter cuts at.
 UNCUT = (
@@ -161,3 +185,75 @@ def chunks(
     """The job's requests, longest first, a chunk at a time."""
     for rows in todo.slices(size):
         yield chunk_requests(rows, model, budget, split)
+
+
+@dataclass(frozen=True)
+class InputRequests:
+    requests: list[Request]  # the first chunk's, longest first: what the memory plan must fit
+    rows: int  # rows the job would synthesize
+    refused: int  # rows it would refuse as too long (whole, or a segment of them)
+    split_rows: int  # rows of the first chunk cut into segments
+    frames: int  # the frames the rows should make (qtts.core.jobs.work.chunks.planned_frames)
+    more_chunks: bool  # the job has rows beyond the first chunk (planned apart, shorter)
+
+
+def input_requests(
+    text_model: TextModel,
+    source: str,
+    budget: FrameBudget,
+    split: SplitOptions,
+    speaker: str | None,
+    columns: ManifestColumns | None = None,
+) -> InputRequests:
+    rows = _read_rows(source, columns or ManifestColumns())
+    table = _request_rows(rows, text_model.config, speaker)
+    lengths = check_lengths(table["text"], text_model, budget, split)
+    fits = lengths.error.is_null().to_numpy(zero_copy_only=False)
+    todo = Todo.of(table.filter(pa.array(fits)), lengths.est_frames[fits])
+    first = None
+    if todo.num_rows:
+        first = chunk_requests(next(todo.slices()), text_model, budget, split)
+    failed = len(first.split.failed) if first else 0
+    return InputRequests(
+        requests=first.requests if first else [],
+        rows=todo.num_rows - failed,
+        refused=int((~fits).sum()) + failed,
+        split_rows=len({place[0] for place in first.split.place.values()}) if first else 0,
+        frames=planned_frames(todo, first),
+        more_chunks=todo.num_rows > CHUNK_ROWS,
+    )
+
+
+def _read_rows(source: str, columns: ManifestColumns) -> pa.Table:
+    if looks_like_manifest(source):
+        return read_manifest(source, columns)
+    if columns.renamed:  # a column name that would silently plan nothing of what was meant
+        flag = columns.flag(next(iter(columns.renamed)))
+        raise UsageError(
+            f"{flag} names a manifest column, but {source} is read as text lines (not a "
+            "manifest's extension)"
+        )
+    return read_text_lines(source)
+
+
+def _request_rows(rows: pa.Table, config: ModelConfig, speaker: str | None) -> pa.Table:
+    """The fields chunk_requests reads, for the rows with text: one voice for all, seed 0."""
+    text = rows["text"]
+    rows = rows.filter(pc.and_(pc.is_valid(text), pc.invert(pc.match_substring_regex(text, BLANK))))
+    n = rows.num_rows
+    voice = (speaker or (config.supported_speakers() or [None])[0]) if config.uses_speaker else None
+    nothing = pa.nulls(n, pa.string())
+    return pa.table(
+        {
+            "id": rows["id"],
+            "text": rows["text"],
+            "row": rows["row"],
+            "speaker": pa.repeat(pa.scalar(voice, pa.string()), n),  # no Python object per row
+            "language": pa.repeat(pa.scalar("auto", pa.string()), n),
+            "instruct": nothing,
+            "seed": pa.array(np.zeros(n, dtype=np.int64)),
+            "ref_audio": nothing,
+            "ref_text": nothing,
+            "voice": nothing,
+        }
+    )

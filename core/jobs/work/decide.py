@@ -14,16 +14,14 @@ import pyarrow as pa
 
 from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
-from qtts.core.jobs.output.stores.listing import Listing
-from qtts.core.jobs.output.stores.locations import FILES
+from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.rows.validation import Prepared
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.budget_resume import recheck_budget
+from qtts.core.jobs.work.budget import FrameBudget, recheck_budget
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.fingerprint import JobFingerprint
 from qtts.core.jobs.work.lengths import check_lengths
 from qtts.core.jobs.work.resume import ResumeScan, scan
-from qtts.core.jobs.work.split_resume import recheck_split
+from qtts.core.jobs.work.split_rules import recheck_split
 
 
 @dataclass
@@ -60,9 +58,9 @@ def decide_work(
     budget: FrameBudget,
     settings: JobFingerprint,
     registry: dict,
+    layout: str,
     audio_format: str,
     save_codes: bool,
-    layout: str = FILES,
     split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:

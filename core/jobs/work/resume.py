@@ -21,9 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.output.stores.listing import Listing
-from qtts.core.jobs.output.stores.locations import FILES
-from qtts.core.jobs.output.stores.presence import Held, held
+from qtts.core.jobs.output.stores.presence import Held, Listing, held
+from qtts.core.jobs.output.stores.registry import find
 from qtts.core.jobs.state.lookup import PART, index_in
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
@@ -119,10 +118,7 @@ def scan(
         if n := int((stale & alike & ~has.source).sum()):
             reasons["file missing or not as recorded"] = n
         if n := int((stale & alike & has.source).sum()):
-            why = "codes file missing (--save-codes writes {id}.codes.npy)"
-            if layout != FILES:  # not a file of its own: none saved, or a plain file's gone
-                why = "codes missing (--save-codes packs them with each row's audio)"
-            reasons[why] = n
+            reasons[find(layout).codes_missing] = n
     stale_ids = pc.filter(valid["id"], pa.array(stale))
     return ResumeScan(done | moved, stale_ids, reasons, index, moved)
 

@@ -1,167 +1,154 @@
-"""The archive layouts: rows appended to an open shard in OUT/data/, sealed every --shard-rows
-rows, when a row comes to a shard open SHARD_MAX_AGE_S or longer (so a slow CPU job makes rows
-durable too), and at the end of the run.
-
-A shard is written under a temp name; sealing closes it, fsyncs it, journals every row in it and
-renames it into place (then fsyncs the folder). So a reader sees whole shards only, every sealed
-row has its record, and a kill loses at most the open shard's rows, which have no record and are
-redone by the next run (its temp files removed then). Shard names are `{writer}-{k:06d}`, each
-of the shard's files named from it by its format (shard_format.Part; its key part named last);
-a writer's prefix carries the job shard and a fresh run tag, so tasks of one job and Ray actors
-never collide, and a sealed shard is never replaced (a retried Ray unit's writer starts after
-the shards its first attempt sealed). Rows are encoded on `encoders` threads and appended by one
-more, in the order they were submitted; each part is timed on the store's clock
-(core/jobs/output/writer_clock.py). Knows shards and records; the formats are the registry's,
-their files shard_files'.
+"""The archive layouts: rows packed into shards in OUT/data/. ArchiveFormat is the contract a format
+module in formats/ fills in (the files a shard is made of, its writer and its readers: the bytes
+inside a shard) and the Layout every such format is. What is not a format's own is done here and
+in the modules it names, once for every format (as a generic tar writer does the sharding and
+each format composes it): the shard's files, temps, fsyncs and renames (shard_files.py), the
+stores that fill shards and seal them under their journal (archive_store.py), and taking rows
+out of sealed shards, part by part.
+Standard library only at import: the registry reads every format while `qtts --help` draws.
+Knows shards; nothing inside them.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Protocol
 
-from qtts.core.jobs.contract.choices import DEFAULT_SHARD_ROWS
-from qtts.core.jobs.output.stores.base import RowOutput
-from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR, member_location
-from qtts.core.jobs.output.stores.registry import archive_format
-from qtts.core.jobs.output.stores.shard_files import ShardFiles
-from qtts.core.jobs.output.stores.shard_format import ArchiveShard, ShardWriter
-from qtts.core.jobs.output.writer import encode_audio, encode_codes, write_error
-from qtts.core.jobs.output.writer_clock import WriterClock
-from qtts.core.jobs.state.atomic_files import temp_path
-from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.output.stores.archive_store import ArchiveStore, ShardTarget
+from qtts.core.jobs.output.stores.layout import Layout, Sample, repack_temp
+from qtts.core.jobs.output.stores.shard_files import (
+    MEMBER_SEP,
+    ArchiveShard,
+    Part,
+    ShardWriter,
+    name_parts,
+)
+from qtts.core.jobs.state.atomic_files import atomic_write, unlink_quietly
+from qtts.core.jobs.state.paths import ARCHIVE_DIR
 
-SHARD_MAX_AGE_S = 600.0  # an open shard older than this is sealed when its next row comes
+
+class MemberSource(Protocol):
+    """One shard's audio members for `qtts score`; thread-safe."""
+
+    def position(self, member: str) -> tuple[int, int]:
+        """Where the member sits in the shard (members read in this order read each block
+        once); (0, 0) for a member it does not hold."""
+
+    def read(self, member: str) -> bytes:
+        """The member's encoded audio."""
 
 
-@dataclass
-class _OpenShard:
-    files: ShardFiles
-    writer: ShardWriter
-    started: float
-    records: list[dict] = field(default_factory=list)
+class KeptBlocks(Protocol):
+    """A few decoded blocks shared by every shard's source (member_reader.py owns it)."""
+
+    def get(self, key: tuple, load: Callable[[], object]) -> object: ...
+
+
+@dataclass(frozen=True)
+class HubLoad:
+    """How Hugging Face `datasets` loads a folder of these shards as it is: what a dataset card's
+    `configs` and `dataset_info` say of it (core/quality/dataset_card.py writes them)."""
+
+    pattern: str  # the shards' data_files glob under OUT, e.g. "data/*.parquet"
+    # (a shard's key part) -> the card's features; None: the loader's builder types the columns
+    features: Callable[[Path], list[dict]] | None = None
+    filters_ids: bool = False  # honours a card's `filters` on `id`: the keep rules apply
+
+
+@dataclass(frozen=True)
+class ArchiveFormat(Layout):
+    name: str  # the --output value
+    help: str  # its part of --output's help (Rich markup)
+    parts: tuple[Part, ...]  # the shard's files; the last is the key part
+    member: Callable[[str, str], str]  # (id, audio format) -> its audio's member in the key part
+    writer: Callable[[Callable[[Part], BinaryIO], int], ShardWriter]  # (open a part, sample rate)
+    keys_in: Callable[[Part, Path], list[str]]  # the ids one part file holds, in order
+    copy_without: Callable[[Part, Path, BinaryIO, set[str]], int]  # a part less some ids: kept
+    # (shard, ids) -> (id, audio bytes, codes bytes | None) of those it holds, in shard order,
+    # one sample in memory at a time
+    samples: Callable[[ArchiveShard, Collection[str]], Iterator[Sample]]
+    durations: Callable[[ArchiveShard], dict[str, float]]  # {id: seconds} of every sample
+    open_members: Callable[[Path, KeptBlocks], MemberSource]  # (key part path, shared blocks)
+    # what reading a damaged part raises besides OSError (a function: its library loads late)
+    read_errors: Callable[[], tuple[type[BaseException], ...]] = tuple
+    hub: HubLoad | None = None  # how `datasets.load_dataset(OUT)` reads it; None: it cannot
+    # How a client reads the shards back, as Python lines with `{data}` where OUT/data goes (as
+    # a string literal): what the dataset card shows (after load_dataset(OUT) where `hub` is set).
+    reads_back: tuple[str, ...] = ()
+
+    shards = True
+    codes_missing = "codes missing (--save-codes packs them with each row's audio)"
 
     @property
-    def key_name(self) -> str:
-        return self.files.shard.key_path.name
+    def key(self) -> Part:
+        return self.parts[-1]
 
+    def shard(self, out_dir: Path, container: str) -> ArchiveShard:
+        """The shard whose key part `container` (relative to the out dir) is."""
+        name = container[len(ARCHIVE_DIR) + 1 :]
+        return ArchiveShard(self, out_dir / ARCHIVE_DIR, self.key.shard_of(name) or "")
 
-class ArchiveStore:
-    def __init__(
-        self,
-        out_dir: Path,
-        layout: str,
-        journal: Journal,
-        *,
-        audio_format: str,
-        save_codes: bool,
-        prefix: str,
-        shard_rows: int = DEFAULT_SHARD_ROWS,
-        max_age_s: float = SHARD_MAX_AGE_S,
-        encoders: int = 1,
-        clock: WriterClock | None = None,
-    ) -> None:
-        self.layout, self.fmt = layout, archive_format(layout)
-        self.dir = out_dir / ARCHIVE_DIR
-        self.journal, self.audio_format, self.save_codes = journal, audio_format, save_codes
-        self.prefix, self.shard_rows, self.max_age_s = prefix, shard_rows, max_age_s
-        self._open: _OpenShard | None = None
-        self._next = 0
-        self.clock = clock or WriterClock()
-        self._encoders = ThreadPoolExecutor(encoders, thread_name_prefix="qtts-encode")
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qtts-archive")
+    # -- Layout ---------------------------------------------------------------------------------
+    def open(self, out_dir, journal, spec, *, writer, workers, clock) -> ArchiveStore:
+        return ArchiveStore(out_dir, self, journal, spec, prefix=writer, encoders=workers,
+                            clock=clock)  # fmt: skip
 
-    def shard(self, k: int) -> ArchiveShard:
-        return ArchiveShard(self.fmt, self.dir, f"{self.prefix}-{k:06d}")
+    def repack_target(self, out_dir, spec, writer) -> ShardTarget:
+        return ShardTarget(out_dir, self, spec, prefix=writer)
 
-    def submit(self, row: RowOutput) -> Future[None]:
-        encoded = self._encoders.submit(self._encode, row)
-        return self._pool.submit(self._guarded, self._add, encoded)
+    def holds(self, container: str) -> bool:
+        folder, _, name = container.partition("/")
+        return folder == ARCHIVE_DIR and self.key.shard_of(name) is not None
 
-    def _encode(self, row: RowOutput) -> tuple[RowOutput, bytes, bytes | None]:
-        with self.clock.part("finish"):
-            row = row.finished()
-        with self.clock.part("encode"):
-            audio = encode_audio(row.audio, row.sample_rate, self.audio_format)
-            codes = encode_codes(row.codes) if self.save_codes and row.codes is not None else None
-        return row, audio, codes
+    def claims(self, locations):
+        import pyarrow.compute as pc
 
-    def _guarded(self, step: Callable[..., None], *args: object) -> None:
-        try:
-            step(*args)
-        except OSError as e:
-            where = self._open.files.shard.key_path if self._open else self.dir
-            self._discard()  # its rows have no record: the next run redoes them
-            raise write_error(e, where) from e
+        from qtts.core.jobs.state.records import as_bools
 
-    def _add(self, encoded: Future[tuple[RowOutput, bytes, bytes | None]]) -> None:
-        row, audio, codes = encoded.result()  # the row as finished
-        shard = self._open or self._start(row.sample_rate)
-        member = self.fmt.member(row.id, self.audio_format)
-        with self.clock.part("measures"):
-            location = member_location(shard.key_name, member)
-            record = row.record(location, len(audio), codes is not None)
-        with self.clock.part("write"):
-            shard.writer.add(row.id, audio, self.audio_format, codes, record)
-        shard.records.append(record)
-        full = len(shard.records) >= self.shard_rows
-        if full or time.monotonic() - shard.started >= self.max_age_s:
-            self._seal()
+        key = rf"^{ARCHIVE_DIR}/{self.key.regex()}{MEMBER_SEP}"
+        return as_bools(pc.match_substring_regex(locations, key))
 
-    def _start(self, sample_rate: int) -> _OpenShard:
-        while self.shard(self._next).key_path.exists():  # a retried Ray unit's first attempt
-            self._next += 1  # sealed these: a sealed shard is never replaced
-        files = ShardFiles(self.shard(self._next), temp_path, exclusive=True)
-        self._next += 1
-        try:
-            writer = self.fmt.writer(files.open, sample_rate)
-        except BaseException:
-            files.discard()
-            raise
-        self._open = _OpenShard(files, writer, time.monotonic())
-        return self._open
+    def codes_held(self, ids, codes_saved, listing):
+        from qtts.core.jobs.state.records import as_bools
 
-    def _seal(self) -> None:
-        shard = self._open
-        if shard is None:
+        return as_bools(codes_saved)  # packed with the audio when the record says so
+
+    def owns_temp(self, final: str, prefix: str, owns_row) -> bool:
+        folder, _, name = final.partition("/")
+        return folder == ARCHIVE_DIR and any(
+            (shard := part.shard_of(name)) is not None and shard.startswith(prefix)
+            for part in self.parts
+        )
+
+    def take_out(self, out_dir: Path, container: str, ids: list[str], *,
+                 keep_codes: bool) -> None:  # fmt: skip
+        """The shard rewritten less the rows: every part there, the key last (its own key
+        too missing, after a kill between a seal's renames, leaves the others to empty)."""
+        gone = set(ids)
+        for part, path in self.shard(out_dir, container).paths():
+            if path.exists():
+                self._rewrite_part(part, path, gone)
+
+    def _rewrite_part(self, part: Part, path: Path, gone: set[str]) -> None:
+        """One part file less the rows `gone`: rewritten atomically, removed when none is left,
+        untouched when it holds none of them (a rerun finishing a retraction)."""
+        held = self.keys_in(part, path)
+        left = sum(1 for k in held if k not in gone)
+        if left == len(held):
             return
-        with self.clock.part("write"):
-            shard.writer.close()
-            shard.files.close()
-            with self.clock.part("journal"):  # durable, not yet visible: journalled just before
-                self.journal.append(shard.records)
-            shard.files.publish()  # the key part last
-            self._open = None
+        if left == 0:
+            unlink_quietly(path)
+            return
+        atomic_write(path, lambda file: self.copy_without(part, path, file, gone))
 
-    def _discard(self) -> None:
-        shard, self._open = self._open, None
-        if shard is not None:
-            shard.files.discard()
+    def read_back(self, out_dir, container, ids, *, with_codes) -> Iterator[Sample]:
+        for row_id, audio, codes in self.samples(self.shard(out_dir, container), set(ids)):
+            yield row_id, audio, codes if with_codes else None
 
-    def remove_earlier_output(self, row_id: str) -> None:
-        """Nothing to do: a redone row's members left their sealed shards before the run
-        (stores/retract.py), and a row failing now has none in the open shard."""
+    def name_temps(self, out_dir: Path, container: str) -> bool:
+        return name_parts(self.shard(out_dir, container), repack_temp)
 
-    def published(self, ids: list[str], since: float) -> dict[str, float]:
-        """Rows of `ids` in this writer's sealed shards (a Ray unit's writer is its own, named
-        for this run, so `since` is not needed: no other run's shard has these names)."""
-        wanted, done, k = set(ids), {}, 0
-        while (shard := self.shard(k)).key_path.exists():
-            done.update((i, s) for i, s in self.fmt.durations(shard).items() if i in wanted)
-            k += 1
-        return done
-
-    def close(self, *, wait: bool = True) -> None:
-        if wait:
-            try:
-                self._pool.submit(self._guarded, self._seal).result()
-            finally:
-                self._pool.shutdown(wait=True)
-                self._encoders.shutdown(wait=True)
-        else:  # rows not yet added are dropped, then the open shard with them
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._encoders.shutdown(wait=True, cancel_futures=True)
-            self._discard()
+    def audio_source(self, out_dir, container, kept) -> MemberSource:
+        return self.open_members(self.shard(out_dir, container).key_path, kept)

@@ -1,5 +1,5 @@
-"""Reading one row's audio back by its location, for `qtts score`: a plain file by its path, an
-archive member from its shard through its format's member source (shard_format.MemberSource:
+"""Reading one row's audio back by its location, for `qtts score`: a file of its own by its path, a
+member from its container through its layout's source (Layout.audio_source, archive.MemberSource:
 a tar member by its byte range, a Parquet row from its row group, ...). A shard's source (its
 index) is built once, on first use, keyed by the shard's size and mtime (a shard rewritten
 meanwhile is indexed again); decoded blocks (a Parquet row group's audio) are shared by every
@@ -7,7 +7,7 @@ shard's source, the last KEPT_BLOCKS of them. Shard members sit in the order row
 the input's, so a reader of many rows takes them in `order()` (shard by shard, each front to
 back): then each block is read once. Thread-safe: the scorers read on a pool, and one thread
 reads a block while the others wait for it.
-Knows locations; the formats are the registry's; no models."""
+Knows locations; the layouts are the registry's; no models."""
 
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from qtts.core.jobs.output.stores.locations import split_location
-from qtts.core.jobs.output.stores.shard_files import shard_at
-from qtts.core.jobs.output.stores.shard_format import MemberSource
+from qtts.core.jobs.output.stores.archive import MemberSource
+from qtts.core.jobs.output.stores.presence import is_archived, split_location
+from qtts.core.jobs.output.stores.registry import holder
 
 KEPT_BLOCKS = 4  # decoded blocks kept (a Parquet row group: 64 rows)
 
 
 class KeptBlocks:
-    """The last few decoded blocks of any shard, loaded once (shard_format.KeptBlocks)."""
+    """The last few decoded blocks of any shard, loaded once (archive.KeptBlocks)."""
 
     def __init__(self, size: int = KEPT_BLOCKS) -> None:
         self.size = size
@@ -58,11 +60,13 @@ class MemberReader:
             return self.root / container
         return lambda: io.BytesIO(self._member_source(container).read(member))
 
-    def order(self, locations: list[str]) -> np.ndarray:
-        """The indices of `locations` in reading order: plain files first as given, then each
-        shard's members front to back."""
+    def order(self, locations: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """The indices of `locations` in reading order: files of their own first as given, then
+        each shard's members front to back (all files of their own: as given, nothing read)."""
+        if not pc.any(pc.fill_null(is_archived(locations), False)).as_py():
+            return np.arange(len(locations))
         keys = []
-        for k, location in enumerate(locations):
+        for k, location in enumerate(locations.to_pylist()):
             container, member = split_location(location)
             if member is None:
                 keys.append(("", 0, 0, k))
@@ -75,11 +79,10 @@ class MemberReader:
         return np.array([key[-1] for key in sorted(keys)], dtype=np.int64)
 
     def _member_source(self, container: str) -> MemberSource:
-        shard = shard_at(self.root, container)
-        path = shard.key_path
-        st = path.stat()
-        key = (path, st.st_size, st.st_mtime_ns)
+        st = (self.root / container).stat()
+        key = (container, st.st_size, st.st_mtime_ns)
         with self._lock:
             if key not in self._sources:
-                self._sources[key] = shard.fmt.member_source(path, self._kept)
+                fmt = holder(self.root, container)
+                self._sources[key] = fmt.audio_source(self.root, container, self._kept)
             return self._sources[key]

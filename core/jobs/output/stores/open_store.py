@@ -1,27 +1,33 @@
-"""Which store a run writes through, and how its archive writers are named.
+"""Which store a run writes through (StoreSpec: the run's layout and its options), how its writers
+are named, and what a killed run of its job shard left half-written.
 
-A writer's shard names start with its prefix: the job shard (`shard-I-of-N-`, none when
-unsharded) and a tag fresh for each run, so tasks of one job, reruns and Ray actors writing into
-the same OUT/data/ never collide. A Ray work unit gets a prefix of its own from its rows, so a
-unit Ray retries finds the shard its first attempt sealed. How many writer threads a local run
-gets is decided here too (writer_threads).
-Knows layouts (the registry's), names and thread counts; the stores do the writing.
+A writer's name starts with the job shard (`shard-I-of-N-`, none when unsharded) and a tag fresh
+for each run, so tasks of one job, reruns and Ray actors writing into the same out dir never
+collide. A Ray work unit gets a name of its own from its rows, so a unit Ray retries finds the
+shard its first attempt sealed. How many writer threads a local run gets is decided here too
+(writer_threads).
+Knows names and thread counts; the layouts (the registry's) do the writing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qtts.core.jobs.output.stores.archive import DEFAULT_SHARD_ROWS, ArchiveStore
-from qtts.core.jobs.output.stores.base import OutputStore
-from qtts.core.jobs.output.stores.files import FilesStore
-from qtts.core.jobs.output.stores.locations import FILES
-from qtts.core.jobs.output.stores.registry import check_layout, part_of
-from qtts.core.jobs.output.writer_clock import WriterClock
+from qtts.core.jobs.contract.choices import DEFAULT_SHARD_ROWS
+from qtts.core.jobs.output.stores.layout import Layout, OutputStore
+from qtts.core.jobs.output.stores.registry import default_layout, find, formats
+from qtts.core.jobs.output.writer import WriterClock
+from qtts.core.jobs.state.atomic_files import cleanup_temp_files
 from qtts.core.jobs.state.journal import Journal
+from qtts.core.jobs.state.paths import ARCHIVE_DIR
+
+if TYPE_CHECKING:
+    from qtts.core.jobs.output.stores.presence import Listing
 
 # Writer threads: half the cores this process may run on, at least 2, at most 8. The other half
 # is the synthesis side's: on a GPU its decode loop and its vocoder thread each keep a core busy
@@ -48,15 +54,22 @@ def writer_threads(cpus: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class StoreSpec:
-    layout: str = FILES  # files, or an archive format's name (registry.py)
+    layout: str = ""  # --output: a layout's name (registry.py); "": the default layout's
     audio_format: str = "wav"
     save_codes: bool = False
     shard_rows: int = DEFAULT_SHARD_ROWS
-    prefix: str = ""  # the job shard's part of archive shard names ("" when unsharded)
+    prefix: str = ""  # the job shard's part of writer names ("" when unsharded)
     run_tag: str = "run"  # this run's part
 
     def __post_init__(self) -> None:
-        check_layout(self.layout)  # an unknown name: a UsageError naming --output's choices
+        if not self.layout:
+            object.__setattr__(self, "layout", default_layout().name)
+        find(self.layout)  # an unknown name: a UsageError naming --output's choices
+
+    @property
+    def fmt(self) -> Layout:
+        """The layout itself (its format module's FORMAT)."""
+        return find(self.layout)
 
     def open(
         self,
@@ -68,46 +81,33 @@ class StoreSpec:
     ) -> OutputStore:
         """workers: threads that encode and write (an archive appends to its shard on one more,
         in the order rows come); clock: where they report their busy time."""
-        if self.layout == FILES:
-            return FilesStore(
-                out_dir, journal, self.audio_format, self.save_codes, workers, clock=clock
-            )
-        name = f"{self.prefix}{self.run_tag}"
-        return self._archive(out_dir, journal, name, workers=workers, clock=clock)
+        writer = f"{self.prefix}{self.run_tag}"
+        return self.fmt.open(out_dir, journal, self, writer=writer, workers=workers, clock=clock)
 
     def open_unit(self, out_dir: Path, journal: Journal, ids: list[str]) -> OutputStore:
         """A Ray unit's store: a unit is one shard at most (units are capped at shard_rows),
         named from its rows."""
-        if self.layout == FILES:
-            return FilesStore(out_dir, journal, self.audio_format, self.save_codes, workers=1)
         digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=6).hexdigest()
-        return self._archive(out_dir, journal, f"{self.prefix}{self.run_tag}-u{digest}")
+        writer = f"{self.prefix}{self.run_tag}-u{digest}"
+        return self.fmt.open(out_dir, journal, self, writer=writer, workers=1, clock=None)
 
-    def _archive(
-        self,
-        out_dir: Path,
-        journal: Journal,
-        prefix: str,
-        workers: int = 1,
-        clock: WriterClock | None = None,
-    ) -> ArchiveStore:
-        return ArchiveStore(
-            out_dir,
-            self.layout,
-            journal,
-            audio_format=self.audio_format,
-            save_codes=self.save_codes,
-            prefix=prefix,
-            shard_rows=self.shard_rows,
-            encoders=workers,
-            clock=clock,
+    def owns(self, final: str, owns_row: Callable[[str], bool]) -> bool:
+        """Whether an output's name (relative to the out dir: a temp file's final name) is a
+        write of this job shard's, in any layout; owns_row: the shard owns that row id."""
+        return any(fmt.owns_temp(final, self.prefix, owns_row) for fmt in formats().values())
+
+    def clear_temps(self, out_dir: Path, listing: Listing, owns_row: Callable[[str], bool]) -> int:
+        """Remove the temp files a killed run of this job shard left among its outputs (other
+        shards may be writing theirs right now); how many. The shared views' temps are cleared
+        under the results lock."""
+        removed = cleanup_temp_files(
+            out_dir, owns=lambda final: self.owns(final, owns_row), names=listing.temps
         )
-
-    def owns_shard(self, name: str) -> bool:
-        """Whether a file in OUT/data/ (or a temp file's final name there) is a part of a shard
-        written for this job shard; a file of no format is no shard's."""
-        found = part_of(name)
-        return found is not None and found.shard.startswith(self.prefix)
+        return removed + cleanup_temp_files(
+            out_dir / ARCHIVE_DIR,
+            owns=lambda final: self.owns(f"{ARCHIVE_DIR}/{final}", owns_row),
+            names=listing.archive_temps,
+        )
 
 
 def writer_prefix(shard_suffix: str) -> str:

@@ -1,16 +1,16 @@
-"""The output layouts: `files` (a file per row, stores/files.py) and every archive format, found by
-looking in stores/formats/: each module there (its name not starting with `_`) is one format and
-declares it as `FORMAT` (shard_format.ArchiveFormat). Adding a format is adding its module;
-everything else asks here: the --output choices and help (OutputLayout, layouts_help), which
-format and shard a file in OUT/data/ belongs to (part_of), the pattern of each format's
-locations (locations.layouts), the read errors a repack expects.
+"""The output layouts, found by looking in stores/formats/: each module there (its name not starting
+with `_`) is one layout and declares it as `FORMAT` (layout.Layout): the files layout, and each
+archive format (archive.ArchiveFormat). Adding a layout is adding its module; everything else asks
+here: the --output choices and help (OutputLayout, layouts_help), the layout a name (find) or a
+new out dir (default_layout) has, the one that holds a location's container (holder), which
+format and shard a file in OUT/data/ belongs to (part_of), the read errors a repack expects.
 
-Formats are read once, on first use, through importlib: a format imports the contract
-(shard_format.py), never this module, and no module here names a format. A file that two
-formats could claim, a part that is not a file name, or two formats of one name stop the import
-(FormatError): an unknown file is never read as some default format.
+Layouts are read once, on first use, through importlib: a format imports the contract
+(layout.py, archive.py), never this module, and no module here names one. A file that two
+formats could claim, a part that is not a file name, two layouts of one name or a container no
+layout holds are errors (FormatError, FatalError): nothing is ever read as some default format.
 Standard library only at import (the format modules too): `qtts --help` builds --output from it.
-Knows which formats exist; nothing of any one.
+Knows which layouts exist; nothing of any one.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import pkgutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
-from qtts.core.errors import UsageError
+from qtts.core.errors import FatalError, UsageError
 from qtts.core.jobs.contract.choices import Choice
-from qtts.core.jobs.output.stores.shard_format import SHARD_NAME_NEVER, ArchiveFormat, Part
+from qtts.core.jobs.output.stores.archive import ArchiveFormat
+from qtts.core.jobs.output.stores.layout import Layout
+from qtts.core.jobs.output.stores.shard_files import SHARD_NAME_NEVER, Part
 
-FILES = "files"
-FILES_HELP = "OUT/{id}.wav per row, with metadata.jsonl"
 FORMATS_PACKAGE = "qtts.core.jobs.output.stores.formats"
 
 
@@ -35,25 +36,30 @@ class FormatError(RuntimeError):
 
 
 @cache
-def archive_formats() -> dict[str, ArchiveFormat]:
-    """Every archive format by name, in module name order."""
-    return discover(FORMATS_PACKAGE)
+def formats() -> dict[str, Layout]:
+    """Every layout by name: the default first, then in module name order."""
+    found = discover(FORMATS_PACKAGE)
+    defaults = [fmt for fmt in found.values() if fmt.default]
+    if len(defaults) != 1:
+        raise FormatError(f"{len(defaults)} layouts say they are the default, not one")
+    return {defaults[0].name: defaults[0], **found}
 
 
-def discover(package_name: str) -> dict[str, ArchiveFormat]:
-    """The formats the modules of a package declare (FormatError where one breaks a rule)."""
+def discover(package_name: str) -> dict[str, Layout]:
+    """The layouts the modules of a package declare (FormatError where one breaks a rule)."""
     package = importlib.import_module(package_name)
-    found: dict[str, ArchiveFormat] = {}
+    found: dict[str, Layout] = {}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{package_name}.{info.name}")
         fmt = getattr(module, "FORMAT", None)
-        if not isinstance(fmt, ArchiveFormat):
-            raise FormatError(f"{module.__name__} declares no FORMAT (an ArchiveFormat)")
-        if fmt.name in found or fmt.name == FILES:
+        if not isinstance(fmt, Layout):
+            raise FormatError(f"{module.__name__} declares no FORMAT (a Layout)")
+        if fmt.name in found:
             raise FormatError(f"two output layouts are named {fmt.name!r}")
-        _check_parts(fmt, found.values())
+        if isinstance(fmt, ArchiveFormat):
+            _check_parts(fmt, [f for f in found.values() if isinstance(f, ArchiveFormat)])
         found[fmt.name] = fmt
     return found
 
@@ -97,31 +103,38 @@ def _shard_like(text: str) -> bool:
 
 
 def layout_names() -> tuple[str, ...]:
-    return (FILES, *archive_formats())
+    return tuple(formats())
 
 
 def layouts_help() -> str:
     """--output's help: each layout and what it writes."""
-    lines = [f"{FILES}: {FILES_HELP}", *(f"{f.name}: {f.help}" for f in archive_formats().values())]
-    return "How the audio lands. " + "; ".join(lines) + "."
+    return (
+        "How the audio lands. " + "; ".join(f"{f.name}: {f.help}" for f in formats().values()) + "."
+    )
 
 
-def archive_format(name: str) -> ArchiveFormat:
-    """The archive format of an --output value (UsageError for one that is none)."""
+def find(name: str) -> Layout:
+    """The layout of an --output value (UsageError for one that is none)."""
     try:
-        return archive_formats()[name]
+        return formats()[name]
     except KeyError:
-        raise UsageError(_unknown(name)) from None
+        raise UsageError(
+            f"--output must be one of {', '.join(layout_names())}, got {name!r}"
+        ) from None
 
 
-def check_layout(name: str) -> str:
-    if name != FILES and name not in archive_formats():
-        raise UsageError(_unknown(name))
-    return name
+def default_layout() -> Layout:
+    """--output on a new out dir when none is given."""
+    return next(iter(formats().values()))
 
 
-def _unknown(name: str) -> str:
-    return f"--output must be one of {', '.join(layout_names())}, got {name!r}"
+def holder(out_dir: Path, container: str) -> Layout:
+    """The layout a location's container (relative to the out dir) is in. A container no layout
+    holds is an error: it is never read, rewritten or removed as some other format."""
+    for fmt in formats().values():
+        if fmt.holds(container):
+            return fmt
+    raise FatalError(f"{out_dir / container}: no output format writes a shard of that name")
 
 
 @dataclass(frozen=True)
@@ -130,15 +143,11 @@ class Found:
     part: Part
     shard: str  # the shard's name
 
-    @property
-    def is_key(self) -> bool:
-        return self.part == self.fmt.key
-
 
 def part_of(file_name: str) -> Found | None:
     """Which format, part and shard a file name in OUT/data/ is (None: no format's)."""
-    for fmt in archive_formats().values():
-        for part in fmt.parts:
+    for fmt in formats().values():
+        for part in fmt.parts if isinstance(fmt, ArchiveFormat) else ():
             if (shard := part.shard_of(file_name)) is not None:
                 return Found(fmt, part, shard)
     return None
@@ -146,7 +155,7 @@ def part_of(file_name: str) -> Found | None:
 
 def read_errors() -> tuple[type[BaseException], ...]:
     """What reading a damaged shard of any format raises, besides OSError."""
-    return tuple({e for fmt in archive_formats().values() for e in fmt.read_errors()})
+    return tuple({e for fmt in formats().values() for e in fmt.read_errors()})
 
 
 def _output_layout() -> type[Choice]:
@@ -154,4 +163,4 @@ def _output_layout() -> type[Choice]:
     return Choice("OutputLayout", [(n, n) for n in names], module=__name__, qualname="OutputLayout")
 
 
-OutputLayout = _output_layout()  # the --output choices: files and each format, as typed
+OutputLayout = _output_layout()  # the --output choices: each layout, as typed

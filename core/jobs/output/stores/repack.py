@@ -1,9 +1,14 @@
 """Repacking: finished rows that sit in another layout or format than this run's (a switch from
 files to an archive, between archives, back to files, or from wav to flac) move into this run's
-without the model. Their audio is read back (repack_sources: copied as it is, or transcoded
-losslessly when the format changes), written into new outputs (repack_targets) and committed a
-batch at a time (repack_commit: the new outputs named and journalled before any old copy goes,
-so a kill leaves every id once, in the old layout or the new, after the next run).
+without the model. Their audio is read back from where it is (Layout.read_back, one container at
+a time, in its own order, one sample in memory at a time) and checked whole (`check_whole`: the
+size and sample count its record gives, read from the header alone, so a file cut short or
+damaged is never copied into the new layout as if it were whole); then, when the run's format
+differs, its 16-bit PCM is decoded and encoded again, losslessly (the samples are the ones
+synthesized; nothing is resampled), else its bytes are copied. It is written into the new
+layout's outputs (Layout.repack_target) and committed a batch at a time (repack_commit: the new
+outputs named and journalled before any old copy goes, so a kill leaves every id once, in the
+old layout or the new, after the next run).
 
 Rows are taken a source container at a time (sorted by container), so each shard is read once
 front to back; batches are committed as they fill, whatever container their rows came from, but
@@ -18,11 +23,12 @@ format) and the run that moved it.
 A signal stops it between rows: the open batch is dropped, its rows stay where they were, and
 the committed rows' old copies go before the run ends (or in the next run's first step).
 A switch killed part-way is refused by `qtts results` until that next run (check_no_killed_switch).
-Knows records, locations and batches; the formats and files live in the modules above.
+Knows records, locations, encodings and batches; the containers are the layouts'.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import logging
 import shutil
@@ -36,28 +42,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import FatalError
-from qtts.core.jobs.output.stores.locations import FILES, containers
-from qtts.core.jobs.output.stores.registry import read_errors
-from qtts.core.jobs.output.stores.repack_commit import (
-    INTENT_SCHEMA,
-    OLD_FILE,
-    commit,
-    retire,
-    take_out,
-)
+from qtts.core.jobs.output.stores.layout import OLD_FILE
+from qtts.core.jobs.output.stores.presence import containers
+from qtts.core.jobs.output.stores.registry import holder, read_errors
+from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, commit, retire, take_out
 from qtts.core.jobs.output.stores.repack_commit import finish as commit_finish
-from qtts.core.jobs.output.stores.repack_sources import (
-    check_whole,
-    in_format,
-    is_shard,
-    read_container,
-)
-from qtts.core.jobs.output.stores.repack_targets import open_target
 from qtts.core.jobs.output.view_columns import StagedColumns
 from qtts.core.jobs.output.writer import write_error
 from qtts.core.jobs.state.jobfile import read_job_file
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.lock_probe import lock_is_held
+from qtts.core.jobs.state.lock import lock_is_held
 from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
@@ -71,6 +65,7 @@ log = logging.getLogger("qtts")
 MERGE = ("id", "status", "file", "bytes", "run", "t")  # read at once; the rest is staged
 STAGED = tuple(name for name in RECORD_SCHEMA.names if name not in MERGE)
 STAGE_ROWS = 4096  # records built into Python objects at once
+MAGIC = {b"RIFF": "wav", b"fLaC": "flac"}
 
 
 class StopCheck(Protocol):
@@ -123,17 +118,18 @@ class _Mover:
 
     def __init__(self, out_dir: Path, suffix: str, journal: Journal, spec: StoreSpec) -> None:
         self.out, self.suffix, self.journal, self.spec = out_dir, suffix, journal, spec
-        self.target = open_target(out_dir, spec, f"{spec.prefix}{spec.run_tag}")
+        self.target = spec.fmt.repack_target(out_dir, spec, f"{spec.prefix}{spec.run_tag}")
         self.moved = self.unread = self.batches = 0
-        self.reading: str | None = None  # the source shard being read: its old rows stay
+        self.reading: str | None = None  # the container being read: its old rows stay
         self.pending: list[tuple[Path, pa.Table]] = []  # committed: (intent, rows not out yet)
 
     def container(self, name: str, records: dict[str, dict], stop: StopCheck) -> None:
         """records: id -> new record (its `file` still the old location) of the rows in it."""
-        spec = self.spec
-        with_codes = spec.save_codes and (spec.layout != FILES or is_shard(name))
-        self.reading = name if is_shard(name) else None  # a plain file is read at once
-        for row_id, audio, codes in self._read(name, list(records), with_codes):
+        spec, source = self.spec, holder(self.out, name)
+        # codes the target keeps where they are (files: {id}.codes.npy) are not read
+        with_codes = spec.save_codes and not (source is spec.fmt and source.codes_stay)
+        self.reading = name  # its old rows stay until it is read through
+        for row_id, audio, codes in self._read(source, name, list(records), with_codes):
             stop.check()
             record = records.pop(row_id, None)
             if record is None:
@@ -153,9 +149,9 @@ class _Mover:
         if not self.target.rows:  # every row read from it is committed: its old copies go
             self.take_out()
 
-    def _read(self, name: str, ids: list[str], with_codes: bool):
+    def _read(self, source, name: str, ids: list[str], with_codes: bool):
         try:
-            yield from read_container(self.out, name, ids, with_codes=with_codes)
+            yield from source.read_back(self.out, name, ids, with_codes=with_codes)
         except (OSError, *read_errors()) as e:  # a damaged shard, in any format
             log.warning("cannot read %s back (%s)", self.out / name, e)
 
@@ -259,3 +255,34 @@ def _records(
             where.slice(start, staging.size).to_pylist(), batch.to_pylist(), strict=True
         ):
             yield container, {**record, "settings": settings, "run": run}
+
+
+def audio_format_of(data: bytes) -> str | None:
+    return MAGIC.get(bytes(data[:4]))
+
+
+def check_whole(data: bytes, *, nbytes: int | None, samples: int | None) -> None:
+    """Raise ValueError (soundfile: RuntimeError) where the audio is not what its record says:
+    another size (a body cut short, in any format: a FLAC's header still gives every sample)
+    or another sample count from its header (a WAV's shrinks to the data there). Nothing is
+    decoded; a record without the number (None) is not checked by it."""
+    import soundfile as sf
+
+    if nbytes is not None and len(data) != nbytes:
+        raise ValueError(f"{len(data):,} bytes where {nbytes:,} were written")
+    frames = sf.info(io.BytesIO(data)).frames
+    if samples is not None and frames != samples:
+        raise ValueError(f"{frames:,} samples where {samples:,} were written")
+
+
+def in_format(data: bytes, audio_format: str) -> bytes:
+    """The audio (check_whole first) encoded as `audio_format` (wav | flac), 16-bit PCM as
+    written; in the same format, its bytes as they are."""
+    import soundfile as sf
+
+    if audio_format_of(data) == audio_format:
+        return data
+    pcm, rate = sf.read(io.BytesIO(data), dtype="int16")
+    out = io.BytesIO()
+    sf.write(out, pcm, rate, subtype="PCM_16", format=audio_format.upper())
+    return out.getvalue()

@@ -3,12 +3,12 @@ journalled, and only then are their old copies removed, so a kill at any moment 
 in the out dir once, in its old layout or its new, after the next run.
 
 A batch's new outputs (one archive shard, or a file per row) are first written whole under
-fixed temp names (`repack_temp`), fsynced, and no longer removed by an immediate exit. Then its
+fixed temp names (layout.repack_temp), fsynced, and no longer removed by an immediate exit. Then its
 intent (OUT/.qtts/repack[-shard-I-of-N].{k:06d}.parquet, one per batch: each row's new record,
 and `old_file`, where its audio was) is written atomically: the commit point. `commit` carries
-out its first half: each temp still there takes its name (an output already named was renamed
-before), and the rows whose outputs are named are journalled (a record never points at an
-output that has no name). Their old copies go later, by `take_out` (stores/retract.py: a plain
+out its first half: each temp still there takes its name (Layout.name_temps: an output already
+named was renamed before), and the rows whose outputs are named are journalled (a record never
+points at an output that has no name). Their old copies go later, by `take_out` (retract.py: a
 file unlinked, a shard rewritten without them or removed), once the source shard they sit in
 has been read through (stores/repack.py), so a shard is rewritten once, not once per batch that
 took rows from it; then each intent whose rows are all out goes. After a kill the shard's next
@@ -23,7 +23,6 @@ Knows locations, temp names and records; no audio.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -32,48 +31,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qtts.core.errors import FatalError
-from qtts.core.jobs.output.stores.files import codes_name
-from qtts.core.jobs.output.stores.locations import (
-    ARCHIVE_DIR,
-    FILES,
-    containers,
-    is_archived,
-    layouts,
-)
+from qtts.core.jobs.output.stores.layout import OLD_FILE
+from qtts.core.jobs.output.stores.presence import containers, layouts
+from qtts.core.jobs.output.stores.registry import default_layout, find, holder
 from qtts.core.jobs.output.stores.retract import take_out_rows
-from qtts.core.jobs.output.stores.shard_files import name_parts, shard_at
-from qtts.core.jobs.state.atomic_files import TEMP_MARK, atomic_write, fsync_dir, unlink_quietly
+from qtts.core.jobs.state.atomic_files import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.paths import StatePaths
+from qtts.core.jobs.state.paths import ARCHIVE_DIR, StatePaths
 from qtts.core.jobs.state.records import RECORD_SCHEMA, as_bools
 
 log = logging.getLogger("qtts")
 
-OLD_FILE = "old_file"  # the intent's column: where the row's audio was
 INTENT_SCHEMA = RECORD_SCHEMA.append(pa.field(OLD_FILE, pa.string()))
 TAKEN_OUT_BY = ("id", "file", "codes_saved", OLD_FILE)  # the columns take_out reads
-REPACK_TEMP = f"{TEMP_MARK}repack"  # one run per job shard: a fixed name is the shard's own
-
-
-def repack_temp(final: Path) -> Path:
-    """Where a repacked output is written before it takes its name: found again after a kill
-    (the run's cleanup removes it as any other temp file when no intent names it)."""
-    return final.parent / f".{final.name}{REPACK_TEMP}"
-
-
-def new_outputs(rows: pa.Table, layout: str) -> tuple[pa.Array, pa.Array]:
-    """(each row's new audio container, the codes file it needs too, or null): relative to the
-    out dir. A repack into the files layout writes `{id}.codes.npy` beside its audio when the
-    row keeps codes that were not in that file already."""
-    audio = containers(rows["file"].combine_chunks())
-    if layout != FILES:
-        return audio, pa.nulls(len(audio), pa.string())
-    codes = pc.binary_join_element_wise(rows["id"], pa.scalar(codes_name("")), "")
-    moved_codes = pc.and_(
-        pc.fill_null(rows["codes_saved"], False),
-        pc.fill_null(is_archived(rows[OLD_FILE].combine_chunks()), False),
-    )
-    return audio, pc.if_else(moved_codes, codes, pa.scalar(None, pa.string()))
 
 
 def commit(
@@ -94,10 +64,9 @@ def take_out(out_dir: Path, rows: pa.Table) -> None:
     a plain file does (retract.take_out_rows)."""
     if rows.num_rows == 0:
         return
-    layout = _layout_of(rows)
     old = rows[OLD_FILE].combine_chunks()
     moved = as_bools(pc.not_equal(containers(old), containers(rows["file"].combine_chunks())))
-    kept = moved & (layout == FILES) & as_bools(rows["codes_saved"])
+    kept = moved & _layout_of(rows).codes_stay & as_bools(rows["codes_saved"])
     for rows_here, keep_codes in ((moved & ~kept, False), (kept, True)):
         if rows_here.any():
             mask = pa.array(rows_here)
@@ -143,10 +112,7 @@ def _read_intent(path: Path) -> pa.Table:
 
 def _forward(out_dir: Path, journal: Journal, rows: pa.Table) -> pa.Table:
     """Name the batch's outputs and journal the rows whose outputs are named: those rows."""
-    layout = _layout_of(rows)  # a rerun may write another layout: this batch's is its own
-    audio, codes = new_outputs(rows, layout)
-    _name(out_dir, pc.drop_null(codes))
-    named = _name(out_dir, audio)
+    named = _name(out_dir, containers(rows["file"].combine_chunks()))
     fsync_dir(out_dir / ARCHIVE_DIR)
     fsync_dir(out_dir)
     forward = rows.filter(pa.array(named))
@@ -160,27 +126,18 @@ def _forward(out_dir: Path, journal: Journal, rows: pa.Table) -> pa.Table:
 
 
 def _name(out_dir: Path, finals: pa.Array) -> np.ndarray:
-    """Rename each final's temp, if still there, to it (a shard's every part); per final (in
-    order), whether it is named now. A shard named by many rows is renamed once."""
-    unique = pc.unique(finals)
-    named = {}
-    for final in unique.to_pylist():
-        if (shard := shard_at(out_dir, final)) is not None:  # every part, its key last
-            named[final] = name_parts(shard, repack_temp)
-            continue
-        target = out_dir / final
-        try:
-            os.replace(repack_temp(target), target)
-        except FileNotFoundError:
-            pass
-        named[final] = target.exists()
+    """Each final container's temps, if still there, take their names (Layout.name_temps: a
+    shard's every part, a file's codes and audio); per final (in order), whether it is named
+    now. A shard named by many rows is renamed once."""
+    named = {final: holder(out_dir, final).name_temps(out_dir, final)
+             for final in pc.unique(finals).to_pylist()}  # fmt: skip
     if not named:
         return np.zeros(len(finals), dtype=bool)
     found = [k for k, ok in named.items() if ok]
     return as_bools(pc.is_in(finals, value_set=pa.array(found, pa.string())))
 
 
-def _layout_of(rows: pa.Table) -> str:
-    """The layout a killed run was repacking into, from its new locations."""
+def _layout_of(rows: pa.Table):
+    """The layout a batch was repacked into (a rerun may write another), from its locations."""
     kinds = pc.unique(layouts(rows["file"].combine_chunks()).dictionary_decode()).to_pylist()
-    return kinds[0] if kinds else FILES
+    return find(kinds[0]) if kinds else default_layout()

@@ -1,11 +1,12 @@
 """Taking rows back out of the outputs before they are redone, so every id is in the out dir
 exactly once.
 
-The files layout needs this only when a run switches away from it: a redone file is replaced by
-name. An archive member is never replaced by name (a redone row lands in a new shard), so before
-a run redoes rows that sit in sealed shards (a changed fingerprint, --overwrite, another layout),
-those shards are rewritten without them: copied less those rows into a temp file, fsynced, and
-renamed over the old shard (deleted when nothing is left). Readers see the old shard or the new
+A layout that replaces a redone row's output by name (files: Layout.replaces_by_name) needs this
+only when a run switches away from it. An archive member is never replaced by name (a redone row
+lands in a new shard), so before a run redoes rows that sit in sealed shards (a changed
+fingerprint, --overwrite, another layout), each layout takes them out of its containers
+(Layout.take_out: a shard copied less those rows into a temp file, fsynced, and renamed over the
+old one, or deleted when nothing is left; a file unlinked). Readers see the old shard or the new
 one, never a row twice.
 
 The steps are kept by an intent file (OUT/.qtts/retract[-shard-I-of-N].parquet: id, location),
@@ -13,8 +14,7 @@ written atomically first: then the rows' records go pending, then the shards are
 the intent goes. A kill anywhere leaves the intent, and the next run of the shard finishes it
 before it reads its records, so no row is ever recorded done while its member is gone, and no
 old member survives its row's new version.
-Knows locations and shards' part files (shard_files); the formats' bytes are theirs; no rows
-beyond their ids.
+Knows locations and intents; the containers are the layouts'; no rows beyond their ids.
 """
 
 from __future__ import annotations
@@ -28,19 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from qtts.core.jobs.output.stores.files import codes_name, drop_audiofolder_view
-from qtts.core.jobs.output.stores.locations import (
-    ARCHIVE_DIR,
-    FILES,
-    containers,
-    is_archived,
-)
-from qtts.core.jobs.output.stores.registry import part_of
-from qtts.core.jobs.output.stores.shard_files import shard_at
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, Part
+from qtts.core.jobs.output.stores.layout import Layout
+from qtts.core.jobs.output.stores.presence import containers, layouts
+from qtts.core.jobs.output.stores.registry import find, formats, part_of
 from qtts.core.jobs.state.atomic_files import atomic_write, fsync_dir, unlink_quietly
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.paths import StatePaths
+from qtts.core.jobs.state.paths import ARCHIVE_DIR, StatePaths
 from qtts.core.jobs.state.records import as_bools, pending_records
 
 log = logging.getLogger("qtts")
@@ -70,11 +63,13 @@ def retract(
 
 def taken_out(locations: pa.Array | pa.ChunkedArray, layout: str | None) -> pa.Array:
     """Which of these rows' outputs a run writing `layout` takes out before redoing them: every
-    archive member, and plain files too unless the run writes files (it replaces those by name;
-    None: nothing replaces them)."""
-    if layout == FILES:
-        return pc.fill_null(is_archived(locations), False)
-    return pc.is_valid(locations)
+    one but those its layout replaces by name (files; None: nothing replaces them)."""
+    fmt = find(layout) if layout is not None else None
+    if fmt is None or not fmt.replaces_by_name or len(locations) == 0:
+        return pc.is_valid(locations)
+    if isinstance(locations, pa.ChunkedArray):
+        locations = locations.combine_chunks()
+    return pc.and_(pc.is_valid(locations), pa.array(~fmt.claims(locations)))
 
 
 def outputs_touched(locations: pa.Array | pa.ChunkedArray) -> int:
@@ -106,52 +101,36 @@ def take_out_rows(
     *,
     keep_codes: bool = False,
 ) -> tuple[int, int]:
-    """Remove the rows `ids` from their outputs at `locations` (a plain file goes with its
-    codes file unless keep_codes; a shard is rewritten without them, or removed), a container's
-    rows at a time (sorted by container), never a Python object per row at once; then the
-    folders are fsynced. metadata.jsonl goes before the first plain file does: it would list
-    files that are gone (an AudioFolder loader fails on it) until the run's end rebuilds it, or,
-    after a kill, the next run's. (rows, output files touched)."""
-    table = pa.table({"id": ids, "container": containers(locations)})
+    """Remove the rows `ids` from their outputs at `locations`, each layout's from its own
+    containers (Layout.take_out; keep_codes: codes kept by name stay) once what lists them is
+    gone (Layout.unlist: metadata.jsonl, or an AudioFolder loader would fail on a file gone until
+    the run's end rebuilds it), a container's rows at a time (sorted by container), never a
+    Python object per row at once; then the folders are fsynced. (rows, output files touched)."""
+    table = pa.table({"id": ids, "container": containers(locations), "layout": layouts(locations)})
     table = table.take(pc.sort_indices(table["container"]))
-    names = table["container"].combine_chunks()
-    if len(names) == 0:
+    if table.num_rows == 0:
         return 0, 0
-    if not pc.all(pc.fill_null(is_archived(locations), False)).as_py():  # a plain file goes
-        drop_audiofolder_view(out_dir)
-    starts = np.flatnonzero(np.r_[True, ~as_bools(pc.equal(names[1:], names[:-1]))])
-    for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
-        row_ids = table["id"].slice(start, end - start).to_pylist()
-        _take_out(out_dir, names[start].as_py(), row_ids, keep_codes)
+    touched = 0
+    kinds = table["layout"].combine_chunks().indices
+    for k, fmt in enumerate(formats().values()):
+        mine = table.filter(pc.equal(kinds, k))
+        if mine.num_rows == 0:
+            continue
+        fmt.unlist(out_dir)  # no view lists a row whose output is gone
+        names = mine["container"].combine_chunks()
+        starts = np.flatnonzero(np.r_[True, ~as_bools(pc.equal(names[1:], names[:-1]))])
+        for start, end in zip(starts, [*starts[1:], len(names)], strict=True):
+            row_ids = mine["id"].slice(start, end - start).to_pylist()
+            _take_out(fmt, out_dir, names[start].as_py(), row_ids, keep_codes)
+        touched += len(starts)
     fsync_dir(out_dir / ARCHIVE_DIR)
     fsync_dir(out_dir)
-    return len(names), len(starts)
+    return table.num_rows, touched
 
 
-def _take_out(out_dir: Path, container: str, ids: list[str], keep_codes: bool) -> None:
-    shard = shard_at(out_dir, container)
-    if shard is None:  # a plain file of the files layout
-        unlink_quietly(out_dir / container)
-        for row_id in ids if not keep_codes else ():
-            unlink_quietly(out_dir / codes_name(row_id))
-        return
-    gone = set(ids)
-    for part, path in shard.paths():  # each part there, the key last; its own key too missing
-        if path.exists():  # (a kill between a seal's renames) leaves the others to empty
-            _rewrite_part(shard.fmt, part, path, gone)
-
-
-def _rewrite_part(fmt: ArchiveFormat, part: Part, path: Path, gone: set[str]) -> None:
-    """One part file less the rows `gone`: rewritten atomically, removed when none is left,
-    untouched when it holds none of them (a rerun finishing a retraction)."""
-    held = fmt.keys_in(part, path)
-    left = sum(1 for k in held if k not in gone)
-    if left == len(held):
-        return
-    if left == 0:
-        unlink_quietly(path)
-        return
-    atomic_write(path, lambda file: fmt.copy_without(part, path, file, gone))
+def _take_out(fmt: Layout, out_dir: Path, container: str, ids: list[str], keep_codes: bool):
+    """One container less some rows: the step a kill may come between."""
+    fmt.take_out(out_dir, container, ids, keep_codes=keep_codes)
 
 
 def remove_every_archive(out_dir: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from qtts.core.jobs.output.measures import MEASURES
+from qtts.core.jobs.output.recorder import MEASURES
 from qtts.core.jobs.state.records import RECORD_SCHEMA
 
 SAMPLE_FIELDS = (

@@ -1,11 +1,20 @@
-"""A shard's files on disk, whatever its format: its parts written under temp names (ShardFiles),
-made durable, then named, the key part last (shard_format.py says why); the shard a location's
-container names (shard_at); a batch's parts named again after a kill (name_parts).
+"""A shard's files on disk, whatever its format: the files a shard is made of (Part), one shard's
+files in a folder (ArchiveShard), and its parts written under temp names (ShardFiles), made
+durable, then named, the key part last; a batch's parts named again after a kill (name_parts).
+
+A shard is one or more part files in OUT/data/, each named `{head}{shard}{tail}` from the
+shard's name (`{job shard}{run tag}-{k:06d}`: never a `.` or a `#` in it, so a file name is a
+part of one shard at most, of one format). The last part is the key part: a row's location
+names it (`data/{key part}#{member}`), resume and the views count a shard present when it is
+listed, and it takes its name last when a shard is sealed or repacked, so it is there only once
+every other part is. A part left without its key (a kill between two renames) holds rows whose
+records name the missing key: they are redone, and taking them out removes that part.
 
 A live writer's temps are `.{part}.qtts-tmp-{pid}-{n}`, removed by an immediate exit and by the
 writer's job shard's next run; a repack's are its fixed `.{part}.qtts-tmp-repack`, left for its
 intent once durable (repack_commit.py). Either way the temps of one shard are named from its
-parts' names, so the run that owns a shard (open_store.StoreSpec.owns_shard) finds them all.
+parts' names, so the run that owns a shard (Layout.owns_temp) finds them all.
+Standard library only (the formats import it while `qtts --help` draws).
 Knows part files, temp names, fsyncs and renames; nothing inside the files.
 """
 
@@ -14,14 +23,85 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
-from qtts.core.errors import FatalError
-from qtts.core.jobs.output.stores.locations import ARCHIVE_DIR
-from qtts.core.jobs.output.stores.registry import part_of
-from qtts.core.jobs.output.stores.shard_format import ArchiveShard, Part
 from qtts.core.jobs.state.atomic_files import fsync_dir, tracked, unlink_quietly
+from qtts.core.jobs.state.paths import ARCHIVE_DIR
+
+SHARD_NAME_NEVER = ".#"  # characters no shard name holds
+MEMBER_SEP = "#"  # shard names never hold it; an id may, so a member is all after the first
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file of a shard: `{head}{shard}{tail}` (tail starting with a dot)."""
+
+    head: str
+    tail: str
+
+    def name(self, shard: str) -> str:
+        return f"{self.head}{shard}{self.tail}"
+
+    def shard_of(self, file_name: str) -> str | None:
+        """The shard whose part `file_name` is, else None."""
+        if not (file_name.startswith(self.head) and file_name.endswith(self.tail)):
+            return None
+        shard = file_name[len(self.head) : len(file_name) - len(self.tail)]
+        ok = shard and not any(c in shard for c in SHARD_NAME_NEVER)
+        return shard if ok else None
+
+    def regex(self) -> str:
+        """A pattern matching this part's file names (for Arrow's regex kernels)."""
+        return f"{_escape(self.head)}[^{_escape(SHARD_NAME_NEVER)}/]+{_escape(self.tail)}"
+
+
+class ShardWriter(Protocol):
+    def add(
+        self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict
+    ) -> None:
+        """Append one sample: its encoded audio, its .npy codes (None: not kept) and its ok
+        record (the sample's fields come from it: sample_fields.py)."""
+
+    def close(self) -> None:
+        """End every part's data (the seam then flushes, fsyncs and names the files)."""
+
+
+class ShardFormat(Protocol):
+    """What writing and naming a shard needs of its format (archive.ArchiveFormat fills it)."""
+
+    parts: tuple[Part, ...]  # the shard's files; the last is the key part
+    member: Callable[[str, str], str]  # (id, audio format) -> its audio's member in the key part
+    writer: Callable[[Callable[[Part], BinaryIO], int], ShardWriter]  # (open a part, sample rate)
+    durations: Callable[[ArchiveShard], dict[str, float]]  # {id: seconds} of every sample
+
+    @property
+    def key(self) -> Part: ...
+
+
+@dataclass(frozen=True)
+class ArchiveShard:
+    """One shard's files in a folder (OUT/data/)."""
+
+    fmt: ShardFormat
+    folder: Path
+    name: str
+
+    def path(self, part: Part) -> Path:
+        return self.folder / part.name(self.name)
+
+    @property
+    def key_path(self) -> Path:
+        return self.path(self.fmt.key)
+
+    def paths(self) -> list[tuple[Part, Path]]:
+        """Every part and its path, the key last."""
+        return [(part, self.path(part)) for part in self.fmt.parts]
+
+    def location(self, member: str) -> str:
+        """A row's location: its member in this shard's key part."""
+        return f"{ARCHIVE_DIR}/{self.key_path.name}{MEMBER_SEP}{member}"
 
 
 class ShardFiles:
@@ -45,9 +125,6 @@ class ShardFiles:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | mode, 0o666)  # umask applies
         self.files[part] = (tmp, os.fdopen(fd, "wb"))
         return self.files[part][1]
-
-    def temps(self) -> list[Path]:
-        return [tmp for tmp, _ in self.files.values()]
 
     def close(self) -> None:
         """Every part's data is written (the format's writer closed): flush, fsync, close."""
@@ -82,23 +159,6 @@ class ShardFiles:
         self.release()
 
 
-def _rename(tmp: Path, final: Path) -> None:
-    os.replace(tmp, final)
-
-
-def shard_at(out_dir: Path, container: str) -> ArchiveShard | None:
-    """The shard whose key part a location's container names (relative to the out dir), or
-    None for a plain file. A container in OUT/data/ that is no format's key part is an error:
-    it is never read, rewritten or removed as some other format."""
-    if not container.startswith(f"{ARCHIVE_DIR}/"):
-        return None
-    name = container[len(ARCHIVE_DIR) + 1 :]
-    found = part_of(name)
-    if found is None or not found.is_key:
-        raise FatalError(f"{out_dir / container}: no output format writes a shard of that name")
-    return ArchiveShard(found.fmt, out_dir / ARCHIVE_DIR, found.shard)
-
-
 def name_parts(shard: ArchiveShard, temp_of: Callable[[Path], Path]) -> bool:
     """Each part's temp, if still there, takes the part's name, the key last (a rerun after a
     kill finishes what was begun); whether the shard's key part is named now."""
@@ -108,3 +168,11 @@ def name_parts(shard: ArchiveShard, temp_of: Callable[[Path], Path]) -> bool:
         except FileNotFoundError:
             pass
     return shard.key_path.exists()
+
+
+def _rename(tmp: Path, final: Path) -> None:
+    os.replace(tmp, final)
+
+
+def _escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in ".^$*+?{}[]\\|()#" else c for c in text)

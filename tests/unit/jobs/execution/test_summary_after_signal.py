@@ -13,7 +13,7 @@ import pytest
 
 from qtts.core.jobs.contract.spec import JobSpec, OutputOptions, RowDefaults, VoiceOptions
 from qtts.core.jobs.execution.run import run_job
-from qtts.core.jobs.output.stores import files as writer  # the files layout encodes here
+from qtts.core.jobs.output import writer  # the files layout encodes through it
 
 
 class StoppedAfterAll(fakes.FakeSynthesizer):

@@ -9,8 +9,7 @@ import pytest
 
 from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.spec import FinishOptions
-from qtts.core.jobs.output.finishing import finish, kept_span, resample, trim_silence
-from qtts.core.jobs.output.loudness import NORMALIZED
+from qtts.core.jobs.output.finishing import NORMALIZED, finish, kept_span, resample, trim_silence
 
 RATE = 24_000
 PAD_S = 0.1

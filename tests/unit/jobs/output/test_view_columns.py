@@ -60,7 +60,7 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
     read_all merges them whole (the twin); nothing staged is left."""
     import pyarrow.parquet as pq
 
-    from qtts.core.jobs.output import results
+    from qtts.core.jobs.output import results, views
     from qtts.core.jobs.state import shard_state
     from qtts.core.jobs.state.journal import Journal
     from qtts.core.jobs.state.paths import StatePaths
@@ -82,7 +82,7 @@ def test_a_rebuild_in_small_batches_shows_read_alls_records(tmp_path, monkeypatc
     Journal(paths.journal("")).append([{**records[4], "text": "redone", "t": 50.0}])
     rows = pa.table({"row": list(range(12)), "id": [*ids[:6], None, *ids[6:]],
                      "text": [None] * 6 + ["no id"] + [None] * 5})  # fmt: skip
-    monkeypatch.setattr(results, "BATCH", 4)
+    monkeypatch.setattr(views, "BATCH", 4)
     counts = results.rebuild(tmp_path, rows, wait_s=5)
     got = pq.read_table(tmp_path / results.RESULTS_NAME).to_pylist()
     assert [r["row"] for r in got] == list(range(12)) and counts.total == 12

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from qtts.core.jobs.output.writer_clock import PARTS, WriterClock, WritingReport
+from qtts.core.jobs.output.writer import PARTS, WriterClock, WritingReport
 
 NAP = 0.05
 

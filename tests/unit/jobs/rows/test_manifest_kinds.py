@@ -129,7 +129,7 @@ def test_bytes_in_a_column_qtts_does_not_read_are_not_its_business(tmp_path):
 
 
 def test_a_csv_that_cannot_be_opened_again_keeps_the_readers_error(tmp_path, monkeypatch):
-    from qtts.core.jobs.rows import delimited_check
+    from qtts.core.jobs.rows import line_formats
 
     path = tmp_path / "m.csv"
     path.write_text("id,text\na,x,extra\n")  # pyarrow refuses; the scan cannot open it
@@ -137,7 +137,7 @@ def test_a_csv_that_cannot_be_opened_again_keeps_the_readers_error(tmp_path, mon
     def denied(*_, **__):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(delimited_check, "_count_csv_rows", denied)
+    monkeypatch.setattr(line_formats, "_count_csv_rows", denied)
     with pytest.raises(ManifestError, match="cannot read manifest .*Expected 2 columns, got 3"):
         read_manifest(str(path))
 

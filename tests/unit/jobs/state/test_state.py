@@ -9,10 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from qtts.core.jobs.output.stores.files import METADATA_KEYS
+from qtts.core.jobs.output.stores.formats.files import METADATA_KEYS
 from qtts.core.jobs.state import shard_state as state
-from qtts.core.jobs.state.journal import Journal, read_journal
-from qtts.core.jobs.state.jsonl import json_lines, json_strings
+from qtts.core.jobs.state.journal import Journal, json_lines, json_strings, read_journal
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import conform, latest, overlay, to_table
 from qtts.core.jobs.state.shards import UNSHARDED, Shard

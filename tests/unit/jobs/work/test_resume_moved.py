@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from qtts.core.jobs.output.stores.listing import Listing
+from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.state.records import INPUT_FIELDS
 from qtts.core.jobs.work.fingerprint import format_twins
 from qtts.core.jobs.work.resume import scan

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from qtts.core.jobs.output.stores.shard_format import (
+from qtts.core.jobs.output.stores.archive import (
     ArchiveFormat,
     ArchiveShard,
     HubLoad,
@@ -200,7 +200,7 @@ FORMAT = ArchiveFormat(
     copy_without=copy_without,
     samples=samples,
     durations=durations,
-    member_source=ParquetMembers,
+    open_members=ParquetMembers,
     read_errors=_read_errors,
     hub=HubLoad("data/*.parquet", features=hub_features, filters_ids=True),
     reads_back=(

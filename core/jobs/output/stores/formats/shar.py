@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from qtts.core.jobs.output.stores import tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, Part
+from qtts.core.jobs.output.stores.archive import ArchiveFormat, ArchiveShard, Part
 
 CUTS = Part("cuts.", ".jsonl.gz")
 CODES = Part("codes.", ".tar")
@@ -198,7 +198,7 @@ FORMAT = ArchiveFormat(
     copy_without=copy_without,
     samples=samples,
     durations=durations,
-    member_source=lambda path, kept: tar_members.TarMembers(path),
+    open_members=lambda path, kept: tar_members.TarMembers(path),
     read_errors=lambda: (tarfile.TarError, EOFError, ValueError),
     # no Hub loader reads a Shar folder (hub=None); lhotse (and NeMo through it) does
     # (its fields named, not in_dir=: lhotse would take a running job's temp file for a field)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from qtts.core.jobs.output.stores import tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, HubLoad, Part
+from qtts.core.jobs.output.stores.archive import ArchiveFormat, ArchiveShard, HubLoad, Part
 
 SHARD = Part("", ".tar")
 AUDIO_EXTENSIONS = ("wav", "flac")
@@ -105,7 +105,7 @@ FORMAT = ArchiveFormat(
     copy_without=copy_without,
     samples=samples,
     durations=durations,
-    member_source=lambda path, kept: tar_members.TarMembers(path),
+    open_members=lambda path, kept: tar_members.TarMembers(path),
     read_errors=lambda: (tarfile.TarError,),
     hub=HubLoad("data/*.tar"),  # the webdataset builder types each member by its extension
     reads_back=(

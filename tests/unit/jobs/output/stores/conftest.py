@@ -11,4 +11,4 @@ from qtts.core.jobs.output.stores import registry
 @pytest.fixture
 def pair(monkeypatch):
     yield register(monkeypatch)
-    registry.archive_formats.cache_clear()  # then monkeypatch restores discover
+    registry.formats.cache_clear()  # then monkeypatch restores discover

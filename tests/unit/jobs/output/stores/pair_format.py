@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from qtts.core.jobs.output.stores import registry, tar_members
-from qtts.core.jobs.output.stores.shard_format import ArchiveFormat, ArchiveShard, Part
+from qtts.core.jobs.output.stores.archive import ArchiveFormat, ArchiveShard, Part
 
 META = Part("meta.", ".jsonl")
 AUDIO = Part("audio.", ".tar")
@@ -70,7 +70,7 @@ PAIR = ArchiveFormat(
     copy_without=copy_without,
     samples=samples,
     durations=lambda shard: {m["id"]: m["duration"] for m in _lines(shard.path(META))},
-    member_source=lambda path, kept: tar_members.TarMembers(path),
+    open_members=lambda path, kept: tar_members.TarMembers(path),
 )
 
 
@@ -78,5 +78,5 @@ def register(monkeypatch) -> ArchiveFormat:
     """PAIR in the registry until the test ends (conftest.py's `pair` fixture)."""
     discover = registry.discover
     monkeypatch.setattr(registry, "discover", lambda name: {**discover(name), "pair": PAIR})
-    registry.archive_formats.cache_clear()
+    registry.formats.cache_clear()
     return PAIR

@@ -9,21 +9,16 @@ import textwrap
 import time
 
 import pytest
-from store_rows import journalled, row
+from store_rows import archive_store, journalled, row
 
-from qtts.core.jobs.output.stores.archive import ArchiveStore
-from qtts.core.jobs.output.stores.registry import archive_format
+from qtts.core.jobs.output.stores.registry import find
 from qtts.core.jobs.state.atomic_files import TEMP_MARK, cleanup_temp_files
 from qtts.core.jobs.state.journal import Journal
 
 
 def _store(tmp_path, layout="webdataset", **kw):
     journal = Journal(tmp_path / "j.jsonl")
-    kw.setdefault("shard_rows", 2)
-    store = ArchiveStore(
-        tmp_path, layout, journal, audio_format="wav", save_codes=False, prefix="w", **kw
-    )
-    return store, journal
+    return archive_store(tmp_path, layout, journal, **kw), journal
 
 
 def _visible(tmp_path):
@@ -33,7 +28,7 @@ def _visible(tmp_path):
 @pytest.mark.parametrize("layout", ["webdataset", "parquet"])
 def test_rows_are_journalled_when_their_shard_is_sealed(tmp_path, layout):
     store, journal = _store(tmp_path, layout)
-    fmt = archive_format(layout)
+    fmt = find(layout)
     suffix = fmt.key.tail
     for i in range(3):
         store.submit(row(f"r{i}", seed=i)).result()
@@ -74,12 +69,10 @@ KILLED = """
 import os, sys
 sys.path.insert(0, {here!r})
 from pathlib import Path
-from store_rows import row
-from qtts.core.jobs.output.stores.archive import ArchiveStore
+from store_rows import archive_store, row
 from qtts.core.jobs.state.journal import Journal
 out = Path(sys.argv[1])
-store = ArchiveStore(out, "webdataset", Journal(out / "j.jsonl"), audio_format="wav",
-                     save_codes=False, prefix="w", shard_rows=2)
+store = archive_store(out, "webdataset", Journal(out / "j.jsonl"))
 for i in range(3):
     store.submit(row(f"r{{i}}")).result()
 os._exit(9)  # a kill -9 with r2 in the open shard
@@ -107,7 +100,7 @@ def test_a_retried_writer_never_replaces_a_sealed_shard(tmp_path):
     for i in "cd":
         again.submit(row(i)).result()
     again.close()
-    fmt = archive_format("webdataset")
+    fmt = find("webdataset")
     assert _visible(tmp_path) == ["w-000000.tar", "w-000001.tar"]
     assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == ["a", "b"]
     assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000001.tar") == ["c", "d"]
@@ -117,7 +110,7 @@ FIRST_ROW = [None]  # the first row's first sample: how the slow encoder knows i
 
 
 def test_rows_encoded_apart_are_appended_in_the_order_they_came(tmp_path, monkeypatch):
-    from qtts.core.jobs.output.stores import archive
+    from qtts.core.jobs.output import writer as archive  # the stores encode through it
 
     encode = archive.encode_audio
 
@@ -134,7 +127,7 @@ def test_rows_encoded_apart_are_appended_in_the_order_they_came(tmp_path, monkey
         f.result()
     store.close()
     assert [r["id"] for r in journalled(journal)] == [f"r{i}" for i in range(5)]
-    fmt = archive_format("webdataset")
+    fmt = find("webdataset")
     assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == [f"r{i}" for i in range(5)]
     busy = store.clock.busy()
     assert busy["encode"] >= 0.2 and busy["write"] > 0 and busy["journal"] > 0

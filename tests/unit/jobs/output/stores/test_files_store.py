@@ -10,8 +10,8 @@ import pytest
 import soundfile as sf
 from store_rows import journalled, row
 
-from qtts.core.jobs.output.stores import files
-from qtts.core.jobs.output.stores.files import FilesStore
+from qtts.core.jobs.output.stores.formats import files
+from qtts.core.jobs.output.stores.formats.files import FilesStore
 from qtts.core.jobs.output.writer import DiskFullError
 from qtts.core.jobs.state.journal import Journal
 

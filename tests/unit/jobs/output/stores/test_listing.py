@@ -3,8 +3,8 @@ without, when only names are asked for), and this run's temp files told apart.""
 
 from __future__ import annotations
 
-from qtts.core.jobs.output.stores import listing as listing_module
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores import presence as listing_module
+from qtts.core.jobs.output.stores.presence import list_out_dir
 
 
 def test_a_listing_keeps_every_file_across_batches(tmp_path, monkeypatch):

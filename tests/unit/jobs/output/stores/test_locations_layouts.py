@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qtts.core.jobs.output.stores.locations import layouts
+from qtts.core.jobs.output.stores.presence import layouts
 
 
 def test_each_location_names_its_layout():

@@ -3,17 +3,16 @@ in the order the shards hold them."""
 
 from __future__ import annotations
 
-from store_rows import row
+import pyarrow as pa
+from store_rows import archive_store, row
 
-from qtts.core.jobs.output.stores.archive import ArchiveStore
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.jobs.state.journal import Journal, read_journals
 
 
 def _shard(out, layout, ids):
     journal = Journal(out / "j.jsonl")
-    store = ArchiveStore(out, layout, journal, audio_format="wav", save_codes=False, prefix="w",
-                         shard_rows=100)  # fmt: skip
+    store = archive_store(out, layout, journal, shard_rows=100)
     for k, i in enumerate(ids):
         store.submit(row(i, seed=k)).result()
     store.close()
@@ -27,8 +26,9 @@ def test_members_read_back_byte_for_byte_in_shard_order(tmp_path):
         where = _shard(out, layout, ["c", "a.1", "b"])  # written in completion order
         (out / "x.wav").write_bytes(b"RIFF")
         reader = MemberReader(out)
-        locations = [where["a.1"], where["b"], "x.wav", where["c"]]
+        locations = pa.array([where["a.1"], where["b"], "x.wav", where["c"]])
         assert reader.order(locations).tolist() == [2, 3, 0, 1]  # the file, then c, a.1, b
+        assert reader.order(pa.array(["x.wav", "y.wav"])).tolist() == [0, 1]  # files: as given
         assert reader.source("x.wav") == out / "x.wav"
         data = reader.source(where["b"])().read()
         assert data[:4] == b"RIFF" and len(data) == 44 + 2 * 2400

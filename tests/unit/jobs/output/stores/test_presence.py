@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from qtts.core.jobs.output.stores.listing import list_out_dir
-from qtts.core.jobs.output.stores.presence import held, present
+from qtts.core.jobs.output.stores.presence import held, list_out_dir, present
 
 
 def test_files_need_their_size_and_members_their_shard(tmp_path):

@@ -15,13 +15,13 @@ import soundfile as sf
 from store_rows import tone
 
 from qtts.core.jobs.output.stores import repack_commit
+from qtts.core.jobs.output.stores.archive import ArchiveFormat, ArchiveShard
+from qtts.core.jobs.output.stores.layout import repack_temp
 from qtts.core.jobs.output.stores.open_store import StoreSpec
-from qtts.core.jobs.output.stores.registry import archive_format, archive_formats
-from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, repack_temp
-from qtts.core.jobs.output.stores.repack_sources import audio_format_of, check_whole, in_format
-from qtts.core.jobs.output.stores.repack_targets import open_target
+from qtts.core.jobs.output.stores.registry import find, formats
+from qtts.core.jobs.output.stores.repack import audio_format_of, check_whole, in_format
+from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA
 from qtts.core.jobs.output.stores.shard_files import ShardFiles
-from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 from qtts.core.jobs.output.writer import encode_audio, encode_codes
 from qtts.core.jobs.state.atomic_files import temp_path
 from qtts.core.jobs.state.journal import Journal, read_journals
@@ -43,9 +43,12 @@ def codes_npy(i: int) -> bytes:
     return encode_codes(np.full((2, 16), i, dtype=np.int64))
 
 
-@pytest.mark.parametrize("layout", sorted(archive_formats()))
+ARCHIVES = sorted(name for name, fmt in formats().items() if isinstance(fmt, ArchiveFormat))
+
+
+@pytest.mark.parametrize("layout", ARCHIVES)
 def test_every_format_reads_back_the_samples_a_repack_asks_for(tmp_path, layout):
-    shard = ArchiveShard(archive_format(layout), tmp_path, "s")
+    shard = ArchiveShard(find(layout), tmp_path, "s")
     files = ShardFiles(shard, temp_path, exclusive=True)
     ids = ["a", "b.1", "c%2", "d"]
     writer = shard.fmt.writer(files.open, SR)
@@ -74,7 +77,7 @@ def _files_out(tmp_path, n=3):
 def _sealed_batch(tmp_path, data, layout="webdataset") -> pa.Table:
     """A batch written into its temp outputs and sealed, not yet committed."""
     spec = StoreSpec(layout=layout, shard_rows=10)
-    target = open_target(tmp_path, spec, "run")
+    target = spec.fmt.repack_target(tmp_path, spec, "run")
     for row_id, audio in data.items():
         target.add(record(row_id, f"{row_id}.wav"), audio, None, f"{row_id}.wav")
     return pa.Table.from_pylist(target.seal(), schema=INTENT_SCHEMA)
@@ -98,7 +101,7 @@ def test_a_commit_names_and_journals_and_the_old_copies_go_after(tmp_path):
     repack_commit.take_out(tmp_path, moved)
     repack_commit.retire([intent])
     assert list(tmp_path.glob("*.wav")) == [] and not intent.exists()
-    webdataset = archive_format("webdataset")
+    webdataset = find("webdataset")
     assert webdataset.keys_in(webdataset.key, shard) == ["r0", "r1", "r2"]
 
 
@@ -144,7 +147,8 @@ def test_a_damaged_intent_is_one_line_naming_it_and_what_to_do(tmp_path):
 def test_files_written_from_a_shard_keep_their_codes(tmp_path):
     (tmp_path / ".qtts").mkdir()
     journal = Journal(StatePaths(tmp_path).journal(""))
-    target = open_target(tmp_path, StoreSpec(layout="files", save_codes=True), "run")
+    spec = StoreSpec(layout="files", save_codes=True)
+    target = spec.fmt.repack_target(tmp_path, spec, "run")
     target.add(record("a", "data/x.tar#a.wav"), wav(0), b"codes", "data/x.tar#a.wav")
     rows = pa.Table.from_pylist(target.seal(), schema=INTENT_SCHEMA)
     _, moved = repack_commit.commit(tmp_path, "", journal, rows, 0)

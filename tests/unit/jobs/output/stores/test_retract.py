@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from store_rows import row
+from store_rows import archive_store, row
 
 from qtts.core.jobs.output.stores import retract
-from qtts.core.jobs.output.stores.archive import ArchiveStore
-from qtts.core.jobs.output.stores.registry import archive_format
+from qtts.core.jobs.output.stores.registry import find
 from qtts.core.jobs.state.journal import Journal, read_journals
 from qtts.core.jobs.state.paths import StatePaths
 
 
 def _archive(tmp_path, ids, layout="webdataset"):
     journal = Journal(tmp_path / "j.jsonl")
-    store = ArchiveStore(
-        tmp_path, layout, journal, audio_format="wav", save_codes=False, prefix="w", shard_rows=10
-    )
+    store = archive_store(tmp_path, layout, journal, shard_rows=10)
     for i in ids:
         store.submit(row(i)).result()
     store.close()
@@ -39,7 +36,7 @@ def test_partial_retraction_rewrites_the_shard_without_those_rows(tmp_path):
         (out / ".qtts").mkdir()
         picked = records.filter(pa.array([False, True, False]))
         n = retract.retract(out, "", journal, "run2", picked["id"], picked["file"], layout=layout)
-        fmt = archive_format(layout)
+        fmt = find(layout)
         shard = out / "data" / fmt.key.name("w-000000")
         assert n.to_pylist() == ["b.1"] and fmt.keys_in(fmt.key, shard) == ["a", "c"]
         assert _statuses(journal) == {"b.1": "pending"}
@@ -61,7 +58,7 @@ def test_a_killed_retraction_is_finished_by_the_next_run(tmp_path):
     pq.write_table(records.slice(0, 2), StatePaths(tmp_path).retract_intent("-shard-0-of-2"))
     journal = Journal(tmp_path / ".qtts" / "j2.jsonl")
     retract.finish(tmp_path, "-shard-0-of-2", journal, "next")
-    fmt = archive_format("webdataset")
+    fmt = find("webdataset")
     assert fmt.keys_in(fmt.key, tmp_path / "data" / "w-000000.tar") == ["c"]
     assert _statuses(journal) == {"a": "pending", "b": "pending"}
     assert not StatePaths(tmp_path).retract_intent("-shard-0-of-2").exists()

@@ -12,13 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import soundfile as sf
-from store_rows import journalled, row
+from store_rows import archive_store, journalled, row
 
 from qtts.core.jobs.output.stores import retract
-from qtts.core.jobs.output.stores.archive import ArchiveStore
+from qtts.core.jobs.output.stores.archive import ArchiveShard
 from qtts.core.jobs.output.stores.formats import shar
 from qtts.core.jobs.output.stores.member_reader import MemberReader
-from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 from qtts.core.jobs.state.journal import Journal
 
 lhotse = pytest.importorskip("lhotse")  # the test extra
@@ -28,8 +27,8 @@ IDS = ["plain", "book1.ch2", "c%3", "d 4", "ünï#5", "end."]
 
 def _store(out, ids, *, shard_rows=4, audio_format="wav", codes=lambda k: k % 2 == 0):
     journal = Journal(out / "j.jsonl")
-    store = ArchiveStore(out, "shar", journal, audio_format=audio_format, save_codes=True,
-                         prefix="w", shard_rows=shard_rows)  # fmt: skip
+    store = archive_store(out, "shar", journal, audio_format=audio_format, save_codes=True,
+                          shard_rows=shard_rows)  # fmt: skip
     rows = [row(i, n=2400 + 240 * k, seed=k, codes=codes(k)) for k, i in enumerate(ids)]
     for r in rows:
         store.submit(r).result()
@@ -98,6 +97,6 @@ def test_a_member_and_the_durations_read_back(tmp_path):
     where = dict(zip(records["id"].to_pylist(), records["file"].to_pylist(), strict=True))
     assert where["c%3"] == "data/recording.w-000000.tar#c%3.flac"
     assert reader.source(where["c%3"])().read()[:4] == b"fLaC"
-    assert reader.order([where["c%3"], where["plain"]]).tolist() == [1, 0]
+    assert reader.order(pa.array([where["c%3"], where["plain"]])).tolist() == [1, 0]
     shard = ArchiveShard(shar.FORMAT, tmp_path / "data", "w-000000")
     assert shar.durations(shard) == {i: len(rows[i].audio) / 24000 for i in IDS[:3]}

@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pair_format import AUDIO, META
-from store_rows import journalled, row
+from store_rows import archive_store, journalled, row
 
 from qtts.core.jobs.output.stores import retract, shard_files
-from qtts.core.jobs.output.stores.archive import ArchiveStore
-from qtts.core.jobs.output.stores.listing import list_out_dir
+from qtts.core.jobs.output.stores.layout import repack_temp
 from qtts.core.jobs.output.stores.member_reader import MemberReader
 from qtts.core.jobs.output.stores.open_store import StoreSpec
-from qtts.core.jobs.output.stores.presence import present
-from qtts.core.jobs.output.stores.repack_commit import _name, repack_temp
-from qtts.core.jobs.output.stores.repack_targets import open_target
+from qtts.core.jobs.output.stores.presence import list_out_dir, present
+from qtts.core.jobs.output.stores.repack_commit import _name
 from qtts.core.jobs.state.atomic_files import TEMP_MARK
 from qtts.core.jobs.state.journal import Journal
 
 
 def _store(tmp_path, shard_rows=2):
     journal = Journal(tmp_path / "j.jsonl")
-    store = ArchiveStore(tmp_path, "pair", journal, audio_format="wav", save_codes=True,
-                         prefix="shard-0-of-2-t", shard_rows=shard_rows)  # fmt: skip
+    store = archive_store(tmp_path, "pair", journal, save_codes=True, prefix="shard-0-of-2-t",
+                          shard_rows=shard_rows)  # fmt: skip
     return store, journal
 
 
@@ -53,10 +51,16 @@ def test_a_shard_is_sealed_every_part_its_key_last(tmp_path, pair, monkeypatch):
 
 def test_temps_belong_to_their_job_shard(pair):
     own = StoreSpec(layout="pair", prefix="shard-0-of-2-")
-    assert own.owns_shard("meta.shard-0-of-2-abc-000000.jsonl")
-    assert own.owns_shard("audio.shard-0-of-2-abc-u12-000003.tar")
-    assert not own.owns_shard("meta.shard-1-of-2-abc-000000.jsonl")
-    assert not own.owns_shard("notes.txt") and not own.owns_shard("shard-0-of-2-x.zip")
+
+    def owns(final: str) -> bool:
+        return own.owns(final, owns_row=lambda row_id: row_id == "mine")
+
+    assert owns("data/meta.shard-0-of-2-abc-000000.jsonl")
+    assert owns("data/audio.shard-0-of-2-abc-u12-000003.tar")
+    assert not owns("data/meta.shard-1-of-2-abc-000000.jsonl")
+    assert not owns("data/notes.txt") and not owns("data/shard-0-of-2-x.zip")
+    assert owns("mine.wav") and owns("mine.codes.npy")  # the files layout's, of its rows
+    assert not owns("theirs.wav") and not owns("results.parquet")
 
 
 def test_a_kill_between_two_renames_is_healed_by_taking_the_rows_out(tmp_path, pair, monkeypatch):
@@ -98,7 +102,8 @@ def test_retraction_and_removal_cover_every_part(tmp_path, pair):
 
 
 def test_a_repack_names_every_part(tmp_path, pair):
-    target = open_target(tmp_path, StoreSpec(layout="pair", shard_rows=10), "run")
+    spec = StoreSpec(layout="pair", shard_rows=10)
+    target = spec.fmt.repack_target(tmp_path, spec, "run")
     record = {"id": "a", "sample_rate": 24000, "duration_s": 0.1, "file": "a.wav"}
     target.add(record, b"RIFF....", None, "a.wav")
     (row_record,) = target.seal()

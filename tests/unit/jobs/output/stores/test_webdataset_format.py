@@ -9,9 +9,9 @@ import json
 import pytest
 import soundfile as sf
 
+from qtts.core.jobs.output.stores.archive import ArchiveShard
 from qtts.core.jobs.output.stores.formats import webdataset
 from qtts.core.jobs.output.stores.formats.webdataset import TarShardWriter, id_of_key, key_of_id
-from qtts.core.jobs.output.stores.shard_format import ArchiveShard
 
 HOSTILE = ["plain", "book1.ch2", "a.b.c", "100%", "50%2E", "%252E", "x%y.z", "ünï.cödé", "#1"]
 

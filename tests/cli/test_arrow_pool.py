@@ -10,10 +10,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-SHOW = (
-    "import pyarrow as pa; from qtts.cli.app import main; "
-    "import qtts.core.jobs.state.arrow_memory as m; "
-)
+SHOW = "import pyarrow as pa; import qtts.cli.app as m; "
 
 
 def _pool(env_pool: str | None) -> str:
@@ -40,10 +37,9 @@ def test_the_environments_pool_stands():
 
 def test_the_command_line_chooses_it_first(monkeypatch):
     from qtts.cli import app
-    from qtts.core.jobs.state import arrow_memory
 
     calls = []
-    monkeypatch.setattr(arrow_memory, "use_returning_pool", lambda: calls.append(1) or "x")
+    monkeypatch.setattr(app, "use_returning_pool", lambda: calls.append(1) or "x")
     monkeypatch.setattr(sys, "argv", ["qtts", "--version"])
     with pytest.raises(SystemExit):
         app.main()

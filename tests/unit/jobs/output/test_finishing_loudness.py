@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from qtts.core.jobs.output.loudness import (
+from qtts.core.jobs.output.finishing import (
     NORMALIZED,
     PEAK_LIMITED,
     SILENT,

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from qtts.core.jobs.contract.spec import RowDefaults
-from qtts.core.jobs.rows.id_seeds import id_seed, id_seeds
-from qtts.core.jobs.rows.validation import prepare_rows
+from qtts.core.jobs.rows.validation import id_seed, id_seeds, prepare_rows
 from qtts.core.jobs.state.ref_digests import RefDigests
 
 PINNED = {"a1": 106937569, "000001": 104059577, "utt-é": 1278914005, "": 154724242}

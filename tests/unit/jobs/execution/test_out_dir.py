@@ -11,7 +11,7 @@ import pytest
 
 from qtts.core.jobs.contract.choices import AudioFormat
 from qtts.core.jobs.contract.spec import OutputOptions
-from qtts.core.jobs.execution.out_dir_output import settle_output
+from qtts.core.jobs.execution.out_dir import settle_output
 from qtts.core.jobs.state.jobfile import JobFile
 
 RECORDED = JobFile("batch", "/m.parquet", layout="webdataset", audio_format="flac")
@@ -52,7 +52,7 @@ def test_a_layout_a_run_took_from_the_job_file_must_still_be_recorded_under_the_
     writing the old value back would undo the switch, so the run stops and says to run again.
     A value given on the command line is this run's own switch, and goes ahead."""
     from qtts.core.errors import UsageError
-    from qtts.core.jobs.execution.out_dir_output import check_output_unchanged
+    from qtts.core.jobs.execution.out_dir import check_output_unchanged
 
     was = JobFile("batch", "/m.parquet", layout="files", audio_format="wav")
     took = settle_output(OutputOptions("OUT", layout=None, audio_format=None), was)

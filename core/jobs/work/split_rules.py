@@ -1,34 +1,77 @@
-"""The resume rule for split settings: a done row is redone only when this run would cut it
-differently.
+"""The split settings' rules: the segment limit a job runs with, settled against the model's
+frame budget, and the resume rule of the split settings (recheck_split).
 
-The split options (--split, --max-segment-tokens, --segment-pause) are not in the job settings
-digest: they shape only the rows they cut. Each record keeps the settings it ran under (its
-`split` key), how many segments the row made and its text's token count. A done row stays done
-when its key is this run's; a row made in segments is redone whenever the key differs (the cut or
-the pause would change); a row made whole stays done when this run leaves it whole too. That
-follows from the settings alone for --split none, the same mode and limit, or auto with a limit
-no lower; otherwise from the recorded token count (auto: within the limit) and, for sentence,
-whether the text has a sentence end inside (an Arrow regex over the column; the cut itself only
-for the few texts the regex flags). So the check is columnar: reruns cost no tokenizing.
-A record without a key was made before qtts split long text: it is kept as it is (its row was
-accepted whole by the length check of its day), so upgrading redoes nothing; --overwrite does.
-Knows record columns and the split settings; the TextModel only for flagged texts. No files.
+A limit the user gave (--max-segment-tokens) is the user's call: refused when the model cannot
+speak a segment that long. The default (50 tokens) was chosen for the published checkpoints; a
+checkpoint whose generation config allows fewer frames gets the longest limit it can speak, said
+in one log line, so a default run never fails on a value the user did not set.
+
+The split options are not in the settings digest: a done row is redone only when this run would
+cut it differently, decided from each record's `split` key, segment count and token count, and
+a sentence-end regex over the texts (docs/job-state.md, "The fingerprint and the resume rule"),
+so the check is columnar: reruns cost no tokenizing. A record without a key was made before qtts
+split long text and is kept as made.
+Knows the split options, the budget rules and record columns; the TextModel only for the texts
+the regex flags. No files, no tensors.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import cut_rows
 from qtts.core.jobs.state.records import as_bools
+from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
+
+log = logging.getLogger("qtts")
+
+
+def settle_segment_limit(split: SplitOptions, budget: FrameBudget) -> SplitOptions:
+    """split with its limit set: the one given (UsageError when a segment that long does not fit
+    the budget), or the default lowered to the longest segment that does."""
+    if not split.enabled:
+        return split
+    given = split.max_segment_tokens
+    if given is not None:
+        why = budget.too_long(given)
+        if why is not None:
+            raise UsageError(
+                f"--max-segment-tokens {given} is more than this model can speak in one "
+                f"segment ({_numbers(why)}); lower it"
+            )
+        return split
+    default = split.limit
+    fits = next((n for n in range(default, 0, -1) if budget.too_long(n) is None), None)
+    if fits is None:
+        raise UsageError(
+            f"this model cannot speak even a one-token segment ({_numbers(budget.too_long(1))})"
+        )
+    if fits < default:
+        log.info(
+            "--max-segment-tokens %d: the default %d is more than this model can speak in one "
+            "segment (%s); set --max-segment-tokens to choose",
+            fits,
+            default,
+            _numbers(budget.too_long(default)),
+        )
+    return replace(split, max_segment_tokens=fits)
+
+
+def _numbers(why: str) -> str:
+    """A too_long reason's numbers, without its label and advice."""
+    return why.split(": ", 1)[-1].split("; ")[0]
+
 
 # Text that may hold two sentences: a sentence end (split_text's terminators, in RE2) with a
 # letter or digit anywhere after it. Broader than the splitter on purpose (no abbreviation or

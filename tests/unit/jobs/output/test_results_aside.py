@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from qtts.core.jobs.output.views_aside import (
+from qtts.core.jobs.output.results import (
     ASIDE_PREFIX,
     GRACE_S,
     READER_LOCK,

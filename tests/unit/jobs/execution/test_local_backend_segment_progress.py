@@ -10,7 +10,7 @@ import pytest
 
 from qtts.cli import progress as progress_mod
 from qtts.cli.progress import Progress
-from qtts.core.jobs.execution.segment_progress import SegmentReporting, with_segment_progress
+from qtts.core.jobs.execution.local_backend import SegmentReporting, with_segment_progress
 from qtts.core.jobs.long_text.segments import segment_id
 from qtts.core.synthesis.requests import RowFailure, Utterance
 

@@ -10,7 +10,7 @@ import pytest
 from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.segment_limit import settle_segment_limit
+from qtts.core.jobs.work.split_rules import settle_segment_limit
 
 
 def test_the_default_is_kept_where_the_model_speaks_it(caplog):

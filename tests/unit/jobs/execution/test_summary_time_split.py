@@ -1,11 +1,11 @@
-"""A run's time split (core/jobs/execution/time_split.py): its parts add up to the command's
+"""A run's time split (core/jobs/execution/summary.py): its parts add up to the command's
 time whichever edges the run reached, and each part is the span between its own edges."""
 
 from __future__ import annotations
 
 import pytest
 
-from qtts.core.jobs.execution.time_split import RunEdges, time_split
+from qtts.core.jobs.execution.summary import RunEdges, time_split
 
 PARTS = ("input_s", "scan_s", "load_s", "one_time_s", "decoding_s", "drain_s", "finish_s")
 

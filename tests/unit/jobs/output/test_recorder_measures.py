@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from qtts.core.jobs.output import measures
-from qtts.core.jobs.output.measures import (
+from qtts.core.jobs.output import recorder as measures
+from qtts.core.jobs.output.recorder import (
     DBFS_FLOOR,
     LOOP_MATCH,
     LOOP_MAX_PERIOD,

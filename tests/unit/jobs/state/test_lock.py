@@ -6,8 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from qtts.core.jobs.state.lock import OutDirLock, holder_pid
-from qtts.core.jobs.state.lock_probe import lock_is_held
+from qtts.core.jobs.state.lock import OutDirLock, holder_pid, lock_is_held
 
 HOLD = """
 import sys, time

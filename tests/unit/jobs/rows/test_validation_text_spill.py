@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from qtts.core.jobs.rows import text_spill
+from qtts.core.jobs.rows import validation as text_spill  # spilled there
 
 
 def test_texts_are_mapped_and_the_file_is_gone(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import json
 
 import pyarrow as pa
 
-from qtts.core.jobs.execution.failures import FailureLog
+from qtts.core.jobs.execution.summary import FailureLog
 
 
 def test_a_control_character_in_an_id_stays_on_its_line(caplog):

@@ -1,4 +1,4 @@
-"""The resume rule for the frame-budget policy (core/jobs/work/budget_resume.py) on crafted records:
+"""The resume rule for the frame-budget policy (core/jobs/work/budget.py) on crafted records:
 which done rows each policy keeps, records made before the policy was recorded, and the reasons
 the rerun logs. The job-level run of the same rule is tests/cli/test_budget_retry_job.py."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from qtts.core.jobs.work.budget_resume import recheck_budget
+from qtts.core.jobs.work.budget import recheck_budget
 from qtts.core.jobs.work.resume import ResumeScan
 
 # id -> (on_budget recorded, attempts, hit_frame_budget) of a done (ok) row

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.long_text.split_text import split_texts
-from qtts.core.jobs.work.split_resume import _SENTENCE_INSIDE
+from qtts.core.jobs.work.split_rules import _SENTENCE_INSIDE
 
 # Letters of several scripts and cases, digits, spaces of several kinds, terminators, closers,
 # clause marks, and the abbreviation cases ("Dr", single capitals).
