@@ -108,10 +108,6 @@ class RunSetup:
                            on_budget=self.spec.failures.key)  # fmt: skip
 
 
-def new_run_id() -> str:
-    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 class LockedRun:
     """One run over its shard of the job, the shard's lock held: the pass, then the summary."""
 
@@ -125,7 +121,7 @@ class LockedRun:
         self.setup, self.backend = setup, backend
         self.spec, self.shard, self.out = setup.spec, setup.shard, setup.spec.output.out_dir
         self.progress = progress or NoProgress()
-        self.run_id = new_run_id()
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.ctx = RecordContext(
             settings=setup.settings.digest,
             model=setup.text_model.name,

@@ -19,13 +19,15 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.output.writer import WritingReport
 from qtts.core.jobs.state.records import OK
+
+log = logging.getLogger("qtts")
 
 
 @dataclass
@@ -89,11 +91,6 @@ class JobSummary:
         return line if hint is None else f"{line}; {hint}"
 
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-log = logging.getLogger("qtts")
-
 SHOWN_IN_FULL = 20
 TOP_REASONS = 5
 
@@ -115,8 +112,6 @@ class FailureLog:
         """rows: an Arrow table with id, row and error: the first few said, all counted."""
         if rows.num_rows == 0:
             return
-        import pyarrow.compute as pc
-
         shown = max(SHOWN_IN_FULL - self.count, 0)
         for r in rows.slice(0, shown).select(["id", "row", "error"]).to_pylist():
             self.add(r["id"], r["row"], r["error"])
@@ -143,9 +138,6 @@ def one_line(text: str) -> str:
     """text as it is, or, holding a control character (a newline in an id), quoted and escaped
     as the JSON summary writes it: one failure, one log line."""
     return text if text.isprintable() else json.dumps(text)
-
-
-log = logging.getLogger("qtts")
 
 
 def _made_now(mine: pa.Table, run_id: str) -> pa.Array:

@@ -42,10 +42,6 @@ class OutputError(OSError, FatalError):
     """The out dir cannot be written (permissions, I/O error): fatal."""
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
-
-
 def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     """float [-1, 1] mono -> WAV or FLAC bytes, 16-bit PCM."""
     import soundfile as sf
@@ -70,7 +66,7 @@ def encode_codes(codes: np.ndarray) -> bytes:
 
 def write_error(e: OSError, path: Path) -> OSError:
     """A failed write as the job reports it: disk full, or the out dir cannot be written."""
-    if is_disk_full(e):
+    if e.errno in _DISK_FULL:
         return DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}")
     return OutputError(e.errno, f"cannot write {path}: {e.strerror or e}")
 

@@ -43,13 +43,6 @@ FILES_BATCH = 1000  # repacked files committed at once
 SLICE = 1 << 20  # rows whose expected names are built at once
 
 
-def drop_audiofolder_view(out_dir: Path) -> None:
-    """metadata.jsonl out, durably, before any plain file it lists goes: the run's end (or, after
-    a kill, the next run's) rebuilds it, and an AudioFolder loader fails on a file gone."""
-    unlink_quietly(out_dir / METADATA_NAME)
-    fsync_dir(out_dir)
-
-
 def codes_name(row_id: str) -> str:
     return f"{row_id}{CODES_SUFFIX}"
 
@@ -79,7 +72,9 @@ class FilesLayout(Layout):
         return FilesTarget(out_dir, spec)
 
     def unlist(self, out_dir: Path) -> None:
-        drop_audiofolder_view(out_dir)
+        """An AudioFolder loader fails on a file gone that metadata.jsonl lists."""
+        unlink_quietly(out_dir / METADATA_NAME)
+        fsync_dir(out_dir)
 
     def remove_row(self, out_dir: Path, row_id: str) -> None:
         """A redone row that fails is replaced by nothing: its old audio (any format) and codes go

@@ -61,6 +61,8 @@ def _gzip(file: BinaryIO) -> gzip.GzipFile:
 def manifests(row_id: str, audio: bytes, codes: bytes | None, record: dict):
     """(cut, recording, codes array or None): the row's lhotse manifests as `to_dict` writes
     them, their data left to the tars (a Shar placeholder)."""
+    import numpy as np
+
     from qtts.core.jobs.output.stores.sample_fields import sample_meta
 
     rate = int(record["sample_rate"])
@@ -78,7 +80,7 @@ def manifests(row_id: str, audio: bytes, codes: bytes | None, record: dict):
     array = None
     if codes is not None:
         array = {"storage_type": "shar", "storage_path": "", "storage_key": "",
-                 "shape": _npy_shape(codes)}  # fmt: skip
+                 "shape": list(np.load(io.BytesIO(codes)).shape)}  # fmt: skip
         custom["codes"] = array
     cut = {"id": row_id, "start": 0, "duration": duration, "channel": 0,
            "supervisions": [supervision], "recording": recording, "custom": custom,
@@ -90,16 +92,6 @@ def _num_samples(audio: bytes) -> int:
     import soundfile as sf
 
     return sf.info(io.BytesIO(audio)).frames
-
-
-def _npy_shape(data: bytes) -> list[int]:
-    import numpy as np
-
-    f = io.BytesIO(data)
-    fmt = np.lib.format
-    major, _ = fmt.read_magic(f)
-    shape, _, _ = (fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0)(f)
-    return list(shape)
 
 
 class SharShardWriter:
@@ -176,13 +168,8 @@ def _codes(path: Path, wanted: Collection[str]) -> Iterator[tuple[str, bytes | N
 
 
 def durations(shard: ArchiveShard) -> dict[str, float]:
-    out = {}
-    with gzip.open(shard.path(CUTS), "rb") as f:
-        for line in f:
-            if line.strip():
-                cut = json.loads(line)
-                out[cut["id"]] = float(cut["duration"])
-    return out
+    lines = _cut_lines(shard.path(CUTS))
+    return {row_id: float(json.loads(line)["duration"]) for row_id, line in lines}
 
 
 FORMAT = ArchiveFormat(
