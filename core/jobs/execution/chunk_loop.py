@@ -1,11 +1,6 @@
-"""One chunk of rows through the synthesizer and into the recorder: the loop both backends run
-(this process for the local backend, each Ray actor for the Ray one).
-
-Each finished utterance or failure is handed to the recorder as it arrives (a failure is
-recorded at once, an ok row when its files are written: a future). An id the chunk did not ask
-for is a synthesizer bug and stops the job; a row the synthesizer never returned is failed with
-a reason. Closing the loop early (an abort, a signal) closes the synthesizer's stream too.
-Knows chunks, the synthesizer protocol and the recorder; no tensors, no files.
+"""One chunk of rows through the synthesizer into the recorder: the loop both backends run (this
+process, or each Ray actor). An id the chunk did not ask for stops the job (a synthesizer bug); a
+row never returned is failed, saying so. Knows chunks, the synthesizer protocol and the recorder.
 """
 
 from __future__ import annotations

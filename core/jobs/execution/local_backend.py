@@ -1,23 +1,9 @@
-"""The local backend: this process synthesizes the rows, a chunk at a time, and writes them.
-
-Yields one Outcome per row in completion order (the chunk loop it shares with the Ray
-backend: qtts.core.jobs.execution.chunk_loop). Each finished utterance goes to the writer pool at
-once (the output store: qtts.core.jobs.output.stores); at most MAX_WRITES_IN_FLIGHT wait for
-the disk (bounding the audio held in memory) and a write error (disk full) surfaces at the next
-row, not at the end. Closing the stream early (an
-abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
-is lost. What the writing cost (the writer threads' busy time by part, and the synthesis loop's
-waits on them) is left in `writing` when the stream ends, for the run's summary.
-
-Progress during a long row (with_segment_progress): each segment of a split row is reported to the
-ProgressSink as the synthesizer makes it, not only the row once its last segment is joined and
-written.
-
-A 100,000-character row is hundreds of segments and minutes of work; counted by rows alone the
-progress reads `0/7 rows ... ETA ?` all that time. Wrapping the loaded synthesizer sees every
-request as it finishes, the segments of split rows among them (their ids name the row:
-qtts.core.jobs.long_text.segments.segment_id), without touching the chunk loop both backends
-share. The row's own advance then replaces its segments' audio (ProgressSink.advance row_id).
+"""The local backend: this process synthesizes the rows a chunk at a time (chunk_loop.py) while the
+output store's threads write them; at most MAX_WRITES_IN_FLIGHT wait for the disk, and a write
+error (disk full) surfaces at the next row. Closed early (an abort, a signal), it lets the writes
+in flight finish: they journal themselves. What the writing cost is left in `writing`.
+with_segment_progress: each segment of a split row reaches the ProgressSink as it is made, so a
+row of hundreds of segments does not read `0/7 rows ... ETA ?` for minutes.
 Knows chunks, requests, the synthesizer protocol and the recorder; no tensors.
 """
 

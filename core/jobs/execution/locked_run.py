@@ -1,13 +1,7 @@
-"""The locked part of a job: one pass over the shard's rows, from the work to the summary.
-
-Runs with the shard's lock held; `LockedRun.execute` reads as the pass (docs/architecture.md, "One
-pass"). Finishes what a killed run left half done (a retraction, a repack), decides the work
-(qtts.core.jobs.work.decide), records rows that fail validation and rows that must be redone,
-repacks the rows done in another layout or format (no model), then consumes the backend's
-outcomes (local or Ray: one loop) to report progress, count failures and stop after too many.
-Whatever happens (signal, disk full, too many failures, a crash), the shard's journal is folded
-into its state and results.parquet is rebuilt before returning or raising; the summary counts
-its rows (summary.py). Knows records and outcomes; no tensors, no CLI.
+"""The pass over one shard, its lock held: `LockedRun.execute` (docs/architecture.md, "One pass").
+Whatever stops it (a signal, a full disk, too many failures, a crash), the shard's journal is
+folded into its state and results.parquet rebuilt before it returns or raises.
+Knows records and outcomes; no tensors, no CLI.
 """
 
 from __future__ import annotations

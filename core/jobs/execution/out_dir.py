@@ -1,15 +1,6 @@
-"""The out dir as a run finds it: its folder for job state (OUT/.qtts) made by a run, or, for
---dry-run, checked without making anything, each refusal a UsageError (exit 2) in the run's own
-words; and the layout and format it keeps.
-
---output and --format left out (None) mean the out dir's own, as its job file records them
-(`settle_output`), or the defaults (the registry's default layout, wav) for a new out dir. A cron
-line missing a flag then resumes the dataset as it is; another value given repacks its finished
-rows. Under the job lock a run checks that what it took from the job file is still what is
-recorded there (`check_output_unchanged`): another task may have switched it. An out dir from
-before the job file recorded them is read once from its records (`with_recorded_output`): the
-layout of most of its ok rows' locations (the output registry's parsing), the format of the
-settings most were made with (OUT/.qtts/settings.json keeps each settings digest's format).
+"""The out dir as a run finds it: its .qtts folder made (for --dry-run, checked without making it),
+each refusal a UsageError in the run's words; and the layout and format it keeps
+(docs/job-state.md, "The out dir keeps its layout and format").
 Knows paths, permissions, records, locations and the settings registry; no models.
 """
 

@@ -1,16 +1,7 @@
-"""The Ray Data backend of `qtts batch` (--backend ray): one job across many GPUs or machines.
-
-The driver does everything a local run does (validate, resume, journal failures, state,
-results); only where rows are synthesized differs. It reaches the cluster first, within
---ray-timeout, before anything is written. The rows to do go to Ray Data as work units sized from
-an actor's slots and spread over every worker: from_arrow -> repartition -> map_batches(
-SynthesisActor, ActorPoolStrategy(size=workers, one unit in flight each), num_gpus=G). Each
-actor loads the model once, builds its unit's requests, runs the local engine, publishes the rows
-through the run's output store (files, or archive shards of the unit's own) and journals each in its
-own journal in the shared out dir (as a shard would), returning only small outcome rows. So a
-killed driver or actor loses only the rows in flight; a unit Ray retries after an actor died
-skips the rows its first attempt published.
-
+"""--backend ray (docs/job-state.md, "Ray"): the driver does all a local run does but synthesize.
+The rows go to Ray Data in work units (from_arrow -> repartition -> map_batches(SynthesisActor));
+each actor loads the model once, publishes its rows through the run's output store, journals them
+in a journal of its own and returns only small outcome rows.
 Imports ray when a job uses it, and no torch in the driver (actors load the model themselves).
 """
 

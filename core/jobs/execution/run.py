@@ -1,12 +1,7 @@
-"""One job end to end: read rows -> validate all (before any weights load) -> check the out dir's
-record -> settle the precision (CPU auto as the out dir pinned it) -> (dry run: report and stop)
--> reach the Ray cluster if asked -> lock the shard -> record the job -> the locked run
-(qtts.core.jobs.execution.locked_run).
-
-Nothing is created on disk until the input, the options, the device and the cluster are known
-good. The model comes in through injected factories (qtts.core.jobs.contract.interfaces), so the
-CLI passes the real ones and tests pass fakes. The job's entry points for the other layers:
-run_job, prepare_job, job_work (what a first run would synthesize, for the manifest bench).
+"""One job up to its locked run: rows read and validated before any weights load, the out dir's
+record checked, the precision settled; then the dry run, or the Ray cluster reached, the shard
+locked and the job recorded (docs/architecture.md, "One pass"). Nothing is written until the
+input, options, device and cluster are known good; the model comes in through injected factories.
 Knows no tensors and no command-line parsing.
 """
 

@@ -1,15 +1,6 @@
-"""What a job run reports: counts of its rows by outcome, audio produced, time (and where it went:
-the model's load, synthesis, the writers), where results are. Printed as the final one-line JSON
-on stdout; its exit code is the process's.
-
-Its parts are counted here too: the shard's rows from their records (the audio it made, the rows
-it kept at their frame budget and the one warning about them, the rows it repacked rather than
-made: a repacked row's record is this run's, its audio an earlier run's); the failed rows, said
-on the terminal (the first few as `row ID: reason`, the rest counted by reason) with the most
-common reasons; and where the run's wall time went, from `run_job`'s call to its summary, in the
-order it went (`time_split`: its parts add up to `command_s`, so a slow start shows as one number
-beside the decoding it delayed), from the run's edges as `time.monotonic()` readings and the
-synthesizer clock's one-time work.
+"""What a run reports (JobSummary: the final one-line JSON; its exit code is the process's) and its
+parts counted: the shard's rows from their records, the failed rows said on the terminal
+(FailureLog), and where the wall time went (time_split: parts adding up to command_s).
 Knows record columns, strings and times; nothing of engines or files.
 """
 

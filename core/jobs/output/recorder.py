@@ -1,23 +1,8 @@
-"""From a synthesizer's result to a finished row: its ok record built and handed with its audio
-to the output store (which publishes it and journals the record once the audio is durable:
-qtts.core.jobs.output.stores), a failed row journalled at once, and a small Outcome for the loop
-that counts and reports. A clip the job asks to finish (--trim-silence, --sample-rate,
---loudness: qtts.core.jobs.output.finishing) is finished on the store's writer thread, and its
-record (length, rate, loudness, measures) describes the clip as written.
-
-The same recorder runs in a local job and inside each Ray actor (each with its own journal), so a
-row is recorded the same way wherever it was synthesized. A row that hit its frame budget is kept
-flagged, or failed, by the run's policy (--on-budget ok | fail | retry: the synthesizer made the
-retries; a row that still hit it failed them all).
-
-An ok row's model-free measures (`measure`) come from the audio and codes the job already holds,
-on the store's writer thread beside its encoding, so they never hold up the synthesis loop, and
-are recorded beside the row in results.parquet: the loudest sample (`peak`: 1.0 means clipped),
-the loudness (`rms_dbfs`), how much of the clip is quiet (`silence_ratio`), how much of it loops
-(`repeat_ratio`: a babbling runaway repeats its codes) and how fast its text is spoken
-(`chars_per_s`: speech far too fast or too slow for its text is the other common failure). A
-split row is measured over its joined audio (pauses included) and its codes one segment after
-another.
+"""From a synthesizer's result to a finished row: its ok record handed with its audio to the output
+store (which journals it once the audio is durable), a failed row journalled at once, and a small
+Outcome for the loop that counts. The same recorder runs in a local job and in each Ray actor.
+The clip is finished (finishing.py) and measured (`measure`: the measures README lists) on the
+store's writer thread, never holding up synthesis, so the record describes the clip as written.
 Knows utterances, records and numpy arrays; no file names, no models, no tensors.
 """
 

@@ -1,11 +1,6 @@
-"""The score columns `qtts score` leaves in OUT/scores.parquet, as the out dir's views show them.
-
-`qtts score` (qtts.core.quality) writes one row per scored audio file, keyed by `id` in a qtts out
-dir, with a `stamp`: what the audio was when it was scored. In an out dir the stamp is the
-row's record time (`t`, as a string): a redone row gets a new record, so its old scores no
-longer match and are dropped. This module owns the file's name, the columns results.parquet and
-metadata.jsonl carry, and that join (columnar: one hash lookup over all records), so that every
-rebuild keeps them. Knows columns and one file; no models, no audio.
+"""The score columns `qtts score` leaves in OUT/scores.parquet, joined into the views by id and
+stamp so that every rebuild keeps them (docs/job-state.md, "Scores"). Knows columns and one file; no
+models, no audio.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""results.parquet and metadata.jsonl written for a whole out dir from every shard's records: one
-row per input row that has an outcome, in input order: its latest record (an ok row only if its
-audio is there), with the row number and absolute path as they are now. Pending rows (not done,
-or to be redone) have no row. Which record each row shows is decided on a few columns of every
-record; the rest are staged a column at a time (view_columns.py) and the views written a batch
-of rows at a time, each file atomically. metadata.jsonl is the files layout's (AudioFolder) view
-and is left out when it would list no row (an empty one breaks load_dataset("audiofolder")).
-results.py rebuilds them under the results lock, or builds them aside for a reader.
-Knows records, input ids and locations; no models, no tensors.
+"""results.parquet and metadata.jsonl written for a whole out dir from every shard's records
+(docs/job-state.md, "Results"): which record each row shows is decided on a few columns, the rest
+staged a column at a time (view_columns.py), and the views written a batch of rows at a time, each
+file atomically. Knows records, input ids and locations; no models, no tensors.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
-"""Repacking: finished rows that sit in another layout or format than this run's (a switch from
-files to an archive, between archives, back to files, or from wav to flac) move into this run's
-without the model. Their audio is read back from where it is (Layout.read_back, one container at
-a time, in its own order, one sample in memory at a time) and checked whole (`check_whole`: the
-size and sample count its record gives, read from the header alone, so a file cut short or
-damaged is never copied into the new layout as if it were whole); then, when the run's format
-differs, its 16-bit PCM is decoded and encoded again, losslessly (the samples are the ones
-synthesized; nothing is resampled), else its bytes are copied. It is written into the new
-layout's outputs (Layout.repack_target) and committed a batch at a time (repack_commit: the new
-outputs named and journalled before any old copy goes, so a kill leaves every id once, in the
-old layout or the new, after the next run).
-
-Rows are taken a source container at a time (sorted by container), so each shard is read once
-front to back; batches are committed as they fill, whatever container their rows came from, but
-a source shard's old rows are taken out only once it has been read through and every row read
-from it is committed: each source shard is rewritten or removed once. Their full records (every
-column: an archived sample carries the row's text, voice and measures) are read a column at a
-time and staged on disk in that order (state/record_source, output/view_columns), so memory
-holds one column of the records and a batch of rows, never every record at ten million rows.
-A repacked row keeps its record (its time `t` too: its scores stay valid) but for where its
-audio is (file, bytes, codes_saved), the settings digest (this run's: the same but for the
-format) and the run that moved it.
-A signal stops it between rows: the open batch is dropped, its rows stay where they were, and
-the committed rows' old copies go before the run ends (or in the next run's first step).
-A switch killed part-way is refused by `qtts results` until that next run (check_no_killed_switch).
-Knows records, locations, encodings and batches; the containers are the layouts'.
+"""Repacking (docs/job-state.md, "Layout and format switches"): finished rows in another layout or
+format move into this run's without the model, a source container at a time. Each row's audio is
+checked whole from its header, transcoded losslessly where the format differs, written into the
+new layout and committed a batch at a time (repack_commit.py); the records are staged a column at
+a time (view_columns.py). Knows records, locations, encodings and batches.
 """
 
 from __future__ import annotations

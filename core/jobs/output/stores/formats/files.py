@@ -1,16 +1,7 @@
-"""--output files: one `{id}.wav|flac` per row at the top of the out dir (and `{id}.codes.npy` with
---save-codes), each written atomically (core/jobs/state/atomic_files.py) on a small thread pool,
-listed for loaders by metadata.jsonl (an AudioFolder: core/jobs/output/results.py writes it).
-
-The row's record is journalled once its audio is durable in the temp file, just before the
-rename, so a published file always has its record. A redone row's file is replaced by name: its
-old audio, and what this run does not make (another format's audio, codes without
---save-codes), go just before its new record; all of them when the row fails now. A kill between
-the record and the rename leaves no file, never an old one passing for the new, and a kill after
-it never leaves two copies of one row. metadata.jsonl goes before the first redone row replaces
-its file or a row's file is taken out (unlist). Each part of a row's writing is timed on
-its clock (core/jobs/output/writer.py).
-Standard library only at import; numpy, pyarrow and soundfile inside the functions.
+"""--output files: one `{id}.wav|flac` per row at the top of the out dir (`{id}.codes.npy` with
+--save-codes), each written atomically on a small thread pool, listed by metadata.jsonl (an
+AudioFolder). A row's record is journalled once its audio is durable in its temp file, just
+before the rename; a redone row's file is replaced by name. Standard library only at import.
 Knows file names; no records beyond building them.
 """
 
