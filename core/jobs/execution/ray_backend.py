@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import FatalError, UsageError
-from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.execution.local_backend import run_chunk
 from qtts.core.jobs.execution.ray_local import start_local_ray
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.state.journal import Journal, read_journals
