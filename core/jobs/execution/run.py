@@ -28,10 +28,14 @@ from qtts.core.jobs.contract.interfaces import (
 )
 from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.generation import generation_options
-from qtts.core.jobs.execution.job_files import write_job_files
 from qtts.core.jobs.execution.local_backend import LocalBackend, with_segment_progress
 from qtts.core.jobs.execution.locked_run import LockedRun, RunSetup
-from qtts.core.jobs.execution.out_dir import make_out_dir, settle_output, with_recorded_output
+from qtts.core.jobs.execution.out_dir import (
+    make_out_dir,
+    settle_output,
+    with_recorded_output,
+    write_job_files,
+)
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.output.stores.registry import find
