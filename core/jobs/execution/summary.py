@@ -38,15 +38,12 @@ class JobSummary:
     results: str = ""
     failure_reasons: dict[str, int] = field(default_factory=dict)  # the most common reasons
     load_s: float | None = None  # the model's load (None: nothing was synthesized)
-    # From the first chunk to the last row written (the writers' tail included): the span a
-    # `qtts bench --manifest` of the same rows is compared with, by synthesis_audio_s_per_s.
+    # The first chunk to the last row written: what `qtts bench --manifest` compares with
     synthesis_s: float | None = None
     writing: WritingReport | None = None  # the local backend's writers (None: Ray, or none)
     # Where the synthesizer's time went (qtts.core.synthesis.synthesis_clock; None: Ray, or none)
     synthesis: dict | None = None
     shard: str = ""  # "shard I of N (from SOURCE)", as the dry run says it (total: its rows)
-    # Where the run's time went, from run_job's call: input, scan, load, one-time work,
-    # decoding, drain, finish (time_split below); empty for a dry run
     time_split: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -188,18 +185,9 @@ class RunEdges:
 
 
 def time_split(edges: RunEdges, end: float, one_time_s: float = 0.0) -> dict[str, float | None]:
-    """The parts of the run's wall time, seconds (3 decimals), adding up to command_s:
-    - input_s: reading and validating every row, the lock;
-    - scan_s: a killed run settled, the resume scan, rows repacked (or all that preceded the
-      end, when nothing was synthesized);
-    - load_s: the model's load;
-    - one_time_s: work done once before decoding could run (decode-step graph captures and the
-      kernel compiles of their warm-up; vocoder graphs captured ahead), from the clock;
-    - decoding_s: the rest of the span up to the last decode step;
-    - drain_s: after the last step, until the last row was written (the vocoder's last windows,
-      the writers' tail); None where no decode step was counted (a Ray run's steps are its
-      actors');
-    - finish_s: the journal folded, the views rebuilt, the summary counted."""
+    """The parts of the run's wall time (README: input_s ... finish_s), seconds, adding up to
+    command_s. scan_s: all before the end when nothing was synthesized; drain_s: None where no
+    decode step was counted (a Ray run's steps are its actors')."""
     run = edges.run if edges.run is not None else end
     load = edges.load if edges.load is not None else run
     synthesis = edges.synthesis if edges.synthesis is not None else load

@@ -69,11 +69,9 @@ def trim_silence(audio: np.ndarray, rate: int, threshold_db: float, pad_s: float
 
 
 def kept_span(x: np.ndarray, rate: int, threshold_db: float, pad_s: float) -> tuple[int, int]:
-    """[start, end) of the samples trimming keeps. Silence: TRIM_FRAME_S frames whose RMS is more
-    than -threshold_db under the loudest frame's; the speech starts at the first sample of the
-    first frame that is not silent whose magnitude reaches that level, and ends likewise at the
-    last; pad_s more is kept on each side. A clip of digital silence is kept whole: there is no
-    speech to find its ends by."""
+    """[start, end) of the samples trimming keeps: from the first sample reaching the level of the
+    first TRIM_FRAME_S frame not silent to the last's, pad_s more on each side. A clip of digital
+    silence is kept whole: there is no speech to find its ends by."""
     if x.size == 0:
         return 0, 0
     width = max(1, round(TRIM_FRAME_S * rate))

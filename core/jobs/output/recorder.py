@@ -181,11 +181,8 @@ SILENCE_FRAME_S = 0.02
 # A frame quieter than this (its RMS, re full scale) is silent: speech sits around -20 to -35
 # dBFS, its quietest consonants about 20 dB lower; a codec's hiss in a pause is below -50.
 SILENCE_FLOOR_DBFS = -50.0
-# Loops, on codebook 0 (12.5 frames per second): a stretch of LOOP_WINDOW frames' comparisons,
-# each code against the code `p` frames earlier (p in 1..LOOP_MAX_PERIOD), with at least
-# LOOP_MATCH of them equal, is a loop; every frame such a stretch spans (LOOP_WINDOW + p of them)
-# lies inside one. 2 s: fluent speech never holds one code, syllable or word that long; a pause
-# does hold one code, and a pause over 2 s counts (a stuck silence is a failure of its own).
+# Loops, on codebook 0 (12.5 frames a second; README): 2 s, as fluent speech never holds one
+# code, syllable or word that long (a pause over 2 s counts: a stuck silence is a failure too).
 LOOP_WINDOW = 25
 # 8 frames (0.64 s, about a word): every loop is then seen for at least four cycles in a window.
 LOOP_MAX_PERIOD = 8
@@ -233,10 +230,8 @@ def silence_ratio(audio: np.ndarray, sample_rate: int) -> float:
 
 
 def repeat_ratio(c0: np.ndarray) -> float:
-    """The share of codebook-0 frames inside a loop: for some period p in 1..LOOP_MAX_PERIOD,
-    a window of LOOP_WINDOW consecutive comparisons c0[t] == c0[t - p] has at least
-    ceil(LOOP_MATCH x LOOP_WINDOW) equal, and the frame lies in the span those comparisons
-    read (from the first one's earlier frame to the last one's later frame)."""
+    """The share of codebook-0 frames inside a loop: LOOP_WINDOW comparisons c0[t] == c0[t - p]
+    (p in 1..LOOP_MAX_PERIOD), LOOP_MATCH of them equal; every frame they read is inside it."""
     c0 = np.asarray(c0)
     n = c0.size
     need = int(np.ceil(LOOP_MATCH * LOOP_WINDOW))
