@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -232,18 +232,14 @@ class SynthesisActor:
             done = store.published(ids, self.started)
             done_ids = pa.array(list(done), pa.string())
             rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
-            out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
             chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
             recorder = RowRecorder(store, self.journal, self.ctx)
             pending = list(run_chunk(self.synth, chunk, self.options, recorder))
             outcomes = [r if isinstance(r, Outcome) else r.result() for r in pending]
         finally:
             store.close()  # an archive unit's shard is sealed: its rows durable, then returned
-        for o in outcomes:
-            out.append(
-                {"id": o.id, "status": o.status, "error": o.error, "duration_s": o.duration_s}
-            )
-        return pa.Table.from_pylist(out, schema=OUTCOME_SCHEMA)
+        outcomes = [Outcome(i, OK, d) for i, d in done.items()] + outcomes
+        return pa.Table.from_pylist([asdict(o) for o in outcomes], schema=OUTCOME_SCHEMA)
 
 
 def _published_by_actors(out_dir: Path, ids: pa.ChunkedArray, run: str) -> dict[str, float]:
