@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from qtts.core.jobs.contract.spec import FinishOptions
 from qtts.core.jobs.output.finishing import Finished
@@ -21,7 +22,7 @@ from qtts.core.jobs.output.finishing import finish as finish_clip
 from qtts.core.jobs.output.stores.layout import OutputStore, RowOutput
 from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.records import FAILED, OK, failed_record, ok_record
+from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA, failed_record, ok_record
 from qtts.core.synthesis.requests import RowFailure, Utterance
 
 log = logging.getLogger("qtts")
@@ -171,6 +172,32 @@ def _attempts(item: Utterance, row: dict[str, Any]) -> dict[str, Any]:
 
 
 MEASURES = ("peak", "rms_dbfs", "silence_ratio", "repeat_ratio", "chars_per_s")
+# What an archived sample carries besides its audio, from its ok record: a WebDataset `.json`
+# member, a Parquet shard's columns and a Shar cut's `custom` describe a row alike.
+SAMPLE_FIELDS = (
+    "id",
+    "text",
+    "speaker",
+    "language",
+    "instruct",
+    "seed",
+    "kept_seed",
+    "duration_s",
+    "sample_rate",
+    "num_frames",
+    "hit_frame_budget",
+    "segments",
+    "attempts",
+    *MEASURES,
+    "model",
+    "settings",
+)
+SAMPLE_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in SAMPLE_FIELDS])
+
+
+def sample_meta(record: dict) -> dict:
+    return {name: record.get(name) for name in SAMPLE_FIELDS}
+
 
 # rms_dbfs of digital silence: finite (a journal line is JSON, which has no -inf) and below the
 # quietest non-zero 16-bit signal (-96 dBFS), so it reads as "nothing there".

@@ -49,7 +49,7 @@ class ShardWriter(Protocol):
         self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict
     ) -> None:
         """Append one sample: its encoded audio, its .npy codes (None: not kept) and its ok
-        record (the sample's fields come from it: sample_fields.py)."""
+        record (the sample's fields come from it: recorder.SAMPLE_FIELDS)."""
 
     def close(self) -> None:
         """End every part's data (the seam then flushes, fsyncs and names the files)."""

@@ -26,7 +26,7 @@ ROW_GROUP_ROWS = 64  # about 30 MB of 10 s WAV clips per group
 def shard_schema(sample_rate: int):
     import pyarrow as pa
 
-    from qtts.core.jobs.output.stores.sample_fields import SAMPLE_SCHEMA
+    from qtts.core.jobs.output.recorder import SAMPLE_SCHEMA
 
     dtypes = {pa.string(): "string", pa.large_string(): "large_string", pa.int64(): "int64",
               pa.float64(): "float64", pa.bool_(): "bool"}  # fmt: skip
@@ -54,7 +54,7 @@ class ParquetShardWriter:
         self._rows: list[dict] = []
 
     def add(self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict):
-        from qtts.core.jobs.output.stores.sample_fields import sample_meta
+        from qtts.core.jobs.output.recorder import sample_meta
 
         self._rows.append(
             {

@@ -49,7 +49,7 @@ def manifests(row_id: str, audio: bytes, codes: bytes | None, record: dict):
     them, their data left to the tars (a Shar placeholder)."""
     import numpy as np
 
-    from qtts.core.jobs.output.stores.sample_fields import sample_meta
+    from qtts.core.jobs.output.recorder import sample_meta
 
     rate = int(record["sample_rate"])
     samples = record.get("num_samples") or _num_samples(audio)

@@ -43,7 +43,7 @@ class TarShardWriter:
         self._tar = tar_members.open_writer(file)
 
     def add(self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict):
-        from qtts.core.jobs.output.stores.sample_fields import sample_meta
+        from qtts.core.jobs.output.recorder import sample_meta
 
         key = key_of_id(row_id)
         meta = json.dumps(sample_meta(record), ensure_ascii=False).encode()
