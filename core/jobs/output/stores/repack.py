@@ -182,10 +182,8 @@ def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
 
 def check_no_killed_switch(out_dir: Path) -> None:
     """FatalError (exit 1) where a switch of layout or format was killed part-way: a job shard's
-    repack files (intents, staged records) are there and no run holds its lock. Until that
-    shard's next run finishes the switch (finish_killed, then the rows left to move), its rows
-    sit in the old layout, the new, or both, and views rebuilt now would list part of them. A
-    run going now holds its lock: its files are its own, mid-switch."""
+    repack files are there and no run holds its lock (docs/job-state.md, "Layout and format
+    switches")."""
     paths = StatePaths(out_dir)
     left = [p.name for suffix, found in paths.repack_files().items() for p in found
             if not lock_is_held(paths.lock(suffix))]  # fmt: skip
@@ -222,9 +220,7 @@ def _records(
     run: str,
 ) -> Iterator[tuple[str, dict]]:
     """(container, record) of each row in container order, the record with this run's settings
-    digest and run. Its `t` stays the time its audio was made: the stamp its scores are kept
-    by (docs/job-state.md, "Scores"), and the new record still wins, journalled after the old
-    one in the shard's own journal, which is read last (docs/job-state.md, "Records")."""
+    digest and run; its `t` stays (its scores' stamp), and it wins, journalled after the old."""
     merged = winners.select([name for name in MERGE if name != "run"])
     for k, start in enumerate(range(0, len(shown), staging.size)):
         batch = merged.take(pa.array(shown[start : start + staging.size]))

@@ -66,10 +66,8 @@ def retire(intents: list[Path]) -> None:
 
 def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
     """Carry out every repack intent a killed run left, oldest first; the rows moved (0: none).
-    Every intent is named and journalled before any old copy goes, and the old copies go at
-    once: a source shard that fed many batches is rewritten once, not once per intent (a
-    killed run holds back a shard's rows until it is read through: a shard of 1,000 rows into
-    batches of 100 leaves ten intents)."""
+    Every intent is named and journalled before the old copies go, at once: a source shard that
+    fed many batches is rewritten once."""
     intents = StatePaths(out_dir).repack_intents(suffix)
     if not intents:
         return 0

@@ -90,9 +90,7 @@ def take_out_rows(
 ) -> tuple[int, int]:
     """Remove the rows `ids` from their outputs at `locations`, each layout's from its own
     containers (Layout.take_out; keep_codes: codes kept by name stay) once what lists them is
-    gone (Layout.unlist: metadata.jsonl, or an AudioFolder loader would fail on a file gone until
-    the run's end rebuilds it), a container's rows at a time (sorted by container), never a
-    Python object per row at once; then the folders are fsynced. (rows, output files touched)."""
+    gone (Layout.unlist), a container at a time; then the folders are fsynced. (rows, files)."""
     table = pa.table({"id": ids, "container": containers(locations), "layout": layouts(locations)})
     table = table.take(pc.sort_indices(table["container"]))
     if table.num_rows == 0:
