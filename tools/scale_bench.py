@@ -101,7 +101,7 @@ def finish_job(manifest: Path, out: Path, model: str, num_shards: int = 1, open_
         RowDefaults,
         VoiceOptions,
     )
-    from qtts.core.jobs.execution.job_files import write_job_files
+    from qtts.core.jobs.execution.out_dir import write_job_files
     from qtts.core.jobs.execution.run import prepare_job, source_path
     from qtts.core.jobs.output.results import input_rows, rebuild
     from qtts.core.jobs.output.writer import encode_audio

@@ -1,16 +1,8 @@
-"""`--dry-run`: everything a run decides before synthesis, reported instead of done.
-
-Reads and validates every row, selects the shard, scans the out dir's state for rows already
-done or to redo, checks lengths, and plans the memory of the first (longest) chunk; loads no
-weights and writes nothing. The summary is the usual one-line JSON: rows to synthesize, skipped,
-to repack (done in another layout or format: moved without the model), to redo and why,
-failing validation or the first chunk's cut (the first reasons), frames and hours of audio
-estimated, the rows of the first chunk that will be split into segments (and how many), the
-rows the run would first take out of sealed archive shards (and how many shards or files that
-rewrites or removes), and the precision the run would compute in. A run it would refuse at its
-out dir (a file on its path, not writable: exit 2) or at its locks (its shard's lock held: exit
-75; --overwrite changing the shard count under a running shard: exit 2) it refuses alike.
-Knows the job's work and the TextModel; no tensors.
+"""`--dry-run`: what a run decides before synthesis (rows to make, skip, repack, redo or fail; the
+first chunk's memory plan and splits; what would come out of archive shards first), reported as
+the usual one-line JSON instead of done. Loads no weights, writes nothing, and refuses what the
+run would refuse at its out dir and locks, with the same exit code. Knows the job's work and the
+TextModel; no tensors.
 """
 
 from __future__ import annotations

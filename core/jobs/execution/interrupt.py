@@ -1,11 +1,7 @@
-"""SIGINT/SIGTERM for a running job: stop taking work, flush, exit 130/143; a second signal exits
-at once.
-
-The first signal sets a flag. Inside an interruptible section (waiting on the synthesizer or on a
-model load, where nothing of ours is half-written) it also raises Interrupted at once; elsewhere
-(writing files, appending the journal) the job finishes that step and then sees the flag. A second
-signal removes live temp files and exits immediately; the kernel releases the lock, and the journal
-tolerates a half-written last line. Knows nothing of rows or models.
+"""SIGINT/SIGTERM for a running job: stop taking work, flush, exit 130/143; a second signal exits at
+once. Inside an interruptible section (a wait on the synthesizer or a model load, where nothing of
+ours is half-written) the first raises Interrupted at once; elsewhere the job finishes its step (a
+file, a journal line) and then sees the flag. Knows nothing of rows or models.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
-"""The local backend: this process synthesizes the rows, a chunk at a time, and writes them.
-
-Yields one Outcome per row in completion order (the chunk loop it shares with the Ray
-backend: qtts.core.jobs.execution.chunk_loop). Each finished utterance goes to the writer pool at
-once (the output store: qtts.core.jobs.output.stores); at most MAX_WRITES_IN_FLIGHT wait for
-the disk (bounding the audio held in memory) and a write error (disk full) surfaces at the next
-row, not at the end. Closing the stream early (an
-abort, a signal) still lets writes in flight finish: they journal themselves, so nothing finished
-is lost. What the writing cost (the writer threads' busy time by part, and the synthesis loop's
-waits on them) is left in `writing` when the stream ends, for the run's summary.
-
-Progress during a long row (with_segment_progress): each segment of a split row is reported to the
-ProgressSink as the synthesizer makes it, not only the row once its last segment is joined and
-written.
-
-A 100,000-character row is hundreds of segments and minutes of work; counted by rows alone the
-progress reads `0/7 rows ... ETA ?` all that time. Wrapping the loaded synthesizer sees every
-request as it finishes, the segments of split rows among them (their ids name the row:
-qtts.core.jobs.long_text.segments.segment_id), without touching the chunk loop both backends
-share. The row's own advance then replaces its segments' audio (ProgressSink.advance row_id).
-Knows chunks, requests, the synthesizer protocol and the recorder; no tensors.
+"""The local backend: this process synthesizes the rows a chunk at a time (run_chunk, the loop each
+Ray actor runs too) while the output store's threads write them; at most MAX_WRITES_IN_FLIGHT wait
+for the disk, and a write error (disk full) surfaces at the next row. Closed early (an abort, a
+signal), it lets the writes in flight finish: they journal themselves. What the writing cost is left
+in `writing`. with_segment_progress: each segment of a split row reaches the ProgressSink as it is
+made, so a row of hundreds of segments does not read `0/7 rows ... ETA ?` for minutes. Knows chunks,
+requests, the synthesizer protocol and the recorder; no tensors.
 """
 
 from __future__ import annotations
@@ -26,16 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, wait
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from qtts.core.jobs.contract.interfaces import LoadSynthesizer, ProgressSink, Synthesizer, TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
-from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
-from qtts.core.jobs.long_text.segments import row_of_segment
+from qtts.core.jobs.long_text.segments import row_of_segment, synthesize_chunk
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.output.stores.open_store import writer_threads
 from qtts.core.jobs.output.writer import WriterClock, WritingReport
@@ -120,6 +106,35 @@ class LocalBackend:
             else:
                 writes.add(result)
             yield from writes.settled(block=len(writes) > MAX_WRITES_IN_FLIGHT)
+
+
+def run_chunk(
+    synth: Synthesizer,
+    chunk: Chunk,
+    options: GenerationOptions,
+    recorder: RowRecorder,
+    guard: Callable[[], AbstractContextManager] = nullcontext,
+) -> Iterator[Outcome | Future[Outcome]]:
+    """Each row's outcome (or the future of one being written), in completion order. guard():
+    the context each wait for the synthesizer runs in (the local backend's: signals may
+    interrupt it)."""
+    budgets = dict(chunk.budgets)
+    items = synthesize_chunk(synth, chunk, options, recorder.ctx.on_budget)
+    try:
+        while True:
+            with guard():
+                item = next(items, None)
+            if item is None:
+                break
+            if item.id not in budgets:
+                raise RuntimeError(f"synthesizer returned an unexpected id {item.id!r}")
+            yield recorder.finish(item, chunk.rows[item.id], budgets.pop(item.id))
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+    for row_id in budgets:  # a synthesizer bug, not the row's fault; still, say so
+        yield recorder.failed(chunk.rows[row_id], "the synthesizer returned no result")
 
 
 class WriteQueue:

@@ -1,13 +1,7 @@
-"""The locked part of a job: one pass over the shard's rows, from the work to the summary.
-
-Runs with the shard's lock held; `LockedRun.execute` reads as the pass (docs/architecture.md, "One
-pass"). Finishes what a killed run left half done (a retraction, a repack), decides the work
-(qtts.core.jobs.work.decide), records rows that fail validation and rows that must be redone,
-repacks the rows done in another layout or format (no model), then consumes the backend's
-outcomes (local or Ray: one loop) to report progress, count failures and stop after too many.
-Whatever happens (signal, disk full, too many failures, a crash), the shard's journal is folded
-into its state and results.parquet is rebuilt before returning or raising; the summary counts
-its rows (summary.py). Knows records and outcomes; no tensors, no CLI.
+"""The pass over one shard, its lock held: `LockedRun.execute` (docs/architecture.md, "One pass").
+Whatever stops it (a signal, a full disk, too many failures, a crash), the shard's journal is
+folded into its state and results.parquet rebuilt before it returns or raises.
+Knows records and outcomes; no tensors, no CLI.
 """
 
 from __future__ import annotations
@@ -108,10 +102,6 @@ class RunSetup:
                            on_budget=self.spec.failures.key)  # fmt: skip
 
 
-def new_run_id() -> str:
-    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 class LockedRun:
     """One run over its shard of the job, the shard's lock held: the pass, then the summary."""
 
@@ -125,7 +115,7 @@ class LockedRun:
         self.setup, self.backend = setup, backend
         self.spec, self.shard, self.out = setup.spec, setup.shard, setup.spec.output.out_dir
         self.progress = progress or NoProgress()
-        self.run_id = new_run_id()
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.ctx = RecordContext(
             settings=setup.settings.digest,
             model=setup.text_model.name,

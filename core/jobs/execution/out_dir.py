@@ -1,16 +1,8 @@
-"""The out dir as a run finds it: its folder for job state (OUT/.qtts) made by a run, or, for
---dry-run, checked without making anything, each refusal a UsageError (exit 2) in the run's own
-words; and the layout and format it keeps.
-
---output and --format left out (None) mean the out dir's own, as its job file records them
-(`settle_output`), or the defaults (the registry's default layout, wav) for a new out dir. A cron
-line missing a flag then resumes the dataset as it is; another value given repacks its finished
-rows. Under the job lock a run checks that what it took from the job file is still what is
-recorded there (`check_output_unchanged`): another task may have switched it. An out dir from
-before the job file recorded them is read once from its records (`with_recorded_output`): the
-layout of most of its ok rows' locations (the output registry's parsing), the format of the
-settings most were made with (OUT/.qtts/settings.json keeps each settings digest's format).
-Knows paths, permissions, records, locations and the settings registry; no models.
+"""The out dir as a run finds it and records itself in it: its .qtts folder made (for --dry-run,
+checked without making it), each refusal a UsageError in the run's words; the layout and format it
+keeps (docs/job-state.md, "The out dir keeps its layout and format"); and, under the job lock, the
+job file (its checks made again now that no other run can change it) and the settings registry.
+Knows paths, permissions, records, locations, the job file and lock files; no models.
 """
 
 from __future__ import annotations
@@ -21,6 +13,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +24,31 @@ from qtts.core.jobs.contract.choices import AudioFormat
 from qtts.core.jobs.contract.spec import OutputOptions
 from qtts.core.jobs.output.stores.presence import layouts
 from qtts.core.jobs.output.stores.registry import default_layout, find, layout_names
-from qtts.core.jobs.state.jobfile import JobFile
+from qtts.core.jobs.output.stores.retract import remove_every_archive
+from qtts.core.jobs.state import shard_state as state
+from qtts.core.jobs.state.atomic_files import cleanup_temp_files
+from qtts.core.jobs.state.jobfile import (
+    JOB_LOCK_TIMEOUT_S,
+    JobFile,
+    check_input,
+    job_for,
+    read_job_file,
+    resolve_shard,
+    seed_rule_for,
+    write_job_file,
+)
+from qtts.core.jobs.state.lock import old_run_error, old_split_locks
+from qtts.core.jobs.state.paths import LEGACY_JOB_FILE, StatePaths
 from qtts.core.jobs.state.records import OK
-from qtts.core.jobs.state.shard_state import read_all
-from qtts.core.jobs.work.fingerprint import read_registry
+from qtts.core.jobs.state.shards import ShardRequest
+from qtts.core.jobs.work.fingerprint import read_registry, remember
+from qtts.core.jobs.work.precision import cpu_auto_for_job_file
+
+if TYPE_CHECKING:
+    from qtts.core.jobs.execution.locked_run import RunSetup
+
+SHARED_FILES = ("job.json", "settings.json", "refs.json")  # written under the job lock
+LEGACY_FILES = (LEGACY_JOB_FILE, ".qtts-journal*.jsonl", ".qtts*.lock", ".qtts-results.lock")
 
 
 def make_out_dir(path: Path) -> None:
@@ -92,7 +106,7 @@ def with_recorded_output(out_dir: Path, recorded: JobFile | None) -> JobFile | N
     None where no ok row says)."""
     if recorded is None or (recorded.layout is not None and recorded.audio_format is not None):
         return recorded
-    rows = read_all(out_dir, ("status", "file", "settings"))
+    rows = state.read_all(out_dir, ("status", "file", "settings"))
     ok = rows.filter(pc.fill_null(pc.equal(rows["status"], OK), False))
     if ok.num_rows == 0:
         return recorded
@@ -163,3 +177,76 @@ def check_output_unchanged(out_dir: Path, output: OutputOptions, recorded: JobFi
                 f"{out_dir} was just switched to {flag} {now[key]} by another run; run again to "
                 f"join it (or pass {flag} {mine[key]} to switch it back)"
             )
+
+
+def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
+    """Record `job`, whose shard lock this process holds."""
+    from filelock import FileLock
+
+    spec, out = setup.spec, setup.spec.output.out_dir
+    paths = StatePaths(out)
+    with FileLock(str(paths.job_lock), timeout=JOB_LOCK_TIMEOUT_S):
+        recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
+        cleanup_temp_files(paths.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
+        if spec.output.overwrite:
+            _remove_legacy(out)
+        check_input(
+            out,
+            recorded,
+            spec.kind.value,
+            source,
+            input_moved=spec.output.input_moved,
+            overwrite=spec.output.overwrite,
+        )
+        shard = resolve_shard(
+            out, req, recorded, overwrite=spec.output.overwrite, announce=False
+        )  # prepare_job said it already
+        if shard.count != setup.shard.count:  # another run recorded the out dir meanwhile
+            now = recorded.num_shards if recorded is not None else "another number of"
+            raise UsageError(
+                f"{out} was just recorded with {now} shard(s) by another run; run again to join it"
+            )
+        if recorded is not None and recorded.num_shards != shard.count:
+            _no_old_run(paths, recorded.num_shards)
+            remove_every_archive(out)  # first: shards without records would be made again
+            state.remove_every_shard(out)
+        check_output_unchanged(out, spec.output, recorded)  # a switch by another task stands
+        new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
+        if recorded is not None and recorded.num_shards == new.num_shards:
+            new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
+        cpu_auto = setup.precision.cpu_auto if setup.precision is not None else None
+        seen = setup.precision.seen if setup.precision is not None else None
+        pin = cpu_auto_for_job_file(
+            out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
+        )
+        new = replace(
+            new,
+            cpu_auto_dtype=pin,
+            layout=spec.output.layout,
+            audio_format=spec.output.audio_format.value,
+            default_seed=seed_rule_for(recorded, overwrite=spec.output.overwrite),
+        )
+        if new != recorded:
+            write_job_file(out, new)
+        remember(out, setup.settings)
+
+
+def _no_old_run(paths: StatePaths, old_count: int) -> None:
+    """No run of the old split may be going (the new split's tasks, starting beside this one,
+    are welcome)."""
+    from filelock import FileLock, Timeout
+
+    for path in (p for p in old_split_locks(paths, old_count) if p.exists()):
+        lock = FileLock(str(path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise old_run_error(paths, path) from None
+        lock.release()
+
+
+def _remove_legacy(out: Path) -> None:
+    """qtts 0.1 kept its state at the top of the out dir; --overwrite starts over without it."""
+    for pattern in LEGACY_FILES:
+        for path in out.glob(pattern):
+            path.unlink(missing_ok=True)

@@ -1,16 +1,7 @@
-"""The Ray Data backend of `qtts batch` (--backend ray): one job across many GPUs or machines.
-
-The driver does everything a local run does (validate, resume, journal failures, state,
-results); only where rows are synthesized differs. It reaches the cluster first, within
---ray-timeout, before anything is written. The rows to do go to Ray Data as work units sized from
-an actor's slots and spread over every worker: from_arrow -> repartition -> map_batches(
-SynthesisActor, ActorPoolStrategy(size=workers, one unit in flight each), num_gpus=G). Each
-actor loads the model once, builds its unit's requests, runs the local engine, publishes the rows
-through the run's output store (files, or archive shards of the unit's own) and journals each in its
-own journal in the shared out dir (as a shard would), returning only small outcome rows. So a
-killed driver or actor loses only the rows in flight; a unit Ray retries after an actor died
-skips the rows its first attempt published.
-
+"""--backend ray (docs/job-state.md, "Ray"): the driver does all a local run does but synthesize.
+The rows go to Ray Data in work units (from_arrow -> repartition -> map_batches(SynthesisActor));
+each actor loads the model once, publishes its rows through the run's output store, journals them
+in a journal of its own and returns only small outcome rows.
 Imports ray when a job uses it, and no torch in the driver (actors load the model themselves).
 """
 
@@ -24,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -33,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import FatalError, UsageError
-from qtts.core.jobs.execution.chunk_loop import run_chunk
 from qtts.core.jobs.execution.interrupt import StopSignals
+from qtts.core.jobs.execution.local_backend import run_chunk
 from qtts.core.jobs.execution.ray_local import start_local_ray
 from qtts.core.jobs.output.recorder import Outcome, RecordContext, RowRecorder
 from qtts.core.jobs.state.journal import Journal, read_journals
@@ -241,18 +232,14 @@ class SynthesisActor:
             done = store.published(ids, self.started)
             done_ids = pa.array(list(done), pa.string())
             rest = batch.filter(pc.invert(pc.is_in(batch["id"], value_set=done_ids)))
-            out = [{"id": i, "status": OK, "error": None, "duration_s": d} for i, d in done.items()]
             chunk = chunk_requests(rest, self.text_model, self.budget, self.split)
             recorder = RowRecorder(store, self.journal, self.ctx)
             pending = list(run_chunk(self.synth, chunk, self.options, recorder))
             outcomes = [r if isinstance(r, Outcome) else r.result() for r in pending]
         finally:
             store.close()  # an archive unit's shard is sealed: its rows durable, then returned
-        for o in outcomes:
-            out.append(
-                {"id": o.id, "status": o.status, "error": o.error, "duration_s": o.duration_s}
-            )
-        return pa.Table.from_pylist(out, schema=OUTCOME_SCHEMA)
+        outcomes = [Outcome(i, OK, d) for i, d in done.items()] + outcomes
+        return pa.Table.from_pylist([asdict(o) for o in outcomes], schema=OUTCOME_SCHEMA)
 
 
 def _published_by_actors(out_dir: Path, ids: pa.ChunkedArray, run: str) -> dict[str, float]:

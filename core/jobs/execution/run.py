@@ -1,12 +1,7 @@
-"""One job end to end: read rows -> validate all (before any weights load) -> check the out dir's
-record -> settle the precision (CPU auto as the out dir pinned it) -> (dry run: report and stop)
--> reach the Ray cluster if asked -> lock the shard -> record the job -> the locked run
-(qtts.core.jobs.execution.locked_run).
-
-Nothing is created on disk until the input, the options, the device and the cluster are known
-good. The model comes in through injected factories (qtts.core.jobs.contract.interfaces), so the
-CLI passes the real ones and tests pass fakes. The job's entry points for the other layers:
-run_job, prepare_job, job_work (what a first run would synthesize, for the manifest bench).
+"""One job up to its locked run: rows read and validated before any weights load, the out dir's
+record checked, the precision settled; then the dry run, or the Ray cluster reached, the shard
+locked and the job recorded (docs/architecture.md, "One pass"). Nothing is written until the
+input, options, device and cluster are known good; the model comes in through injected factories.
 Knows no tensors and no command-line parsing.
 """
 
@@ -33,10 +28,14 @@ from qtts.core.jobs.contract.interfaces import (
 )
 from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.execution.generation import generation_options
-from qtts.core.jobs.execution.job_files import write_job_files
 from qtts.core.jobs.execution.local_backend import LocalBackend, with_segment_progress
 from qtts.core.jobs.execution.locked_run import LockedRun, RunSetup
-from qtts.core.jobs.execution.out_dir import make_out_dir, settle_output, with_recorded_output
+from qtts.core.jobs.execution.out_dir import (
+    make_out_dir,
+    settle_output,
+    with_recorded_output,
+    write_job_files,
+)
 from qtts.core.jobs.execution.summary import JobSummary
 from qtts.core.jobs.output.stores.presence import list_out_dir
 from qtts.core.jobs.output.stores.registry import find

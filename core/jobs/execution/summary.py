@@ -1,15 +1,6 @@
-"""What a job run reports: counts of its rows by outcome, audio produced, time (and where it went:
-the model's load, synthesis, the writers), where results are. Printed as the final one-line JSON
-on stdout; its exit code is the process's.
-
-Its parts are counted here too: the shard's rows from their records (the audio it made, the rows
-it kept at their frame budget and the one warning about them, the rows it repacked rather than
-made: a repacked row's record is this run's, its audio an earlier run's); the failed rows, said
-on the terminal (the first few as `row ID: reason`, the rest counted by reason) with the most
-common reasons; and where the run's wall time went, from `run_job`'s call to its summary, in the
-order it went (`time_split`: its parts add up to `command_s`, so a slow start shows as one number
-beside the decoding it delayed), from the run's edges as `time.monotonic()` readings and the
-synthesizer clock's one-time work.
+"""What a run reports (JobSummary: the final one-line JSON; its exit code is the process's) and its
+parts counted: the shard's rows from their records, the failed rows said on the terminal
+(FailureLog), and where the wall time went (time_split: parts adding up to command_s).
 Knows record columns, strings and times; nothing of engines or files.
 """
 
@@ -19,13 +10,15 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.jobs.output.writer import WritingReport
 from qtts.core.jobs.state.records import OK
+
+log = logging.getLogger("qtts")
 
 
 @dataclass
@@ -45,15 +38,12 @@ class JobSummary:
     results: str = ""
     failure_reasons: dict[str, int] = field(default_factory=dict)  # the most common reasons
     load_s: float | None = None  # the model's load (None: nothing was synthesized)
-    # From the first chunk to the last row written (the writers' tail included): the span a
-    # `qtts bench --manifest` of the same rows is compared with, by synthesis_audio_s_per_s.
+    # The first chunk to the last row written: what `qtts bench --manifest` compares with
     synthesis_s: float | None = None
     writing: WritingReport | None = None  # the local backend's writers (None: Ray, or none)
     # Where the synthesizer's time went (qtts.core.synthesis.synthesis_clock; None: Ray, or none)
     synthesis: dict | None = None
     shard: str = ""  # "shard I of N (from SOURCE)", as the dry run says it (total: its rows)
-    # Where the run's time went, from run_job's call: input, scan, load, one-time work,
-    # decoding, drain, finish (time_split below); empty for a dry run
     time_split: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -89,11 +79,6 @@ class JobSummary:
         return line if hint is None else f"{line}; {hint}"
 
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-log = logging.getLogger("qtts")
-
 SHOWN_IN_FULL = 20
 TOP_REASONS = 5
 
@@ -115,8 +100,6 @@ class FailureLog:
         """rows: an Arrow table with id, row and error: the first few said, all counted."""
         if rows.num_rows == 0:
             return
-        import pyarrow.compute as pc
-
         shown = max(SHOWN_IN_FULL - self.count, 0)
         for r in rows.slice(0, shown).select(["id", "row", "error"]).to_pylist():
             self.add(r["id"], r["row"], r["error"])
@@ -143,9 +126,6 @@ def one_line(text: str) -> str:
     """text as it is, or, holding a control character (a newline in an id), quoted and escaped
     as the JSON summary writes it: one failure, one log line."""
     return text if text.isprintable() else json.dumps(text)
-
-
-log = logging.getLogger("qtts")
 
 
 def _made_now(mine: pa.Table, run_id: str) -> pa.Array:
@@ -205,18 +185,9 @@ class RunEdges:
 
 
 def time_split(edges: RunEdges, end: float, one_time_s: float = 0.0) -> dict[str, float | None]:
-    """The parts of the run's wall time, seconds (3 decimals), adding up to command_s:
-    - input_s: reading and validating every row, the lock;
-    - scan_s: a killed run settled, the resume scan, rows repacked (or all that preceded the
-      end, when nothing was synthesized);
-    - load_s: the model's load;
-    - one_time_s: work done once before decoding could run (decode-step graph captures and the
-      kernel compiles of their warm-up; vocoder graphs captured ahead), from the clock;
-    - decoding_s: the rest of the span up to the last decode step;
-    - drain_s: after the last step, until the last row was written (the vocoder's last windows,
-      the writers' tail); None where no decode step was counted (a Ray run's steps are its
-      actors');
-    - finish_s: the journal folded, the views rebuilt, the summary counted."""
+    """The parts of the run's wall time (README: input_s ... finish_s), seconds, adding up to
+    command_s. scan_s: all before the end when nothing was synthesized; drain_s: None where no
+    decode step was counted (a Ray run's steps are its actors')."""
     run = edges.run if edges.run is not None else end
     load = edges.load if edges.load is not None else run
     synthesis = edges.synthesis if edges.synthesis is not None else load

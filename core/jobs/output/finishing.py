@@ -1,21 +1,7 @@
-"""A row's clip between the speech decoder and its encoding, as --trim-silence, --sample-rate and
---loudness ask (spec.FinishOptions), in this order: a long row's segments are joined first
-(qtts.core.jobs.long_text.segments), then its leading and trailing silence is cut to the pad,
-the clip is resampled with soxr, and it is normalized to its loudness under the peak ceiling.
-The recorder runs it on the store's writer thread, before the clip is encoded and measured, so
-every layout writes, and every measure reads, the clip as finished. With no option given nothing
-runs and the decoder's audio is written as it is.
-
-Loudness (--loudness, --peak-db): the meter is pyloudnorm's ITU-R BS.1770-4 (K-weighted, 400 ms
-blocks gated at -70 LUFS and 10 LU under their mean), with the K-weighting filters it derives for
-any rate from BS.1770's 48 kHz coefficients ("DeMan": libebur128 reads the same clips alike). A
-clip shorter than one block is read as one block of its own length (BS.1770 has no block to gate
-there). The gain that brings the clip to the target is capped so the loudest sample stays under
-the ceiling once written as 16-bit PCM (WAV or FLAC): a clip that the cap holds back is as loud
-as the ceiling allows and says so (PEAK_LIMITED); a clip the meter reads as silent (-inf: no
-block above the absolute gate) keeps its audio (SILENT). Its loudness is then read again, as
-written.
-Knows numpy arrays; no files, no records.
+"""A row's clip between the speech decoder and its encoding: trimmed, resampled with soxr and
+brought to its loudness under the peak ceiling, in that order (README, "Audio for training").
+Loudness is pyloudnorm's BS.1770-4 with its "DeMan" K-weighting filters, derived for any rate
+(libebur128 reads the same clips alike). Knows numpy arrays; no files, no records.
 """
 
 from __future__ import annotations
@@ -83,11 +69,9 @@ def trim_silence(audio: np.ndarray, rate: int, threshold_db: float, pad_s: float
 
 
 def kept_span(x: np.ndarray, rate: int, threshold_db: float, pad_s: float) -> tuple[int, int]:
-    """[start, end) of the samples trimming keeps. Silence: TRIM_FRAME_S frames whose RMS is more
-    than -threshold_db under the loudest frame's; the speech starts at the first sample of the
-    first frame that is not silent whose magnitude reaches that level, and ends likewise at the
-    last; pad_s more is kept on each side. A clip of digital silence is kept whole: there is no
-    speech to find its ends by."""
+    """[start, end) of the samples trimming keeps: from the first sample reaching the level of the
+    first TRIM_FRAME_S frame not silent to the last's, pad_s more on each side. A clip of digital
+    silence is kept whole: there is no speech to find its ends by."""
     if x.size == 0:
         return 0, 0
     width = max(1, round(TRIM_FRAME_S * rate))

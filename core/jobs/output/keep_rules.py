@@ -1,13 +1,7 @@
-"""Which ok rows metadata.jsonl lists: the thresholds a user gave `qtts results` (for example
-`--min-dnsmos 3.0 --max-cer 0.1`), kept in OUT/.qtts/keep.json so that every later rebuild of
-the views (a finishing shard, `qtts results`, the end of `qtts score`) applies the same ones.
-
-results.parquet keeps every row and says in `kept` whether each ok row passes; metadata.jsonl,
-the AudioFolder view a training pipeline reads, lists only those that do. A row that lacks a
-value a rule needs (not scored yet, or scored with an error) does not pass: a row is listed for
-what is known of it, not for what is not (but a row with a CER and no WER, as Chinese and
-Japanese rows are scored, passes --max-wer). Without rules every ok row is listed and
-results.parquet has no `kept` column. Knows columns and one small file; no models, no audio.
+"""Which ok rows metadata.jsonl lists: the thresholds given to `qtts results` (--min-dnsmos 3.0
+--max-cer 0.1 ...), kept in OUT/.qtts/keep.json so that every later rebuild applies them;
+results.parquet says in `kept` whether each ok row passes. A row lacking a value a rule needs does
+not pass (but NULL_PASSES). Knows columns and one small file; no models, no audio.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""From a synthesizer's result to a finished row: its ok record built and handed with its audio
-to the output store (which publishes it and journals the record once the audio is durable:
-qtts.core.jobs.output.stores), a failed row journalled at once, and a small Outcome for the loop
-that counts and reports. A clip the job asks to finish (--trim-silence, --sample-rate,
---loudness: qtts.core.jobs.output.finishing) is finished on the store's writer thread, and its
-record (length, rate, loudness, measures) describes the clip as written.
-
-The same recorder runs in a local job and inside each Ray actor (each with its own journal), so a
-row is recorded the same way wherever it was synthesized. A row that hit its frame budget is kept
-flagged, or failed, by the run's policy (--on-budget ok | fail | retry: the synthesizer made the
-retries; a row that still hit it failed them all).
-
-An ok row's model-free measures (`measure`) come from the audio and codes the job already holds,
-on the store's writer thread beside its encoding, so they never hold up the synthesis loop, and
-are recorded beside the row in results.parquet: the loudest sample (`peak`: 1.0 means clipped),
-the loudness (`rms_dbfs`), how much of the clip is quiet (`silence_ratio`), how much of it loops
-(`repeat_ratio`: a babbling runaway repeats its codes) and how fast its text is spoken
-(`chars_per_s`: speech far too fast or too slow for its text is the other common failure). A
-split row is measured over its joined audio (pauses included) and its codes one segment after
-another.
+"""From a synthesizer's result to a finished row: its ok record handed with its audio to the output
+store (which journals it once the audio is durable), a failed row journalled at once, and a small
+Outcome for the loop that counts. The same recorder runs in a local job and in each Ray actor.
+The clip is finished (finishing.py) and measured (`measure`: the measures README lists) on the
+store's writer thread, never holding up synthesis, so the record describes the clip as written.
 Knows utterances, records and numpy arrays; no file names, no models, no tensors.
 """
 
@@ -29,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from qtts.core.jobs.contract.spec import FinishOptions
 from qtts.core.jobs.output.finishing import Finished
@@ -36,7 +22,7 @@ from qtts.core.jobs.output.finishing import finish as finish_clip
 from qtts.core.jobs.output.stores.layout import OutputStore, RowOutput
 from qtts.core.jobs.output.stores.open_store import StoreSpec
 from qtts.core.jobs.state.journal import Journal
-from qtts.core.jobs.state.records import FAILED, OK, failed_record, ok_record
+from qtts.core.jobs.state.records import FAILED, OK, RECORD_SCHEMA, failed_record, ok_record
 from qtts.core.synthesis.requests import RowFailure, Utterance
 
 log = logging.getLogger("qtts")
@@ -186,6 +172,32 @@ def _attempts(item: Utterance, row: dict[str, Any]) -> dict[str, Any]:
 
 
 MEASURES = ("peak", "rms_dbfs", "silence_ratio", "repeat_ratio", "chars_per_s")
+# What an archived sample carries besides its audio, from its ok record: a WebDataset `.json`
+# member, a Parquet shard's columns and a Shar cut's `custom` describe a row alike.
+SAMPLE_FIELDS = (
+    "id",
+    "text",
+    "speaker",
+    "language",
+    "instruct",
+    "seed",
+    "kept_seed",
+    "duration_s",
+    "sample_rate",
+    "num_frames",
+    "hit_frame_budget",
+    "segments",
+    "attempts",
+    *MEASURES,
+    "model",
+    "settings",
+)
+SAMPLE_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in SAMPLE_FIELDS])
+
+
+def sample_meta(record: dict) -> dict:
+    return {name: record.get(name) for name in SAMPLE_FIELDS}
+
 
 # rms_dbfs of digital silence: finite (a journal line is JSON, which has no -inf) and below the
 # quietest non-zero 16-bit signal (-96 dBFS), so it reads as "nothing there".
@@ -196,11 +208,8 @@ SILENCE_FRAME_S = 0.02
 # A frame quieter than this (its RMS, re full scale) is silent: speech sits around -20 to -35
 # dBFS, its quietest consonants about 20 dB lower; a codec's hiss in a pause is below -50.
 SILENCE_FLOOR_DBFS = -50.0
-# Loops, on codebook 0 (12.5 frames per second): a stretch of LOOP_WINDOW frames' comparisons,
-# each code against the code `p` frames earlier (p in 1..LOOP_MAX_PERIOD), with at least
-# LOOP_MATCH of them equal, is a loop; every frame such a stretch spans (LOOP_WINDOW + p of them)
-# lies inside one. 2 s: fluent speech never holds one code, syllable or word that long; a pause
-# does hold one code, and a pause over 2 s counts (a stuck silence is a failure of its own).
+# Loops, on codebook 0 (12.5 frames a second; README): 2 s, as fluent speech never holds one
+# code, syllable or word that long (a pause over 2 s counts: a stuck silence is a failure too).
 LOOP_WINDOW = 25
 # 8 frames (0.64 s, about a word): every loop is then seen for at least four cycles in a window.
 LOOP_MAX_PERIOD = 8
@@ -248,10 +257,8 @@ def silence_ratio(audio: np.ndarray, sample_rate: int) -> float:
 
 
 def repeat_ratio(c0: np.ndarray) -> float:
-    """The share of codebook-0 frames inside a loop: for some period p in 1..LOOP_MAX_PERIOD,
-    a window of LOOP_WINDOW consecutive comparisons c0[t] == c0[t - p] has at least
-    ceil(LOOP_MATCH x LOOP_WINDOW) equal, and the frame lies in the span those comparisons
-    read (from the first one's earlier frame to the last one's later frame)."""
+    """The share of codebook-0 frames inside a loop: LOOP_WINDOW comparisons c0[t] == c0[t - p]
+    (p in 1..LOOP_MAX_PERIOD), LOOP_MATCH of them equal; every frame they read is inside it."""
     c0 = np.asarray(c0)
     n = c0.size
     need = int(np.ceil(LOOP_MATCH * LOOP_WINDOW))

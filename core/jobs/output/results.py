@@ -1,22 +1,8 @@
-"""The out dir as its readers see it: `qtts results`, `qtts score`, the dataset card and a finished
-run all read it here, through one face.
-
-Its views (results.parquet and metadata.jsonl, written by views.py from every shard's records)
-are rebuilt under a short lock and replaced atomically whenever a shard finishes and whenever
-`qtts results OUT` asks: a shard that finds the lock busy leaves the rebuild to the holder, who
-rebuilds again if a state changed while it worked, so after the last shard the views cover every
-row. A process that cannot open the lock (a read-only mount, a published dataset) rebuilds
-nothing: ViewsNotWritable, and `qtts results` reads the out dir as it is (current_views builds
-the same views in a temporary folder removed afterwards, in OUT/.qtts where that can be written,
-else in $TMPDIR, so the summary and the report read the results.parquet a rebuild would write
-now; each such reader holds a lock in its folder while it reads, and a folder a killed reader
-left is removed by the next one that builds aside there).
-
-Also here, for the readers: the rows whose audio is present (present_records), the job an out
-dir holds (require_job), a layout switch killed part-way (check_no_killed_switch), the views'
-score columns (score_columns.py) and keep rules (keep_rules.py), and a row's audio read back by
-its location (MemberReader).
-Knows records, input ids and the views; no models, no tensors.
+"""The out dir as its readers see it (`qtts results`, `qtts score`, the dataset card, a finished
+run): its views rebuilt under the results lock, or built aside where that lock cannot be opened
+(current_views; docs/job-state.md, "Results"); the rows present, the job it holds, its keep rules
+and score columns, and a row's audio (MemberReader). Knows records, input ids and the views; no
+models, no tensors.
 """
 
 from __future__ import annotations

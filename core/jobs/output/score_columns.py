@@ -1,11 +1,6 @@
-"""The score columns `qtts score` leaves in OUT/scores.parquet, as the out dir's views show them.
-
-`qtts score` (qtts.core.quality) writes one row per scored audio file, keyed by `id` in a qtts out
-dir, with a `stamp`: what the audio was when it was scored. In an out dir the stamp is the
-row's record time (`t`, as a string): a redone row gets a new record, so its old scores no
-longer match and are dropped. This module owns the file's name, the columns results.parquet and
-metadata.jsonl carry, and that join (columnar: one hash lookup over all records), so that every
-rebuild keeps them. Knows columns and one file; no models, no audio.
+"""The score columns `qtts score` leaves in OUT/scores.parquet, joined into the views by id and
+stamp so that every rebuild keeps them (docs/job-state.md, "Scores"). Knows columns and one file; no
+models, no audio.
 """
 
 from __future__ import annotations
@@ -38,18 +33,15 @@ SCORE_FIELDS = pa.schema(
 
 def record_stamps(t: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """The stamp of a row's audio in an out dir: its record's time, exactly (the float64's bits
-    as an integer, in decimal: no float formatting that a library upgrade could change).
-    `qtts score` and every rebuild make it the same way, so the two always compare equal for
-    the same record."""
+    as a decimal integer), made alike by `qtts score` and every rebuild."""
     if isinstance(t, pa.ChunkedArray):
         t = t.combine_chunks()
     return pc.cast(t.cast(pa.float64()).view(pa.int64()), pa.string())
 
 
 def with_scores(records: pa.Table, out_dir: Path) -> pa.Table:
-    """records (with id and t): SCORE_FIELDS appended, null where a row has no score or its
-    score was made from an earlier record of the row. Unchanged when there is no scores file
-    (an unreadable one is logged and left out: the views must still be rebuilt)."""
+    """records (with id and t): SCORE_FIELDS appended, null where a row has no score or a stale
+    one. Unchanged without a scores file (an unreadable one is logged: views are still rebuilt)."""
     path = out_dir / SCORES_NAME
     if not path.exists():
         return records

@@ -1,12 +1,5 @@
-"""The views' record columns, gathered one column at a time and staged on disk in view order.
-
-results.parquet is written a batch of input rows at a time, and each batch needs every column of
-its rows' records, which sit anywhere in the states. Holding every column of every record for
-that costs ~700 bytes a row (7 GB at ten million rows). Instead each column is read alone
-(state/record_source.py), taken batch by batch in the views' order into an Arrow file in
-OUT/.qtts/, and dropped before the next; the writer then reads batch k of every staged column.
-Memory: the widest column once (the texts), plus a batch. The staging folder belongs to the
-rebuild holding the results lock; one left by a killed rebuild is removed by the next.
+"""The views' record columns, read one at a time and staged on disk in view order, so a rebuild
+holds the widest column once, plus a batch (docs/job-state.md, "Scale").
 Knows Arrow files and positions; nothing of what the columns mean.
 """
 

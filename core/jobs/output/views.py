@@ -1,12 +1,7 @@
-"""results.parquet and metadata.jsonl written for a whole out dir from every shard's records: one
-row per input row that has an outcome, in input order: its latest record (an ok row only if its
-audio is there), with the row number and absolute path as they are now. Pending rows (not done,
-or to be redone) have no row. Which record each row shows is decided on a few columns of every
-record; the rest are staged a column at a time (view_columns.py) and the views written a batch
-of rows at a time, each file atomically. metadata.jsonl is the files layout's (AudioFolder) view
-and is left out when it would list no row (an empty one breaks load_dataset("audiofolder")).
-results.py rebuilds them under the results lock, or builds them aside for a reader.
-Knows records, input ids and locations; no models, no tensors.
+"""results.parquet and metadata.jsonl written for a whole out dir from every shard's records
+(docs/job-state.md, "Results"): which record each row shows is decided on a few columns, the rest
+staged a column at a time (view_columns.py), and the views written a batch of rows at a time, each
+file atomically. Knows records, input ids and locations; no models, no tensors.
 """
 
 from __future__ import annotations
@@ -97,9 +92,7 @@ class Counts:
 
 @dataclass
 class Picks:
-    """Which record each input row shows: decided on the merge columns; the rest are staged a
-    column at a time while the views are written (memory: the widest column once, plus a
-    batch)."""
+    """Which record each input row shows, decided on the merge columns."""
 
     rows: pa.Table  # the input's row, id, text
     records: RecordSource  # winners: MERGE_COLUMNS of each id's latest record
@@ -173,13 +166,8 @@ def result_batches(
 
 def write_views(out_dir: Path, picks: Picks, into: Path | None = None) -> None:
     """results.parquet and metadata.jsonl in one pass over the batches (each file atomic), with
-    the scores of OUT/scores.parquet when there are some (qtts.core.jobs.output.score_columns), and,
-    under keep rules (qtts.core.jobs.output.keep_rules), a `kept` column and only the kept rows in
-    metadata.jsonl. metadata.jsonl is the files layout's (AudioFolder) view: it lists rows in
-    files, and an out dir whose rows all sit in archive shards (which carry their own metadata)
-    has none; nor has one where no row would be listed (keep rules that keep none, no ok row):
-    Hugging Face's AudioFolder fails on an empty one (IndexError in datasets < 4).
-    into: the folder the views (and their staged columns) are written to; OUT by default."""
+    the scores and keep rules (a `kept` column); no metadata.jsonl where it would list no row
+    (docs/job-state.md, "Results"). into: the folder they are written to; OUT by default."""
     into = out_dir if into is None else into
     shown = with_scores(_with_rates(picks), out_dir)
     scored = [c for c in SCORE_FIELDS.names if c in shown.column_names]

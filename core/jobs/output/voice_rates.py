@@ -1,16 +1,8 @@
-"""A row's speaking rate against its own voice's: `rate_ratio_min` and `rate_ratio_max` in
-results.parquet, for the keep rules --min-rate-ratio and --max-rate-ratio.
-
-chars_per_s alone cannot say that a row is fast: a voice speaks at its own rate, and a script at
-its own (about 14 letters a second in English, 4 characters in Chinese). So each piece of speech
-is compared to the median of the pieces of the same voice (the same speaker, instruct and
-reference clip) in the same language, over every ok row the views show. A whole row is one
-piece (its chars_per_s); a split row's pieces are its segments, measured apiece
-(`segment_chars_per_s`: each segment's text over its own audio, no pause), so a long row whose
-later segments speed up shows it in rate_ratio_max even when its average looks right. A row's
-two columns are the least and the greatest ratio of its pieces (equal for a whole row); null
-for a row that is not ok or has no rate (a qtts from before the measures). Columnar: one column
-of the records at a time. Knows record columns; no audio, no models.
+"""A row's speaking rate against its own voice's (`rate_ratio_min`, `rate_ratio_max`: README), for
+--min-rate-ratio and --max-rate-ratio: each piece of speech (a whole row, or each segment of a
+split row) against the median of its voice's pieces (speaker, instruct, reference clip, language)
+among the ok rows the views show; null for a row not ok or with no rate. Columnar: one column of
+the records at a time. Knows record columns; no audio, no models.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""The bytes every output store writes and what a failed write means: the WAV/FLAC and codes .npy
-encodings, and disk full (DiskFullError) or an out dir that cannot be written (OutputError), both
-fatal. The writes themselves are atomic (qtts.core.jobs.state.atomic_files).
-
-Where a run's writing time goes (WriterClock): the writer threads' busy seconds by part, and what
-the synthesis side spent waiting on them. A job reports both (its summary's `writing`), so a gap
-between `qtts batch` and `qtts bench --manifest` on the same rows says whether the writers held
-synthesis up, and on what.
-
-Parts are exclusive: a part timed inside another (the journal line written while a file's temp
-copy is open) counts in its own part only. Timing is two clock reads and a lock per part, a few
-per row. Knows file formats, parts and seconds; no naming rule (the stores own that), no tensors,
-models or rows. Standard library only at import (the files layout names its clock while
-`qtts --help` draws); numpy inside the encoders.
+"""The bytes every output store writes (WAV/FLAC, codes .npy) and what a failed write means
+(DiskFullError, OutputError: both fatal); and where the writing time goes (WriterClock: the writer
+threads' busy seconds by exclusive part, the synthesis side's waits on them), which a run's summary
+reports as `writing`. Standard library only at import (`qtts --help` draws the files layout);
+numpy inside the encoders. Knows formats, parts and seconds; no rows, no tensors.
 """
 
 from __future__ import annotations
@@ -42,10 +33,6 @@ class OutputError(OSError, FatalError):
     """The out dir cannot be written (permissions, I/O error): fatal."""
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
-
-
 def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     """float [-1, 1] mono -> WAV or FLAC bytes, 16-bit PCM."""
     import soundfile as sf
@@ -70,7 +57,7 @@ def encode_codes(codes: np.ndarray) -> bytes:
 
 def write_error(e: OSError, path: Path) -> OSError:
     """A failed write as the job reports it: disk full, or the out dir cannot be written."""
-    if is_disk_full(e):
+    if e.errno in _DISK_FULL:
         return DiskFullError(e.errno, f"disk full writing {path}: {e.strerror}")
     return OutputError(e.errno, f"cannot write {path}: {e.strerror or e}")
 

@@ -1,11 +1,6 @@
-"""The archive layouts: rows packed into shards in OUT/data/. ArchiveFormat is the contract a format
-module in formats/ fills in (the files a shard is made of, its writer and its readers: the bytes
-inside a shard) and the Layout every such format is. What is not a format's own is done here and
-in the modules it names, once for every format (as a generic tar writer does the sharding and
-each format composes it): the shard's files, temps, fsyncs and renames (shard_files.py), the
-stores that fill shards and seal them under their journal (archive_store.py), and taking rows
-out of sealed shards, part by part.
-Standard library only at import: the registry reads every format while `qtts --help` draws.
+"""The archive layouts: ArchiveFormat, the contract a format module in formats/ fills (its shard's
+files, writer and readers), and the Layout every such format is; what is not a format's own is
+done once for all (shard_files.py, archive_store.py). Standard library only at import.
 Knows shards; nothing inside them.
 """
 

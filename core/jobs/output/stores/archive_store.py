@@ -1,18 +1,7 @@
 """Filling shards, whatever their format: the run's store (ArchiveStore) and a repack's batches
-(ShardTarget), each writing a shard's parts through shard_files.ShardFiles.
-
-The store appends rows to an open shard in OUT/data/, sealed every --shard-rows rows, when a row
-comes to a shard open SHARD_MAX_AGE_S or longer (so a slow CPU job makes rows durable too), and
-at the end of the run. Sealing closes the shard's files, fsyncs them, journals every row in it
-and names them (then fsyncs the folder). So a reader sees whole shards only, every sealed row has
-its record, and a kill loses at most the open shard's rows, which have no record and are redone
-by the next run (its temps removed then). Shard names are `{writer}-{k:06d}`; a writer's name
-carries the job shard and a fresh run tag, so tasks of one job and Ray actors never collide, and
-a sealed shard is never replaced (a retried Ray unit's writer starts after the shards its first
-attempt sealed). Rows are encoded on `encoders` threads and appended by one more, in the order
-they were submitted; each part is timed on the store's clock (writer.py).
-Standard library only at import (the archive formats' layout opens it); the encoders inside.
-Knows shards and records; the bytes are the format's, the files shard_files'.
+(ShardTarget); when a shard is sealed and what a kill loses: docs/job-state.md, "Archive shards".
+Rows are encoded on `encoders` threads and appended by one more, in the order they were submitted.
+Standard library only at import. Knows shards and records; the bytes are the format's.
 """
 
 from __future__ import annotations

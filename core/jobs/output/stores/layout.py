@@ -1,15 +1,7 @@
-"""The output seam's contract: what the job hands a store for each finished row (RowOutput), what a
-store promises (OutputStore), and what every --output layout answers (Layout). Each layout is one
-module in formats/ declaring `FORMAT`, a Layout: `files` (formats/files.py) and the archive formats
-(archive.ArchiveFormat, a Layout that writes shards in OUT/data/). The rest of the job asks a
-layout, found through the registry, never which one it is.
-
-A store publishes a row's audio (and codes) and journals the row's ok record once the audio is
-durable, never before and never without it; it finishes the row's clip first (RowOutput.finished),
-on its own threads. Where the row lands is the layout's business: the record keeps the opaque
-location it gives (`{id}.wav`, `data/{shard}.tar#{member}`: presence.py reads them) and the
-audio's size. Resume, the views, retraction and repacks ask the layouts' read side.
-Standard library only at import (the registry reads every layout while `qtts --help` draws).
+"""The output seam's contract (docs/architecture.md, "The output seam"): what the job hands a store
+for each finished row (RowOutput), what a store promises (OutputStore: a row's record journalled
+once its audio is durable, never before nor without it), and what every --output layout answers
+(Layout). Standard library only at import (`qtts --help` reads every layout).
 Knows the contract; no layout.
 """
 

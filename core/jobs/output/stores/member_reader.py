@@ -1,13 +1,8 @@
-"""Reading one row's audio back by its location, for `qtts score`: a file of its own by its path, a
-member from its container through its layout's source (Layout.audio_source, archive.MemberSource:
-a tar member by its byte range, a Parquet row from its row group, ...). A shard's source (its
-index) is built once, on first use, keyed by the shard's size and mtime (a shard rewritten
-meanwhile is indexed again); decoded blocks (a Parquet row group's audio) are shared by every
-shard's source, the last KEPT_BLOCKS of them. Shard members sit in the order rows finished, not
-the input's, so a reader of many rows takes them in `order()` (shard by shard, each front to
-back): then each block is read once. Thread-safe: the scorers read on a pool, and one thread
-reads a block while the others wait for it.
-Knows locations; the layouts are the registry's; no models."""
+"""A row's audio read back by its location for `qtts score`: a file by its path, a member through
+its layout's MemberSource (a shard's index built once, again when its size or mtime changes; decoded
+blocks shared by every source, the last KEPT_BLOCKS). Many rows read in `order()` read each block
+once. Thread-safe. Knows locations; the layouts are the registry's.
+"""
 
 from __future__ import annotations
 

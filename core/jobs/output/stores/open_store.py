@@ -1,12 +1,6 @@
-"""Which store a run writes through (StoreSpec: the run's layout and its options), how its writers
-are named, and what a killed run of its job shard left half-written.
-
-A writer's name starts with the job shard (`shard-I-of-N-`, none when unsharded) and a tag fresh
-for each run, so tasks of one job, reruns and Ray actors writing into the same out dir never
-collide. A Ray work unit gets a name of its own from its rows, so a unit Ray retries finds the
-shard its first attempt sealed. How many writer threads a local run gets is decided here too
-(writer_threads).
-Knows names and thread counts; the layouts (the registry's) do the writing.
+"""Which store a run writes through (StoreSpec), how its writers are named (the job shard, a run
+tag, a Ray unit's digest of its rows: never a collision), how many writer threads a local run gets,
+and the temps a killed run of its job shard left. Knows names and thread counts; the layouts write.
 """
 
 from __future__ import annotations

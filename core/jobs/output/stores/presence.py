@@ -1,21 +1,8 @@
-"""The stores' read side, over whole columns: one listing of the out dir, the locations records
-keep, and which recorded rows are durably present.
-
-The listing is one pass over the out dir's outputs: the files at the top (name, size) and the
-shards in OUT/data/ (named `data/{shard}`, no size: a shard is whole once it has its name) as Arrow
-columns, and the temp files writers left in each. A run lists its out dir once (with sizes:
-resume checks them); so does a results rebuild (names only). Millions of files cost a directory
-scan (and a stat each), never a Python object kept per file.
-
-A record's `file` is an opaque location the layouts give: a file of its own (`{id}.wav`), or a
-member of a container (`data/{key part}#{member}`: archive.py). Its container is present when
-the listing has it, and a file of its own with the recorded size too (writes are atomic, so that
-is the file recorded; a shard gets its name only once it is whole and every row in it journalled,
-and one rewritten without some rows is replaced atomically after those rows' records were made
-pending: retract.py). A row is held for this run when it is present where this run's layout
-would write it (its codes too, with --save-codes); where it is present as recorded in another
-layout or format, it can be repacked instead of made again (repack.py).
-Knows locations and listings; the layouts are the registry's; no records beyond their columns.
+"""The stores' read side over whole columns: one listing of the out dir (names and sizes as Arrow
+columns, temps apart), the locations records keep (`{id}.wav`, `data/{key part}#{member}`), which
+recorded rows are present (a shard by its name, a file by its size too), and which are held for
+this run or can be repacked (docs/job-state.md, "Archive shards").
+Knows locations and listings; the layouts are the registry's.
 """
 
 from __future__ import annotations

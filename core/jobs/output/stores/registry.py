@@ -1,16 +1,8 @@
-"""The output layouts, found by looking in stores/formats/: each module there (its name not starting
-with `_`) is one layout and declares it as `FORMAT` (layout.Layout): the files layout, and each
-archive format (archive.ArchiveFormat). Adding a layout is adding its module; everything else asks
-here: the --output choices and help (OutputLayout, layouts_help), the layout a name (find) or a
-new out dir (default_layout) has, the one that holds a location's container (holder), which
-format and shard a file in OUT/data/ belongs to (part_of), the read errors a repack expects.
-
-Layouts are read once, on first use, through importlib: a format imports the contract
-(layout.py, archive.py), never this module, and no module here names one. A file that two
-formats could claim, a part that is not a file name, two layouts of one name or a container no
-layout holds are errors (FormatError, FatalError): nothing is ever read as some default format.
-Standard library only at import (the format modules too): `qtts --help` builds --output from it.
-Knows which layouts exist; nothing of any one.
+"""The output layouts, found in stores/formats/ (each module there not starting with `_` declares
+one as `FORMAT`) and read once through importlib; everything else asks here (docs/architecture.md,
+"Adding a layout"). A file two formats could claim, two layouts of one name or a container no layout
+holds are errors: nothing is read as some default format. Standard library only at import. Knows
+which layouts exist; nothing of any one.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
-"""Repacking: finished rows that sit in another layout or format than this run's (a switch from
-files to an archive, between archives, back to files, or from wav to flac) move into this run's
-without the model. Their audio is read back from where it is (Layout.read_back, one container at
-a time, in its own order, one sample in memory at a time) and checked whole (`check_whole`: the
-size and sample count its record gives, read from the header alone, so a file cut short or
-damaged is never copied into the new layout as if it were whole); then, when the run's format
-differs, its 16-bit PCM is decoded and encoded again, losslessly (the samples are the ones
-synthesized; nothing is resampled), else its bytes are copied. It is written into the new
-layout's outputs (Layout.repack_target) and committed a batch at a time (repack_commit: the new
-outputs named and journalled before any old copy goes, so a kill leaves every id once, in the
-old layout or the new, after the next run).
-
-Rows are taken a source container at a time (sorted by container), so each shard is read once
-front to back; batches are committed as they fill, whatever container their rows came from, but
-a source shard's old rows are taken out only once it has been read through and every row read
-from it is committed: each source shard is rewritten or removed once. Their full records (every
-column: an archived sample carries the row's text, voice and measures) are read a column at a
-time and staged on disk in that order (state/record_source, output/view_columns), so memory
-holds one column of the records and a batch of rows, never every record at ten million rows.
-A repacked row keeps its record (its time `t` too: its scores stay valid) but for where its
-audio is (file, bytes, codes_saved), the settings digest (this run's: the same but for the
-format) and the run that moved it.
-A signal stops it between rows: the open batch is dropped, its rows stay where they were, and
-the committed rows' old copies go before the run ends (or in the next run's first step).
-A switch killed part-way is refused by `qtts results` until that next run (check_no_killed_switch).
-Knows records, locations, encodings and batches; the containers are the layouts'.
+"""Repacking (docs/job-state.md, "Layout and format switches"): finished rows in another layout or
+format move into this run's without the model, a source container at a time. Each row's audio is
+checked whole from its header, transcoded losslessly where the format differs, written into the
+new layout and committed a batch at a time (repack_commit.py); the records are staged a column at
+a time (view_columns.py). Knows records, locations, encodings and batches.
 """
 
 from __future__ import annotations
@@ -203,10 +182,8 @@ def finish_killed(out_dir: Path, suffix: str, journal: Journal) -> None:
 
 def check_no_killed_switch(out_dir: Path) -> None:
     """FatalError (exit 1) where a switch of layout or format was killed part-way: a job shard's
-    repack files (intents, staged records) are there and no run holds its lock. Until that
-    shard's next run finishes the switch (finish_killed, then the rows left to move), its rows
-    sit in the old layout, the new, or both, and views rebuilt now would list part of them. A
-    run going now holds its lock: its files are its own, mid-switch."""
+    repack files are there and no run holds its lock (docs/job-state.md, "Layout and format
+    switches")."""
     paths = StatePaths(out_dir)
     left = [p.name for suffix, found in paths.repack_files().items() for p in found
             if not lock_is_held(paths.lock(suffix))]  # fmt: skip
@@ -243,9 +220,7 @@ def _records(
     run: str,
 ) -> Iterator[tuple[str, dict]]:
     """(container, record) of each row in container order, the record with this run's settings
-    digest and run. Its `t` stays the time its audio was made: the stamp its scores are kept
-    by (docs/job-state.md, "Scores"), and the new record still wins, journalled after the old
-    one in the shard's own journal, which is read last (docs/job-state.md, "Records")."""
+    digest and run; its `t` stays (its scores' stamp), and it wins, journalled after the old."""
     merged = winners.select([name for name in MERGE if name != "run"])
     for k, start in enumerate(range(0, len(shown), staging.size)):
         batch = merged.take(pa.array(shown[start : start + staging.size]))

@@ -1,22 +1,7 @@
-"""Committing a batch of repacked rows: their new outputs take their names, their new records are
-journalled, and only then are their old copies removed, so a kill at any moment leaves every id
-in the out dir once, in its old layout or its new, after the next run.
-
-A batch's new outputs (one archive shard, or a file per row) are first written whole under
-fixed temp names (layout.repack_temp), fsynced, and no longer removed by an immediate exit. Then its
-intent (OUT/.qtts/repack[-shard-I-of-N].{k:06d}.parquet, one per batch: each row's new record,
-and `old_file`, where its audio was) is written atomically: the commit point. `commit` carries
-out its first half: each temp still there takes its name (Layout.name_temps: an output already
-named was renamed before), and the rows whose outputs are named are journalled (a record never
-points at an output that has no name). Their old copies go later, by `take_out` (retract.py: a
-file unlinked, a shard rewritten without them or removed), once the source shard they sit in
-has been read through (stores/repack.py), so a shard is rewritten once, not once per batch that
-took rows from it; then each intent whose rows are all out goes. After a kill the shard's next
-run carries out every intent left (`finish`): each named and journalled, oldest first, then
-their old copies taken out at once (a shard rewritten once again), then the intents removed.
-Every step is idempotent; a row whose new output is nowhere (only a hand could do that) keeps
-its old copy and record. Until its old copy goes, the records already name the new
-one, and readers go by the records.
+"""Committing a batch of repacked rows (docs/job-state.md, "Layout and format switches"): its intent
+written (the commit point), its new outputs named and its rows journalled; their old copies go
+later (`take_out`), once their source shard is read through. After a kill, `finish` carries out
+every intent left, oldest first. Every step is idempotent.
 Knows locations, temp names and records; no audio.
 """
 
@@ -81,10 +66,8 @@ def retire(intents: list[Path]) -> None:
 
 def finish(out_dir: Path, suffix: str, journal: Journal) -> int:
     """Carry out every repack intent a killed run left, oldest first; the rows moved (0: none).
-    Every intent is named and journalled before any old copy goes, and the old copies go at
-    once: a source shard that fed many batches is rewritten once, not once per intent (a
-    killed run holds back a shard's rows until it is read through: a shard of 1,000 rows into
-    batches of 100 leaves ten intents)."""
+    Every intent is named and journalled before the old copies go, at once: a source shard that
+    fed many batches is rewritten once."""
     intents = StatePaths(out_dir).repack_intents(suffix)
     if not intents:
         return 0

@@ -1,20 +1,7 @@
-"""Taking rows back out of the outputs before they are redone, so every id is in the out dir
-exactly once.
-
-A layout that replaces a redone row's output by name (files: Layout.replaces_by_name) needs this
-only when a run switches away from it. An archive member is never replaced by name (a redone row
-lands in a new shard), so before a run redoes rows that sit in sealed shards (a changed
-fingerprint, --overwrite, another layout), each layout takes them out of its containers
-(Layout.take_out: a shard copied less those rows into a temp file, fsynced, and renamed over the
-old one, or deleted when nothing is left; a file unlinked). Readers see the old shard or the new
-one, never a row twice.
-
-The steps are kept by an intent file (OUT/.qtts/retract[-shard-I-of-N].parquet: id, location),
-written atomically first: then the rows' records go pending, then the shards are rewritten, then
-the intent goes. A kill anywhere leaves the intent, and the next run of the shard finishes it
-before it reads its records, so no row is ever recorded done while its member is gone, and no
-old member survives its row's new version.
-Knows locations and intents; the containers are the layouts'; no rows beyond their ids.
+"""Taking rows back out of the outputs before they are redone, so every id is in the out dir once
+(docs/job-state.md, "Archive shards"): an intent file first, then the rows' records pending, then
+each layout's containers rewritten, then the intent removed; a kill anywhere leaves the intent
+for the shard's next run to finish. Knows locations and intents; the containers are the layouts'.
 """
 
 from __future__ import annotations
@@ -103,9 +90,7 @@ def take_out_rows(
 ) -> tuple[int, int]:
     """Remove the rows `ids` from their outputs at `locations`, each layout's from its own
     containers (Layout.take_out; keep_codes: codes kept by name stay) once what lists them is
-    gone (Layout.unlist: metadata.jsonl, or an AudioFolder loader would fail on a file gone until
-    the run's end rebuilds it), a container's rows at a time (sorted by container), never a
-    Python object per row at once; then the folders are fsynced. (rows, output files touched)."""
+    gone (Layout.unlist), a container at a time; then the folders are fsynced. (rows, files)."""
     table = pa.table({"id": ids, "container": containers(locations), "layout": layouts(locations)})
     table = table.take(pc.sort_indices(table["container"]))
     if table.num_rows == 0:

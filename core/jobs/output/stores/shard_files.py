@@ -1,20 +1,7 @@
-"""A shard's files on disk, whatever its format: the files a shard is made of (Part), one shard's
-files in a folder (ArchiveShard), and its parts written under temp names (ShardFiles), made
-durable, then named, the key part last; a batch's parts named again after a kill (name_parts).
-
-A shard is one or more part files in OUT/data/, each named `{head}{shard}{tail}` from the
-shard's name (`{job shard}{run tag}-{k:06d}`: never a `.` or a `#` in it, so a file name is a
-part of one shard at most, of one format). The last part is the key part: a row's location
-names it (`data/{key part}#{member}`), resume and the views count a shard present when it is
-listed, and it takes its name last when a shard is sealed or repacked, so it is there only once
-every other part is. A part left without its key (a kill between two renames) holds rows whose
-records name the missing key: they are redone, and taking them out removes that part.
-
-A live writer's temps are `.{part}.qtts-tmp-{pid}-{n}`, removed by an immediate exit and by the
-writer's job shard's next run; a repack's are its fixed `.{part}.qtts-tmp-repack`, left for its
-intent once durable (repack_commit.py). Either way the temps of one shard are named from its
-parts' names, so the run that owns a shard (Layout.owns_temp) finds them all.
-Standard library only (the formats import it while `qtts --help` draws).
+"""A shard's files on disk, whatever its format: its parts (`{head}{shard}{tail}`, the last the key
+part), one shard's files in a folder (ArchiveShard), and its parts written under temp names, made
+durable, then named, the key last (ShardFiles; docs/job-state.md, "Archive shards"). A shard name
+never holds `.` or `#`, so a file is a part of one shard at most. Standard library only.
 Knows part files, temp names, fsyncs and renames; nothing inside the files.
 """
 
@@ -62,7 +49,7 @@ class ShardWriter(Protocol):
         self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict
     ) -> None:
         """Append one sample: its encoded audio, its .npy codes (None: not kept) and its ok
-        record (the sample's fields come from it: sample_fields.py)."""
+        record (the sample's fields come from it: recorder.SAMPLE_FIELDS)."""
 
     def close(self) -> None:
         """End every part's data (the seam then flushes, fsyncs and names the files)."""

@@ -1,10 +1,6 @@
-"""Tar files as the tar-based formats use them (WebDataset's shards, a Shar shard's tars): members
-added with no wall clock (the same rows make the same bytes), a copy less some samples, the
-samples a tar holds, and reading one member back by its byte range for `qtts score`.
-
-A member belongs to a sample by its key, which the format derives from the member's name
-(`key_of`), and a sample's members sit together. Standard library only.
-Knows tar members; no format's names, no records.
+"""Tar files as the tar-based formats use them: members with no wall clock (the same rows make the
+same bytes), a copy less some samples, the samples a tar holds (a member's key from its name:
+`key_of`), a member read back by its byte range. Standard library only; no format's names.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def test_a_killed_driver_takes_its_ray_helpers_with_it(tmp_path):
                 break
             time.sleep(0.2)
         assert {"ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= titles, procs
-        watchdogs = [p for p, (_, line) in procs.items() if "ray_reaper.py" in line]
+        watchdogs = [p for p, (_, line) in procs.items() if "ray_local.py" in line]
         assert len(watchdogs) == 1, procs
         time.sleep(3)  # the watchdog notes the helpers every half second (a busy box: slower)
         driver.send_signal(signal.SIGKILL)

@@ -1,16 +1,7 @@
-"""--output files: one `{id}.wav|flac` per row at the top of the out dir (and `{id}.codes.npy` with
---save-codes), each written atomically (core/jobs/state/atomic_files.py) on a small thread pool,
-listed for loaders by metadata.jsonl (an AudioFolder: core/jobs/output/results.py writes it).
-
-The row's record is journalled once its audio is durable in the temp file, just before the
-rename, so a published file always has its record. A redone row's file is replaced by name: its
-old audio, and what this run does not make (another format's audio, codes without
---save-codes), go just before its new record; all of them when the row fails now. A kill between
-the record and the rename leaves no file, never an old one passing for the new, and a kill after
-it never leaves two copies of one row. metadata.jsonl goes before the first redone row replaces
-its file or a row's file is taken out (unlist). Each part of a row's writing is timed on
-its clock (core/jobs/output/writer.py).
-Standard library only at import; numpy, pyarrow and soundfile inside the functions.
+"""--output files: one `{id}.wav|flac` per row at the top of the out dir (`{id}.codes.npy` with
+--save-codes), each written atomically on a small thread pool, listed by metadata.jsonl (an
+AudioFolder). A row's record is journalled once its audio is durable in its temp file, just
+before the rename; a redone row's file is replaced by name. Standard library only at import.
 Knows file names; no records beyond building them.
 """
 
@@ -43,13 +34,6 @@ FILES_BATCH = 1000  # repacked files committed at once
 SLICE = 1 << 20  # rows whose expected names are built at once
 
 
-def drop_audiofolder_view(out_dir: Path) -> None:
-    """metadata.jsonl out, durably, before any plain file it lists goes: the run's end (or, after
-    a kill, the next run's) rebuilds it, and an AudioFolder loader fails on a file gone."""
-    unlink_quietly(out_dir / METADATA_NAME)
-    fsync_dir(out_dir)
-
-
 def codes_name(row_id: str) -> str:
     return f"{row_id}{CODES_SUFFIX}"
 
@@ -79,7 +63,9 @@ class FilesLayout(Layout):
         return FilesTarget(out_dir, spec)
 
     def unlist(self, out_dir: Path) -> None:
-        drop_audiofolder_view(out_dir)
+        """An AudioFolder loader fails on a file gone that metadata.jsonl lists."""
+        unlink_quietly(out_dir / METADATA_NAME)
+        fsync_dir(out_dir)
 
     def remove_row(self, out_dir: Path, row_id: str) -> None:
         """A redone row that fails is replaced by nothing: its old audio (any format) and codes go
@@ -157,8 +143,6 @@ FORMAT = FilesLayout()
 class FilesStore:
     def __init__(self, out_dir: Path, journal, audio_format: str, save_codes: bool,
                  workers: int = 2, *, clock: WriterClock | None = None) -> None:  # fmt: skip
-        if f".{audio_format}" not in AUDIO_SUFFIXES:
-            raise ValueError(f"unknown audio format {audio_format!r}; choose wav or flac")
         self.out_dir, self.journal = out_dir, journal
         self.audio_format, self.save_codes = audio_format, save_codes
         self.clock = clock or WriterClock()

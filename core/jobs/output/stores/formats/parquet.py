@@ -1,12 +1,7 @@
-"""--output parquet: Parquet shards `{shard}.parquet` in Hugging Face's audio layout: an `audio`
-column of struct<bytes, path> (the encoded WAV/FLAC and its member name), typed as the `Audio`
-feature in the schema's `huggingface` metadata so `datasets.load_dataset("parquet", ...)` decodes
-it to arrays, beside the sample's fields (sample_fields) and, with --save-codes, `codes` (the
-.npy bytes of the int64 [frames, 16] codec codes). Rows go out in small row groups, so a shard
-never sits whole in memory and a reader can take a few rows without the rest; `qtts score` reads
-a row group's audio once for all its rows (kept among the reader's shared blocks).
-pyarrow is imported inside the functions: the registry reads FORMAT while `qtts --help` draws.
-Knows Arrow; no rows beyond their fields.
+"""--output parquet: Parquet shards `{shard}.parquet` in Hugging Face's audio layout (an `audio`
+struct<bytes, path> typed as the `Audio` feature in the schema's `huggingface` metadata) beside the
+sample fields and, with --save-codes, `codes` (.npy bytes), in row groups of ROW_GROUP_ROWS.
+pyarrow is imported inside the functions (`qtts --help` reads FORMAT). Knows Arrow; no rows.
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ ROW_GROUP_ROWS = 64  # about 30 MB of 10 s WAV clips per group
 def shard_schema(sample_rate: int):
     import pyarrow as pa
 
-    from qtts.core.jobs.output.stores.sample_fields import SAMPLE_SCHEMA
+    from qtts.core.jobs.output.recorder import SAMPLE_SCHEMA
 
     dtypes = {pa.string(): "string", pa.large_string(): "large_string", pa.int64(): "int64",
               pa.float64(): "float64", pa.bool_(): "bool"}  # fmt: skip
@@ -59,7 +54,7 @@ class ParquetShardWriter:
         self._rows: list[dict] = []
 
     def add(self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict):
-        from qtts.core.jobs.output.stores.sample_fields import sample_meta
+        from qtts.core.jobs.output.recorder import sample_meta
 
         self._rows.append(
             {

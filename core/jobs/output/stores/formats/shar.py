@@ -1,24 +1,10 @@
-"""--output shar: lhotse's Shar format, which lhotse and NeMo training pipelines read
-(`lhotse.CutSet.from_shar(in_dir=OUT/data)`). A shard is three files side by side in OUT/data/:
-
-- `cuts.{shard}.jsonl.gz`: one lhotse MonoCut per row (id, duration, a supervision with the
-  text, speaker and language, the recording's manifest with a Shar placeholder source, and the
-  row's other sample fields in `custom`);
-- `codes.{shard}.tar`: with --save-codes the row's int64 [frames, 16] codes (`{id}.npy` and its
-  Array manifest `{id}.json`), else lhotse's empty placeholder pair (`{id}.nodata`,
-  `{id}.nometa`): every shard has the same fields, as lhotse requires of a directory, so
-  rows made with and without codes can share one;
-- `recording.{shard}.tar`: the row's WAV/FLAC (`{id}.wav`) and its Recording manifest
-  (`{id}.json`); the key part, named last when the shard is sealed.
-
-lhotse pairs the three by position and checks each member's name against its cut's id, so a
-member is named by the id itself (ids hold no `/`). Written here directly, not through lhotse's
-own writers: those name, shard and open their files themselves, where qtts writes a shard
-under temp names, fsyncs it and names it only once its rows are journalled (and repacks,
-retracts and reads it back alike); lhotse also needs torch and is no dependency of qtts
-(the tests read the shards back with it). The JSON is lhotse's own `to_dict` form.
-Standard library only at import; numpy and the sample fields inside the functions.
-Knows lhotse's manifests and the three parts; no rows beyond their fields.
+"""--output shar: lhotse's Shar format (`lhotse.CutSet.from_shar`; NeMo reads it through lhotse). A
+shard is `cuts.{shard}.jsonl.gz` (a MonoCut per row, the other sample fields in `custom`),
+`codes.{shard}.tar` (the codes, or lhotse's empty placeholder pair) and `recording.{shard}.tar`
+(the audio and its Recording: the key part). Written here, not by lhotse's writers, which name and
+open their files themselves (and need torch): a shard is written under temp names and named once
+its rows are journalled. The JSON is lhotse's own `to_dict` form.
+Standard library only at import. Knows lhotse's manifests; no rows beyond their fields.
 """
 
 from __future__ import annotations
@@ -61,7 +47,9 @@ def _gzip(file: BinaryIO) -> gzip.GzipFile:
 def manifests(row_id: str, audio: bytes, codes: bytes | None, record: dict):
     """(cut, recording, codes array or None): the row's lhotse manifests as `to_dict` writes
     them, their data left to the tars (a Shar placeholder)."""
-    from qtts.core.jobs.output.stores.sample_fields import sample_meta
+    import numpy as np
+
+    from qtts.core.jobs.output.recorder import sample_meta
 
     rate = int(record["sample_rate"])
     samples = record.get("num_samples") or _num_samples(audio)
@@ -78,7 +66,7 @@ def manifests(row_id: str, audio: bytes, codes: bytes | None, record: dict):
     array = None
     if codes is not None:
         array = {"storage_type": "shar", "storage_path": "", "storage_key": "",
-                 "shape": _npy_shape(codes)}  # fmt: skip
+                 "shape": list(np.load(io.BytesIO(codes)).shape)}  # fmt: skip
         custom["codes"] = array
     cut = {"id": row_id, "start": 0, "duration": duration, "channel": 0,
            "supervisions": [supervision], "recording": recording, "custom": custom,
@@ -90,16 +78,6 @@ def _num_samples(audio: bytes) -> int:
     import soundfile as sf
 
     return sf.info(io.BytesIO(audio)).frames
-
-
-def _npy_shape(data: bytes) -> list[int]:
-    import numpy as np
-
-    f = io.BytesIO(data)
-    fmt = np.lib.format
-    major, _ = fmt.read_magic(f)
-    shape, _, _ = (fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0)(f)
-    return list(shape)
 
 
 class SharShardWriter:
@@ -176,13 +154,8 @@ def _codes(path: Path, wanted: Collection[str]) -> Iterator[tuple[str, bytes | N
 
 
 def durations(shard: ArchiveShard) -> dict[str, float]:
-    out = {}
-    with gzip.open(shard.path(CUTS), "rb") as f:
-        for line in f:
-            if line.strip():
-                cut = json.loads(line)
-                out[cut["id"]] = float(cut["duration"])
-    return out
+    lines = _cut_lines(shard.path(CUTS))
+    return {row_id: float(json.loads(line)["duration"]) for row_id, line in lines}
 
 
 FORMAT = ArchiveFormat(

@@ -1,11 +1,6 @@
-"""--output webdataset: plain tar shards `{shard}.tar` whose members are `{key}.wav|flac`,
-`{key}.json` and, with --save-codes, `{key}.codes.npy`, all of one sample together.
-
-WebDataset takes a member's key as its name up to the first dot, so an id with a dot in it
-(`book1.ch2`) would come back as key `book1` with extension `ch2.wav`. The key is therefore the
-id with `%` written `%25` and `.` written `%2E` (percent-encoding of those two characters only):
-reversible (id_of_key), and the same as the id for every id without either. The `.json` member
-holds the true id. Knows tar members; no records beyond their fields, no rows.
+"""--output webdataset: tar shards `{shard}.tar` of `{key}.wav|flac`, `{key}.json` and, with
+--save-codes, `{key}.codes.npy`: the key is the id with `%` and `.` percent-encoded (WebDataset cuts
+a name at its first dot), the `.json` holds the true id. Knows tar members; no rows.
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ class TarShardWriter:
         self._tar = tar_members.open_writer(file)
 
     def add(self, row_id: str, audio: bytes, audio_format: str, codes: bytes | None, record: dict):
-        from qtts.core.jobs.output.stores.sample_fields import sample_meta
+        from qtts.core.jobs.output.recorder import sample_meta
 
         key = key_of_id(row_id)
         meta = json.dumps(sample_meta(record), ensure_ascii=False).encode()

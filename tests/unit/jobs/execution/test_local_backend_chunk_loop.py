@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from qtts.core.jobs.execution import chunk_loop
-from qtts.core.jobs.execution.chunk_loop import run_chunk
+from qtts.core.jobs.execution import local_backend
+from qtts.core.jobs.execution.local_backend import run_chunk
 from qtts.core.jobs.output.recorder import Outcome
 from qtts.core.synthesis.requests import RowFailure
 
@@ -37,7 +37,7 @@ def _stream(monkeypatch, ids: list[str]) -> dict:
         finally:
             state["closed"] = True
 
-    monkeypatch.setattr(chunk_loop, "synthesize_chunk", synthesize_chunk)
+    monkeypatch.setattr(local_backend, "synthesize_chunk", synthesize_chunk)
     return state
 
 
