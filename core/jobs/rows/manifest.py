@@ -124,14 +124,6 @@ def read_manifest(
     return _with_schema(pa.table(out))
 
 
-def read_parquet_manifest(
-    path: str, columns: tuple[str, ...] | None = None, *, text_if_null_id: bool = False
-) -> pa.Table:
-    """read_manifest under its old name and arguments (`columns`: the fields to read), for
-    callers not yet moved to it."""
-    return read_manifest(path, fields=columns, text_if_null_id=text_if_null_id)
-
-
 def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Field `name`'s column as ROW_SCHEMA has it (named: how errors name the column)."""
     t = column.type
