@@ -16,6 +16,7 @@ Knows lock names; nothing of rows or models.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 from pathlib import Path
 
@@ -104,11 +105,6 @@ def _pid_from_proc_locks(path: Path) -> int | None:
     return None
 
 
-try:
-    import fcntl
-except ImportError:  # no flock (Windows): filelock's own probe, on the existing file only
-    fcntl = None  # type: ignore[assignment]
-
 _BUSY = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 
 
@@ -117,8 +113,6 @@ def lock_is_held(path: Path) -> bool:
     when it cannot tell (an unreadable file, no flock on this file system): the run will say."""
     if not path.exists():
         return False
-    if fcntl is None:
-        return _held_by_filelock(path)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -130,18 +124,6 @@ def lock_is_held(path: Path) -> bool:
         return e.errno in _BUSY
     finally:
         os.close(fd)  # drops the shared lock, if taken
-    return False
-
-
-def _held_by_filelock(path: Path) -> bool:
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(path), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
     return False
 
 
