@@ -36,6 +36,17 @@ if TYPE_CHECKING:
     from qtts.core.synthesis.requests import Placement
 
 
+def _check(ok: bool, flag: str, bounds: str, got: object) -> None:
+    """Unless ok, a UsageError naming the option, what it must be and the value given."""
+    if not ok:
+        raise UsageError(f"{flag} must be {bounds}, got {got}")
+
+
+def _positive(flag: str, value: int | None) -> None:
+    """A count option: not given (None), or at least 1."""
+    _check(value is None or value >= 1, flag, ">= 1", value)
+
+
 class JobKind(Choice):
     synth = "synth"  # text lines
     batch = "batch"  # a manifest: Parquet (a file or parts), JSON Lines, CSV/TSV
@@ -105,13 +116,11 @@ class ModelOptions:
     max_new_tokens: int | None = None  # None: from the text's length and the checkpoint
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        device_ok = re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None
+        _check(device_ok, "--device", "auto, cpu, cuda or cuda:N", repr(self.device))
         object.__setattr__(self, "dtype", Dtype.parse(self.dtype, "--dtype"))
-        if self.batch_size is not None and self.batch_size < 1:
-            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        _positive("--batch-size", self.batch_size)
+        _positive("--max-new-tokens", self.max_new_tokens)
 
     @property
     def placement(self) -> Placement:
@@ -215,8 +224,7 @@ class OutputOptions:
             object.__setattr__(self, "audio_format", fmt)
         if self.layout is not None:  # a Choice prints as it is typed
             object.__setattr__(self, "layout", str(self.layout))
-        if self.shard_rows < 1:
-            raise UsageError(f"--shard-rows must be >= 1, got {self.shard_rows}")
+        _positive("--shard-rows", self.shard_rows)
 
 
 # A segment of 50 text tokens takes about 200 frames (16 s) at the typical 4 frames per token
@@ -238,13 +246,11 @@ class SplitOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Split.parse(self.mode, "--split"))
-        if self.max_segment_tokens is not None and self.max_segment_tokens < 1:
-            raise UsageError(f"--max-segment-tokens must be >= 1, got {self.max_segment_tokens}")
-        if not 0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S:
-            raise UsageError(
-                f"--segment-pause must be in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds, "
-                f"got {self.pause_s:g}"
-            )
+        _positive("--max-segment-tokens", self.max_segment_tokens)
+        pause = f"in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds"
+        _check(
+            0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S, "--segment-pause", pause, f"{self.pause_s:g}"
+        )
 
     @property
     def enabled(self) -> bool:
@@ -313,30 +319,19 @@ class FinishOptions:
     trim_pad_s: float = DEFAULT_TRIM_PAD_S
 
     def __post_init__(self) -> None:
-        rate = self.sample_rate
-        if rate is not None and not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
-            raise UsageError(
-                f"--sample-rate must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz, got {rate}"
-            )
-        lufs = self.loudness_lufs
-        if lufs is not None and not MIN_LOUDNESS_LUFS < lufs <= MAX_LOUDNESS_LUFS:
-            raise UsageError(
-                f"--loudness must be in ({MIN_LOUDNESS_LUFS:g}, {MAX_LOUDNESS_LUFS:g}] LUFS, "
-                f"got {lufs:g}"
-            )
-        if not MIN_PEAK_DB <= self.peak_db <= 0:
-            raise UsageError(
-                f"--peak-db must be in [{MIN_PEAK_DB:g}, 0] dBFS, got {self.peak_db:g}"
-            )
-        if not MIN_TRIM_THRESHOLD_DB <= self.trim_threshold_db < 0:
-            raise UsageError(
-                f"--trim-threshold must be in [{MIN_TRIM_THRESHOLD_DB:g}, 0) dB, "
-                f"got {self.trim_threshold_db:g}"
-            )
-        if not 0 <= self.trim_pad_s <= MAX_TRIM_PAD_S:
-            raise UsageError(
-                f"--trim-pad must be in [0, {MAX_TRIM_PAD_S:g}] seconds, got {self.trim_pad_s:g}"
-            )
+        rate, lufs = self.sample_rate, self.loudness_lufs
+        rate_ok = rate is None or MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE
+        _check(rate_ok, "--sample-rate", f"in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz", rate)
+        lufs_ok = lufs is None or MIN_LOUDNESS_LUFS < lufs <= MAX_LOUDNESS_LUFS
+        lufs_range = f"in ({MIN_LOUDNESS_LUFS:g}, {MAX_LOUDNESS_LUFS:g}] LUFS"
+        _check(lufs_ok, "--loudness", lufs_range, lufs if lufs is None else f"{lufs:g}")
+        peak, threshold, pad = self.peak_db, self.trim_threshold_db, self.trim_pad_s
+        _check(MIN_PEAK_DB <= peak <= 0, "--peak-db", f"in [{MIN_PEAK_DB:g}, 0] dBFS", f"{peak:g}")
+        threshold_ok = MIN_TRIM_THRESHOLD_DB <= threshold < 0
+        threshold_range = f"in [{MIN_TRIM_THRESHOLD_DB:g}, 0) dB"
+        _check(threshold_ok, "--trim-threshold", threshold_range, f"{threshold:g}")
+        pad_range = f"in [0, {MAX_TRIM_PAD_S:g}] seconds"
+        _check(0 <= pad <= MAX_TRIM_PAD_S, "--trim-pad", pad_range, f"{pad:g}")
 
     @property
     def acts(self) -> bool:
@@ -393,12 +388,10 @@ class FailurePolicy:
     max_attempts: int | None = None  # tries under retry; None: DEFAULT_MAX_ATTEMPTS
 
     def __post_init__(self) -> None:
-        if self.max_failures is not None and self.max_failures < 1:
-            raise UsageError(f"--max-failures must be >= 1, got {self.max_failures}")
+        _positive("--max-failures", self.max_failures)
         if self.on_budget is not None:
             object.__setattr__(self, "on_budget", OnBudget.parse(self.on_budget, "--on-budget"))
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise UsageError(f"--max-attempts must be >= 1, got {self.max_attempts}")
+        _positive("--max-attempts", self.max_attempts)
 
     def resolved(self, default: OnBudget) -> FailurePolicy:
         """This policy with --on-budget set: unset, it is retry with --max-attempts, else
@@ -435,12 +428,10 @@ class RayOptions:
     timeout: float = 30.0  # seconds to reach the cluster before giving up
 
     def __post_init__(self) -> None:
-        if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be >= 1, got {self.workers}")
-        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
-            raise UsageError(f"--gpus-per-worker must be >= 0, got {self.gpus_per_worker}")
-        if self.timeout <= 0:
-            raise UsageError(f"--ray-timeout must be > 0 seconds, got {self.timeout}")
+        gpus = self.gpus_per_worker
+        _positive("--workers", self.workers)
+        _check(gpus is None or gpus >= 0, "--gpus-per-worker", ">= 0", gpus)
+        _check(self.timeout > 0, "--ray-timeout", "> 0 seconds", self.timeout)
 
 
 @dataclass(frozen=True)
