@@ -13,6 +13,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.state.records import combined
+
 PART = 1 << 20  # values hashed at once
 
 
@@ -21,17 +23,12 @@ def index_in(
 ) -> pa.Array:
     """Per key, the index of its first equal in `values`, or null (pc.index_in's answer, as
     int64)."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
+    keys = combined(keys)
     if len(values) <= part:
-        return pc.index_in(keys, value_set=_array(values)).cast(pa.int64())
+        return pc.index_in(keys, value_set=combined(values)).cast(pa.int64())
     found = pa.nulls(len(keys), pa.int64())
     for start in range(0, len(values), part):
-        at = pc.index_in(keys, value_set=_array(values.slice(start, part)))
+        at = pc.index_in(keys, value_set=combined(values.slice(start, part)))
         # an earlier part's answer stands: index_in gives the first equal value
         found = pc.coalesce(found, pc.add(at.cast(pa.int64()), start))
     return found
-
-
-def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

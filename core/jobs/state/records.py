@@ -144,43 +144,23 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
 
 # What deciding the work reads of each record (the resume scan, the summary): a run that has
 # nothing to do never holds the rest in memory.
-SCAN_COLUMNS = (
-    "id",
-    "status",
-    "error",
-    "file",
-    "bytes",
-    "codes_saved",
-    "hit_frame_budget",
-    *INPUT_FIELDS,
-    "settings",
-    "segments",
-    "split",
-    "text_tokens",
-    "attempts",
-    "on_budget",
-    "t",
-)
+_OUTCOME = ("id", "status", "error", "file", "bytes", "codes_saved", "hit_frame_budget")
+_RUN = ("settings", "segments", "split", "text_tokens", "attempts", "on_budget", "t")
+SCAN_COLUMNS = (*_OUTCOME, *INPUT_FIELDS, *_RUN)
 
 
 def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:
     """A 64-bit digest (blake2b) of each text, null for null: what resume compares."""
-    out = []
+    out = [pa.array([], pa.int64())]
     for start in range(0, len(texts), chunk):
-        out.append(
-            pa.array(
-                [
-                    None
-                    if t is None
-                    else int.from_bytes(
-                        hashlib.blake2b(t.encode(), digest_size=8).digest(), "big", signed=True
-                    )
-                    for t in texts.slice(start, chunk).to_pylist()
-                ],
-                pa.int64(),
-            )
-        )
-    return pa.concat_arrays(out) if out else pa.array([], pa.int64())
+        values = texts.slice(start, chunk).to_pylist()
+        out.append(pa.array([None if t is None else _digest(t) for t in values], pa.int64()))
+    return pa.concat_arrays(out)
+
+
+def _digest(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table:
@@ -189,12 +169,8 @@ def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table
     schema = (
         RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
     )
-    arrays = []
-    for f in schema:
-        if f.name in table.column_names:
-            arrays.append(table[f.name].cast(f.type))
-        else:
-            arrays.append(pa.nulls(table.num_rows, f.type))
+    has, n = table.column_names, table.num_rows
+    arrays = [table[f.name].cast(f.type) if f.name in has else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -272,10 +248,10 @@ def settled(table: pa.Table) -> pa.Table:
         return table
     key = pc.binary_join_element_wise(table["id"], pc.fill_null(table["run"], ""), "\x00")
     done = pc.filter(key, pc.invert(pending))
-    outcome_later = pc.and_(
-        pending,
-        pc.is_in(
-            key, value_set=done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
-        ),
-    )
+    outcome_later = pc.and_(pending, pc.is_in(key, value_set=combined(done)))
     return table.filter(pc.invert(outcome_later))
+
+
+def combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """column as one Array (a ChunkedArray's chunks combined)."""
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.state.records import combined
 from qtts.core.jobs.work.resume import ResumeScan
 
 FRAME_S = 0.08  # audio per frame: the 12 Hz codec runs at 12.5 frames per second
@@ -57,10 +58,7 @@ class FrameBudget:
 
     def max_new_tokens(self, text_tokens: int) -> int:
         """The talker step budget for a text of `text_tokens` tokens."""
-        if self.explicit is not None:
-            return self.explicit
-        guard = GUARD_BASE_FRAMES + GUARD_FRAMES_PER_TOKEN * text_tokens
-        return min(self.cap, guard)
+        return int(self.max_new_tokens_of(np.array([text_tokens]))[0])
 
     def too_long(self, text_tokens: int) -> str | None:
         """Reason the text cannot be spoken within the checkpoint's budget, or None.
@@ -127,18 +125,15 @@ def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: 
     same = pc.equal(records["on_budget"], key)
     if pc.all(pc.fill_null(same, LEGACY_KEY == key).take(index)).as_py():
         return resume
-    keys = _one(pc.fill_null(records["on_budget"].take(index), LEGACY_KEY))
+    keys = combined(pc.fill_null(records["on_budget"].take(index), LEGACY_KEY))
     attempts = _numpy(pc.fill_null(records["attempts"].take(index), 1))
     hit = _numpy(pc.fill_null(records["hit_frame_budget"].take(index), False))
     changed = _numpy(pc.not_equal(keys, key)) & ~kept_by(key, attempts, hit)
     if not changed.any():
         return resume
-    reasons = pc.value_counts(pc.filter(keys, pa.array(changed))).to_pylist()
-    resume.done[at[changed]] = False
-    more = valid["id"].take(pa.array(at[changed]))
-    resume.stale = pa.concat_arrays([_one(resume.stale), _one(more)])
-    resume.reasons.update({f"on-budget {r['values']} -> {key}": r["counts"] for r in reasons})
-    return resume
+    counts = pc.value_counts(pc.filter(keys, pa.array(changed))).to_pylist()
+    reasons = {f"on-budget {r['values']} -> {key}": r["counts"] for r in counts}
+    return resume.redo(at[changed], valid["id"], reasons)
 
 
 def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
@@ -153,8 +148,4 @@ def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
 
 
 def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return _one(column).to_numpy(zero_copy_only=False)
-
-
-def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return combined(column).to_numpy(zero_copy_only=False)

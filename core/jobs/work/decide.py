@@ -16,6 +16,7 @@ from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.rows.validation import Prepared
+from qtts.core.jobs.state.records import combined
 from qtts.core.jobs.work.budget import FrameBudget, recheck_budget
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.fingerprint import JobFingerprint
@@ -36,8 +37,7 @@ class Work:
         """The ids of the rows to repack."""
         if self.ids is None or not self.resume.moved.any():
             return pa.array([], pa.string())
-        ids = self.ids.filter(pa.array(self.resume.moved))
-        return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        return combined(self.ids.filter(pa.array(self.resume.moved)))
 
     @property
     def skipped(self) -> int:

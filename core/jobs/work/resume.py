@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from qtts.core.jobs.output.stores.presence import Held, Listing, held
 from qtts.core.jobs.output.stores.registry import find
 from qtts.core.jobs.state.lookup import PART, index_in
-from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
+from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools, combined
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
@@ -46,6 +46,13 @@ class ResumeScan:
 
     def describe(self) -> str:
         return ", ".join(f"{why} ({n:,})" for why, n in self.reasons.items())
+
+    def redo(self, at: np.ndarray, ids: pa.Array | pa.ChunkedArray, reasons: dict) -> ResumeScan:
+        """This scan with the done rows `at` (places among `ids`, the valid rows') made stale."""
+        self.done[at] = False
+        self.stale = pa.concat_arrays([combined(self.stale), combined(ids.take(pa.array(at)))])
+        self.reasons.update(reasons)
+        return self
 
 
 def aligned(rows: pa.Table, records: pa.Table) -> pa.Table:

@@ -29,7 +29,7 @@ from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import cut_rows
-from qtts.core.jobs.state.records import as_bools
+from qtts.core.jobs.state.records import as_bools, combined
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
@@ -97,7 +97,7 @@ def recheck_split(
     # The usual rerun, decided on booleans: no copy of ten million keys. No key: kept as made.
     if pc.all(pc.fill_null(pc.equal(records["split"], split.key), True).take(index)).as_py():
         return resume
-    keys = _one(pc.fill_null(records["split"].take(index), split.key))
+    keys = combined(pc.fill_null(records["split"].take(index), split.key))
     whole = as_bools(pc.less_equal(records["segments"].take(index), 1))
     tokens = records["text_tokens"].take(index)
     encoded = pc.dictionary_encode(keys)
@@ -118,12 +118,7 @@ def recheck_split(
             reasons[f"split {key} -> {split.key}"] = n
     if alike.all():
         return resume
-    stale_at = at[~alike]
-    resume.done[stale_at] = False
-    more = valid["id"].take(pa.array(stale_at))
-    resume.stale = pa.concat_arrays([_one(resume.stale), _one(more)])
-    resume.reasons.update(reasons)
-    return resume
+    return resume.redo(at[~alike], valid["id"], reasons)
 
 
 def _whole_by_settings(old: SplitOptions, new: SplitOptions) -> bool:
@@ -156,7 +151,3 @@ def _stays_whole(
         )
         whole[part] = [len(c) == 1 for c in cuts]
     return whole
-
-
-def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
