@@ -85,17 +85,12 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     known.setdefault("format", 1)
     known.setdefault("cpu_auto_dtype", UNPINNED_CPU_AUTO)
     known.setdefault("default_seed", UNPINNED_SEED_RULE)
-    if known["default_seed"] not in (None, *SEED_RULES):
-        raise UsageError(
-            f"{path}: default_seed must be {' or '.join(SEED_RULES)} (or null), got "
-            f"{known['default_seed']!r}; fix it or use another --out-dir"
-        )
-    if known["cpu_auto_dtype"] not in (None, *CPU_AUTO_DTYPES):
-        raise UsageError(
-            f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
-            f"null), got {known['cpu_auto_dtype']!r}; fix it or use another "
-            "--out-dir"
-        )
+    for key, allowed in (("default_seed", SEED_RULES), ("cpu_auto_dtype", CPU_AUTO_DTYPES)):
+        if known[key] not in (None, *allowed):
+            raise UsageError(
+                f"{path}: {key} must be {' or '.join(allowed)} (or null), got {known[key]!r}; "
+                "fix it or use another --out-dir"
+            )
     if known["format"] > FORMAT:
         raise UsageError(
             f"{path} was written by a newer qtts (job format {known['format']}); "

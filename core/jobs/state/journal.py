@@ -54,8 +54,6 @@ class Journal:
     def append_table(self, table: pa.Table) -> None:
         """Many records at once (RECORD_SCHEMA columns), as JSON lines built from columns."""
         if table.num_rows:
-            from qtts.core.jobs.state.journal import table_lines
-
             self.append_bytes(table_lines(table))
 
     def append_bytes(self, parts: Iterable[bytes | memoryview]) -> None:
