@@ -44,7 +44,7 @@ from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.ids import id_errors, patched
 from qtts.core.jobs.rows.manifest import BLANK
-from qtts.core.jobs.rows.voices import resolve_voices
+from qtts.core.jobs.rows.voices import distinct_codes, resolve_voices, under
 from qtts.core.jobs.state.records import text_digests
 from qtts.core.jobs.state.ref_digests import RefDigests
 
@@ -132,12 +132,6 @@ def _with_voices(rows: pa.Table, ref: dict, clone: dict) -> dict[str, pa.Array]:
     return out
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
-    """(index of each value in its distinct values, the distinct values); null is a value."""
-    enc = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
-
-
 def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Array]:
     """model.normalize_row once per distinct (speaker, language, instruct)."""
     columns = [
@@ -145,7 +139,7 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         pc.fill_null(rows["language"], d.language),
         pc.fill_null(rows["instruct"], d.instruct) if d.instruct else rows["instruct"],
     ]
-    codes, values = zip(*(_codes(c) for c in columns), strict=True)
+    codes, values = zip(*(distinct_codes(c) for c in columns), strict=True)
     key = (codes[0] * len(values[1]) + codes[1]) * len(values[2]) + codes[2]
     combos, inverse = np.unique(key, return_inverse=True)
     results = []
@@ -220,7 +214,7 @@ def _seed_error(value: int | float) -> str:
 
 def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[str, pa.Array]:
     """Base models: each distinct ref_audio resolved, checked to exist and digested once."""
-    codes, values = _codes(rows["ref_audio"])
+    codes, values = distinct_codes(rows["ref_audio"])
     resolved = [_resolve_ref(v, ref_dir, refs) for v in values]  # (path, digest, error)
     take = pa.array(codes)
     path, digest, error = (
@@ -233,9 +227,7 @@ def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[
 def _resolve_ref(value: str | None, ref_dir: Path | None, refs: RefDigests):
     if value is None:
         return None, None, BASE_NEEDS_REF
-    path = Path(value).expanduser()
-    if not path.is_absolute() and ref_dir is not None:
-        path = ref_dir / path
+    path = under(value, ref_dir)
     if not path.is_file():
         return None, None, f"ref_audio not found: {path}"
     resolved = str(path.resolve())

@@ -43,9 +43,8 @@ def resolve_voices(
 ) -> dict[str, pa.Array]:
     """Per row: the resolved voice path, its digest, its transcript (the row's ref_text) and the
     reason it fails (null: none, or the row names no voice)."""
-    enc = pc.dictionary_encode(rows["voice"].combine_chunks(), null_encoding="encode")
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    found = [_resolve(v, model, ref_dir, refs) for v in enc.dictionary.to_pylist()]
+    codes, values = distinct_codes(rows["voice"])
+    found = [_resolve(v, model, ref_dir, refs) for v in values]
     take = pa.array(codes)
     path, digest, error = (
         pa.array([f[i] for f in found], pa.string()).take(take) for i in (0, 1, 3)
@@ -61,13 +60,23 @@ def resolve_voices(
     return {"path": path, "digest": digest, "text": text, "error": error}
 
 
+def distinct_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """(index of each value in its distinct values, the distinct values); null is a value."""
+    enc = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def under(value: str, ref_dir: Path | None) -> Path:
+    """A row's reference or voice path: a relative one is under `ref_dir` (the manifest's)."""
+    path = Path(value).expanduser()
+    return ref_dir / path if not path.is_absolute() and ref_dir is not None else path
+
+
 def _resolve(value: str | None, model: TextModel, ref_dir: Path | None, refs: RefDigests):
     """(path, digest, transcript, error) of one distinct voice value."""
     if value is None:
         return None, None, None, None
-    path = Path(value).expanduser()
-    if not path.is_absolute() and ref_dir is not None:
-        path = ref_dir / path
+    path = under(value, ref_dir)
     try:
         head: VoiceHeader = read_header(path)
     except VoiceFileError as e:

@@ -42,6 +42,7 @@ from qtts.core.jobs.long_text.segments import (
 )
 from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import looks_like_manifest
+from qtts.core.jobs.state.records import ROW_FIELDS
 from qtts.core.jobs.work.budget import FrameBudget
 from qtts.core.jobs.work.lengths import check_lengths, count_tokens
 from qtts.core.jobs.work.split_rules import settle_segment_limit
@@ -59,18 +60,8 @@ UNCUT = (
     " (--split cuts at sentence, clause and word boundaries only, and found none short enough "
     "here: a word this long stays whole)"
 )
-REQUEST_FIELDS = (
-    "id",
-    "text",
-    "row",
-    "speaker",
-    "language",
-    "instruct",
-    "seed",
-    "ref_audio",
-    "ref_text",
-    "voice",
-)
+# A row's fields a request takes: its record's inputs but the digests.
+REQUEST_FIELDS = tuple(f for f in ROW_FIELDS if not f.endswith("_digest"))
 
 
 @dataclass
