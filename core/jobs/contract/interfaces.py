@@ -1,10 +1,6 @@
-"""What the job layer needs from a model: a cheap text side and an expensive synthesizer.
-
-The job layer (qtts.core.jobs.execution.run) is written against these Protocols only;
-qtts.core.synthesis.session provides the real implementations and tests provide fakes; the CLI
-provides a ProgressSink.
-Knows no tensors and no files.
-"""
+"""What the job layer needs of a model (a cheap text side, an expensive synthesizer) and of a
+progress sink: qtts.core.synthesis.session implements them, tests fake them, the CLI shows
+progress. Knows no tensors and no files."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""A job's options, as the command line gave them, in the groups a user thinks in: which model
-and engine, which voice, how to sample, where the output goes and what each clip goes through
-before it is written, when failures stop the job, and how the job spreads over shards or a Ray
-cluster. Each group checks its own values on construction, but for --output's name, which the
-output registry knows (the run checks it first of all).
-
-Standard library only at import (with qtts.core.jobs.contract.choices): the CLI builds these while
-drawing `--help`.
-"""
+"""A job's options as the command line gave them, in the groups a user thinks in. Each group
+checks its own values on construction, but for --output's name, which the output registry knows.
+Standard library only at import: the CLI builds these while drawing `--help`."""
 
 from __future__ import annotations
 

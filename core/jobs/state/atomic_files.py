@@ -1,11 +1,7 @@
-"""Writing a file so a reader sees either no file or the whole file: a temp file in the same
-folder, fsync, os.replace. Also the temp files a kill leaves (cleanup_temp_files, by the next
-run) and the ones being written at an immediate exit (remove_live_temps, a second Ctrl-C), and a
-folder's renames made durable (fsync_dir). New files get 0666 & ~umask, like any other program's
-output. Every file qtts writes in an out dir goes through here: the job's state files, the
-stores' audio and shards, results, reports.
-Knows files and folders; no formats, rows or names besides the temp mark.
-"""
+"""A file written into an out dir whole or not at all (a temp file in the same folder, fsync,
+os.replace), and the temp files a kill leaves (removed by the next run) or an immediate exit
+abandons. Every file qtts writes in an out dir goes through here.
+Knows files and folders; no formats, rows or names besides the temp mark."""
 
 from __future__ import annotations
 

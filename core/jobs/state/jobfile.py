@@ -1,19 +1,7 @@
-"""The out dir's job file (OUT/.qtts/job.json): which input the out dir belongs to and how many
-shards it is split into. Every run checks it before creating anything, and records it under a
-short lock, so two runs can never disagree about either.
-
-A different input on an out dir that holds another job is refused (exit 2) unless the run says
-the input moved (--input-moved) or starts afresh (--overwrite). The shard count N is pinned: an
-explicit --num-shards that disagrees is refused; a Slurm array, srun or torchrun environment that
-disagrees (a partly resubmitted array) runs its task as shard `task` of the recorded N when
-that is a valid index. --overwrite may change N only while no other run holds a lock there.
-It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/work/precision.py),
-the seed of rows that give none (`default_seed`: their id's, or 0 in an out dir of a qtts from
-before; seed_rule_for),
-and records the out dir's output (--output and --format as the last run wrote them: a run
-that leaves either flag out writes what the out dir holds, core/jobs/execution/out_dir.py).
-Knows the job file and lock names; no rows, no models.
-"""
+"""The out dir's job file (.qtts/job.json): the input, the shard count and what else the out dir
+pins (its CPU `--dtype auto`, the default seed, its output), checked before anything is created
+and recorded under a short lock (docs/job-state.md, "The input and the shard count are pinned"
+and the sections after it). Knows the job file and lock names; no rows, no models."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
-"""Journals: the append-only record of rows finished since the last compaction (JSON lines).
-
-Each writer has its own journal in the out dir: a run (one per shard when sharded) and, with the
-Ray backend, each actor. A record is appended and fsynced when its row is done: an ok row when
-its audio is durable in a temp file, just before the rename that publishes it, so after any crash
-every published file has its line (a line whose file is missing is simply redone: resume checks
-the file). A line cut short by a kill is cut off by the next writer of that journal; readers
-ignore an unfinished last line. Journals are read in bulk by Arrow's JSON reader, not line by
-line; qtts.core.jobs.state.shard_state folds them into the shard's Parquet state at the end of a
-run.
-
-The lines of many rows at once (rows to redo, rows failing validation; and the lines of
-OUT/metadata.jsonl, output/views.py's) are made from Arrow columns without a Python object per
-row (table_lines): strings are escaped for JSON by column-wide replaces, and the rare value
-holding a control character goes through json.dumps. Tests check every line against json.loads.
-Knows record lines, JSON and files; no models, no tensors.
-"""
+"""Journals: each writer's append-only JSON lines of the rows finished since the last compaction
+(docs/job-state.md, "Records"), read in bulk by Arrow's JSON reader. The lines of many rows at
+once (table_lines; also metadata.jsonl's) are built from Arrow columns, no Python object a row.
+Knows record lines, JSON and files; no models, no tensors."""
 
 from __future__ import annotations
 

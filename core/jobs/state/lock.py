@@ -1,17 +1,7 @@
-"""One run per out dir (per shard of it): an exclusive, non-blocking filelock on OUT/.qtts/run.lock
-(run-shard-I-of-N.lock for shard I of N, so shards share the dir; qtts.core.jobs.state.paths).
-
-A second run names the holder's pid: Linux's /proc/locks says who holds the flock; elsewhere the
-pid the holder wrote into the lock file is used. The lock is released by the kernel if the holder
-dies, so a kill -9 never leaves the dir locked.
-
-Whether a run lock is held is also asked without taking it for longer than the question
-(lock_is_held): a dry run must meet the refusals a run would (lock held: exit 75; another split
-still running: exit 2) while writing nothing. The probe opens an existing lock file read-only and
-never creates one (a missing lock file is a lock nobody holds). check_no_old_run is the run's own
-check too (write_job_files), so the dry run and the run say the same line.
-Knows lock names; nothing of rows or models.
-"""
+"""One run per out dir (per shard of it): an exclusive, non-blocking flock on a run lock; a second
+run names the holder's pid, and the kernel frees the lock if its holder dies. lock_is_held asks
+without creating or taking the lock, so a dry run meets the refusals a run would (lock held: exit
+75; another split still running: exit 2) and writes nothing. Knows lock names; no rows."""
 
 from __future__ import annotations
 

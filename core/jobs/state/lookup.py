@@ -1,12 +1,6 @@
-"""Where each key sits among values: pyarrow's index_in, with the hash table built a part of the
-values at a time.
-
-index_in hashes every value: for ten million ids or file names that table (a copy of the strings
-plus its slots) is about half a gigabyte, held beside everything a resume scan already holds.
-Hashed a million values at a time, the table stays small; each part costs one more pass over the
-keys (a few seconds at ten million). The answer is index_in's: the first value equal to a key.
-Knows Arrow arrays; nothing of what they hold.
-"""
+"""pyarrow's index_in with its hash table built a part of the values at a time: for ten million
+ids that table is about half a gigabyte, beside all a resume scan already holds; a million values
+a part keeps it small, at one more pass over the keys per part. Knows Arrow arrays only."""
 
 from __future__ import annotations
 

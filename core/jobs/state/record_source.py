@@ -1,15 +1,7 @@
-"""Every shard's latest records, read a column at a time: what `read_all` answers, without
-holding every column of every row at once.
-
-The merge (one record per id, the newest winning: shard_state.read_all's rule) is decided on a
-few columns; each winner keeps its position in the states and journals it came from. Any other
-column is read later, alone, and taken at those positions. The state files stay open from the
-first read to the last, so a state that a finishing shard replaces meanwhile is still read as it
-was, and the journals' records are read once (every column wanted): positions never point into
-something that changed. At ten million rows the views then hold one column of the records at a
-time (the texts, the widest) instead of all of them (docs/scale.md).
-Knows state files, journals and the merge; no views, no outputs.
-"""
+"""Every shard's latest records read a column at a time: the merge is decided on a few columns,
+each winner keeps its position, and any other column is read later, alone, and taken there. The
+state files stay open from the first read to the last, so positions never point into a file a
+finishing shard replaced (docs/job-state.md, "Scale"). Knows state files, journals and the merge."""
 
 from __future__ import annotations
 

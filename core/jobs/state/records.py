@@ -1,14 +1,6 @@
-"""A row's outcome as the job records it: one schema for journal lines, shard state and results.
-
-A record says what became of one row (status ok | failed | pending, the file and its byte size,
-frames and samples, the attempts it took and the seed it kept, and an ok row's model-free
-measures: qtts.core.jobs.output.recorder) and everything that shaped it: the row's own inputs (text,
-voice, seed, reference audio digest and text), the digest of the job settings it ran under
-(qtts.core.jobs.work.fingerprint), and the split and frame-budget policies it ran under. Journals
-hold records as JSON lines; state and results hold them as Parquet. Tables of records are
-merged by `latest`: the newest record of an id wins.
-Knows columns; no files, no models.
-"""
+"""A row's outcome as the job records it: one schema for journal lines, shard state and results
+(docs/job-state.md, "Records"), and the merge of record tables (the newest record of an id wins).
+Knows columns; no files, no models."""
 
 from __future__ import annotations
 

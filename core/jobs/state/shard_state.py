@@ -1,14 +1,6 @@
-"""A shard's job state: the latest record of each of its rows, as one Parquet file, plus the
-journals written since.
-
-OUT/.qtts/state.parquet (state-shard-I-of-N.parquet when sharded) holds one record per row the
-shard has an outcome for. A run appends to its journal as rows finish and, when it ends (also on
-interruption or error), compacts: state + its journals -> a new state file (written atomically)
--> the journals it read are removed. A kill between the two leaves records in both, which merge
-to the same answer. Readers take a state and the journals beside it, newest record of an id
-winning, so the state of a run still in progress (or killed) is read correctly too.
-Knows file names and record tables; no rows beyond ids, no models.
-"""
+"""A shard's job state: one Parquet file of the latest record of each of its rows, the journals
+folded into it at the end of every run (docs/job-state.md, "Records"). Knows file names and
+record tables; no rows beyond ids, no models."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Deterministic shards of a job, for Slurm/cron arrays: which rows a run owns, and its files.
-
-A row belongs to shard sha1(id) % N (never Python's salted hash()), so reordering or appending to
-a manifest never moves a row to another shard, and every process computes the same split. Each
-shard has its own lock, journal and state in the shared out dir (qtts.core.jobs.state.paths), so
-shards run at the same time. N is pinned by the out dir's job file
-(qtts.core.jobs.state.jobfile), which decides what a disagreeing environment means.
-Knows ids, names and environment variables; touches no files.
-"""
+"""Deterministic shards of a job: a row belongs to shard sha1(id) % N (never Python's salted
+hash()), so reordering or appending to a manifest never moves a row, and every process computes
+the same split; N and the index come from the flags or a Slurm, srun or torchrun environment.
+Knows ids, names and environment variables; touches no files."""
 
 from __future__ import annotations
 
