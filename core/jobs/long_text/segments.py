@@ -1,16 +1,7 @@
-"""Long rows as segments: cut into requests of their own, joined back into one row.
-
-A row the split settings cut (qtts.core.jobs.long_text.split_text) becomes one request per segment,
-in the same length-sorted queue as every other row, with the row's voice and a seed derived from the
-row's seed and the segment's index (so a segment's audio never depends on the rows around it). A
-row that is not cut is exactly the request it always was. The synthesizer sees ordinary requests;
-`synthesize_chunk` holds each split row's segments until the last one arrives and yields the row
-as one utterance: the segments' audio joined with a pause of silence, their codes one after
-another, the most attempts any segment took and each segment's kept seed. The frame-budget policy
-applies to each segment (the synthesizer retries a segment like any request). A failed segment
-fails its row ("segment 3/7: ..."); the rest of that row is dropped.
-Knows requests, utterances and text; no tensors, no files.
-"""
+"""Long rows as segments (README, "Long text"): a row the split settings cut becomes a request
+per segment, with the row's voice and a seed derived from its own and the segment's index;
+synthesize_chunk holds a row's segments until its last one and yields the row as one utterance.
+A failed segment fails its row. Knows requests, utterances and text; no tensors, no files."""
 
 from __future__ import annotations
 

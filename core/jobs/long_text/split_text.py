@@ -1,19 +1,7 @@
-"""Long text cut into segments the model speaks reliably.
-
-A text is cut at sentence ends first; a sentence still longer than the segment limit is cut at
-clause boundaries, then between words; a single word longer than the limit stays whole. Scripts
-written without spaces (Chinese, Japanese) have no word boundary to find, so a run of their
-characters with no punctuation is cut between characters: each character is a word-like unit
-there (a small kana, a prolonged-sound mark or a combining mark stays with the character before
-it, and a Latin word inside such a run stays whole). Thai, Lao, Khmer and Myanmar are written
-without spaces too, but their characters are not words: without punctuation they stay whole.
-
-The pieces are then packed, in order, into segments of at most `max_tokens` text tokens (their
-counts summed; `every_sentence` never packs two sentences together). A segment is a slice of the
-original text, stripped: its inner spacing is the text's own. Token counts come from the model's
-tokenizer through `count` (one batched call per level of cutting).
-Knows text and a token counter; no model, no tensors.
-"""
+"""Long text cut into segments the model speaks reliably (README, "Long text"): at sentence ends,
+then clauses, then words, then (scripts without spaces: Chinese, Japanese) characters; the pieces
+packed in order into segments of at most `max_tokens` text tokens, each a stripped slice of the
+text. Token counts come through `count`, one batched call per level. Knows text and a counter."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Which column of a manifest holds each field qtts reads, and which Arrow types a field accepts.
-
-The fields' own names are the default; --id-column, --text-column and --column FIELD=NAME
-(qtts.core.jobs.contract.spec.ManifestColumns) name others. A missing required or mapped column
-refuses the manifest with one line naming the flag, the file and the columns it has; a column
-named like a missing field (`speakr`, `Speaker`) gets a warning, since its values would be
-ignored without a word. Knows names and Arrow types; reads no file.
-"""
+"""Which manifest column holds each field qtts reads (the field's own name, or the one
+--id-column, --text-column or --column gave), and which Arrow types a field accepts. A column
+named like a missing field (`speakr`) gets a warning: its values would be ignored without a word.
+Knows names and Arrow types; reads no file."""
 
 from __future__ import annotations
 

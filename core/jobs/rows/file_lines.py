@@ -1,7 +1,6 @@
-"""A manifest file's physical lines, numbered from 1 as every refusal names them, the first
-without its UTF-8 byte-order mark; and the refusal of text that is not UTF-8 but UTF-16 or UTF-32
-(Windows' "Unicode" text), named as such before a reader misreads its NUL bytes. Knows bytes; no
-formats."""
+"""A manifest file's physical lines, numbered from 1 as refusals name them (the first without its
+UTF-8 byte-order mark), and the refusal of UTF-16 or UTF-32 text, named before a reader misreads
+its NUL bytes. Knows bytes; no formats."""
 
 from __future__ import annotations
 

@@ -1,24 +1,10 @@
-"""JSON Lines and CSV/TSV manifests, read by pyarrow's multithreaded readers into the columns qtts
-reads, under the fields' names: only those columns are converted and kept. An empty file has no
-rows.
-
-A row's number is its place in the file (JSON Lines: blank lines not counted; CSV/TSV:
-the header not counted). Strings stay strings (a CSV id "007" is not the number 7). JSON Lines
-types id and seed as the first row gives them (strings elsewhere); a line that is not a JSON
-object, is not UTF-8, or gives a field another type refuses the manifest naming the file and the
-line, found by a scan that runs only when pyarrow refuses. TSV has no quoting (a '"' is text);
-CSV quotes as RFC 4180 does, newlines inside quotes included.
-
-A CSV or TSV is scanned row by row once more after pyarrow reads it (check_csv_rows): pyarrow
-reads a quoted field that is never closed as one field running to the end of the file (every
-later row swallowed into one row's text), and silently drops a quote that opens a field holding
-more text after its close (`"Stop," he said`). Python's csv module in strict mode refuses both, so
-every CSV is scanned by it (about 1 s a million rows on a 2-core VM), and its row count must be
-pyarrow's. A file pyarrow refuses (a ragged row, invalid UTF-8) is scanned too, to name the line
-instead of pyarrow's column number. Lines are the file's physical lines, counted from 1 with the
-header; a row spanning lines is named by its first.
-Knows the formats; no row semantics.
-"""
+"""JSON Lines and CSV/TSV manifests, read by pyarrow's readers into the columns qtts reads, under
+the fields' names. A row's number is its place in the file; strings stay strings (a CSV id "007"
+is not 7); JSON Lines types id and seed as the first row gives them. A refusal names the file and
+the line, found by a scan that runs only when pyarrow refuses, but for CSV: pyarrow reads a quoted
+field never closed as one field to the end of the file and drops a quote that opens a field with
+text after its close, so every CSV is scanned by Python's strict csv reader too, and its row
+count must be pyarrow's. Knows the formats; no row semantics."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Rows in: a UTF-8 text file (one utterance per non-empty line, `-` = stdin) or a manifest (Parquet
-file or parts, JSON Lines, CSV, TSV), read into one Arrow table (columns ROW_SCHEMA), never a
-Python object per row.
-
-Owns the input contract: column names and types, 1-based row numbers, output ids, and the
-whole-input refusals (unreadable input, invalid UTF-8, missing columns, duplicate ids, two rows
-writing the same file) raised as ManifestError (exit 2, nothing synthesized). Per-row problems are
-not raised here; qtts.core.jobs.rows.validation turns them into failed rows.
-Knows nothing of models, tensors or output files beyond the id -> file-name rule.
-"""
+"""Rows in: a UTF-8 text file (a row a non-blank line, `-` = stdin) or a manifest, read into one
+Arrow table (ROW_SCHEMA), never a Python object a row. Owns the input contract and its
+whole-input refusals (ManifestError, exit 2: nothing synthesized); per-row problems are
+validation's. Knows nothing of models, tensors or output files beyond the id -> file-name rule."""
 
 from __future__ import annotations
 

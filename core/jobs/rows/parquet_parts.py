@@ -1,11 +1,6 @@
-"""A Parquet manifest, one file or many parts, read as one dataset (pyarrow.dataset) in the parts'
-sorted order: only the columns qtts reads, under the fields' names.
-
-Parts must agree on those columns: each part has the same ones, of the same kind (int32 beside
-int64 or a categorical beside a plain string is one kind, widened on read), checked from the
-footers before any row is read. A part that disagrees refuses the manifest, naming the part and
-the column. Columns qtts does not read may differ. Knows Parquet; no row semantics.
-"""
+"""A Parquet manifest, one file or many parts, read as one dataset in the parts' sorted order:
+only the columns qtts reads. Parts must agree on those columns and their kinds (int32 beside int64
+is one kind, widened on read), checked from the footers before a row is read. Knows Parquet."""
 
 from __future__ import annotations
 

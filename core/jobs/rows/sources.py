@@ -1,14 +1,6 @@
 """What a manifest argument names: one Parquet, JSON Lines, CSV or TSV file, or a folder or glob of
-Parquet parts read as one dataset. Parts come in sorted path order, so a row's number is its
-place in the whole dataset and every run and shard sees the same order.
-
-Owns the accepted extensions and the refusals of a manifest that names no readable file (unknown
-extension, empty folder, a glob matching nothing or other kinds) as ManifestError (exit 2). A
-qtts out dir among the parts is never a part: its results.parquet and shards are outputs, so the
-job's out dir may neither be the parts' folder nor put its archive folder there, and any folder
-holding a state folder is passed over.
-Knows paths only: reads no file.
-"""
+Parquet parts in sorted path order (every run and shard sees the same row numbers). A qtts out
+dir among the parts is never a part: its results and shards are outputs. Knows paths only."""
 
 from __future__ import annotations
 

@@ -1,30 +1,9 @@
-"""Row validation over whole columns: every input row gets its resolved fields or a reason it fails,
-before any weights are loaded.
-
-Owns the per-row checks of the dataset-job contract: unsafe id, empty text, unknown speaker or
-language (the reason comes from the model and lists what it supports), bad seed, missing reference
-audio for Base models, a voice file the model cannot use (qtts.core.jobs.rows.voices), and
-(qtts.core.jobs.work.lengths) text too long for the frame budget. A null field takes the
-command-line default. Work is per distinct value, not per row: the model's voice check runs once
-per (speaker, language, instruct) combination and each reference clip or voice file is looked at
-once.
-
-The seed a row draws with when neither its `seed` column nor --seed gives one (id_seeds) is a
-hash of its id, so rows of the same text and voice make different audio (a dataset that does not
-repeat itself), and a row draws the same on every machine, Python and run. The rule: the first 4
-bytes of blake2b(id as UTF-8, digest_size=4), big-endian, shifted right by one: [0, 2**31). Which
-rule an out dir's rows follow is pinned in its job file (core/jobs/state/jobfile.py: an out dir
-of a qtts from before keeps seed 0).
-
-A big job's texts are kept off the heap while the run decides its work (spilled): the text column
-written once to a file in OUT/.qtts/, memory-mapped back and the file unlinked at once. Deciding
-the work (the resume scan, the split and budget rechecks) compares text digests, not texts; only
-the rows a run synthesizes or rechecks read their text. Mapped, a text is paged in when it is
-read and the kernel may drop it again, so a rerun of a finished ten-million-row job no longer
-holds about a gigabyte of texts it never reads. The file has no name once mapped: a killed run
-leaves nothing behind. Small jobs keep their texts on the heap.
-Knows the TextModel interface; no tensors; writes nothing but the spilled texts' nameless file.
-"""
+"""Row validation over whole columns, before any weights load: every row gets its resolved fields
+or the reason it fails (unsafe id, empty text, a voice the model refuses, bad seed, no reference
+audio for a Base model, an unusable voice file). Work is per distinct value: the model's voice
+check runs once per (speaker, language, instruct) and each clip or voice file is read once. Also
+the id seed (docs/job-state.md, "The default seed is pinned") and a big job's spilled texts.
+Knows the TextModel interface; no tensors; writes nothing but the spilled texts' nameless file."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """Rows that clone a voice file (the `voice` column, or `--voice`): each distinct file resolved,
-read (its header only), checked against the model and digested once.
-
-A row's voice stands in for its reference clip: its record's ref_digest is the voice file's
-content digest (so a changed file redoes its rows: qtts.core.jobs.work.fingerprint) and its
-ref_text the voice's transcript (null in x-vector mode, or with --x-vector-only); ref_audio stays
-null. A row cannot give both: a voice with its own ref_audio or ref_text fails alone, as does a
-voice that is missing, no voice file, or made for another model. `--voice` itself is checked
-before any row (`check_voice_flag`): a bad one is a usage error.
-Knows voice file headers (qtts.core.model.voice_file) and the TextModel; no tensors.
-"""
+its header checked against the model, and digested once. Its record's ref_digest is the file's,
+its ref_text the voice's transcript; a row giving a voice and its own ref_audio or ref_text fails.
+Knows voice file headers and the TextModel; no tensors."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""The frame budget of one row: how many talker steps (max_new_tokens) it may take, and its
-resume rule.
-
-Policy: an explicit --max-new-tokens is used exactly, for every row (the official semantics: a row
-that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
-min(generation_config max_new_tokens, a runaway guard from the text length), so a sample that
-never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
-check and the frame estimate.
-
-The budget policy (--on-budget ok | fail | retry with --max-attempts N) is not in the settings
-digest: a done row made under another policy is redone only when this run's would keep other
-codes for it, which follows from its record's `on_budget`, `attempts` and `hit_frame_budget`, as
-tries are deterministic (recheck_budget; docs/job-state.md, "The fingerprint and the resume
-rule"). A record without a key was made before qtts retried, and counts as ok.
-Knows the budget arithmetic, record columns and the policy's key; no files, models or tensors.
-"""
+"""The frame budget of a row (an explicit --max-new-tokens exactly; else the checkpoint's cap or a
+runaway guard from the text's length, the lower), the "text too long" check, and the resume rule
+of the --on-budget policy (docs/job-state.md, "The fingerprint and the resume rule").
+Knows the budget arithmetic and record columns; no files, models or tensors."""
 
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
-"""The rows to synthesize, handed out as requests a chunk at a time.
-
-The job's to-do table is ordered longest first by its frame estimate (an out-of-memory batch
-shows up at the start of a night, not at the end, and rows of similar length share the engine)
-and cut into chunks of CHUNK_ROWS: only one chunk's rows exist as Python objects, so memory
-follows the chunk, not the dataset. Within a chunk each row's token count is exact and its frame
-budget final; the chunk is re-sorted by that exact estimate. A job smaller than a chunk is one
-call to the synthesizer, as it always was (split rows aside: qtts.core.jobs.long_text.segments). A
-row the split settings cut becomes one request per segment, each with the budget of its own text,
-and the frame-budget check applies to each segment.
-
-This is the job's face for its work (qtts plan, the manifest bench): an input file's rows as the
-requests the job would run (input_requests: read and checked for length as the job reads them, a
-manifest as `qtts batch` reads it and anything else as `qtts synth`'s text lines, ordered longest
-first, the first chunk cut into requests under the same split tuning, so `qtts plan`'s length
-groups are the dry run's; every row takes one voice, --speaker or the checkpoint's first, as a
-prompt's length hardly depends on which), and the rules a job's budget and split are settled by
-(FrameBudget, settle_segment_limit) and its chunks synthesized with (synthesize_chunk).
-Knows the budget rules, the rows' readers and the TextModel's counter; no tensors.
-"""
+"""The rows to synthesize, longest first by frame estimate (an out-of-memory batch shows at the
+start of a night, not its end), handed out as requests a chunk of CHUNK_ROWS at a time: only one
+chunk's rows are Python objects. Within a chunk each row's tokens are exact and its budget final.
+The job's face for its work: an input's requests as a job would run them (input_requests, for
+`qtts plan` and the manifest bench), the budget and split rules, a chunk's synthesis.
+Knows the budget rules, the rows' readers and the TextModel's counter; no tensors."""
 
 from __future__ import annotations
 
@@ -196,6 +182,8 @@ def input_requests(
     speaker: str | None,
     columns: ManifestColumns | None = None,
 ) -> InputRequests:
+    """`source`'s rows as the job would run them (a manifest as `qtts batch` reads it, else text
+    lines), the first chunk cut into requests: `qtts plan`'s length groups are the dry run's."""
     rows = _read_rows(source, columns or ManifestColumns())
     table = _request_rows(rows, text_model.config, speaker)
     lengths = check_lengths(table["text"], text_model, budget, split)

@@ -1,9 +1,6 @@
-"""What a run has to do, decided from its rows and the shard's state before any weights load: the
-rows already done (skipped), the rows done in another layout or format (repacked, not made
-again), the rows to redo and why, the rows that fail validation, and the rows to synthesize in
-the order they will be synthesized. A dry run prints this; a run does it.
-Knows columns and the resume and length rules; no models beyond the TextModel, no files written.
-"""
+"""What a run has to do, decided from its rows and the shard's state before any weights load: rows
+done, rows to repack, rows to redo and why, rows failing validation, rows to synthesize in order.
+Knows columns and the resume and length rules; writes nothing."""
 
 from __future__ import annotations
 

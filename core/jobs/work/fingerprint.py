@@ -1,15 +1,6 @@
-"""What shapes a row's output, so a rerun redoes exactly the rows whose output would change.
-
-A row's fingerprint is its recorded inputs (records.INPUT_FIELDS: text, voice, seed, reference
-audio content and text) plus the digest of the job settings it ran under: the model's identity
-(its config, tokenizer and weight files, read cheaply: see TextModel.identity), the precision it
-ran in, both sampling sites, the frame budget, the audio format and the finishing steps that
-act on the clip (trim, sample rate, loudness: absent when off, so an out dir made before them keeps
-its digest). The settings behind each digest are kept in OUT/.qtts/settings.json, so a rerun can
-say which setting changed.
-Reference audio is identified by content (qtts.core.jobs.state.ref_digests).
-Knows settings, hashes and one small JSON file; no rows beyond columns, no models.
-"""
+"""What shapes a row's output (docs/job-state.md, "The fingerprint and the resume rule"): the job
+settings' digest, and their registry in .qtts/settings.json, which says which setting changed.
+Knows settings, hashes and one small JSON file; no rows beyond columns, no models."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Text length against the frame budget, over whole columns, tokenizing only where it decides
-something.
-
-A byte-level tokenizer never gives more tokens than the text has bytes (times the model's
-`max_tokens_per_byte`, which allows for Unicode normalization), so a row whose byte count cannot
-reach the too-long threshold is proven fine without tokenizing it. Rows that might be too long are
-counted exactly, in batches. How many frames the rest will take (for ordering rows and estimating
-the job) comes from a tokens-per-byte ratio measured on a sample of the rows themselves; each
-row's exact frame budget is computed when its chunk is synthesized (qtts.core.jobs.work.chunks).
-With long rows split into segments (--split), no row is refused for length here: each segment
-is checked when its chunk is cut (qtts.core.jobs.work.chunks), and only the sample is counted.
-Knows the TextModel's token counter and the budget rules; no tensors.
-"""
+"""Text length against the frame budget over whole columns, tokenizing only where it decides
+something: a byte-level tokenizer gives at most `max_tokens_per_byte` tokens a byte, so a row too
+short in bytes to be too long is never tokenized. Frame estimates use a tokens-per-byte ratio
+measured on a sample of the rows. With --split no row is refused here (each segment is checked
+when its chunk is cut). Knows the TextModel's token counter and the budget rules; no tensors."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The precision a job runs in, settled before the lock: --device and --dtype as the TextModel
-resolves them, except that `--dtype auto` on a CPU keeps what the out dir's first run resolved it
-to (`cpu_auto_dtype` in .qtts/job.json). The precision is in every row's fingerprint, so without
-the pin a rerun or a shard on a CPU of another kind (with or without native bf16) would redo
-rows that were fine. An explicit --dtype runs as given and leaves the pin alone; --overwrite
-resolves afresh. write_job_files writes the pin under the job lock. Torch-free: the CPU's capability
-comes from the TextModel. See docs/job-state.md and docs/engine-tuning.md, "Precision".
-"""
+"""The precision a job runs in: --device and --dtype as the TextModel resolves them, but `--dtype
+auto` on a CPU as the out dir pinned it (docs/job-state.md, "`--dtype auto` on a CPU is pinned").
+Torch-free: the CPU's capability comes from the TextModel."""
 
 from __future__ import annotations
 

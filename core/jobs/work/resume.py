@@ -1,16 +1,6 @@
-"""Which rows are already done: the resume rule, over whole columns.
-
-A row is done when its latest record is ok, its fingerprint (settings digest and every input
-field) equals what this run would use, and its output store holds it in this run's layout (its
-codes too, with --save-codes): the stores' read side decides that from one listing of the out
-dir, opening nothing (qtts.core.jobs.output.stores.presence).
-A row whose audio is this run's but sits in another layout or format (its record ok, its inputs
-and settings the same but for the audio format, its audio present as recorded, its codes too
-where --save-codes asks for them) is done too, and `moved`: the run repacks it without the
-model (stores/repack.py). Rows that were ok but are not done any more (changed fingerprint,
-missing or resized file) are reported field by field, so the user reads why a rerun redoes them.
-Knows record columns; no file names, no models, no tensors.
-"""
+"""Which rows are already done, and which are to repack into this run's layout: the resume rule
+(docs/job-state.md, "The fingerprint and the resume rule") over whole columns, with the reasons
+rows are redone, field by field. Knows record columns; no file names, no models, no tensors."""
 
 from __future__ import annotations
 

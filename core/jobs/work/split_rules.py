@@ -1,19 +1,8 @@
 """The split settings' rules: the segment limit a job runs with, settled against the model's
-frame budget, and the resume rule of the split settings (recheck_split).
-
-A limit the user gave (--max-segment-tokens) is the user's call: refused when the model cannot
-speak a segment that long. The default (50 tokens) was chosen for the published checkpoints; a
-checkpoint whose generation config allows fewer frames gets the longest limit it can speak, said
-in one log line, so a default run never fails on a value the user did not set.
-
-The split options are not in the settings digest: a done row is redone only when this run would
-cut it differently, decided from each record's `split` key, segment count and token count, and
-a sentence-end regex over the texts (docs/job-state.md, "The fingerprint and the resume rule"),
-so the check is columnar: reruns cost no tokenizing. A record without a key was made before qtts
-split long text and is kept as made.
-Knows the split options, the budget rules and record columns; the TextModel only for the texts
-the regex flags. No files, no tensors.
-"""
+frame budget (a limit the user gave and the model cannot speak is refused; the default is lowered
+to one it can, in one log line), and their resume rule, decided on record columns and a regex, so
+a rerun tokenizes nothing (docs/job-state.md, "The fingerprint and the resume rule").
+Knows the split options, the budget rules and record columns; no files, no tensors."""
 
 from __future__ import annotations
 
