@@ -101,15 +101,7 @@ def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[st
 
 def pending_records(ids: pa.Array | pa.ChunkedArray, *, run: str) -> pa.Table:
     """Rows that are not done after all: they must be redone."""
-    n = len(ids)
-    return pa.table(
-        {
-            "id": ids,
-            "status": pa.array([PENDING], pa.string()).take(np.zeros(n, int)),
-            "run": pa.array([run], pa.string()).take(np.zeros(n, int)),
-            "t": pa.array(np.full(n, time.time())),
-        }
-    )
+    return stamped(pa.table({"id": ids}), status=PENDING, run=run)
 
 
 def stamped(rows: pa.Table, *, status: str, **columns: str) -> pa.Table:

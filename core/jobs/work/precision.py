@@ -36,9 +36,8 @@ def settle_precision(
     seen = None if recorded is None else recorded.cpu_auto_dtype
     if dtype == "auto" and kind == "cpu":
         return replace(_cpu_auto(kind, resolved, why, recorded, overwrite), seen=seen)
-    if dtype != "auto":
-        return Precision(kind, resolved, f"--dtype {dtype}", None)
-    return Precision(kind, resolved, f"--dtype auto: {why}", None)
+    said = f"--dtype {dtype}" if dtype != "auto" else f"--dtype auto: {why}"
+    return Precision(kind, resolved, said, None)
 
 
 def _cpu_auto(
