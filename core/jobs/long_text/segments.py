@@ -76,16 +76,12 @@ class SplitRows:
 
     pause_s: float = 0.0
     place: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # id -> row, k, count
-    budgets: dict[str, int] = field(default_factory=dict)  # segment id -> its max_new_tokens
-    seeds: dict[str, int] = field(default_factory=dict)  # segment id -> its request's seed
-    texts: dict[str, str] = field(default_factory=dict)  # segment id -> its text
+    requests: dict[str, Request] = field(default_factory=dict)  # segment id -> its request
     failed: dict[str, str] = field(default_factory=dict)  # row id -> why, before synthesis
 
     def add(self, request: Request, row_id: str, index: int, count: int) -> None:
         self.place[request.id] = (row_id, index, count)
-        self.budgets[request.id] = request.max_new_tokens
-        self.seeds[request.id] = request.seed
-        self.texts[request.id] = request.text
+        self.requests[request.id] = request
 
     def row_of(self, request_id: str) -> str | None:
         place = self.place.get(request_id)
@@ -168,7 +164,8 @@ def _joined(
             if isinstance(item, RowFailure):
                 reason = item.error
             else:
-                reason = utterance_error(item, split.budgets[item.id], on_budget, tries)
+                budget = split.requests[item.id].max_new_tokens
+                reason = utterance_error(item, budget, on_budget, tries)
             if reason is not None:
                 failed.add(row_id)
                 held.pop(row_id, None)
@@ -179,9 +176,9 @@ def _joined(
             if all(p is not None for p in parts):
                 del held[row_id]
                 # A part without a seed kept its request's own (no retry, or none needed).
-                seeds = [split.seeds[p.id] if p.seed is None else p.seed for p in parts]
-                texts = [split.texts.get(p.id) for p in parts]
-                yield join(row_id, parts, split.pause_s, seeds, texts)
+                asked = split.requests
+                seeds = [asked[p.id].seed if p.seed is None else p.seed for p in parts]
+                yield join(row_id, parts, split.pause_s, seeds, [asked[p.id].text for p in parts])
     finally:
         close = getattr(items, "close", None)
         if close is not None:
@@ -192,13 +189,12 @@ def join(
     row_id: str,
     parts: list[Utterance],
     pause_s: float,
-    seeds: Sequence[int | None] | None = None,
-    texts: Sequence[str | None] | None = None,
+    seeds: Sequence[int | None],
+    texts: Sequence[str],
 ) -> Utterance:
     """The row's utterance: segments' audio with `pause_s` of silence between, codes in order;
-    its attempts the most any segment took; seeds: each segment's kept seed (default: each
-    part's own); texts: each segment's text, for its speaking rate measured apiece (a row whose
-    later segments speed up is seen: qtts.core.jobs.output.voice_rates)."""
+    its attempts the most any segment took; seeds: each segment's kept seed; texts: each
+    segment's, for its speaking rate measured apiece (qtts.core.jobs.output.voice_rates)."""
     rate = parts[0].sample_rate
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     audio = [parts[0].audio]
@@ -212,8 +208,8 @@ def join(
         hit_frame_budget=any(p.hit_frame_budget for p in parts),
         segment_frames=tuple(len(p.codes) for p in parts),
         attempts=max(p.attempts for p in parts),
-        segment_seeds=tuple(p.seed for p in parts) if seeds is None else tuple(seeds),
-        segment_chars_per_s=None
-        if texts is None
-        else tuple(chars_per_s(t, len(p.audio) / rate) for t, p in zip(texts, parts, strict=True)),
+        segment_seeds=tuple(seeds),
+        segment_chars_per_s=tuple(
+            chars_per_s(t, len(p.audio) / rate) for t, p in zip(texts, parts, strict=True)
+        ),
     )

@@ -39,12 +39,6 @@ _OWN_UNIT = re.compile(
 )
 
 
-def _spans_after(pattern: re.Pattern, text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """[start, end) cut just after each match of `pattern`."""
-    cuts = [m.end() for m in pattern.finditer(text, start, end)]
-    return _spans(start, end, cuts)
-
-
 def _spans(start: int, end: int, cuts: list[int]) -> list[tuple[int, int]]:
     bounds = [start, *(c for c in cuts if start < c < end), end]
     return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
@@ -70,7 +64,7 @@ def _abbreviated(text: str, stop: int, after: int, end: int) -> bool:
 
 
 def _clauses(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    return _spans_after(_CLAUSE_END, text, start, end)
+    return _spans(start, end, [m.end() for m in _CLAUSE_END.finditer(text, start, end)])
 
 
 def _words(text: str, start: int, end: int) -> list[tuple[int, int]]:
