@@ -4,25 +4,69 @@ is not 7); JSON Lines types id and seed as the first row gives them. A refusal n
 the line, found by a scan that runs only when pyarrow refuses, but for CSV: pyarrow reads a quoted
 field never closed as one field to the end of the file and drops a quote that opens a field with
 text after its close, so every CSV is scanned by Python's strict csv reader too, and its row
-count must be pyarrow's. Knows the formats; no row semantics."""
+count must be pyarrow's. Also a file's physical lines, numbered from 1 as refusals name them, and
+the refusal of UTF-16 or UTF-32 text before a reader misreads its NUL bytes. Knows the formats;
+no row semantics."""
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 from qtts.core.jobs.rows.columns import pick_columns
-from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines, refuse_wide_file
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 
 INT64 = (-(2**63), 2**63)
 JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
               list: "a list", dict: "an object"}  # fmt: skip
+
+UTF8_BOM = b"\xef\xbb\xbf"
+# The UTF-32 marks first: UTF-32LE's begins with UTF-16LE's.
+WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+HEAD_BYTES = 4096  # what the encoding is judged on
+
+
+def numbered_lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    for number, line in enumerate(f, start=1):
+        yield number, line.removeprefix(UTF8_BOM) if number == 1 else line
+
+
+def refuse_wide_text(head: bytes, where: str) -> None:
+    """A ManifestError naming the encoding, for UTF-16 or UTF-32 text: by its byte-order mark, or
+    guessed when a quarter of the head is NUL bytes (such text without a mark, mostly in scripts
+    below U+0100; Chinese in UTF-16 has few NULs and is left to the UTF-8 check)."""
+    head = head[:HEAD_BYTES]
+    name = next((name for bom, name in WIDE_BOMS if head.startswith(bom)), None)
+    nuls = head.count(0) * 4
+    if name is None and len(head) >= 2 and nuls >= len(head):
+        name = "UTF-16" if nuls < len(head) * 3 else "UTF-32"
+    if name is not None:
+        raise ManifestError(
+            f"{where} is not UTF-8: it looks like {name} text; qtts reads UTF-8 (convert it, "
+            f"for example: iconv -f {name} -t UTF-8 IN > OUT)"
+        )
+
+
+def refuse_wide_file(path: Path, where: str) -> None:
+    """refuse_wide_text on a file's head; a file that cannot be opened is its reader's to name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return
+    refuse_wide_text(head, where)
 
 
 def read_delimited_rows(

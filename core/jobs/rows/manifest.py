@@ -15,9 +15,13 @@ import pyarrow.compute as pc
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import ManifestColumns
 from qtts.core.jobs.rows.columns import label, type_kind
-from qtts.core.jobs.rows.file_lines import UTF8_BOM, refuse_wide_text
 from qtts.core.jobs.rows.ids import blank_ids, file_keys
-from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
+from qtts.core.jobs.rows.line_formats import (
+    UTF8_BOM,
+    read_delimited_rows,
+    read_jsonl_rows,
+    refuse_wide_text,
+)
 from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
 from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
 
