@@ -56,7 +56,7 @@ def cut_rows(
     split: SplitOptions | None,
 ) -> list[list[str]]:
     """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only.
-    count: the model's token count of each text in a list (qtts.core.jobs.work.lengths, batched:
+    count: the model's token count of each text in a list (qtts.core.jobs.work.budget, batched:
     bounded memory)."""
     if split is None or not split.enabled:
         return [[t] for t in texts]

@@ -29,8 +29,7 @@ from qtts.core.jobs.long_text.segments import (
 from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import looks_like_manifest
 from qtts.core.jobs.state.records import ROW_FIELDS
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.lengths import check_lengths, count_tokens
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths, count_tokens
 from qtts.core.jobs.work.split_rules import settle_segment_limit
 from qtts.core.model.config import ModelConfig
 from qtts.core.synthesis.requests import Request

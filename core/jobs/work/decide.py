@@ -14,10 +14,9 @@ from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.rows.validation import Prepared
 from qtts.core.jobs.state.records import combined
-from qtts.core.jobs.work.budget import FrameBudget, recheck_budget
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths, recheck_budget
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.fingerprint import JobFingerprint
-from qtts.core.jobs.work.lengths import check_lengths
 from qtts.core.jobs.work.resume import ResumeScan, scan
 from qtts.core.jobs.work.split_rules import recheck_split
 

@@ -19,8 +19,7 @@ from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import cut_rows
 from qtts.core.jobs.state.records import as_bools, combined
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.lengths import count_tokens
+from qtts.core.jobs.work.budget import FrameBudget, count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
 
 log = logging.getLogger("qtts")

@@ -11,9 +11,8 @@ from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.manifest import ROW_SCHEMA, read_manifest
 from qtts.core.jobs.rows.validation import prepare_rows
 from qtts.core.jobs.state.ref_digests import RefDigests
-from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths
 from qtts.core.jobs.work.chunks import chunk_requests
-from qtts.core.jobs.work.lengths import check_lengths
 
 
 def _table(rows: list[dict]) -> pa.Table:
