@@ -25,11 +25,8 @@ class TextModel(Protocol):
     defaults: GenerationDefaults
     sample_rate: int
     identity: str  # digest of what the checkpoint's files hold (config, tokenizer, weights)
-    # The identity its voice files carry (qtts.core.model.voice_identity); None: not a Base
-    # checkpoint. Read on first use: only jobs with a voice file pay for it.
-    voice_identity: str | None
-    # Most text tokens a UTF-8 byte can give (a byte-level tokenizer: 1, times what Unicode
-    # normalization may add); None when unknown: every length check then tokenizes.
+    voice_identity: str | None  # what its voice files carry; None: not a Base checkpoint
+    # Most text tokens a UTF-8 byte can give; None when unknown: every length check tokenizes.
     max_tokens_per_byte: float | None
 
     def normalize_row(
@@ -44,11 +41,8 @@ class TextModel(Protocol):
         ...
 
     def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
-        """What --device/--dtype resolve to here (it shapes the audio): (device type "cpu" or
-        "cuda", dtype name, why --dtype auto resolves so, "" for an explicit dtype), e.g.
-        ("cpu", "bfloat16", "this CPU multiplies bf16 natively (amx_bf16)"); UsageError when the
-        device is not available. The job layer pins CPU auto per out dir
-        (core/jobs/work/precision.py)."""
+        """(device type "cpu" or "cuda", dtype name, why --dtype auto resolves so; "" for an
+        explicit dtype) for --device and --dtype here; UsageError when the device is absent."""
         ...
 
     def memory_plan(self, requests: Sequence[Request], placement: Placement) -> str:

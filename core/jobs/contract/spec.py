@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from qtts.core.errors import UsageError
 
-# The options' values, part of what a job is asked: the CLI and the other layers take them from
-# here, the job layer's face for its options (choices.py defines them, standard library only).
+# The options' choices: the other layers take them from here, the job layer's face for options.
 from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
@@ -193,19 +192,14 @@ class OutputOptions:
     """Where the files go, in what format, and what to do with a folder that holds a job."""
 
     out_dir: Path
-    # --format and --output; None: not given, so the out dir's own (as its job file records
-    # them; qtts.core.jobs.execution.out_dir), else the defaults. A run settles them
-    # before it reads a row: from then on both are set.
+    # --format and --output (files, or an archive format: the output registry's names); None:
+    # not given, so the out dir's own. A run settles both before it reads a row.
     audio_format: AudioFormat | None = AudioFormat.wav
     save_codes: bool = False
-    # --output: files, or an archive format's name (shards in OUT/data/). The output registry
-    # (qtts.core.jobs.output.stores.registry) knows the names: the CLI offers only those, and the
-    # run checks the name before it reads a row.
     layout: str | None = "files"
     shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
     shard_rows_given: bool = False  # --shard-rows on the command line (said if it does nothing)
-    # "layout", "audio_format": settled from the out dir's job file, not given (checked again
-    # under the job lock: another task may switch them meanwhile)
+    # "layout", "audio_format": taken from the out dir's job file (checked under the job lock)
     inherited: tuple[str, ...] = ()
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
@@ -361,13 +355,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 
 
 def default_on_budget(kind: JobKind, max_new_tokens: int | None) -> OnBudget:
-    """A dataset job (qtts batch) under the automatic frame budget retries a row that reaches
-    it: that budget is a runaway guard (over twice a row's expected frames), so such a row is
-    nearly always a runaway, whose audio would pass into metadata.jsonl as a good example, and
-    another draw usually ends well; a row that fails every try is reported, not kept. An
-    explicit --max-new-tokens is a cut the user chose (a row that reaches it did as asked), and
-    qtts synth (text lines, often listened to at once) keeps such a row flagged, as before.
-    README, "Length, budget and sampling"."""
+    """retry for qtts batch under the automatic budget (a row reaching that runaway guard is
+    nearly always a runaway), else ok (README, "Length, budget and sampling")."""
     return OnBudget.retry if kind is JobKind.batch and max_new_tokens is None else OnBudget.ok
 
 

@@ -15,14 +15,7 @@ import pyarrow.parquet as pq
 
 from qtts.core.jobs.state.journal import read_journals
 from qtts.core.jobs.state.paths import StatePaths
-from qtts.core.jobs.state.records import (
-    RECORD_SCHEMA,
-    conform,
-    empty,
-    latest,
-    one_chunk,
-    overlay,
-)
+from qtts.core.jobs.state.records import RECORD_SCHEMA, conform, empty, latest, one_chunk, overlay
 from qtts.core.jobs.state.shard_state import UnreadableState, read_columns, unreadable_state
 
 POSITION = "_position"  # a winner's row in the states (in turn), then the journals' records
