@@ -6,6 +6,7 @@ validation's. Knows nothing of models, tensors or output files beyond the id -> 
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
@@ -74,18 +75,14 @@ def _split_lines(data: bytes) -> pa.Array:
 
 
 def _decode_utf8(lines: pa.Array, name: str, max_bad: int) -> pa.Array:
-    try:
+    with suppress(pa.ArrowInvalid):
         return lines.cast(pa.large_string())
-    except pa.ArrowInvalid:
-        pass
     bad: list[str] = []
     for start in range(0, len(lines), CHECK_SLICE):
         part = lines.slice(start, CHECK_SLICE)
-        try:
+        with suppress(pa.ArrowInvalid):
             part.cast(pa.large_string())
             continue
-        except pa.ArrowInvalid:
-            pass
         for i, raw in enumerate(part.to_pylist(), start=start + 1):
             try:
                 raw.decode("utf-8")

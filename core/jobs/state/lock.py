@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from qtts.core.errors import LockHeldError as HeldError
@@ -41,19 +42,14 @@ class OutDirLock:
             self._lock.acquire()
         except Timeout:
             raise LockHeldError(self.path, holder_pid(self.path)) from None
-        try:
-            with open(self.path, "r+", encoding="ascii") as f:
-                f.write(f"{os.getpid()}\n")
-                f.truncate()
-        except OSError:
-            pass  # the pid is a courtesy for the next run's message
+        with suppress(OSError), open(self.path, "r+", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")  # a courtesy for the next run's message
+            f.truncate()
 
     def release(self) -> None:
         if self._lock.is_locked:
-            try:
+            with suppress(OSError):
                 os.truncate(self.path, 0)  # no stale pid for the next run's message
-            except OSError:
-                pass
             self._lock.release()
 
     def __enter__(self) -> OutDirLock:

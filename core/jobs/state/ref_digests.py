@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
@@ -40,7 +41,5 @@ class RefDigests:
     def save(self) -> None:
         """Best effort: a lost cache costs a re-read, never a wrong answer."""
         if self.changed and self.path.parent.is_dir():
-            try:
+            with suppress(OSError):
                 atomic_write_bytes(self.path, json.dumps(self.cache).encode())
-            except OSError:
-                pass

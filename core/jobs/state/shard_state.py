@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -221,8 +222,6 @@ def remove_every_shard(out_dir: Path) -> None:
 
 
 def _remove_if_size(path: Path, size: int | None) -> None:
-    try:
+    with suppress(FileNotFoundError):
         if size is None or os.stat(path).st_size == size:
             os.unlink(path)
-    except FileNotFoundError:
-        pass
