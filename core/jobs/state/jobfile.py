@@ -20,13 +20,9 @@ log = logging.getLogger("qtts")
 JOB_LOCK_TIMEOUT_S = 60  # the job lock guards short sections: reading and writing small files
 FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
 CPU_AUTO_DTYPES = ("bfloat16", "float32")
-# A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
-UNPINNED_CPU_AUTO = "float32"
-# The seed of a row without one: "id", its id's (rows/validation.py id_seed); "zero", 0. A job
-# file from before the pin has no default_seed key: those qtts gave such rows seed 0, which they
-# keep.
-SEED_RULES = ("id", "zero")
-UNPINNED_SEED_RULE = "zero"
+SEED_RULES = ("id", "zero")  # a row without a seed: its id's (validation.id_seed), or 0
+# What a job file from before each pin meant (docs/job-state.md): auto in fp32 on a CPU, seed 0.
+UNPINNED_CPU_AUTO, UNPINNED_SEED_RULE = "float32", "zero"
 
 
 @dataclass(frozen=True)
@@ -37,18 +33,11 @@ class JobFile:
     array_min: int | None = None  # N came from a Slurm array starting here ...
     array_step: int | None = None  # ... with this step: task id -> shard index
     format: int = FORMAT
-    # What --dtype auto means on a CPU here, as the first run that resolved it found it; None: no
-    # run has resolved it yet. Old qtts ignore the key (read_job_file keeps known keys only).
-    cpu_auto_dtype: str | None = None
-    # qtts batch: the manifest's column for each field named otherwise (--id-column, --column),
-    # so `qtts results` re-reads the input as the job did; None: the fields' own names.
-    columns: dict[str, str] | None = None
-    # The out dir's --output and --format, as the last run that recorded the job wrote them;
-    # None: no run has (a job file of an older qtts): a run without the flags takes the defaults.
-    layout: str | None = None
+    cpu_auto_dtype: str | None = None  # --dtype auto on a CPU here; None: not resolved yet
+    columns: dict[str, str] | None = None  # qtts batch: field -> its column, where renamed
+    layout: str | None = None  # --output and --format as last recorded; None: never recorded
     audio_format: str | None = None
-    # The seed of rows that give none (SEED_RULES); None: not recorded yet.
-    default_seed: str | None = None
+    default_seed: str | None = None  # of SEED_RULES; None: not recorded yet
 
 
 def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:

@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from qtts.core.errors import UsageError
 
-# Where the environment gives N and the index (ShardRequest.source): its refusals name what it
-# read, never the flags it was not given. (N's variable, the index as it came.)
+# Per environment (ShardRequest.source): N's variable, and the index as it came. A refusal
+# names what it read, never the flags it was not given.
 FROM_ENVIRONMENT = {
     "the Slurm array": (
         "SLURM_ARRAY_TASK_COUNT",
