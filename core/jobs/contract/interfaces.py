@@ -60,10 +60,9 @@ class Synthesizer(Protocol):
 
 
 class ProgressSink(Protocol):
-    """Told how many rows a job will synthesize (and the audio they should make, an estimate)
-    and when each finishes (ok or failed). A long row split into segments reports each segment
-    as it is made (segment), so progress moves during the row; its advance, given its row_id,
-    then counts only what the segments did not (or takes their audio back: a failed row)."""
+    """Told how many rows a job will synthesize (and their planned audio) and when each
+    finishes. A split row reports each segment as it is made; its advance, given its row_id, then
+    counts only what the segments did not (or takes their audio back: a failed row)."""
 
     def start(self, total: int, planned_audio_s: float = 0.0) -> None: ...
     def advance(self, rows: int, audio_s: float, row_id: str | None = None) -> None: ...

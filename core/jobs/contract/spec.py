@@ -81,7 +81,8 @@ class ManifestColumns:
     def from_flags(
         cls, id_column: str | None, text_column: str | None, pairs: list[str] | None
     ) -> ManifestColumns:
-        """--id-column, --text-column and each --column FIELD=NAME (optional fields only)."""
+        """flags named after SamplingParams fields, `subtalker_` first for the code predictor's;
+        None: not given. greedy (--greedy, --sample) sets do_sample at both sites; None keeps it."""
         renamed = {"id": id_column, "text": text_column}
         for pair in pairs or []:
             name, sep, column = (s.strip() for s in pair.partition("="))
@@ -158,9 +159,8 @@ class VoiceOptions:
 
 @dataclass(frozen=True)
 class SamplingOverrides:
-    """Command-line sampling values per site (talker, and the code predictor's "subtalker"),
-    keyed by the checkpoint's SamplingParams field names; a field left out keeps the value of
-    generation_config.json. --greedy / --sample set do_sample at both sites."""
+    """Command-line sampling values per site (talker, the code predictor's "subtalker"), by
+    SamplingParams field; a field left out keeps generation_config.json's."""
 
     talker: Mapping[str, float | int | bool] = field(default_factory=dict)
     subtalker: Mapping[str, float | int | bool] = field(default_factory=dict)
@@ -295,9 +295,7 @@ MAX_TRIM_PAD_S = 10.0
 @dataclass(frozen=True)
 class FinishOptions:
     """What each clip goes through between the speech decoder and its encoding, in this order:
-    its leading and trailing silence trimmed to a pad, resampled, normalized to an integrated
-    loudness under a sample-peak ceiling (qtts.core.jobs.output.finishing). The defaults do
-    nothing: the model's 24 kHz audio is written as it comes."""
+    trimmed, resampled, normalized (qtts.core.jobs.output.finishing). The defaults do nothing."""
 
     sample_rate: int | None = None  # None: the model's own (24 kHz)
     loudness_lufs: float | None = None  # None: not normalized
@@ -328,8 +326,7 @@ class FinishOptions:
 
     def at_model_rate(self, model_rate: int) -> FinishOptions:
         """These options for a model whose audio comes at `model_rate`: --sample-rate at that
-        very rate resamples nothing, so it is no setting (an out dir made without it keeps its
-        rows)."""
+        rate resamples nothing, so it is no setting (an out dir made without it keeps its rows)."""
         return replace(self, sample_rate=None) if self.sample_rate == model_rate else self
 
     def fingerprint_part(self) -> dict[str, Any]:

@@ -55,9 +55,8 @@ def cut_rows(
     count: Callable[[list[str]], np.ndarray],
     split: SplitOptions | None,
 ) -> list[list[str]]:
-    """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only.
-    count: the model's token count of each text in a list (qtts.core.jobs.work.budget, batched:
-    bounded memory)."""
+    """Each row's segments ([text] for a row left whole); auto cuts rows over the limit only.
+    count: the model's token count of each text in a list."""
     if split is None or not split.enabled:
         return [[t] for t in texts]
     limit = split.limit
@@ -104,9 +103,8 @@ class SplitChunk(Protocol):
 def synthesize_chunk(
     synth: Synthesizer, chunk: SplitChunk, options: GenerationOptions, on_budget: str
 ) -> Iterator[Utterance | RowFailure]:
-    """One result per row of the chunk: rows failed before
-    synthesis, then each row as it completes (on_budget: what a segment that hits its frame
-    budget does to its row)."""
+    """One result per row of the chunk: rows failed before synthesis, then each row as it
+    completes (on_budget: what a segment that hits its budget does to its row)."""
     for row_id, reason in chunk.split.failed.items():
         yield RowFailure(row_id, reason)
     parts = calls(chunk.requests, chunk.est_frames, chunk.split)

@@ -180,9 +180,8 @@ def _runs(pieces: list[_Piece]) -> list[list[_Piece]]:
 
 
 def _balanced(run: list[_Piece], max_tokens: int) -> list[tuple[int, int]]:
-    """A cut sentence's pieces in the fewest segments that fit, of about equal tokens (no short
-    tail): a segment closes when the next piece would not fit, or would overshoot the share of
-    the tokens left by more than half of itself."""
+    """A cut sentence's pieces in the fewest segments that fit, of about equal tokens: a
+    segment closes when the next piece would not fit, or would overshoot its share by over half."""
     left = sum(p.tokens for p in run)
     parts = max(1, -(-left // max_tokens))
     spans: list[tuple[int, int]] = []

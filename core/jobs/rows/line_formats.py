@@ -226,11 +226,9 @@ _NEVER_CLOSED = "unexpected end of data"
 def check_csv_rows(
     path: Path, where: str, *, tsv: bool, rows: int | None = None, refused: str | None = None
 ) -> None:
-    """Raise ManifestError naming the first line that is not a well-formed row, or, when
-    `rows` (pyarrow's count) is given, when the file holds another number of rows. refused:
-    pyarrow's error when it refused the file; invalid UTF-8 is named only when that is why
-    (columns qtts does not read may hold any bytes). A file that cannot be opened or scanned
-    here raises nothing: the caller's own error says so."""
+    """ManifestError naming the first line that is not a well-formed row, or a row count other
+    than `rows` (pyarrow's). refused: pyarrow's error, if it refused the file (invalid UTF-8 is
+    named only when that is why). A file this scan cannot open raises nothing: its reader will."""
     try:
         found = _count_csv_rows(path, where, tsv)
     except OSError:

@@ -100,10 +100,9 @@ def read_manifest(
     *,
     text_if_null_id: bool = False,
 ) -> pa.Table:
-    """Rows of a manifest (qtts.core.jobs.rows.sources: Parquet parts, JSON Lines, CSV, TSV);
-    a missing optional column or a null takes the CLI default, and so does an empty or blank
-    optional string. Unknown columns are not read, nor those left out of `fields`
-    (text_if_null_id: text too, when some id is null). `columns`: where each field is."""
+    """Rows of a manifest; a missing optional column, a null or a blank optional string takes
+    the CLI default. Only the fields in `fields` are read (text_if_null_id: text too, when some id
+    is null); `columns`: where each field is."""
     source = find_manifest(source) if isinstance(source, str) else source
     columns = columns or ManifestColumns()
     if source.kind == "parquet":

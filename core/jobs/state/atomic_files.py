@@ -25,9 +25,8 @@ def atomic_write(
     before_replace: Callable[[], None] | None = None,
 ) -> None:
     """Write `final` through a temp file in the same folder: whole file or nothing.
-
-    before_replace runs once the temp file is durable, just before it takes the final name (the
-    job journals the row there, so no finished file ever lacks its journal line)."""
+    before_replace runs once the temp file is durable, just before it takes the final name (the job
+    journals the row there, so no finished file ever lacks its journal line)."""
     tmp = temp_path(final)
     with tracked(tmp):
         try:
@@ -87,9 +86,8 @@ def cleanup_temp_files(
     owns: Callable[[str], bool] = lambda final: True,
     names: Iterable[str] | None = None,
 ) -> int:
-    """Remove temp files a killed run left in out_dir: those whose final file name `owns`
-    accepts (a shard owns its rows' files; other shards may be writing theirs right now).
-    names: the temp files of a listing already made (else the folder is searched)."""
+    """Remove temp files a killed run left in out_dir whose final name `owns` accepts (other
+    shards may be writing theirs); names: the temp files of a listing already made."""
     removed = 0
     if names is None:
         names = [p.name for p in out_dir.glob(f".*{TEMP_MARK}*")]

@@ -93,9 +93,8 @@ def journal_size(path: Path) -> int:
 
 
 def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
-    """The records of the first `size` bytes of `path` (journal_size: what a writer appends
-    later is left for the next reader), PIECE_BYTES of complete lines parsed at a time; each
-    piece conformed. The same size reads the same records again."""
+    """The records of the first `size` bytes of `path` (what a writer appends later is left to
+    the next reader), PIECE_BYTES of whole lines parsed at a time, each piece conformed."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:

@@ -36,9 +36,8 @@ class RecordSource:
         *,
         shard_suffix: str | None = None,
     ) -> RecordSource:
-        """merge: the columns read now (keep id, status, run and t: the merge needs them);
-        later: the columns `column` may be asked for (the journals' are kept); shard_suffix:
-        one job shard's state and journals only (None: every shard's)."""
+        """merge: the columns read now (id, status, run and t among them); later: those `column`
+        may be asked for; shard_suffix: one shard's state and journals only (None: every one)."""
         paths = StatePaths(out_dir)
         own = shard_suffix is not None
         states, bases, offset = [], [], 0

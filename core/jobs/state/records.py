@@ -159,10 +159,8 @@ def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table
 
 
 def one_chunk(held: list[pa.Table]) -> pa.Table:
-    """The table in `held` (taken out of it) with each column in one chunk, combined a column
-    at a time: each chunked column is freed as its copy comes, so a table of many row groups
-    never exists twice. The list hands the only reference over (an argument would keep the
-    whole table alive in the caller's frame until this returns)."""
+    """The table in `held` (taken out of it, so no caller's frame keeps it alive) with each
+    column in one chunk, combined a column at a time: a table of many row groups is never twice."""
     table = held.pop()
     schema, arrays = table.schema, []
     for name in schema.names:

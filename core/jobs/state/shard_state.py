@@ -94,10 +94,8 @@ def read_own(
 
 
 def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """Latest record per id across every shard's state and every journal in the out dir
-    (columns: only these; the journals' MERGE_COLUMNS are read too). Left in chunks: the
-    caller takes from it once. An unreadable state raises UnreadableState: what reads every
-    shard shows records, and must not show a shard's rows as never done."""
+    """Latest record per id across every shard's state and journal (columns: only these), left
+    in chunks. An unreadable state raises UnreadableState: no shard's rows show as never done."""
     paths = StatePaths(out_dir)
     states = [read_state_file(p, columns, strict=True) for p in paths.states()]
     base = pa.concat_tables(states) if states else conform(empty(), columns)
@@ -116,12 +114,9 @@ def _with_merge(columns: tuple[str, ...]) -> list[str]:
 
 def compact(out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None) -> pa.Table | None:
     """Fold this shard's journals into its state file; the shard's records after it (columns:
-    only these), or None when no journal held anything (the state is as it was).
-
-    Streamed, so a run that journalled ten million rows (a layout switch) never holds every
-    column of them: the merge is decided on MERGE_COLUMNS (each record's position in the state,
-    then in the journals), then the state is copied a row group at a time and the journals a
-    piece at a time (the same bytes read again), each less the records that lost."""
+    only these), or None when no journal held anything. Streamed: the merge is decided on
+    MERGE_COLUMNS, then the state is copied a row group and the journals a piece at a time, each
+    less the records that lost."""
     paths = StatePaths(out_dir)
     journals = paths.own_journals(shard.suffix)
     if not any(p.stat().st_size for p in journals if p.exists()):

@@ -57,12 +57,9 @@ class FrameBudget:
         return int(self.max_new_tokens_of(np.array([text_tokens]))[0])
 
     def too_long(self, text_tokens: int) -> str | None:
-        """Reason the text cannot be spoken within the checkpoint's budget, or None.
-
-        An explicit --max-new-tokens is the operator's call and is not second-guessed: a row that
-        runs out of steps is flagged hit_frame_budget instead (see --on-budget). Either way the
-        prompt and the frames must fit the model's positions.
-        """
+        """Reason the text cannot be spoken within the checkpoint's budget, or None. An explicit
+        --max-new-tokens is not second-guessed (a row that runs out is flagged instead), but the
+        prompt and the frames must fit the model's positions either way."""
         positions = text_tokens + PROMPT_OVERHEAD + self.max_new_tokens(text_tokens)
         if self.max_positions is not None and positions > self.max_positions:
             return (
@@ -185,9 +182,8 @@ LEGACY_KEY = "ok"  # a record made before the policy was recorded (see above)
 
 
 def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: str) -> ResumeScan:
-    """resume with the done rows whose kept codes `key`'s policy would not keep moved to
-    stale, with a reason ("on-budget ok -> retry/3"). valid: this run's valid rows (resume's
-    order); records: the shard's latest records."""
+    """resume with the done rows whose kept codes `key`'s policy would not keep made stale
+    ("on-budget ok -> retry/3"). valid: this run's valid rows; records: the shard's latest."""
     at = np.flatnonzero(resume.done)
     if len(at) == 0 or resume.record_at is None:
         return resume

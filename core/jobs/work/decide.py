@@ -60,9 +60,8 @@ def decide_work(
     split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:
-    """records: the shard's latest records (empty with --overwrite); settings: this run's;
-    split: how long rows are cut (None: every row whole, and no record's split is checked);
-    on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
+    """records: the shard's latest (empty with --overwrite); split, on_budget: this run's
+    (None: no record's split or budget policy is checked)."""
     valid = prepared.valid()
     resume = scan(
         valid,

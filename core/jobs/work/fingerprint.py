@@ -43,9 +43,8 @@ def job_fingerprint(
     audio_format: str,
     finish: FinishOptions = FinishOptions(),
 ) -> JobFingerprint:
-    """options: the merged sampling of both sites. Each site is every field
-    of its SamplingParams, read from the dataclass: a sampling field added there is in the
-    fingerprint without a change here. finish: only the steps that act are in it."""
+    """options: the merged sampling of both sites, every SamplingParams field of each (a field
+    added there is in the fingerprint); finish: only the steps that act."""
     return JobFingerprint(
         {
             "model": model,

@@ -54,11 +54,9 @@ def _cpu_auto(
 
 
 def for_ray_actors(precision: Precision) -> Precision:
-    """`--backend ray --device auto`: the actors' devices are the cluster's (GPU workers or not),
-    unknown to the driver, so each actor resolves --dtype auto itself and nothing is pinned. The
-    fingerprint keeps the spelling qtts has always given this case on a driver without a GPU,
-    cpu:float32, whatever the driver's own CPU would pick: a rerun from another head node redoes
-    nothing. (Pass --device and --dtype to make the recorded precision exact.)"""
+    """`--backend ray --device auto`: each actor resolves --dtype auto on its own device and
+    nothing is pinned; the fingerprint spells it cpu:float32, as qtts always has on a driver
+    without a GPU (docs/job-state.md, "`--dtype auto` on a CPU is pinned")."""
     if precision.device != "cpu" or precision.cpu_auto is None:
         return replace(precision, cpu_auto=None)
     why = "--dtype auto, resolved by each Ray actor on its own device"
@@ -86,10 +84,8 @@ def cpu_auto_for_job_file(
     seen: str | None = None,
 ) -> str | None:
     """The job file's cpu_auto_dtype after this run (under the job lock): the pin it holds, or
-    this run's when it resolved --dtype auto on a CPU and none is recorded (or --overwrite
-    resolved it afresh). A different pin recorded since this run read the job file (`seen`) is
-    another run's, started at the same moment, --overwrite or not: shards started together with
-    --overwrite on mixed CPUs must not each pin their own."""
+    this run's where none is (or --overwrite resolved it afresh). A pin another run recorded since
+    this one read the job file (`seen`) refuses: shards on mixed CPUs must not each pin theirs."""
     held = None if recorded is None else recorded.cpu_auto_dtype
     if cpu_auto is None:  # an explicit --dtype, or a GPU: the pin stays as it is
         return held

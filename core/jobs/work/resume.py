@@ -131,9 +131,7 @@ def _held(
     save_codes: bool,
 ) -> Held:
     """presence.held over the rows, their recorded locations taken a slice at a time where the
-    listing is small enough to hash again per slice (an archive layout: a name per shard), so
-    ten million member locations (half a gigabyte) are never copied at once; else at once (a
-    files layout's listing of ten million names is hashed in parts: docs/scale.md)."""
+    listing is small (an archive layout), so ten million locations are never copied at once."""
     rows = max(len(index), 1)
     step = COMPARE_SLICE if len(listing.files) <= PART else rows
     parts = []
