@@ -1,7 +1,8 @@
 """Rows in: a UTF-8 text file (a row a non-blank line, `-` = stdin) or a manifest, read into one
-Arrow table (ROW_SCHEMA), never a Python object a row. Owns the input contract and its
-whole-input refusals (ManifestError, exit 2: nothing synthesized); per-row problems are
-validation's. Knows nothing of models, tensors or output files beyond the id -> file-name rule."""
+Arrow table (ROW_SCHEMA), never a Python object a row: Parquet parts as one dataset (their columns
+checked to agree from the footers first), JSON Lines and CSV/TSV by line_formats. Owns the input
+contract and its whole-input refusals (ManifestError, exit 2); per-row problems are validation's.
+Knows nothing of models, tensors or output files beyond the id -> file-name rule."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError
-from qtts.core.jobs.contract.spec import ManifestColumns
-from qtts.core.jobs.rows.columns import label, type_kind
+from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
+from qtts.core.jobs.rows.columns import accepts, label, pick_columns, type_kind
 from qtts.core.jobs.rows.ids import blank_ids, file_keys
 from qtts.core.jobs.rows.line_formats import (
     UTF8_BOM,
@@ -23,8 +24,7 @@ from qtts.core.jobs.rows.line_formats import (
     read_jsonl_rows,
     refuse_wide_text,
 )
-from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
-from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
+from qtts.core.jobs.rows.sources import ManifestSource, find_manifest, unreadable
 
 STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text", "voice")
 # What every reader returns; seed stays as the manifest typed it (validation checks it). Text is
@@ -106,7 +106,7 @@ def read_manifest(
     source = find_manifest(source) if isinstance(source, str) else source
     columns = columns or ManifestColumns()
     if source.kind == "parquet":
-        table = read_parquet_rows(source, columns, fields, text_if_null_id=text_if_null_id)
+        table = _read_parquet(source, columns, fields, text_if_null_id=text_if_null_id)
     else:
         if text_if_null_id and fields is not None and "text" not in fields:
             fields = (*fields, "text")  # a line format reads text at the cost of one column
@@ -116,6 +116,121 @@ def read_manifest(
     for name in table.column_names:
         out[name] = _column(source.given, label(name, columns), name, table.column(name))
     return _with_schema(pa.table(out))
+
+
+WIDE = {"integer": pa.int64(), "floating": pa.float64(), "null": pa.null()}
+
+
+def _read_parquet(
+    source: ManifestSource,
+    columns: ManifestColumns,
+    wanted: tuple[str, ...] | None = None,
+    *,
+    text_if_null_id: bool = False,
+) -> pa.Table:
+    """The wanted fields the manifest has, a column each under the field's name."""
+    schemas = [_schema(source, part) for part in source.files]
+    fields = pick_columns(schemas[0].names, columns, _where(source, 0), wanted)
+    _same_columns(source, schemas, columns, fields, wanted)
+    table = _read(source, schemas, columns, fields)
+    if text_if_null_id and "id" in fields and table["id"].null_count and "text" not in fields:
+        text = pick_columns(schemas[0].names, columns, _where(source, 0), ("text",))
+        if text:
+            table = table.append_column("text", _read(source, schemas, columns, text)["text"])
+    return table
+
+
+def _schema(source: ManifestSource, part: Path) -> pa.Schema:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(part)
+    except FileNotFoundError:
+        raise ManifestError(f"cannot read manifest {source.name(part)}: no such file") from None
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable(source.name(part), e) from None
+
+
+def _where(source: ManifestSource, index: int) -> str:
+    part = source.name(source.files[index])
+    return f"{source.given} (part {part})" if source.is_dataset else source.given
+
+
+def _same_columns(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    fields: dict[str, str],
+    wanted: tuple[str, ...] | None,
+) -> None:
+    """Every part has the columns qtts reads from the first part, and no other it would read."""
+    read = set(fields.values())
+    readable = {columns.column(f) for f in wanted or (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
+    first = source.name(source.files[0])
+    for part, schema in zip(source.files[1:], schemas[1:], strict=True):
+        names = set(schema.names)
+        lacks, extra = sorted(read - names), sorted((names & readable) - read)
+        if lacks or extra:
+            differs = (
+                f"has no column {lacks[0]!r}, which part {first} has"
+                if lacks
+                else f"has a column {extra[0]!r} that part {first} lacks"
+            )
+            raise ManifestError(
+                f"manifest {source.given}: part {source.name(part)} {differs} (parts must share "
+                "the columns qtts reads)"
+            )
+
+
+def _read(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    fields: dict[str, str],
+) -> pa.Table:
+    """The fields' columns at their widest type over the parts, in the parts' order."""
+    import pyarrow.dataset as ds
+
+    wide = {c: _wide_type(source, schemas, columns, f, c) for f, c in fields.items()}
+    try:
+        dataset = ds.dataset([str(p) for p in source.files], schema=pa.schema(list(wide.items())))
+        table = dataset.to_table(columns=list(wide))
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable(source.given, e) from None
+    return pa.table({name: table[column] for name, column in fields.items()})
+
+
+def _wide_type(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    name: str,
+    column: str,
+) -> pa.DataType:
+    """One kind of type over every part (refused otherwise), as the type the parts widen to."""
+    seen: int | None = None  # the first part with values in the column
+    for i, schema in enumerate(schemas):
+        t = schema.field(column).type
+        if not accepts(name, t):
+            must = "integers" if name == "seed" else "strings"
+            raise ManifestError(
+                f"manifest {_where(source, i)}: column {label(name, columns)} must be {must}, "
+                f"got {t}"
+            )
+        if type_kind(t) == "null":
+            continue
+        if seen is None:
+            seen = i
+        elif type_kind(t) != type_kind(schemas[seen].field(column).type):
+            raise ManifestError(
+                f"manifest {source.given}: part {source.name(source.files[i])} has column "
+                f"{column!r} as {t}, part {source.name(source.files[seen])} as "
+                f"{schemas[seen].field(column).type} (parts must share a schema)"
+            )
+    kind = "null" if seen is None else type_kind(schemas[seen].field(column).type)
+    if kind == "text":
+        return pa.large_string() if name == "text" else pa.string()
+    return WIDE[kind]
 
 
 def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -139,8 +254,8 @@ def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.Ch
 
 
 def _with_schema(table: pa.Table) -> pa.Table:
-    """Every ROW_SCHEMA column, in order; absent ones null. seed keeps its integer type when the
-    manifest has one (a float64 would round seeds above 2**53)."""
+    """Every ROW_SCHEMA column in order, absent ones null; an integer seed keeps its type (a
+    float64 would round seeds above 2**53)."""
     columns, fields = [], []
     for f in ROW_SCHEMA:
         if f.name in table.column_names:
