@@ -42,10 +42,10 @@ class RecordSource:
         own = shard_suffix is not None
         states, bases, offset = [], [], 0
         for path in [paths.state(shard_suffix)] if own else paths.states():
-            handle = _open(path)
-            if handle is None:  # removed since it was listed (--overwrite): it holds nothing
+            opened = _open(path, merge)
+            if opened is None:  # removed since it was listed (--overwrite): it holds nothing
                 continue
-            table = _read(handle, path, merge)
+            handle, table = opened
             bases.append(_positioned(table, offset))
             offset += table.num_rows
             states.append((path, handle))
@@ -85,18 +85,13 @@ class RecordSource:
         return self.winners[POSITION].to_numpy()
 
 
-def _open(path: Path) -> pq.ParquetFile | None:
+def _open(path: Path, columns: tuple[str, ...]) -> tuple[pq.ParquetFile, pa.Table] | None:
+    """The state, held open, and its `columns`; None when there is none."""
     try:
-        return pq.ParquetFile(path)
+        handle = pq.ParquetFile(path)
+        return handle, read_columns(handle, columns)
     except FileNotFoundError:
         return None
-    except (OSError, pa.ArrowException) as e:
-        raise unreadable_state(path, e) from None
-
-
-def _read(handle: pq.ParquetFile, path: Path, columns: tuple[str, ...]) -> pa.Table:
-    try:
-        return read_columns(handle, columns)
     except (OSError, pa.ArrowException) as e:
         raise unreadable_state(path, e) from None
 
