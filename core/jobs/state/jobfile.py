@@ -162,11 +162,5 @@ def job_for(
 ) -> JobFile:
     """What this run records: the array's numbering when N came from that array."""
     array = req.source == "the Slurm array" and req.count == shard.count
-    return JobFile(
-        kind,
-        source,
-        shard.count,
-        req.array_min if array else None,
-        req.array_step if array else None,
-        columns=dict(columns) if columns else None,
-    )
+    first, step = (req.array_min, req.array_step) if array else (None, None)
+    return JobFile(kind, source, shard.count, first, step, columns=dict(columns or {}) or None)

@@ -73,14 +73,7 @@ def failed_record(
 ) -> dict[str, Any]:
     """row: ROW_FIELDS (as validation resolved them); attempts: the tries that failed it, if
     any; run: settings, model, run, split, on_budget."""
-    return {
-        **_fields(row),
-        "status": FAILED,
-        "error": error,
-        "attempts": attempts,
-        **run,
-        "t": time.time(),
-    }
+    return dict(_fields(row), status=FAILED, error=error, attempts=attempts, **run, t=time.time())
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
@@ -88,15 +81,8 @@ def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[st
     segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures
     (with segment_chars_per_s), and under --loudness loudness_lufs and loudness_status."""
     duration = audio["num_samples"] / audio["sample_rate"]
-    return {
-        **_fields(row),
-        "status": OK,
-        "error": None,
-        **audio,
-        "duration_s": duration,
-        **run,
-        "t": time.time(),
-    }
+    record = dict(_fields(row), status=OK, error=None, **audio, duration_s=duration)
+    return dict(record, **run, t=time.time())
 
 
 def pending_records(ids: pa.Array | pa.ChunkedArray, *, run: str) -> pa.Table:
