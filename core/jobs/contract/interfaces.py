@@ -32,8 +32,7 @@ class TextModel(Protocol):
     def normalize_row(
         self, speaker: str | None, language: str | None, instruct: str | None
     ) -> tuple[str | None, str, str | None, str | None]:
-        """-> (speaker, language, instruct, warning or None); VoiceError(reason, field) if
-        unusable."""
+        """(speaker, language, instruct, warning or None); VoiceError(reason, field) if unusable."""
         ...
 
     def count_text_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -52,8 +52,7 @@ OPTIONAL_FIELDS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "
 
 @dataclass(frozen=True)
 class ManifestColumns:
-    """Which manifest column holds a field, where its name is not the field's own (qtts batch
-    --id-column, --text-column, --column FIELD=NAME): field -> column."""
+    """field -> its manifest column, where --id-column, --text-column or --column rename it."""
 
     renamed: Mapping[str, str] = field(default_factory=dict)
 
@@ -259,8 +258,7 @@ class SplitOptions:
 
     @classmethod
     def from_key(cls, key: str | None) -> SplitOptions:
-        """The settings a record's key names; no key (a record made before qtts split long
-        text) or one it cannot read: none."""
+        """The settings a record's key names; none for no key (an older record) or a bad one."""
         mode, _, rest = (key or "").partition("/")
         tokens, _, pause = rest.partition("/")
         try:
@@ -270,8 +268,7 @@ class SplitOptions:
 
 
 def _exact(x: float) -> str:
-    """x short ("0.25", "0") where that reads back exactly, else in full: keys differ when the
-    values do."""
+    """x short ("0.25") where that reads back exactly, else in full: keys differ when values do."""
     short = f"{x:g}"
     return short if float(short) == x else repr(x)
 
@@ -330,8 +327,7 @@ class FinishOptions:
         return replace(self, sample_rate=None) if self.sample_rate == model_rate else self
 
     def fingerprint_part(self) -> dict[str, Any]:
-        """What the steps that act add to a row's fingerprint; {} when none acts, so an out
-        dir made before these options existed keeps its digest."""
+        """What the acting steps add to a row's fingerprint ({} if none acts: old digests hold)."""
         part: dict[str, Any] = {}
         if self.trim_silence:
             part["trim_silence"] = {
@@ -374,8 +370,7 @@ class FailurePolicy:
         _positive("--max-attempts", self.max_attempts)
 
     def resolved(self, default: OnBudget) -> FailurePolicy:
-        """This policy with --on-budget set: unset, it is retry with --max-attempts, else
-        `default`."""
+        """This policy with --on-budget set: unset, retry with --max-attempts, else `default`."""
         on_budget = self.on_budget
         if on_budget is None:
             on_budget = default if self.max_attempts is None else OnBudget.retry

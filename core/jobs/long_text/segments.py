@@ -55,8 +55,7 @@ def cut_rows(
     count: Callable[[list[str]], np.ndarray],
     split: SplitOptions | None,
 ) -> list[list[str]]:
-    """Each row's segments ([text] for a row left whole); auto cuts rows over the limit only.
-    count: the model's token count of each text in a list."""
+    """Each row's segments ([text]: left whole); count: the model's token count of texts."""
     if split is None or not split.enabled:
         return [[t] for t in texts]
     limit = split.limit

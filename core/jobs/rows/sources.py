@@ -66,8 +66,7 @@ def looks_like_manifest(source: str) -> bool:
 
 
 def find_manifest(source: str, out_dir: Path | None = None) -> ManifestSource:
-    """What `source` names; `out_dir`, the job's, is refused where it would write into the
-    parts' folder, and passed over inside it."""
+    """What `source` names; the job's `out_dir` is refused in the parts' folder, or passed over."""
     path = Path(source).expanduser()
     if is_glob(source):
         root = _root(source)
@@ -148,8 +147,7 @@ def _parquet_parts(root: Path) -> list[Path]:
 
 
 def _in_out_dir(part: Path, root: Path) -> bool:
-    """Under a qtts out dir (a folder holding a state folder) below a glob's root: a job's
-    outputs, not input."""
+    """Under a qtts out dir below a glob's root: a job's outputs, not input."""
     try:
         folders = part.relative_to(root).parents
     except ValueError:

@@ -55,8 +55,7 @@ def prepare_rows(
     refs: RefDigests,
     x_vector_only: bool = False,
 ) -> Prepared:
-    """Resolve and check every row (ref_dir: where relative ref_audio and voice paths point;
-    x_vector_only: a voice clones from its x-vector alone)."""
+    """Resolve and check every row (ref_dir: where relative ref_audio and voice paths point)."""
     warnings: Counter[str] = Counter()
     text = rows["text"]
     none = pa.scalar(None, pa.string())
@@ -145,8 +144,7 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
 def _seeds(
     column: pa.ChunkedArray, default: int | None, ids: pa.ChunkedArray
 ) -> tuple[pa.Array, pa.Array]:
-    """(seed per row, reason per row): null and NaN take the default (None: the row's id's
-    seed, id_seeds); integers in range only."""
+    """(seed, reason) per row: null and NaN take the default (None: id_seeds); integers in range."""
     column = column.combine_chunks()
     n = len(column)
     if pa.types.is_null(column.type):
@@ -227,8 +225,7 @@ def id_seed(row_id: str) -> int:
 
 
 def id_seeds(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """id_seed of each id, int64; 0 for a null id (its row fails validation anyway). The
-    digests of a chunk are read as big-endian words at once: about 1 s per million ids."""
+    """id_seed of each id, int64 (0 for a null id), a chunk's digests read as words at once."""
     seeds = np.zeros(len(ids), dtype=np.int64)
     hashed = functools.partial(hashlib.blake2b, digest_size=4)
     for start in range(0, len(ids), CHUNK):

@@ -34,8 +34,7 @@ def check_voice_flag(path: str, model: TextModel) -> None:
 def resolve_voices(
     rows: pa.Table, model: TextModel, ref_dir: Path | None, refs: RefDigests, x_vector_only: bool
 ) -> dict[str, pa.Array]:
-    """Per row: the resolved voice path, its digest, its transcript (the row's ref_text) and the
-    reason it fails (null: none, or the row names no voice)."""
+    """Per row: the voice's resolved path, digest, transcript and why the row fails (or null)."""
     codes, values = distinct_codes(rows["voice"])
     found = [_resolve(v, model, ref_dir, refs) for v in values]
     take = pa.array(codes)

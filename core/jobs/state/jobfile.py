@@ -80,8 +80,7 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
 
 
 def seed_rule_for(recorded: JobFile | None, *, overwrite: bool) -> str:
-    """The seed rule of this run's rows that give no seed: the out dir's, or "id" for a new
-    out dir or under --overwrite."""
+    """The seed rule of rows without a seed: the out dir's, or "id" (new out dir, --overwrite)."""
     if recorded is None or overwrite or recorded.default_seed is None:
         return "id"
     return recorded.default_seed

@@ -147,8 +147,7 @@ def _parse_lines(path: Path, data: bytes, lines: int = 0) -> pa.Table:
 def read_journals(
     paths: list[Path], columns: tuple[str, ...] | None = None
 ) -> tuple[pa.Table, dict[Path, int]]:
-    """All records of `paths` in order (columns: only these), and how many bytes of each were
-    read."""
+    """All records of `paths` in order (columns: only these), and the bytes read of each."""
     tables, sizes = [], {}
     for path in paths:
         table, sizes[path] = read_journal(path, columns)

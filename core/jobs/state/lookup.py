@@ -15,8 +15,7 @@ PART = 1 << 20  # values hashed at once
 def index_in(
     keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray, part: int = PART
 ) -> pa.Array:
-    """Per key, the index of its first equal in `values`, or null (pc.index_in's answer, as
-    int64)."""
+    """Per key, the index of its first equal in `values`, or null (as pc.index_in, in int64)."""
     keys = combined(keys)
     if len(values) <= part:
         return pc.index_in(keys, value_set=combined(values)).cast(pa.int64())

@@ -71,8 +71,7 @@ OK, FAILED, PENDING = "ok", "failed", "pending"
 def failed_record(
     row: dict[str, Any], error: str, attempts: int | None = None, **run: Any
 ) -> dict[str, Any]:
-    """row: ROW_FIELDS (as validation resolved them); attempts: the tries that failed it, if
-    any; run: settings, model, run, split, on_budget."""
+    """row: ROW_FIELDS as resolved; attempts: the tries that failed it; run: the run's columns."""
     return dict(_fields(row), status=FAILED, error=error, attempts=attempts, **run, t=time.time())
 
 

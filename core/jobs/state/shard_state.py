@@ -84,8 +84,7 @@ def _why(error: Exception) -> str:
 def read_own(
     out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None
 ) -> tuple[pa.Table, dict[Path, int]]:
-    """(latest record per id of this shard's rows, pending ones included; bytes read per
-    journal). columns: only these record columns (records.SCAN_COLUMNS)."""
+    """(latest record per id of this shard's rows, pending included; bytes read per journal)."""
     paths = StatePaths(out_dir)
     wanted = None if columns is None else tuple(_with_merge(columns))
     journals, sizes = read_journals(paths.own_journals(shard.suffix), wanted)
@@ -107,8 +106,7 @@ def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
 
 
 def _with_merge(columns: tuple[str, ...]) -> list[str]:
-    """columns, and what merging a journal's records reads (a pending record left by a killed
-    run is settled by its `run`, whether or not the caller asked for it)."""
+    """columns, and the merge columns (a killed run's pending record is settled by its `run`)."""
     return list(dict.fromkeys((*columns, *MERGE_COLUMNS)))
 
 
@@ -149,8 +147,7 @@ STATE_ROWS = 1 << 18  # a state's row group: what a compaction holds of every co
 
 
 def _open_state(path: Path) -> tuple[pq.ParquetFile | None, pa.Table]:
-    """The state to fold into, held open, and its merge columns (none yet, or unreadable: no
-    records, and its rows are redone)."""
+    """The state held open, and its merge columns (none when missing or unreadable: redone)."""
     handle = None
     try:
         handle = pq.ParquetFile(path)
@@ -168,8 +165,7 @@ _POSITION = "_position"  # a record's place: the state's rows, then the journals
 
 
 def _winners(base: pa.Table, journals: list[Path]) -> tuple[np.ndarray, dict[Path, int]]:
-    """(per record, the state's then the journals': it is its id's latest and not pending;
-    the journals' sizes read)."""
+    """(per record, state's then journals': its id's latest and not pending; bytes read)."""
     newer, sizes = read_journals(journals, MERGE_COLUMNS)
     total = base.num_rows + newer.num_rows
     base = base.append_column(_POSITION, pa.array(np.arange(base.num_rows)))

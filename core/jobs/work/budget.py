@@ -128,8 +128,7 @@ def check_lengths(
     budget: FrameBudget,
     split: SplitOptions | None = None,
 ) -> Lengths:
-    """split: long rows are cut into segments, so no row is refused here (each segment is
-    checked when its chunk is cut) and only the sample is counted."""
+    """split: rows are cut, so none is refused here (segments are checked as chunks are cut)."""
     n = len(texts)
     refuses = split is None or not split.enabled  # rows too long fail here, unsplit
     nbytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -204,8 +203,7 @@ def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: 
 
 
 def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
-    """Whether the policy `key` keeps each row's recorded codes, from the try they came from
-    (attempts, int [n]) and whether they hit the budget (bool [n])."""
+    """Whether policy `key` keeps each row's codes, by the try they came from and budget hit."""
     policy, _, limit = key.partition("/")
     if policy == "retry":
         return ~hit & (attempts <= int(limit))

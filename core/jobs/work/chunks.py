@@ -51,8 +51,7 @@ REQUEST_FIELDS = tuple(f for f in ROW_FIELDS if not f.endswith("_digest"))
 
 @dataclass
 class Todo:
-    """The rows to synthesize and their order, longest first by frame estimate; the table is
-    never copied whole in that order: each chunk takes its own rows."""
+    """The rows to synthesize, longest first by frame estimate; each chunk takes its own rows."""
 
     rows: pa.Table  # records.ROW_FIELDS, in input order
     order: np.ndarray  # indices into rows, longest first
@@ -144,8 +143,7 @@ def chunk_requests(
 
 
 def planned_frames(todo: Todo, first: Chunk | None) -> int:
-    """The frames the rows to synthesize should make: the first chunk's requests as cut, each
-    within its own budget (a split row's segments too), then the estimate of the rows after it."""
+    """Frames the rows should make: the first chunk's as cut, then the estimate of the rest."""
     if first is None:
         return int(todo.est_frames.sum())
     return sum(first.est_frames) + int(todo.est_frames[CHUNK_ROWS:].sum())

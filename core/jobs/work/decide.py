@@ -60,8 +60,7 @@ def decide_work(
     split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:
-    """records: the shard's latest (empty with --overwrite); split, on_budget: this run's
-    (None: no record's split or budget policy is checked)."""
+    """records: the shard's latest (empty with --overwrite); split, on_budget: None checks none."""
     valid = prepared.valid()
     resume = scan(
         valid,

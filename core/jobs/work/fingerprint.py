@@ -77,8 +77,7 @@ def remember(out_dir: Path, settings: JobFingerprint) -> None:
 
 
 def format_twins(registry: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The digests of recorded settings that differ from `current` in the audio format alone:
-    their rows' audio is this run's, in another encoding (a transcode, not a synthesis)."""
+    """Digests of recorded settings differing from `current` in the audio format alone."""
 
     def rest(values: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in values.items() if k != "format"}
