@@ -52,10 +52,7 @@ def label(name: str, columns: ManifestColumns) -> str:
 
 
 def pick_columns(
-    names: list[str],
-    columns: ManifestColumns,
-    where: str,
-    wanted: tuple[str, ...] | None = None,
+    names: list[str], columns: ManifestColumns, where: str, wanted: tuple[str, ...] | None = None
 ) -> dict[str, str]:
     """field -> the column that holds it, for each wanted field the manifest has (`names`: its
     columns). Refuses a missing required field (wanted or not) or a missing mapped one."""

@@ -20,9 +20,7 @@ _live_lock = threading.Lock()
 
 
 def atomic_write(
-    final: Path,
-    write: Callable[[BinaryIO], None],
-    before_replace: Callable[[], None] | None = None,
+    final: Path, write: Callable[[BinaryIO], None], before_replace: Callable[[], None] | None = None
 ) -> None:
     """Write `final` through a temp file in the same folder: whole file or nothing.
     before_replace runs once the temp file is durable, just before it takes the final name (the job
