@@ -13,8 +13,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.output.stores.presence import Held, Listing, held
 from qtts.core.jobs.output.stores.registry import find
-from qtts.core.jobs.state.lookup import PART, index_in
-from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools, combined
+from qtts.core.jobs.state.records import INPUT_FIELDS, OK, PART, as_bools, combined, index_in
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
