@@ -45,8 +45,7 @@ class TextModel(Protocol):
         ...
 
     def memory_plan(self, requests: Sequence[Request], placement: Placement) -> str:
-        """One line: how these rows would be batched on the device, from the checkpoint's
-        dimensions, without loading weights; UsageError when an explicit batch cannot fit."""
+        """One line: how these rows would batch on the device, from the checkpoint's dimensions."""
         ...
 
 

@@ -158,8 +158,7 @@ class VoiceOptions:
 
 @dataclass(frozen=True)
 class SamplingOverrides:
-    """Command-line sampling values per site (talker, the code predictor's "subtalker"), by
-    SamplingParams field; a field left out keeps generation_config.json's."""
+    """Command-line sampling values per site (talker, subtalker) by SamplingParams field."""
 
     talker: Mapping[str, float | int | bool] = field(default_factory=dict)
     subtalker: Mapping[str, float | int | bool] = field(default_factory=dict)
@@ -348,8 +347,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 
 
 def default_on_budget(kind: JobKind, max_new_tokens: int | None) -> OnBudget:
-    """retry for qtts batch under the automatic budget (a row reaching that runaway guard is
-    nearly always a runaway), else ok (README, "Length, budget and sampling")."""
+    """retry for qtts batch under the automatic budget (a runaway guard), else ok."""
     return OnBudget.retry if kind is JobKind.batch and max_new_tokens is None else OnBudget.ok
 
 

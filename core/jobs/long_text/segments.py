@@ -102,8 +102,7 @@ class SplitChunk(Protocol):
 def synthesize_chunk(
     synth: Synthesizer, chunk: SplitChunk, options: GenerationOptions, on_budget: str
 ) -> Iterator[Utterance | RowFailure]:
-    """One result per row of the chunk: rows failed before synthesis, then each row as it
-    completes (on_budget: what a segment that hits its budget does to its row)."""
+    """One result per row: rows failed before synthesis, then each row as it completes."""
     for row_id, reason in chunk.split.failed.items():
         yield RowFailure(row_id, reason)
     parts = calls(chunk.requests, chunk.est_frames, chunk.split)

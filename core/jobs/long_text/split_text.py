@@ -151,8 +151,7 @@ def _merge_wordless(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
 
 
 def _pack(pieces: list[_Piece], max_tokens: int, every_sentence: bool) -> list[tuple[int, int]]:
-    """Whole sentences joined while they fit (never with every_sentence); the pieces of a cut
-    sentence joined among themselves into segments of about equal length."""
+    """Whole sentences joined while they fit (not every_sentence's); a cut one's pieces balanced."""
     spans: list[tuple[int, int]] = []
     tokens, joinable = 0, False
     for run in _runs(pieces):

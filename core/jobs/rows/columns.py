@@ -24,8 +24,7 @@ TEXT_ONLY = ("text", "null")
 
 
 def type_kind(t: pa.DataType) -> str:
-    """text, integer, floating, null, or the type's own name: what a field's checks look at
-    (int32 and int64, string and large_string, a categorical's values are each one kind)."""
+    """text, integer, floating, null, or the type's name (int32 and int64 are one kind)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -79,8 +78,7 @@ def pick_columns(
 def _warn_misspelled(
     names: list[str], columns: ManifestColumns, where: str, absent: list[str]
 ) -> None:
-    """One warning per column that looks like a field the manifest lacks: its values are not
-    read, so the rows take the defaults of that field (a --speaker for every row, say)."""
+    """A warning per column that looks like a missing field: its values are not read."""
     used = {columns.column(f) for f in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
     wanted = {columns.column(f).lower(): columns.column(f) for f in absent}
     for name in (n for n in names if n not in used):

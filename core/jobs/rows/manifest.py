@@ -271,8 +271,7 @@ def _with_schema(table: pa.Table) -> pa.Table:
 
 
 def check_unique_ids(rows: pa.Table, *, max_listed: int = 5) -> None:
-    """Refuse the whole input when two rows share an id or would write the same file. Empty
-    ids are no one's: each such row fails alone ("id is empty"), as a null id does."""
+    """Refuse the input if two rows share an id or a file; blank ids fail alone, as null ones."""
     ids = rows["id"]
     keys = file_keys(ids)
     keys = pc.if_else(pc.fill_null(blank_ids(ids), False), pa.scalar(None, keys.type), keys)

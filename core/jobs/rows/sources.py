@@ -130,8 +130,7 @@ def _check_out_dir(source: str, root: Path, out_dir: Path | None) -> None:
 
 
 def _parquet_parts(root: Path) -> list[Path]:
-    """The .parquet files under root, not descending into hidden or `_` folders or qtts out dirs
-    (a folder of a million audio files is never listed)."""
+    """The .parquet files under root, skipping hidden and `_` folders and qtts out dirs."""
     found = []
     for folder, dirs, files in os.walk(root):
         if Path(folder) != root and _is_out_dir(Path(folder)):

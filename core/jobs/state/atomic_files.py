@@ -84,8 +84,7 @@ def cleanup_temp_files(
     owns: Callable[[str], bool] = lambda final: True,
     names: Iterable[str] | None = None,
 ) -> int:
-    """Remove temp files a killed run left in out_dir whose final name `owns` accepts (other
-    shards may be writing theirs); names: the temp files of a listing already made."""
+    """Remove temp files a killed run left whose final name `owns` accepts (names: a listing's)."""
     removed = 0
     if names is None:
         names = [p.name for p in out_dir.glob(f".*{TEMP_MARK}*")]

@@ -64,8 +64,7 @@ class Journal:
 
 
 def _cut_unfinished_line(fd: int) -> None:
-    """A killed writer may have left half a line at the end: drop it (this journal has one
-    writer at a time, so nobody else is appending)."""
+    """Drop the half line a killed writer left at the end (one writer a journal at a time)."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
@@ -78,8 +77,7 @@ PIECE_BYTES = 16 << 20  # journal bytes parsed at once: a journal is never in me
 
 
 def read_journal(path: Path, columns: tuple[str, ...] | None = None) -> tuple[pa.Table, int]:
-    """(records, bytes read): every complete line of `path` (an unfinished last line is left
-    out; a journal that does not exist is empty); columns: only these, kept a piece at a time."""
+    """(records, bytes read): every whole line of `path` (none if missing); columns: only these."""
     size = journal_size(path)
     pieces = [conform(t, columns) for t in journal_pieces(path, size)]
     return (pa.concat_tables(pieces) if pieces else conform(empty(), columns)), size
@@ -93,8 +91,7 @@ def journal_size(path: Path) -> int:
 
 
 def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
-    """The records of the first `size` bytes of `path` (what a writer appends later is left to
-    the next reader), PIECE_BYTES of whole lines parsed at a time, each piece conformed."""
+    """The records of `path`'s first `size` bytes, PIECE_BYTES of whole lines at a time."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:

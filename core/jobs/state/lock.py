@@ -121,8 +121,7 @@ def old_split_locks(paths: StatePaths, old_count: int) -> list[Path]:
 
 
 def check_no_old_run(paths: StatePaths, old_count: int) -> None:
-    """--overwrite may change the shard count only while no run of the old split is going (the
-    new split's tasks, starting beside this one, are welcome)."""
+    """--overwrite changes the shard count only while no run of the old split is going."""
     for path in old_split_locks(paths, old_count):
         if lock_is_held(path):
             raise old_run_error(paths, path)

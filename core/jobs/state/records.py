@@ -134,8 +134,7 @@ def _digest(text: str) -> int:
 
 
 def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """`table` with exactly RECORD_SCHEMA's columns (or `columns` of them; missing ones null):
-    states written by an older qtts, or a journal without some field, still merge."""
+    """`table` with RECORD_SCHEMA's columns (or `columns`), missing ones null: old states merge."""
     schema = (
         RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
     )
@@ -198,8 +197,7 @@ MERGE_COLUMNS = ("id", "status", "run", "t")
 
 
 def overlay(base: pa.Table, newer: pa.Table) -> pa.Table:
-    """base (one record per id) with newer's latest record of an id replacing base's. newer
-    carries MERGE_COLUMNS besides base's columns; the answer has base's columns only."""
+    """base (one record per id) with newer's latest record of an id in its place; base's columns."""
     newer = latest(settled(newer))
     if newer.num_rows == 0:
         return base

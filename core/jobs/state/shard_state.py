@@ -55,8 +55,7 @@ def read_state_file(
 
 
 def read_columns(handle: pq.ParquetFile, columns: tuple[str, ...] | None) -> pa.Table:
-    """conform(the file's records): read a column at a time, each in one chunk, so there are
-    never two copies of the records (the file's row groups, and one chunk) at once."""
+    """conform(the file's records), a column at a time: the records are never held twice."""
     present = set(handle.schema_arrow.names)
     schema = conform(empty(), columns).schema
     arrays = []

@@ -39,8 +39,7 @@ PROMPT_OVERHEAD = 16
 
 @dataclass(frozen=True)
 class FrameBudget:
-    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens (None when not given);
-    max_positions: the talker's trained positions (prompt + frames must fit in them)."""
+    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens; max_positions: talker's."""
 
     cap: int
     explicit: int | None = None
@@ -163,8 +162,7 @@ def check_lengths(
 def _split_estimate(
     tokens: np.ndarray, est: np.ndarray, budget: FrameBudget, limit: int
 ) -> np.ndarray:
-    """est with each row over `limit` estimated as its segments: at least ceil(tokens / limit)
-    of them (the cut is not known before its chunk), each within the budget of a full segment."""
+    """est with each row over `limit` as ceil(tokens / limit) segments or more, each budgeted."""
     cut = tokens > limit
     segments = -(-tokens[cut] // limit)
     most = segments * budget.max_new_tokens(limit)
@@ -181,8 +179,7 @@ LEGACY_KEY = "ok"  # a record made before the policy was recorded (see above)
 
 
 def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: str) -> ResumeScan:
-    """resume with the done rows whose kept codes `key`'s policy would not keep made stale
-    ("on-budget ok -> retry/3"). valid: this run's valid rows; records: the shard's latest."""
+    """resume with the done rows whose codes `key`'s policy would not keep made stale."""
     at = np.flatnonzero(resume.done)
     if len(at) == 0 or resume.record_at is None:
         return resume

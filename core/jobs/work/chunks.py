@@ -179,8 +179,7 @@ def input_requests(
     speaker: str | None,
     columns: ManifestColumns | None = None,
 ) -> InputRequests:
-    """`source`'s rows as the job would run them (a manifest as `qtts batch` reads it, else text
-    lines), the first chunk cut into requests: `qtts plan`'s length groups are the dry run's."""
+    """`source`'s rows as a job would run them, its first chunk cut: what `qtts plan` groups."""
     rows = _read_rows(source, columns or ManifestColumns())
     table = _request_rows(rows, text_model.config, speaker)
     lengths = check_lengths(table["text"], text_model, budget, split)

@@ -43,8 +43,7 @@ def job_fingerprint(
     audio_format: str,
     finish: FinishOptions = FinishOptions(),
 ) -> JobFingerprint:
-    """options: the merged sampling of both sites, every SamplingParams field of each (a field
-    added there is in the fingerprint); finish: only the steps that act."""
+    """options: both sites' merged sampling (every SamplingParams field); finish: acting steps."""
     return JobFingerprint(
         {
             "model": model,

@@ -125,8 +125,7 @@ def _stays_whole(
     split: SplitOptions,
     model: TextModel,
 ) -> np.ndarray:
-    """Whether `split` leaves each text whole, from its recorded token count (a row recorded
-    without one, or over the limit, is taken as cut: redone once, it records the new key)."""
+    """Whether `split` leaves each text whole, by its recorded token count (none: taken as cut)."""
     whole = as_bools(pc.less_equal(tokens, split.limit))
     if split.mode != "sentence" or not whole.any():
         return whole
