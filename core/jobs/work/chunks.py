@@ -217,18 +217,11 @@ def _request_rows(rows: pa.Table, config: ModelConfig, speaker: str | None) -> p
     rows = rows.filter(pc.and_(pc.is_valid(text), pc.invert(pc.match_substring_regex(text, BLANK))))
     n = rows.num_rows
     voice = (speaker or (config.supported_speakers() or [None])[0]) if config.uses_speaker else None
+    given = {
+        "speaker": pa.repeat(pa.scalar(voice, pa.string()), n),  # no Python object per row
+        "language": pa.repeat(pa.scalar("auto", pa.string()), n),
+        "seed": pa.array(np.zeros(n, dtype=np.int64)),
+    }
     nothing = pa.nulls(n, pa.string())
-    return pa.table(
-        {
-            "id": rows["id"],
-            "text": rows["text"],
-            "row": rows["row"],
-            "speaker": pa.repeat(pa.scalar(voice, pa.string()), n),  # no Python object per row
-            "language": pa.repeat(pa.scalar("auto", pa.string()), n),
-            "instruct": nothing,
-            "seed": pa.array(np.zeros(n, dtype=np.int64)),
-            "ref_audio": nothing,
-            "ref_text": nothing,
-            "voice": nothing,
-        }
-    )
+    own = ("id", "text", "row")
+    return pa.table({f: rows[f] if f in own else given.get(f, nothing) for f in REQUEST_FIELDS})
