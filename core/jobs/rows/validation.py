@@ -118,12 +118,9 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         pc.fill_null(rows["instruct"], d.instruct) if d.instruct else rows["instruct"],
     ]
     codes, values = zip(*(distinct_codes(c) for c in columns), strict=True)
-    key = (codes[0] * len(values[1]) + codes[1]) * len(values[2]) + codes[2]
-    combos, inverse = np.unique(key, return_inverse=True)
+    combos, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
     results = []
-    for k in combos.tolist():
-        sp, rest = divmod(k, len(values[1]) * len(values[2]))
-        lang, ins = divmod(rest, len(values[2]))
+    for sp, lang, ins in combos.tolist():
         try:
             results.append(
                 (*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]), None)
@@ -131,7 +128,7 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         except ValueError as e:
             results.append((None, None, None, None, str(e)))
     names = ("speaker", "language", "instruct", "warning", "error")
-    index = pa.array(inverse.astype(np.int32))
+    index = pa.array(inverse.reshape(-1).astype(np.int32))
     # Few distinct voices for many rows: dictionary columns (an index per row, not a string).
     return {
         n: pa.DictionaryArray.from_arrays(index, pa.array([r[i] for r in results], pa.string()))
