@@ -26,10 +26,9 @@ from qtts.core.synthesis.requests import (
 
 log = logging.getLogger("qtts")
 
-# Split rows' frames per synthesizer call: a row's segments wait in memory until its last one
-# is done, so this bounds the audio held (2**18 frames x 1920 samples x 4 bytes: 2 GB, ~5.8 h).
-# Each call plans its engine passes and captures their graphs anew, so calls are kept large:
-# at a few hundred audio-seconds per second a call is several minutes of GPU work.
+# Split rows' frames per synthesizer call: a row's segments wait in memory for its last, so this
+# bounds the audio held (2**18 frames x 1920 samples x 4 bytes: 2 GB, ~5.8 h). Each call plans
+# its engine passes and graphs anew, so calls stay large: minutes of GPU work each.
 MAX_SPLIT_FRAMES_PER_CALL = 1 << 18
 _SEPARATOR = "\x1f"  # never in a valid id (control characters are refused)
 
@@ -81,10 +80,6 @@ class SplitRows:
         self.place[request.id] = (row_id, index, count)
         self.requests[request.id] = request
 
-    def row_of(self, request_id: str) -> str | None:
-        place = self.place.get(request_id)
-        return None if place is None else place[0]
-
 
 class SplitChunk(Protocol):
     """What synthesize_chunk reads of a chunk (qtts.core.jobs.work.chunks.Chunk)."""
@@ -123,14 +118,14 @@ def calls(
     frames of split rows (a row's segments always in one call); whole rows go with the first."""
     totals: dict[str, int] = {}
     for r, est in zip(requests, est_frames, strict=True):
-        row = split.row_of(r.id)
+        row = row_of_segment(r.id)
         if row is not None:
             totals[row] = totals.get(row, 0) + int(est)
     groups: list[list[Request]] = [[]]
     call_of: dict[str, int] = {}
     frames = 0
     for r in requests:
-        row = split.row_of(r.id)
+        row = row_of_segment(r.id)
         if row is None:
             groups[0].append(r)
             continue

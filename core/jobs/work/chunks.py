@@ -22,6 +22,7 @@ from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.long_text.segments import (
     SplitRows,
     cut_rows,
+    row_of_segment,
     segment_id,
     segment_seed,
     synthesize_chunk,
@@ -136,7 +137,7 @@ def chunk_requests(
     entries.sort(key=lambda e: e[:3])
     failed = chunk.split.failed
     for *_, request, frames in entries:
-        if chunk.split.row_of(request.id) not in failed and request.id not in failed:
+        if row_of_segment(request.id) not in failed and request.id not in failed:
             chunk.requests.append(request)
             chunk.est_frames.append(frames)
     return chunk
