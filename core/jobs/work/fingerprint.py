@@ -77,17 +77,14 @@ def remember(out_dir: Path, settings: JobFingerprint) -> None:
 
 def format_twins(registry: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Digests of recorded settings differing from `current` in the audio format alone."""
-
-    def rest(values: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in values.items() if k != "format"}
-
     now = json.loads(json.dumps(current))  # as the registry holds it (lists, not tuples)
+    rest = {**now, "format": None}
     return [
         digest
         for digest, values in registry.items()
         if isinstance(values, dict)
         and values.get("format") != now.get("format")
-        and rest(values) == rest(now)
+        and {**values, "format": None} == rest
     ]
 
 
