@@ -78,20 +78,17 @@ PIECE_BYTES = 16 << 20  # journal bytes parsed at once: a journal is never in me
 
 def read_journal(path: Path, columns: tuple[str, ...] | None = None) -> tuple[pa.Table, int]:
     """(records, bytes read): every whole line of `path` (none if missing); columns: only these."""
-    size = journal_size(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = 0
     pieces = [conform(t, columns) for t in journal_pieces(path, size)]
     return (pa.concat_tables(pieces) if pieces else conform(empty(), columns)), size
 
 
-def journal_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
 def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
-    """The records of `path`'s first `size` bytes, PIECE_BYTES of whole lines at a time."""
+    """The records of `path`'s first `size` bytes (what a writer appends later is the next
+    reader's), PIECE_BYTES of whole lines at a time."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
