@@ -9,6 +9,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 Count = Callable[[list[str]], Sequence[int]]
 
@@ -140,10 +141,7 @@ def _merge_wordless(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
     first one, the span after): the model is never asked to speak "." alone."""
     out: list[tuple[int, int]] = []
     for a, b in spans:
-        wordless = _ALNUM.search(text, a, b) is None
-        if out and wordless:
-            out[-1] = (out[-1][0], b)
-        elif out and _ALNUM.search(text, *out[-1]) is None:
+        if out and (_ALNUM.search(text, a, b) is None or _ALNUM.search(text, *out[-1]) is None):
             out[-1] = (out[-1][0], b)
         else:
             out.append((a, b))
@@ -169,13 +167,7 @@ def _pack(pieces: list[_Piece], max_tokens: int, every_sentence: bool) -> list[t
 
 def _runs(pieces: list[_Piece]) -> list[list[_Piece]]:
     """Pieces grouped by sentence."""
-    runs: list[list[_Piece]] = []
-    for p in pieces:
-        if runs and runs[-1][0].sentence == p.sentence:
-            runs[-1].append(p)
-        else:
-            runs.append([p])
-    return runs
+    return [list(run) for _, run in groupby(pieces, key=lambda p: p.sentence)]
 
 
 def _balanced(run: list[_Piece], max_tokens: int) -> list[tuple[int, int]]:
