@@ -213,9 +213,8 @@ class OutputOptions:
         _positive("--shard-rows", self.shard_rows)
 
 
-# A segment of 50 text tokens takes about 200 frames (16 s) at the typical 4 frames per token
-# (qtts.core.jobs.work.budget.EST_FRAMES_PER_TOKEN) and 250 frames (20 s) at a slow 5: well inside
-# the ~30 s past which long generations are reported to stop early or trail off.
+# 50 text tokens take about 16 s at a typical 4 frames a token, 20 s at a slow 5: well inside the
+# ~30 s past which long generations are reported to stop early or trail off.
 DEFAULT_MAX_SEGMENT_TOKENS = 50
 DEFAULT_SEGMENT_PAUSE_S = 0.25
 MAX_SEGMENT_PAUSE_S = 10.0
@@ -277,13 +276,11 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 48_000  # every rate a speech trainer 
 MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS = -70.0, 0.0  # -70: BS.1770's absolute gate
 DEFAULT_PEAK_DB = -1.0  # the sample-peak ceiling of --loudness, dBFS
 MIN_PEAK_DB = -60.0
-# Silence is what lies under the clip's loudest 10 ms frame by more than 40 dB: relative, so a
-# quiet clip is trimmed as a loud one is (the clip is trimmed before it is normalized), and deep
-# enough that a soft consonant or a word's fading tail is speech, not silence.
+# Silence: 40 dB under the clip's loudest 10 ms, relative so a quiet clip trims as a loud one, and
+# deep enough that a soft consonant or a word's fading tail is speech.
 DEFAULT_TRIM_THRESHOLD_DB = -40.0
 MIN_TRIM_THRESHOLD_DB = -100.0
-# 0.1 s of silence kept at each end: a clip never starts or stops on its first or last sample,
-# and a trainer's alignment still finds the edges.
+# Silence kept at each end: no clip starts or stops on a spoken sample; alignment finds the edges.
 DEFAULT_TRIM_PAD_S = 0.1
 MAX_TRIM_PAD_S = 10.0
 
@@ -340,9 +337,8 @@ class FinishOptions:
         return part
 
 
-# Tries per row under --on-budget retry. With a sampling checkpoint a runaway is an unlucky
-# draw: a row that runs away on a share q of draws runs away on all 3 tries on q^3 of them
-# (10% -> 0.1%), and the work one row may cost stays bounded at 3 frame budgets.
+# Tries per row under --on-budget retry: a row that runs away on a share q of draws does on all 3
+# on q^3 of them (10% -> 0.1%), and a row's work stays bounded at 3 frame budgets.
 DEFAULT_MAX_ATTEMPTS = 3
 
 

@@ -15,8 +15,7 @@ from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
 log = logging.getLogger("qtts")
-# How alike a column's name must be to a missing field's to be taken for a misspelling of it
-# (difflib's ratio: "speakr" against "speaker" is 0.92, "seeed" against "seed" 0.89).
+# difflib's ratio past which a column's name is a missing field's misspelling ("speakr": 0.92).
 TYPO_CUTOFF = 0.8
 # The kinds of Arrow type each field accepts ("null": a column with no value in it).
 ACCEPTS = {"id": ("text", "integer", "null"), "seed": ("integer", "floating", "null")}

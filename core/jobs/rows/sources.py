@@ -22,8 +22,7 @@ KINDS = {
 }
 ACCEPTED = "a .parquet, .jsonl (.ndjson, .json), .csv or .tsv file, or a folder or glob of .parquet"
 GLOB_CHARS = "*?["
-# Written beside the parts by Spark and Hadoop (_SUCCESS, _metadata) or editors (.~lock): pyarrow's
-# own dataset discovery skips them too.
+# Spark's and Hadoop's files beside the parts (_SUCCESS, _metadata), editors' (.~lock): as pyarrow.
 SKIPPED_PREFIXES = (".", "_")
 
 

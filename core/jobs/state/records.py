@@ -112,8 +112,7 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
 
 
-# What deciding the work reads of each record (the resume scan, the summary): a run that has
-# nothing to do never holds the rest in memory.
+# What deciding the work reads of each record: a run with nothing to do holds no more.
 _OUTCOME = ("id", "status", "error", "file", "bytes", "codes_saved", "hit_frame_budget")
 _RUN = ("settings", "segments", "split", "text_tokens", "attempts", "on_budget", "t")
 SCAN_COLUMNS = (*_OUTCOME, *INPUT_FIELDS, *_RUN)
@@ -155,9 +154,8 @@ def one_chunk(held: list[pa.Table]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-# Scan columns that repeat a few values over every row (a job's settings digest, its split and
-# budget keys, its voice): held dictionary-encoded through a run's scan, four bytes a row instead
-# of each row's own string (about 0.4 GB at ten million rows).
+# Scan columns that repeat a few values over every row: held dictionary-encoded through a run's
+# scan, four bytes a row instead of a string each (about 0.4 GB at ten million rows).
 REPEATED = ("settings", "split", "on_budget", "speaker", "language")
 
 
@@ -191,8 +189,7 @@ def latest(table: pa.Table) -> pa.Table:
     return table.filter(pa.array(last))
 
 
-# What merging records reads: `latest` orders by id and t, `settled` pairs a pending record with
-# an outcome of its own run. A reader of a few columns still reads these of the journals.
+# What merging records reads (`latest`: id, t; `settled`: status, run): every reader reads them.
 MERGE_COLUMNS = ("id", "status", "run", "t")
 
 

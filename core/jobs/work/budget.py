@@ -32,8 +32,8 @@ GUARD_FRAMES_PER_TOKEN = 8
 MIN_FRAMES_PER_TOKEN = 1.5
 # What the synthesis order sorts by: a typical delivery.
 EST_FRAMES_PER_TOKEN = 4
-# Prompt positions around the text (role markers, codec prefix, speaker): a bound, as instruct and
-# reference tokens come on top; the synthesizer checks the exact prompt too.
+# Prompt positions around the text (role markers, codec prefix, speaker): the synthesizer checks
+# the exact prompt, instruct and reference tokens included.
 PROMPT_OVERHEAD = 16
 
 

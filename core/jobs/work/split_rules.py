@@ -69,8 +69,7 @@ _ANY_SPACE = r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]"
 _SENTENCE_INSIDE = (
     rf"(?s)(?:[。！？；｡।॥؟۔։።။\x{{037e}}\n]|[.!?…‼⁇⁈⁉][^\pL\pN]*?{_ANY_SPACE}).*[\pL\pN]"
 )
-# Flagged texts are cut this many at a time: bounded memory when a switch to --split sentence
-# flags most of a million-row job.
+# Flagged texts cut at once: bounded memory when --split sentence flags a million rows.
 LOOK_BATCH = 65_536
 
 
