@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from qtts.core.jobs.state.journal import read_journals
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import RECORD_SCHEMA, conform, empty, latest, one_chunk, overlay
-from qtts.core.jobs.state.shard_state import UnreadableState, read_columns, unreadable_state
+from qtts.core.jobs.state.shard_state import read_columns, unreadable_state
 
 POSITION = "_position"  # a winner's row in the states (in turn), then the journals' records
 
@@ -98,6 +98,3 @@ def _open(path: Path, columns: tuple[str, ...]) -> tuple[pq.ParquetFile, pa.Tabl
 
 def _positioned(table: pa.Table, offset: int) -> pa.Table:
     return table.append_column(POSITION, pa.array(np.arange(offset, offset + table.num_rows)))
-
-
-__all__ = ["POSITION", "RecordSource", "UnreadableState"]
