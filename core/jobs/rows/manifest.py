@@ -256,18 +256,12 @@ def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.Ch
 def _with_schema(table: pa.Table) -> pa.Table:
     """Every ROW_SCHEMA column in order, absent ones null; an integer seed keeps its type (a
     float64 would round seeds above 2**53)."""
-    columns, fields = [], []
+    columns = []
     for f in ROW_SCHEMA:
-        if f.name in table.column_names:
-            col = table[f.name]
-            if f.name != "seed" or pa.types.is_null(col.type):
-                col = col.cast(f.type)
-            columns.append(col)
-            fields.append(pa.field(f.name, col.type))
-        else:
-            columns.append(pa.nulls(table.num_rows, f.type))
-            fields.append(f)
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+        col = table[f.name] if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+        typed_seed = f.name == "seed" and not pa.types.is_null(col.type)
+        columns.append(col if typed_seed else col.cast(f.type))
+    return pa.Table.from_arrays(columns, names=ROW_SCHEMA.names)
 
 
 def check_unique_ids(rows: pa.Table, *, max_listed: int = 5) -> None:
