@@ -106,15 +106,12 @@ def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
                 continue
             data, rest = rest + chunk[:cut], chunk[cut:]
             if data.strip():
-                yield conform(_parsed(path, data, lines))
+                try:
+                    table = _parse(data)
+                except pa.ArrowInvalid:  # a damaged line: parse line by line, skipping it
+                    table = _parse_lines(path, data, lines)
+                yield conform(table)
             lines += data.count(b"\n")
-
-
-def _parsed(path: Path, data: bytes, lines: int) -> pa.Table:
-    try:
-        return _parse(data)
-    except pa.ArrowInvalid:  # a damaged line: parse line by line, skipping it
-        return _parse_lines(path, data, lines)
 
 
 def _parse(data: bytes) -> pa.Table:
