@@ -135,7 +135,9 @@ def resolve_shard(
             f"--num-shards {req.count} disagrees: {where}; use --num-shards {n}, "
             "or --overwrite to start afresh with the new count"
         )
-    index = _recorded_index(req, recorded)
+    index = req.task_id  # a Slurm array's task: its place in the array as recorded
+    if index is not None and req.source == "the Slurm array" and recorded.array_min is not None:
+        index = (index - recorded.array_min) // (recorded.array_step or 1)
     if index is None or not 0 <= index < n:
         raise UsageError(
             f"{req.source} says {req.count} shard(s), task {req.task_id}, but {where} and task "
@@ -146,14 +148,6 @@ def resolve_shard(
         told = f"{req.source} gives {req.count} shard(s)"
         log.info("%s but %s: running task %s as %s", told, where, req.task_id, shard.describe())
     return shard
-
-
-def _recorded_index(req: ShardRequest, recorded: JobFile) -> int | None:
-    if req.task_id is None:
-        return None
-    if req.source == "the Slurm array" and recorded.array_min is not None:
-        return (req.task_id - recorded.array_min) // (recorded.array_step or 1)
-    return req.task_id
 
 
 def job_for(
