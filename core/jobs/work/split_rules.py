@@ -110,12 +110,9 @@ def recheck_split(
 
 def _whole_by_settings(old: SplitOptions, new: SplitOptions) -> bool:
     """A row `old` left whole, `new` leaves whole too, whatever its text."""
-    if not new.enabled:
-        return True
-    same_cut = (old.mode, old.limit) == (new.mode, new.limit)
-    if old.enabled and same_cut:
-        return True
-    return old.mode == new.mode == "auto" and new.limit >= old.limit
+    same_cut = old.enabled and (old.mode, old.limit) == (new.mode, new.limit)
+    longer_auto = old.mode == new.mode == "auto" and new.limit >= old.limit
+    return not new.enabled or same_cut or longer_auto
 
 
 def _stays_whole(
