@@ -26,9 +26,8 @@ def type_kind(t: pa.DataType) -> str:
     """text, integer, floating, null, or the type's name (int32 and int64 are one kind)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "text"
-    if hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t):
+    view = getattr(pa.types, "is_string_view", None)  # pyarrow 16 and later
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or (view is not None and view(t)):
         return "text"
     if pa.types.is_integer(t):
         return "integer"
