@@ -114,11 +114,9 @@ class Lengths:
 
 
 def count_tokens(model: TextModel, texts: list[str]) -> np.ndarray:
-    counts = [
-        model.count_text_tokens(texts[i : i + COUNT_BATCH])
-        for i in range(0, len(texts), COUNT_BATCH)
-    ]
-    return np.concatenate(counts).astype(np.int64) if counts else np.zeros(0, dtype=np.int64)
+    batches = range(0, len(texts), COUNT_BATCH)
+    counts = [model.count_text_tokens(texts[i : i + COUNT_BATCH]) for i in batches]
+    return np.concatenate([np.zeros(0, np.int64), *counts]).astype(np.int64)
 
 
 def check_lengths(
