@@ -32,11 +32,9 @@ class Journal:
         self._repaired = False
 
     def append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        self.append_bytes(
-            ["".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()]
-        )
+        if records:
+            lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+            self.append_bytes([lines.encode()])
 
     def append_table(self, table: pa.Table) -> None:
         """Many records at once (RECORD_SCHEMA columns), as JSON lines built from columns."""
