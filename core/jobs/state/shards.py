@@ -128,7 +128,8 @@ def shard_request(
         step = _whole(env, "SLURM_ARRAY_TASK_STEP", "1") or 1
         task = _whole(env, "SLURM_ARRAY_TASK_ID")
         count = _whole(env, "SLURM_ARRAY_TASK_COUNT")
-        return ShardRequest(count, (task - first) // step, "the Slurm array", task, first, step)
+        index = (task - first) // step
+        return ShardRequest(count, index, "the Slurm array", task, array_min=first, array_step=step)
     if "SLURM_PROCID" in env and _whole(env, "SLURM_NTASKS", "1") > 1:
         rank = _whole(env, "SLURM_PROCID")
         return ShardRequest(_whole(env, "SLURM_NTASKS"), rank, "srun", rank)
