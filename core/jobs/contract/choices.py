@@ -1,11 +1,6 @@
-"""The closed sets a job's options choose from, defined once for the command line and the core.
-
-Standard library only (and qtts.core.errors): the CLI imports this to build `--help` without
-torch or pyarrow. Each choice is a str Enum, so a value compares equal to its spelling
-("wav" == AudioFormat.wav) and prints as it is typed. The output layouts are the output
-registry's (qtts.core.jobs.output.stores.registry.OutputLayout, a Choice too): a format added
-there is a choice without a line here.
-"""
+"""The closed sets a job's options choose from, for the command line and the core: str Enums that
+compare equal to, and print as, their spelling. Standard library only: the CLI builds `--help`
+from it without torch or pyarrow. The output layouts are the output registry's own Choice."""
 
 from __future__ import annotations
 

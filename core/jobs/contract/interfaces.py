@@ -1,10 +1,6 @@
-"""What the job layer needs from a model: a cheap text side and an expensive synthesizer.
-
-The job layer (qtts.core.jobs.execution.run) is written against these Protocols only;
-qtts.core.synthesis.session provides the real implementations and tests provide fakes; the CLI
-provides a ProgressSink.
-Knows no tensors and no files.
-"""
+"""What the job layer needs of a model (a cheap text side, an expensive synthesizer) and of a
+progress sink: qtts.core.synthesis.session implements them, tests fake them, the CLI shows
+progress. Knows no tensors and no files."""
 
 from __future__ import annotations
 
@@ -29,18 +25,14 @@ class TextModel(Protocol):
     defaults: GenerationDefaults
     sample_rate: int
     identity: str  # digest of what the checkpoint's files hold (config, tokenizer, weights)
-    # The identity its voice files carry (qtts.core.model.voice_identity); None: not a Base
-    # checkpoint. Read on first use: only jobs with a voice file pay for it.
-    voice_identity: str | None
-    # Most text tokens a UTF-8 byte can give (a byte-level tokenizer: 1, times what Unicode
-    # normalization may add); None when unknown: every length check then tokenizes.
+    voice_identity: str | None  # what its voice files carry; None: not a Base checkpoint
+    # Most text tokens a UTF-8 byte can give; None when unknown: every length check tokenizes.
     max_tokens_per_byte: float | None
 
     def normalize_row(
         self, speaker: str | None, language: str | None, instruct: str | None
     ) -> tuple[str | None, str, str | None, str | None]:
-        """-> (speaker, language, instruct, warning or None); VoiceError(reason, field) if
-        unusable."""
+        """(speaker, language, instruct, warning or None); VoiceError(reason, field) if unusable."""
         ...
 
     def count_text_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -48,16 +40,12 @@ class TextModel(Protocol):
         ...
 
     def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
-        """What --device/--dtype resolve to here (it shapes the audio): (device type "cpu" or
-        "cuda", dtype name, why --dtype auto resolves so, "" for an explicit dtype), e.g.
-        ("cpu", "bfloat16", "this CPU multiplies bf16 natively (amx_bf16)"); UsageError when the
-        device is not available. The job layer pins CPU auto per out dir
-        (core/jobs/work/precision.py)."""
+        """(device type "cpu" or "cuda", dtype name, why --dtype auto resolves so; "" for an
+        explicit dtype) for --device and --dtype here; UsageError when the device is absent."""
         ...
 
     def memory_plan(self, requests: Sequence[Request], placement: Placement) -> str:
-        """One line: how these rows would be batched on the device, from the checkpoint's
-        dimensions, without loading weights; UsageError when an explicit batch cannot fit."""
+        """One line: how these rows would batch on the device, from the checkpoint's dimensions."""
         ...
 
 
@@ -70,10 +58,9 @@ class Synthesizer(Protocol):
 
 
 class ProgressSink(Protocol):
-    """Told how many rows a job will synthesize (and the audio they should make, an estimate)
-    and when each finishes (ok or failed). A long row split into segments reports each segment
-    as it is made (segment), so progress moves during the row; its advance, given its row_id,
-    then counts only what the segments did not (or takes their audio back: a failed row)."""
+    """Told how many rows a job will synthesize (and their planned audio) and when each
+    finishes. A split row reports each segment as it is made; its advance, given its row_id, then
+    counts only what the segments did not (or takes their audio back: a failed row)."""
 
     def start(self, total: int, planned_audio_s: float = 0.0) -> None: ...
     def advance(self, rows: int, audio_s: float, row_id: str | None = None) -> None: ...
@@ -81,11 +68,8 @@ class ProgressSink(Protocol):
     def close(self) -> None: ...
 
 
-class NoProgress:
-    def start(self, total: int, planned_audio_s: float = 0.0) -> None: ...
-    def advance(self, rows: int, audio_s: float, row_id: str | None = None) -> None: ...
-    def segment(self, row_id: str, audio_s: float) -> None: ...
-    def close(self) -> None: ...
+class NoProgress(ProgressSink):
+    """A sink that shows nothing (the protocol's methods do nothing)."""
 
 
 OpenTextModel = Callable[[str], TextModel]

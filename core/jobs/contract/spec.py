@@ -1,12 +1,6 @@
-"""A job's options, as the command line gave them, in the groups a user thinks in: which model
-and engine, which voice, how to sample, where the output goes and what each clip goes through
-before it is written, when failures stop the job, and how the job spreads over shards or a Ray
-cluster. Each group checks its own values on construction, but for --output's name, which the
-output registry knows (the run checks it first of all).
-
-Standard library only at import (with qtts.core.jobs.contract.choices): the CLI builds these while
-drawing `--help`.
-"""
+"""A job's options as the command line gave them, in the groups a user thinks in. Each group
+checks its own values on construction, but for --output's name, which the output registry knows.
+Standard library only at import: the CLI builds these while drawing `--help`."""
 
 from __future__ import annotations
 
@@ -19,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from qtts.core.errors import UsageError
 
-# The options' values, part of what a job is asked: the CLI and the other layers take them from
-# here, the job layer's face for its options (choices.py defines them, standard library only).
+# The options' choices: the other layers take them from here, the job layer's face for options.
 from qtts.core.jobs.contract.choices import (
     DEFAULT_MODEL,
     DEFAULT_SHARD_ROWS,
@@ -36,6 +29,17 @@ if TYPE_CHECKING:
     from qtts.core.synthesis.requests import Placement
 
 
+def _check(ok: bool, flag: str, bounds: str, got: object) -> None:
+    """Unless ok, a UsageError naming the option, what it must be and the value given."""
+    if not ok:
+        raise UsageError(f"{flag} must be {bounds}, got {got}")
+
+
+def _positive(flag: str, value: int | None) -> None:
+    """A count option: not given (None), or at least 1."""
+    _check(value is None or value >= 1, flag, ">= 1", value)
+
+
 class JobKind(Choice):
     synth = "synth"  # text lines
     batch = "batch"  # a manifest: Parquet (a file or parts), JSON Lines, CSV/TSV
@@ -48,8 +52,7 @@ OPTIONAL_FIELDS = ("speaker", "language", "instruct", "ref_audio", "ref_text", "
 
 @dataclass(frozen=True)
 class ManifestColumns:
-    """Which manifest column holds a field, where its name is not the field's own (qtts batch
-    --id-column, --text-column, --column FIELD=NAME): field -> column."""
+    """field -> its manifest column, where --id-column, --text-column or --column rename it."""
 
     renamed: Mapping[str, str] = field(default_factory=dict)
 
@@ -77,7 +80,8 @@ class ManifestColumns:
     def from_flags(
         cls, id_column: str | None, text_column: str | None, pairs: list[str] | None
     ) -> ManifestColumns:
-        """--id-column, --text-column and each --column FIELD=NAME (optional fields only)."""
+        """flags named after SamplingParams fields, `subtalker_` first for the code predictor's;
+        None: not given. greedy (--greedy, --sample) sets do_sample at both sites; None keeps it."""
         renamed = {"id": id_column, "text": text_column}
         for pair in pairs or []:
             name, sep, column = (s.strip() for s in pair.partition("="))
@@ -105,13 +109,11 @@ class ModelOptions:
     max_new_tokens: int | None = None  # None: from the text's length and the checkpoint
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        device_ok = re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None
+        _check(device_ok, "--device", "auto, cpu, cuda or cuda:N", repr(self.device))
         object.__setattr__(self, "dtype", Dtype.parse(self.dtype, "--dtype"))
-        if self.batch_size is not None and self.batch_size < 1:
-            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        _positive("--batch-size", self.batch_size)
+        _positive("--max-new-tokens", self.max_new_tokens)
 
     @property
     def placement(self) -> Placement:
@@ -156,9 +158,7 @@ class VoiceOptions:
 
 @dataclass(frozen=True)
 class SamplingOverrides:
-    """Command-line sampling values per site (talker, and the code predictor's "subtalker"),
-    keyed by the checkpoint's SamplingParams field names; a field left out keeps the value of
-    generation_config.json. --greedy / --sample set do_sample at both sites."""
+    """Command-line sampling values per site (talker, subtalker) by SamplingParams field."""
 
     talker: Mapping[str, float | int | bool] = field(default_factory=dict)
     subtalker: Mapping[str, float | int | bool] = field(default_factory=dict)
@@ -190,19 +190,14 @@ class OutputOptions:
     """Where the files go, in what format, and what to do with a folder that holds a job."""
 
     out_dir: Path
-    # --format and --output; None: not given, so the out dir's own (as its job file records
-    # them; qtts.core.jobs.execution.out_dir), else the defaults. A run settles them
-    # before it reads a row: from then on both are set.
+    # --format and --output (files, or an archive format: the output registry's names); None:
+    # not given, so the out dir's own. A run settles both before it reads a row.
     audio_format: AudioFormat | None = AudioFormat.wav
     save_codes: bool = False
-    # --output: files, or an archive format's name (shards in OUT/data/). The output registry
-    # (qtts.core.jobs.output.stores.registry) knows the names: the CLI offers only those, and the
-    # run checks the name before it reads a row.
     layout: str | None = "files"
     shard_rows: int = DEFAULT_SHARD_ROWS  # rows per archive shard
     shard_rows_given: bool = False  # --shard-rows on the command line (said if it does nothing)
-    # "layout", "audio_format": settled from the out dir's job file, not given (checked again
-    # under the job lock: another task may switch them meanwhile)
+    # "layout", "audio_format": taken from the out dir's job file (checked under the job lock)
     inherited: tuple[str, ...] = ()
     overwrite: bool = False  # redo every row
     input_moved: bool = False  # the out dir's recorded input moved here: adopt this path
@@ -215,13 +210,11 @@ class OutputOptions:
             object.__setattr__(self, "audio_format", fmt)
         if self.layout is not None:  # a Choice prints as it is typed
             object.__setattr__(self, "layout", str(self.layout))
-        if self.shard_rows < 1:
-            raise UsageError(f"--shard-rows must be >= 1, got {self.shard_rows}")
+        _positive("--shard-rows", self.shard_rows)
 
 
-# A segment of 50 text tokens takes about 200 frames (16 s) at the typical 4 frames per token
-# (qtts.core.jobs.work.budget.EST_FRAMES_PER_TOKEN) and 250 frames (20 s) at a slow 5: well inside
-# the ~30 s past which long generations are reported to stop early or trail off.
+# 50 text tokens take about 16 s at a typical 4 frames a token, 20 s at a slow 5: well inside the
+# ~30 s past which long generations are reported to stop early or trail off.
 DEFAULT_MAX_SEGMENT_TOKENS = 50
 DEFAULT_SEGMENT_PAUSE_S = 0.25
 MAX_SEGMENT_PAUSE_S = 10.0
@@ -238,13 +231,11 @@ class SplitOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Split.parse(self.mode, "--split"))
-        if self.max_segment_tokens is not None and self.max_segment_tokens < 1:
-            raise UsageError(f"--max-segment-tokens must be >= 1, got {self.max_segment_tokens}")
-        if not 0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S:
-            raise UsageError(
-                f"--segment-pause must be in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds, "
-                f"got {self.pause_s:g}"
-            )
+        _positive("--max-segment-tokens", self.max_segment_tokens)
+        pause = f"in [0, {MAX_SEGMENT_PAUSE_S:g}] seconds"
+        _check(
+            0 <= self.pause_s <= MAX_SEGMENT_PAUSE_S, "--segment-pause", pause, f"{self.pause_s:g}"
+        )
 
     @property
     def enabled(self) -> bool:
@@ -265,8 +256,7 @@ class SplitOptions:
 
     @classmethod
     def from_key(cls, key: str | None) -> SplitOptions:
-        """The settings a record's key names; no key (a record made before qtts split long
-        text) or one it cannot read: none."""
+        """The settings a record's key names; none for no key (an older record) or a bad one."""
         mode, _, rest = (key or "").partition("/")
         tokens, _, pause = rest.partition("/")
         try:
@@ -276,8 +266,7 @@ class SplitOptions:
 
 
 def _exact(x: float) -> str:
-    """x short ("0.25", "0") where that reads back exactly, else in full: keys differ when the
-    values do."""
+    """x short ("0.25") where that reads back exactly, else in full: keys differ when values do."""
     short = f"{x:g}"
     return short if float(short) == x else repr(x)
 
@@ -287,13 +276,11 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 48_000  # every rate a speech trainer 
 MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS = -70.0, 0.0  # -70: BS.1770's absolute gate
 DEFAULT_PEAK_DB = -1.0  # the sample-peak ceiling of --loudness, dBFS
 MIN_PEAK_DB = -60.0
-# Silence is what lies under the clip's loudest 10 ms frame by more than 40 dB: relative, so a
-# quiet clip is trimmed as a loud one is (the clip is trimmed before it is normalized), and deep
-# enough that a soft consonant or a word's fading tail is speech, not silence.
+# Silence: 40 dB under the clip's loudest 10 ms, relative so a quiet clip trims as a loud one, and
+# deep enough that a soft consonant or a word's fading tail is speech.
 DEFAULT_TRIM_THRESHOLD_DB = -40.0
 MIN_TRIM_THRESHOLD_DB = -100.0
-# 0.1 s of silence kept at each end: a clip never starts or stops on its first or last sample,
-# and a trainer's alignment still finds the edges.
+# Silence kept at each end: no clip starts or stops on a spoken sample; alignment finds the edges.
 DEFAULT_TRIM_PAD_S = 0.1
 MAX_TRIM_PAD_S = 10.0
 
@@ -301,9 +288,7 @@ MAX_TRIM_PAD_S = 10.0
 @dataclass(frozen=True)
 class FinishOptions:
     """What each clip goes through between the speech decoder and its encoding, in this order:
-    its leading and trailing silence trimmed to a pad, resampled, normalized to an integrated
-    loudness under a sample-peak ceiling (qtts.core.jobs.output.finishing). The defaults do
-    nothing: the model's 24 kHz audio is written as it comes."""
+    trimmed, resampled, normalized (qtts.core.jobs.output.finishing). The defaults do nothing."""
 
     sample_rate: int | None = None  # None: the model's own (24 kHz)
     loudness_lufs: float | None = None  # None: not normalized
@@ -313,30 +298,19 @@ class FinishOptions:
     trim_pad_s: float = DEFAULT_TRIM_PAD_S
 
     def __post_init__(self) -> None:
-        rate = self.sample_rate
-        if rate is not None and not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
-            raise UsageError(
-                f"--sample-rate must be in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz, got {rate}"
-            )
-        lufs = self.loudness_lufs
-        if lufs is not None and not MIN_LOUDNESS_LUFS < lufs <= MAX_LOUDNESS_LUFS:
-            raise UsageError(
-                f"--loudness must be in ({MIN_LOUDNESS_LUFS:g}, {MAX_LOUDNESS_LUFS:g}] LUFS, "
-                f"got {lufs:g}"
-            )
-        if not MIN_PEAK_DB <= self.peak_db <= 0:
-            raise UsageError(
-                f"--peak-db must be in [{MIN_PEAK_DB:g}, 0] dBFS, got {self.peak_db:g}"
-            )
-        if not MIN_TRIM_THRESHOLD_DB <= self.trim_threshold_db < 0:
-            raise UsageError(
-                f"--trim-threshold must be in [{MIN_TRIM_THRESHOLD_DB:g}, 0) dB, "
-                f"got {self.trim_threshold_db:g}"
-            )
-        if not 0 <= self.trim_pad_s <= MAX_TRIM_PAD_S:
-            raise UsageError(
-                f"--trim-pad must be in [0, {MAX_TRIM_PAD_S:g}] seconds, got {self.trim_pad_s:g}"
-            )
+        rate, lufs = self.sample_rate, self.loudness_lufs
+        rate_ok = rate is None or MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE
+        _check(rate_ok, "--sample-rate", f"in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz", rate)
+        lufs_ok = lufs is None or MIN_LOUDNESS_LUFS < lufs <= MAX_LOUDNESS_LUFS
+        lufs_range = f"in ({MIN_LOUDNESS_LUFS:g}, {MAX_LOUDNESS_LUFS:g}] LUFS"
+        _check(lufs_ok, "--loudness", lufs_range, lufs if lufs is None else f"{lufs:g}")
+        peak, threshold, pad = self.peak_db, self.trim_threshold_db, self.trim_pad_s
+        _check(MIN_PEAK_DB <= peak <= 0, "--peak-db", f"in [{MIN_PEAK_DB:g}, 0] dBFS", f"{peak:g}")
+        threshold_ok = MIN_TRIM_THRESHOLD_DB <= threshold < 0
+        threshold_range = f"in [{MIN_TRIM_THRESHOLD_DB:g}, 0) dB"
+        _check(threshold_ok, "--trim-threshold", threshold_range, f"{threshold:g}")
+        pad_range = f"in [0, {MAX_TRIM_PAD_S:g}] seconds"
+        _check(0 <= pad <= MAX_TRIM_PAD_S, "--trim-pad", pad_range, f"{pad:g}")
 
     @property
     def acts(self) -> bool:
@@ -345,13 +319,11 @@ class FinishOptions:
 
     def at_model_rate(self, model_rate: int) -> FinishOptions:
         """These options for a model whose audio comes at `model_rate`: --sample-rate at that
-        very rate resamples nothing, so it is no setting (an out dir made without it keeps its
-        rows)."""
+        rate resamples nothing, so it is no setting (an out dir made without it keeps its rows)."""
         return replace(self, sample_rate=None) if self.sample_rate == model_rate else self
 
     def fingerprint_part(self) -> dict[str, Any]:
-        """What the steps that act add to a row's fingerprint; {} when none acts, so an out
-        dir made before these options existed keeps its digest."""
+        """What the acting steps add to a row's fingerprint ({} if none acts: old digests hold)."""
         part: dict[str, Any] = {}
         if self.trim_silence:
             part["trim_silence"] = {
@@ -365,20 +337,13 @@ class FinishOptions:
         return part
 
 
-# Tries per row under --on-budget retry. With a sampling checkpoint a runaway is an unlucky
-# draw: a row that runs away on a share q of draws runs away on all 3 tries on q^3 of them
-# (10% -> 0.1%), and the work one row may cost stays bounded at 3 frame budgets.
+# Tries per row under --on-budget retry: a row that runs away on a share q of draws does on all 3
+# on q^3 of them (10% -> 0.1%), and a row's work stays bounded at 3 frame budgets.
 DEFAULT_MAX_ATTEMPTS = 3
 
 
 def default_on_budget(kind: JobKind, max_new_tokens: int | None) -> OnBudget:
-    """A dataset job (qtts batch) under the automatic frame budget retries a row that reaches
-    it: that budget is a runaway guard (over twice a row's expected frames), so such a row is
-    nearly always a runaway, whose audio would pass into metadata.jsonl as a good example, and
-    another draw usually ends well; a row that fails every try is reported, not kept. An
-    explicit --max-new-tokens is a cut the user chose (a row that reaches it did as asked), and
-    qtts synth (text lines, often listened to at once) keeps such a row flagged, as before.
-    README, "Length, budget and sampling"."""
+    """retry for qtts batch under the automatic budget (a runaway guard), else ok."""
     return OnBudget.retry if kind is JobKind.batch and max_new_tokens is None else OnBudget.ok
 
 
@@ -393,16 +358,13 @@ class FailurePolicy:
     max_attempts: int | None = None  # tries under retry; None: DEFAULT_MAX_ATTEMPTS
 
     def __post_init__(self) -> None:
-        if self.max_failures is not None and self.max_failures < 1:
-            raise UsageError(f"--max-failures must be >= 1, got {self.max_failures}")
+        _positive("--max-failures", self.max_failures)
         if self.on_budget is not None:
             object.__setattr__(self, "on_budget", OnBudget.parse(self.on_budget, "--on-budget"))
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise UsageError(f"--max-attempts must be >= 1, got {self.max_attempts}")
+        _positive("--max-attempts", self.max_attempts)
 
     def resolved(self, default: OnBudget) -> FailurePolicy:
-        """This policy with --on-budget set: unset, it is retry with --max-attempts, else
-        `default`."""
+        """This policy with --on-budget set: unset, retry with --max-attempts, else `default`."""
         on_budget = self.on_budget
         if on_budget is None:
             on_budget = default if self.max_attempts is None else OnBudget.retry
@@ -435,12 +397,10 @@ class RayOptions:
     timeout: float = 30.0  # seconds to reach the cluster before giving up
 
     def __post_init__(self) -> None:
-        if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be >= 1, got {self.workers}")
-        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
-            raise UsageError(f"--gpus-per-worker must be >= 0, got {self.gpus_per_worker}")
-        if self.timeout <= 0:
-            raise UsageError(f"--ray-timeout must be > 0 seconds, got {self.timeout}")
+        gpus = self.gpus_per_worker
+        _positive("--workers", self.workers)
+        _check(gpus is None or gpus >= 0, "--gpus-per-worker", ">= 0", gpus)
+        _check(self.timeout > 0, "--ray-timeout", "> 0 seconds", self.timeout)
 
 
 @dataclass(frozen=True)

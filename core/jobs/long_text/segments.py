@@ -1,16 +1,7 @@
-"""Long rows as segments: cut into requests of their own, joined back into one row.
-
-A row the split settings cut (qtts.core.jobs.long_text.split_text) becomes one request per segment,
-in the same length-sorted queue as every other row, with the row's voice and a seed derived from the
-row's seed and the segment's index (so a segment's audio never depends on the rows around it). A
-row that is not cut is exactly the request it always was. The synthesizer sees ordinary requests;
-`synthesize_chunk` holds each split row's segments until the last one arrives and yields the row
-as one utterance: the segments' audio joined with a pause of silence, their codes one after
-another, the most attempts any segment took and each segment's kept seed. The frame-budget policy
-applies to each segment (the synthesizer retries a segment like any request). A failed segment
-fails its row ("segment 3/7: ..."); the rest of that row is dropped.
-Knows requests, utterances and text; no tensors, no files.
-"""
+"""Long rows as segments (README, "Long text"): a row the split settings cut becomes a request
+per segment, with the row's voice and a seed derived from its own and the segment's index;
+synthesize_chunk holds a row's segments until its last one and yields the row as one utterance.
+A failed segment fails its row. Knows requests, utterances and text; no tensors, no files."""
 
 from __future__ import annotations
 
@@ -35,10 +26,9 @@ from qtts.core.synthesis.requests import (
 
 log = logging.getLogger("qtts")
 
-# Split rows' frames per synthesizer call: a row's segments wait in memory until its last one
-# is done, so this bounds the audio held (2**18 frames x 1920 samples x 4 bytes: 2 GB, ~5.8 h).
-# Each call plans its engine passes and captures their graphs anew, so calls are kept large:
-# at a few hundred audio-seconds per second a call is several minutes of GPU work.
+# Split rows' frames per synthesizer call: a row's segments wait in memory for its last, so this
+# bounds the audio held (2**18 frames x 1920 samples x 4 bytes: 2 GB, ~5.8 h). Each call plans
+# its engine passes and graphs anew, so calls stay large: minutes of GPU work each.
 MAX_SPLIT_FRAMES_PER_CALL = 1 << 18
 _SEPARATOR = "\x1f"  # never in a valid id (control characters are refused)
 
@@ -64,9 +54,7 @@ def cut_rows(
     count: Callable[[list[str]], np.ndarray],
     split: SplitOptions | None,
 ) -> list[list[str]]:
-    """Each row's segments ([text] for a row left whole). auto cuts rows over the limit only.
-    count: the model's token count of each text in a list (qtts.core.jobs.work.lengths, batched:
-    bounded memory)."""
+    """Each row's segments ([text]: left whole); count: the model's token count of texts."""
     if split is None or not split.enabled:
         return [[t] for t in texts]
     limit = split.limit
@@ -85,20 +73,12 @@ class SplitRows:
 
     pause_s: float = 0.0
     place: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # id -> row, k, count
-    budgets: dict[str, int] = field(default_factory=dict)  # segment id -> its max_new_tokens
-    seeds: dict[str, int] = field(default_factory=dict)  # segment id -> its request's seed
-    texts: dict[str, str] = field(default_factory=dict)  # segment id -> its text
+    requests: dict[str, Request] = field(default_factory=dict)  # segment id -> its request
     failed: dict[str, str] = field(default_factory=dict)  # row id -> why, before synthesis
 
     def add(self, request: Request, row_id: str, index: int, count: int) -> None:
         self.place[request.id] = (row_id, index, count)
-        self.budgets[request.id] = request.max_new_tokens
-        self.seeds[request.id] = request.seed
-        self.texts[request.id] = request.text
-
-    def row_of(self, request_id: str) -> str | None:
-        place = self.place.get(request_id)
-        return None if place is None else place[0]
+        self.requests[request.id] = request
 
 
 class SplitChunk(Protocol):
@@ -117,9 +97,7 @@ class SplitChunk(Protocol):
 def synthesize_chunk(
     synth: Synthesizer, chunk: SplitChunk, options: GenerationOptions, on_budget: str
 ) -> Iterator[Utterance | RowFailure]:
-    """One result per row of the chunk: rows failed before
-    synthesis, then each row as it completes (on_budget: what a segment that hits its frame
-    budget does to its row)."""
+    """One result per row: rows failed before synthesis, then each row as it completes."""
     for row_id, reason in chunk.split.failed.items():
         yield RowFailure(row_id, reason)
     parts = calls(chunk.requests, chunk.est_frames, chunk.split)
@@ -140,14 +118,14 @@ def calls(
     frames of split rows (a row's segments always in one call); whole rows go with the first."""
     totals: dict[str, int] = {}
     for r, est in zip(requests, est_frames, strict=True):
-        row = split.row_of(r.id)
+        row = row_of_segment(r.id)
         if row is not None:
             totals[row] = totals.get(row, 0) + int(est)
     groups: list[list[Request]] = [[]]
     call_of: dict[str, int] = {}
     frames = 0
     for r in requests:
-        row = split.row_of(r.id)
+        row = row_of_segment(r.id)
         if row is None:
             groups[0].append(r)
             continue
@@ -177,7 +155,8 @@ def _joined(
             if isinstance(item, RowFailure):
                 reason = item.error
             else:
-                reason = utterance_error(item, split.budgets[item.id], on_budget, tries)
+                budget = split.requests[item.id].max_new_tokens
+                reason = utterance_error(item, budget, on_budget, tries)
             if reason is not None:
                 failed.add(row_id)
                 held.pop(row_id, None)
@@ -188,9 +167,9 @@ def _joined(
             if all(p is not None for p in parts):
                 del held[row_id]
                 # A part without a seed kept its request's own (no retry, or none needed).
-                seeds = [split.seeds[p.id] if p.seed is None else p.seed for p in parts]
-                texts = [split.texts.get(p.id) for p in parts]
-                yield join(row_id, parts, split.pause_s, seeds, texts)
+                asked = split.requests
+                seeds = [asked[p.id].seed if p.seed is None else p.seed for p in parts]
+                yield join(row_id, parts, split.pause_s, seeds, [asked[p.id].text for p in parts])
     finally:
         close = getattr(items, "close", None)
         if close is not None:
@@ -201,13 +180,12 @@ def join(
     row_id: str,
     parts: list[Utterance],
     pause_s: float,
-    seeds: Sequence[int | None] | None = None,
-    texts: Sequence[str | None] | None = None,
+    seeds: Sequence[int | None],
+    texts: Sequence[str],
 ) -> Utterance:
     """The row's utterance: segments' audio with `pause_s` of silence between, codes in order;
-    its attempts the most any segment took; seeds: each segment's kept seed (default: each
-    part's own); texts: each segment's text, for its speaking rate measured apiece (a row whose
-    later segments speed up is seen: qtts.core.jobs.output.voice_rates)."""
+    its attempts the most any segment took; seeds: each segment's kept seed; texts: each
+    segment's, for its speaking rate measured apiece (qtts.core.jobs.output.voice_rates)."""
     rate = parts[0].sample_rate
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     audio = [parts[0].audio]
@@ -221,8 +199,8 @@ def join(
         hit_frame_budget=any(p.hit_frame_budget for p in parts),
         segment_frames=tuple(len(p.codes) for p in parts),
         attempts=max(p.attempts for p in parts),
-        segment_seeds=tuple(p.seed for p in parts) if seeds is None else tuple(seeds),
-        segment_chars_per_s=None
-        if texts is None
-        else tuple(chars_per_s(t, len(p.audio) / rate) for t, p in zip(texts, parts, strict=True)),
+        segment_seeds=tuple(seeds),
+        segment_chars_per_s=tuple(
+            chars_per_s(t, len(p.audio) / rate) for t, p in zip(texts, parts, strict=True)
+        ),
     )

@@ -1,19 +1,7 @@
-"""Long text cut into segments the model speaks reliably.
-
-A text is cut at sentence ends first; a sentence still longer than the segment limit is cut at
-clause boundaries, then between words; a single word longer than the limit stays whole. Scripts
-written without spaces (Chinese, Japanese) have no word boundary to find, so a run of their
-characters with no punctuation is cut between characters: each character is a word-like unit
-there (a small kana, a prolonged-sound mark or a combining mark stays with the character before
-it, and a Latin word inside such a run stays whole). Thai, Lao, Khmer and Myanmar are written
-without spaces too, but their characters are not words: without punctuation they stay whole.
-
-The pieces are then packed, in order, into segments of at most `max_tokens` text tokens (their
-counts summed; `every_sentence` never packs two sentences together). A segment is a slice of the
-original text, stripped: its inner spacing is the text's own. Token counts come from the model's
-tokenizer through `count` (one batched call per level of cutting).
-Knows text and a token counter; no model, no tensors.
-"""
+"""Long text cut into segments the model speaks reliably (README, "Long text"): at sentence ends,
+then clauses, then words, then (scripts without spaces: Chinese, Japanese) characters; the pieces
+packed in order into segments of at most `max_tokens` text tokens, each a stripped slice of the
+text. Token counts come through `count`, one batched call per level. Knows text and a counter."""
 
 from __future__ import annotations
 
@@ -21,6 +9,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 Count = Callable[[list[str]], Sequence[int]]
 
@@ -51,12 +40,6 @@ _OWN_UNIT = re.compile(
 )
 
 
-def _spans_after(pattern: re.Pattern, text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """[start, end) cut just after each match of `pattern`."""
-    cuts = [m.end() for m in pattern.finditer(text, start, end)]
-    return _spans(start, end, cuts)
-
-
 def _spans(start: int, end: int, cuts: list[int]) -> list[tuple[int, int]]:
     bounds = [start, *(c for c in cuts if start < c < end), end]
     return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
@@ -82,7 +65,7 @@ def _abbreviated(text: str, stop: int, after: int, end: int) -> bool:
 
 
 def _clauses(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    return _spans_after(_CLAUSE_END, text, start, end)
+    return _spans(start, end, [m.end() for m in _CLAUSE_END.finditer(text, start, end)])
 
 
 def _words(text: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -158,10 +141,7 @@ def _merge_wordless(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
     first one, the span after): the model is never asked to speak "." alone."""
     out: list[tuple[int, int]] = []
     for a, b in spans:
-        wordless = _ALNUM.search(text, a, b) is None
-        if out and wordless:
-            out[-1] = (out[-1][0], b)
-        elif out and _ALNUM.search(text, *out[-1]) is None:
+        if out and (_ALNUM.search(text, a, b) is None or _ALNUM.search(text, *out[-1]) is None):
             out[-1] = (out[-1][0], b)
         else:
             out.append((a, b))
@@ -169,8 +149,7 @@ def _merge_wordless(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, 
 
 
 def _pack(pieces: list[_Piece], max_tokens: int, every_sentence: bool) -> list[tuple[int, int]]:
-    """Whole sentences joined while they fit (never with every_sentence); the pieces of a cut
-    sentence joined among themselves into segments of about equal length."""
+    """Whole sentences joined while they fit (not every_sentence's); a cut one's pieces balanced."""
     spans: list[tuple[int, int]] = []
     tokens, joinable = 0, False
     for run in _runs(pieces):
@@ -188,19 +167,12 @@ def _pack(pieces: list[_Piece], max_tokens: int, every_sentence: bool) -> list[t
 
 def _runs(pieces: list[_Piece]) -> list[list[_Piece]]:
     """Pieces grouped by sentence."""
-    runs: list[list[_Piece]] = []
-    for p in pieces:
-        if runs and runs[-1][0].sentence == p.sentence:
-            runs[-1].append(p)
-        else:
-            runs.append([p])
-    return runs
+    return [list(run) for _, run in groupby(pieces, key=lambda p: p.sentence)]
 
 
 def _balanced(run: list[_Piece], max_tokens: int) -> list[tuple[int, int]]:
-    """A cut sentence's pieces in the fewest segments that fit, of about equal tokens (no short
-    tail): a segment closes when the next piece would not fit, or would overshoot the share of
-    the tokens left by more than half of itself."""
+    """A cut sentence's pieces in the fewest segments that fit, of about equal tokens: a
+    segment closes when the next piece would not fit, or would overshoot its share by over half."""
     left = sum(p.tokens for p in run)
     parts = max(1, -(-left // max_tokens))
     spans: list[tuple[int, int]] = []

@@ -1,2 +1,1 @@
-"""The job's input rows: manifests and text files read as Arrow columns, validated per row, ids
-checked."""
+"""The job's input rows: manifests and text files as Arrow columns, validated per row."""

@@ -1,11 +1,7 @@
-"""Which column of a manifest holds each field qtts reads, and which Arrow types a field accepts.
-
-The fields' own names are the default; --id-column, --text-column and --column FIELD=NAME
-(qtts.core.jobs.contract.spec.ManifestColumns) name others. A missing required or mapped column
-refuses the manifest with one line naming the flag, the file and the columns it has; a column
-named like a missing field (`speakr`, `Speaker`) gets a warning, since its values would be
-ignored without a word. Knows names and Arrow types; reads no file.
-"""
+"""Which manifest column holds each field qtts reads (the field's own name, or the one
+--id-column, --text-column or --column gave), and which Arrow types a field accepts. A column
+named like a missing field (`speakr`) gets a warning: its values would be ignored without a word.
+Knows names and Arrow types; reads no file."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 
 log = logging.getLogger("qtts")
-# How alike a column's name must be to a missing field's to be taken for a misspelling of it
-# (difflib's ratio: "speakr" against "speaker" is 0.92, "seeed" against "seed" 0.89).
+# difflib's ratio past which a column's name is a missing field's misspelling ("speakr": 0.92).
 TYPO_CUTOFF = 0.8
 # The kinds of Arrow type each field accepts ("null": a column with no value in it).
 ACCEPTS = {"id": ("text", "integer", "null"), "seed": ("integer", "floating", "null")}
@@ -28,13 +23,11 @@ TEXT_ONLY = ("text", "null")
 
 
 def type_kind(t: pa.DataType) -> str:
-    """text, integer, floating, null, or the type's own name: what a field's checks look at
-    (int32 and int64, string and large_string, a categorical's values are each one kind)."""
+    """text, integer, floating, null, or the type's name (int32 and int64 are one kind)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "text"
-    if hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t):
+    view = getattr(pa.types, "is_string_view", None)  # pyarrow 16 and later
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or (view is not None and view(t)):
         return "text"
     if pa.types.is_integer(t):
         return "integer"
@@ -56,10 +49,7 @@ def label(name: str, columns: ManifestColumns) -> str:
 
 
 def pick_columns(
-    names: list[str],
-    columns: ManifestColumns,
-    where: str,
-    wanted: tuple[str, ...] | None = None,
+    names: list[str], columns: ManifestColumns, where: str, wanted: tuple[str, ...] | None = None
 ) -> dict[str, str]:
     """field -> the column that holds it, for each wanted field the manifest has (`names`: its
     columns). Refuses a missing required field (wanted or not) or a missing mapped one."""
@@ -86,8 +76,7 @@ def pick_columns(
 def _warn_misspelled(
     names: list[str], columns: ManifestColumns, where: str, absent: list[str]
 ) -> None:
-    """One warning per column that looks like a field the manifest lacks: its values are not
-    read, so the rows take the defaults of that field (a --speaker for every row, say)."""
+    """A warning per column that looks like a missing field: its values are not read."""
     used = {columns.column(f) for f in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
     wanted = {columns.column(f).lower(): columns.column(f) for f in absent}
     for name in (n for n in names if n not in used):

@@ -1,10 +1,6 @@
-"""Row ids as output file names: which ids are unsafe, and which ids name the same file.
-
-The per-id rules are written once, in Python (id_problem). Over a whole manifest a vectorized
-screen (unsafe_id_candidates) picks out every id that might break a rule, and only those go through
-id_problem, so a million safe ids cost no Python call each. A test ties the screen to the rules.
-Knows strings only.
-"""
+"""Row ids as output file names: which ids are unsafe (id_problem, the rules written once), and
+which name the same file. Over a manifest a vectorized screen picks the ids that might break a
+rule and only those go through id_problem; a test ties the screen to the rules. Knows strings."""
 
 from __future__ import annotations
 

@@ -1,42 +1,72 @@
-"""JSON Lines and CSV/TSV manifests, read by pyarrow's multithreaded readers into the columns qtts
-reads, under the fields' names: only those columns are converted and kept. An empty file has no
-rows.
-
-A row's number is its place in the file (JSON Lines: blank lines not counted; CSV/TSV:
-the header not counted). Strings stay strings (a CSV id "007" is not the number 7). JSON Lines
-types id and seed as the first row gives them (strings elsewhere); a line that is not a JSON
-object, is not UTF-8, or gives a field another type refuses the manifest naming the file and the
-line, found by a scan that runs only when pyarrow refuses. TSV has no quoting (a '"' is text);
-CSV quotes as RFC 4180 does, newlines inside quotes included.
-
-A CSV or TSV is scanned row by row once more after pyarrow reads it (check_csv_rows): pyarrow
-reads a quoted field that is never closed as one field running to the end of the file (every
-later row swallowed into one row's text), and silently drops a quote that opens a field holding
-more text after its close (`"Stop," he said`). Python's csv module in strict mode refuses both, so
-every CSV is scanned by it (about 1 s a million rows on a 2-core VM), and its row count must be
-pyarrow's. A file pyarrow refuses (a ragged row, invalid UTF-8) is scanned too, to name the line
-instead of pyarrow's column number. Lines are the file's physical lines, counted from 1 with the
-header; a row spanning lines is named by its first.
-Knows the formats; no row semantics.
-"""
+"""JSON Lines and CSV/TSV manifests, read by pyarrow's readers into the columns qtts reads, under
+the fields' names. A row's number is its place in the file; strings stay strings (a CSV id "007"
+is not 7); JSON Lines types id and seed as the first row gives them. A refusal names the file and
+the line, found by a scan that runs only when pyarrow refuses, but for CSV: pyarrow reads a quoted
+field never closed as one field to the end of the file and drops a quote that opens a field with
+text after its close, so every CSV is scanned by Python's strict csv reader too, and its row
+count must be pyarrow's. Also a file's physical lines, numbered from 1 as refusals name them, and
+the refusal of UTF-16 or UTF-32 text before a reader misreads its NUL bytes. Knows the formats;
+no row semantics."""
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
 from qtts.core.errors import ManifestError
 from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
 from qtts.core.jobs.rows.columns import pick_columns
-from qtts.core.jobs.rows.file_lines import UTF8_BOM, numbered_lines, refuse_wide_file
 from qtts.core.jobs.rows.sources import ManifestSource, unreadable
 
 INT64 = (-(2**63), 2**63)
 JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
               list: "a list", dict: "an object"}  # fmt: skip
+
+UTF8_BOM = b"\xef\xbb\xbf"
+# The UTF-32 marks first: UTF-32LE's begins with UTF-16LE's.
+WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+HEAD_BYTES = 4096  # what the encoding is judged on
+
+
+def numbered_lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    for number, line in enumerate(f, start=1):
+        yield number, line.removeprefix(UTF8_BOM) if number == 1 else line
+
+
+def refuse_wide_text(head: bytes, where: str) -> None:
+    """A ManifestError naming the encoding, for UTF-16 or UTF-32 text: by its byte-order mark, or
+    guessed when a quarter of the head is NUL bytes (such text without a mark, mostly in scripts
+    below U+0100; Chinese in UTF-16 has few NULs and is left to the UTF-8 check)."""
+    head = head[:HEAD_BYTES]
+    name = next((name for bom, name in WIDE_BOMS if head.startswith(bom)), None)
+    nuls = head.count(0) * 4
+    if name is None and len(head) >= 2 and nuls >= len(head):
+        name = "UTF-16" if nuls < len(head) * 3 else "UTF-32"
+    if name is not None:
+        raise ManifestError(
+            f"{where} is not UTF-8: it looks like {name} text; qtts reads UTF-8 (convert it, "
+            f"for example: iconv -f {name} -t UTF-8 IN > OUT)"
+        )
+
+
+def refuse_wide_file(path: Path, where: str) -> None:
+    """refuse_wide_text on a file's head; a file that cannot be opened is its reader's to name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return
+    refuse_wide_text(head, where)
 
 
 def read_delimited_rows(
@@ -196,11 +226,9 @@ _NEVER_CLOSED = "unexpected end of data"
 def check_csv_rows(
     path: Path, where: str, *, tsv: bool, rows: int | None = None, refused: str | None = None
 ) -> None:
-    """Raise ManifestError naming the first line that is not a well-formed row, or, when
-    `rows` (pyarrow's count) is given, when the file holds another number of rows. refused:
-    pyarrow's error when it refused the file; invalid UTF-8 is named only when that is why
-    (columns qtts does not read may hold any bytes). A file that cannot be opened or scanned
-    here raises nothing: the caller's own error says so."""
+    """ManifestError naming the first line that is not a well-formed row, or a row count other
+    than `rows` (pyarrow's). refused: pyarrow's error, if it refused the file (invalid UTF-8 is
+    named only when that is why). A file this scan cannot open raises nothing: its reader will."""
     try:
         found = _count_csv_rows(path, where, tsv)
     except OSError:

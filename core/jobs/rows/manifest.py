@@ -1,17 +1,13 @@
-"""Rows in: a UTF-8 text file (one utterance per non-empty line, `-` = stdin) or a manifest (Parquet
-file or parts, JSON Lines, CSV, TSV), read into one Arrow table (columns ROW_SCHEMA), never a
-Python object per row.
-
-Owns the input contract: column names and types, 1-based row numbers, output ids, and the
-whole-input refusals (unreadable input, invalid UTF-8, missing columns, duplicate ids, two rows
-writing the same file) raised as ManifestError (exit 2, nothing synthesized). Per-row problems are
-not raised here; qtts.core.jobs.rows.validation turns them into failed rows.
-Knows nothing of models, tensors or output files beyond the id -> file-name rule.
-"""
+"""Rows in: a UTF-8 text file (a row a non-blank line, `-` = stdin) or a manifest, read into one
+Arrow table (ROW_SCHEMA), never a Python object a row: Parquet parts as one dataset (their columns
+checked to agree from the footers first), JSON Lines and CSV/TSV by line_formats. Owns the input
+contract and its whole-input refusals (ManifestError, exit 2); per-row problems are validation's.
+Knows nothing of models, tensors or output files beyond the id -> file-name rule."""
 
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +15,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import ManifestError
-from qtts.core.jobs.contract.spec import ManifestColumns
-from qtts.core.jobs.rows.columns import label, type_kind
-from qtts.core.jobs.rows.file_lines import UTF8_BOM, refuse_wide_text
+from qtts.core.jobs.contract.spec import OPTIONAL_FIELDS, REQUIRED_FIELDS, ManifestColumns
+from qtts.core.jobs.rows.columns import accepts, label, pick_columns, type_kind
 from qtts.core.jobs.rows.ids import blank_ids, file_keys
-from qtts.core.jobs.rows.line_formats import read_delimited_rows, read_jsonl_rows
-from qtts.core.jobs.rows.parquet_parts import read_parquet_rows
-from qtts.core.jobs.rows.sources import ManifestSource, find_manifest
+from qtts.core.jobs.rows.line_formats import (
+    UTF8_BOM,
+    read_delimited_rows,
+    read_jsonl_rows,
+    refuse_wide_text,
+)
+from qtts.core.jobs.rows.sources import ManifestSource, find_manifest, unreadable
 
 STRING_COLUMNS = ("id", "text", "speaker", "language", "instruct", "ref_audio", "ref_text", "voice")
 # What every reader returns; seed stays as the manifest typed it (validation checks it). Text is
@@ -76,18 +75,14 @@ def _split_lines(data: bytes) -> pa.Array:
 
 
 def _decode_utf8(lines: pa.Array, name: str, max_bad: int) -> pa.Array:
-    try:
+    with suppress(pa.ArrowInvalid):
         return lines.cast(pa.large_string())
-    except pa.ArrowInvalid:
-        pass
     bad: list[str] = []
     for start in range(0, len(lines), CHECK_SLICE):
         part = lines.slice(start, CHECK_SLICE)
-        try:
+        with suppress(pa.ArrowInvalid):
             part.cast(pa.large_string())
             continue
-        except pa.ArrowInvalid:
-            pass
         for i, raw in enumerate(part.to_pylist(), start=start + 1):
             try:
                 raw.decode("utf-8")
@@ -105,14 +100,13 @@ def read_manifest(
     *,
     text_if_null_id: bool = False,
 ) -> pa.Table:
-    """Rows of a manifest (qtts.core.jobs.rows.sources: Parquet parts, JSON Lines, CSV, TSV);
-    a missing optional column or a null takes the CLI default, and so does an empty or blank
-    optional string. Unknown columns are not read, nor those left out of `fields`
-    (text_if_null_id: text too, when some id is null). `columns`: where each field is."""
+    """Rows of a manifest; a missing optional column, a null or a blank optional string takes
+    the CLI default. Only the fields in `fields` are read (text_if_null_id: text too, when some id
+    is null); `columns`: where each field is."""
     source = find_manifest(source) if isinstance(source, str) else source
     columns = columns or ManifestColumns()
     if source.kind == "parquet":
-        table = read_parquet_rows(source, columns, fields, text_if_null_id=text_if_null_id)
+        table = _read_parquet(source, columns, fields, text_if_null_id=text_if_null_id)
     else:
         if text_if_null_id and fields is not None and "text" not in fields:
             fields = (*fields, "text")  # a line format reads text at the cost of one column
@@ -124,12 +118,119 @@ def read_manifest(
     return _with_schema(pa.table(out))
 
 
-def read_parquet_manifest(
-    path: str, columns: tuple[str, ...] | None = None, *, text_if_null_id: bool = False
+WIDE = {"integer": pa.int64(), "floating": pa.float64(), "null": pa.null()}
+
+
+def _read_parquet(
+    source: ManifestSource,
+    columns: ManifestColumns,
+    wanted: tuple[str, ...] | None = None,
+    *,
+    text_if_null_id: bool = False,
 ) -> pa.Table:
-    """read_manifest under its old name and arguments (`columns`: the fields to read), for
-    callers not yet moved to it."""
-    return read_manifest(path, fields=columns, text_if_null_id=text_if_null_id)
+    """The wanted fields the manifest has, a column each under the field's name."""
+    schemas = [_schema(source, part) for part in source.files]
+    fields = pick_columns(schemas[0].names, columns, _where(source, 0), wanted)
+    _same_columns(source, schemas, columns, fields, wanted)
+    table = _read(source, schemas, columns, fields)
+    if text_if_null_id and "id" in fields and table["id"].null_count and "text" not in fields:
+        text = pick_columns(schemas[0].names, columns, _where(source, 0), ("text",))
+        if text:
+            table = table.append_column("text", _read(source, schemas, columns, text)["text"])
+    return table
+
+
+def _schema(source: ManifestSource, part: Path) -> pa.Schema:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(part)
+    except FileNotFoundError:
+        raise ManifestError(f"cannot read manifest {source.name(part)}: no such file") from None
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable(source.name(part), e) from None
+
+
+def _where(source: ManifestSource, index: int) -> str:
+    part = source.name(source.files[index])
+    return f"{source.given} (part {part})" if source.is_dataset else source.given
+
+
+def _same_columns(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    fields: dict[str, str],
+    wanted: tuple[str, ...] | None,
+) -> None:
+    """Every part has the columns qtts reads from the first part, and no other it would read."""
+    read = set(fields.values())
+    readable = {columns.column(f) for f in wanted or (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
+    first = source.name(source.files[0])
+    for part, schema in zip(source.files[1:], schemas[1:], strict=True):
+        names = set(schema.names)
+        lacks, extra = sorted(read - names), sorted((names & readable) - read)
+        if lacks or extra:
+            differs = (
+                f"has no column {lacks[0]!r}, which part {first} has"
+                if lacks
+                else f"has a column {extra[0]!r} that part {first} lacks"
+            )
+            raise ManifestError(
+                f"manifest {source.given}: part {source.name(part)} {differs} (parts must share "
+                "the columns qtts reads)"
+            )
+
+
+def _read(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    fields: dict[str, str],
+) -> pa.Table:
+    """The fields' columns at their widest type over the parts, in the parts' order."""
+    import pyarrow.dataset as ds
+
+    wide = {c: _wide_type(source, schemas, columns, f, c) for f, c in fields.items()}
+    try:
+        dataset = ds.dataset([str(p) for p in source.files], schema=pa.schema(list(wide.items())))
+        table = dataset.to_table(columns=list(wide))
+    except (OSError, pa.ArrowException) as e:
+        raise unreadable(source.given, e) from None
+    return pa.table({name: table[column] for name, column in fields.items()})
+
+
+def _wide_type(
+    source: ManifestSource,
+    schemas: list[pa.Schema],
+    columns: ManifestColumns,
+    name: str,
+    column: str,
+) -> pa.DataType:
+    """One kind of type over every part (refused otherwise), as the type the parts widen to."""
+    seen: int | None = None  # the first part with values in the column
+    for i, schema in enumerate(schemas):
+        t = schema.field(column).type
+        if not accepts(name, t):
+            must = "integers" if name == "seed" else "strings"
+            raise ManifestError(
+                f"manifest {_where(source, i)}: column {label(name, columns)} must be {must}, "
+                f"got {t}"
+            )
+        if type_kind(t) == "null":
+            continue
+        if seen is None:
+            seen = i
+        elif type_kind(t) != type_kind(schemas[seen].field(column).type):
+            raise ManifestError(
+                f"manifest {source.given}: part {source.name(source.files[i])} has column "
+                f"{column!r} as {t}, part {source.name(source.files[seen])} as "
+                f"{schemas[seen].field(column).type} (parts must share a schema)"
+            )
+    kind = "null" if seen is None else type_kind(schemas[seen].field(column).type)
+    if kind == "text":
+        return pa.large_string() if name == "text" else pa.string()
+    return WIDE[kind]
 
 
 def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -153,25 +254,18 @@ def _column(where: str, named: str, name: str, column: pa.ChunkedArray) -> pa.Ch
 
 
 def _with_schema(table: pa.Table) -> pa.Table:
-    """Every ROW_SCHEMA column, in order; absent ones null. seed keeps its integer type when the
-    manifest has one (a float64 would round seeds above 2**53)."""
-    columns, fields = [], []
+    """Every ROW_SCHEMA column in order, absent ones null; an integer seed keeps its type (a
+    float64 would round seeds above 2**53)."""
+    columns = []
     for f in ROW_SCHEMA:
-        if f.name in table.column_names:
-            col = table[f.name]
-            if f.name != "seed" or pa.types.is_null(col.type):
-                col = col.cast(f.type)
-            columns.append(col)
-            fields.append(pa.field(f.name, col.type))
-        else:
-            columns.append(pa.nulls(table.num_rows, f.type))
-            fields.append(f)
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+        col = table[f.name] if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+        typed_seed = f.name == "seed" and not pa.types.is_null(col.type)
+        columns.append(col if typed_seed else col.cast(f.type))
+    return pa.Table.from_arrays(columns, names=ROW_SCHEMA.names)
 
 
 def check_unique_ids(rows: pa.Table, *, max_listed: int = 5) -> None:
-    """Refuse the whole input when two rows share an id or would write the same file. Empty
-    ids are no one's: each such row fails alone ("id is empty"), as a null id does."""
+    """Refuse the input if two rows share an id or a file; blank ids fail alone, as null ones."""
     ids = rows["id"]
     keys = file_keys(ids)
     keys = pc.if_else(pc.fill_null(blank_ids(ids), False), pa.scalar(None, keys.type), keys)

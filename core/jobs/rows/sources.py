@@ -1,14 +1,6 @@
 """What a manifest argument names: one Parquet, JSON Lines, CSV or TSV file, or a folder or glob of
-Parquet parts read as one dataset. Parts come in sorted path order, so a row's number is its
-place in the whole dataset and every run and shard sees the same order.
-
-Owns the accepted extensions and the refusals of a manifest that names no readable file (unknown
-extension, empty folder, a glob matching nothing or other kinds) as ManifestError (exit 2). A
-qtts out dir among the parts is never a part: its results.parquet and shards are outputs, so the
-job's out dir may neither be the parts' folder nor put its archive folder there, and any folder
-holding a state folder is passed over.
-Knows paths only: reads no file.
-"""
+Parquet parts in sorted path order (every run and shard sees the same row numbers). A qtts out
+dir among the parts is never a part: its results and shards are outputs. Knows paths only."""
 
 from __future__ import annotations
 
@@ -30,8 +22,7 @@ KINDS = {
 }
 ACCEPTED = "a .parquet, .jsonl (.ndjson, .json), .csv or .tsv file, or a folder or glob of .parquet"
 GLOB_CHARS = "*?["
-# Written beside the parts by Spark and Hadoop (_SUCCESS, _metadata) or editors (.~lock): pyarrow's
-# own dataset discovery skips them too.
+# Spark's and Hadoop's files beside the parts (_SUCCESS, _metadata), editors' (.~lock): as pyarrow.
 SKIPPED_PREFIXES = (".", "_")
 
 
@@ -74,8 +65,7 @@ def looks_like_manifest(source: str) -> bool:
 
 
 def find_manifest(source: str, out_dir: Path | None = None) -> ManifestSource:
-    """What `source` names; `out_dir`, the job's, is refused where it would write into the
-    parts' folder, and passed over inside it."""
+    """What `source` names; the job's `out_dir` is refused in the parts' folder, or passed over."""
     path = Path(source).expanduser()
     if is_glob(source):
         root = _root(source)
@@ -139,8 +129,7 @@ def _check_out_dir(source: str, root: Path, out_dir: Path | None) -> None:
 
 
 def _parquet_parts(root: Path) -> list[Path]:
-    """The .parquet files under root, not descending into hidden or `_` folders or qtts out dirs
-    (a folder of a million audio files is never listed)."""
+    """The .parquet files under root, skipping hidden and `_` folders and qtts out dirs."""
     found = []
     for folder, dirs, files in os.walk(root):
         if Path(folder) != root and _is_out_dir(Path(folder)):
@@ -156,8 +145,7 @@ def _parquet_parts(root: Path) -> list[Path]:
 
 
 def _in_out_dir(part: Path, root: Path) -> bool:
-    """Under a qtts out dir (a folder holding a state folder) below a glob's root: a job's
-    outputs, not input."""
+    """Under a qtts out dir below a glob's root: a job's outputs, not input."""
     try:
         folders = part.relative_to(root).parents
     except ValueError:

@@ -1,30 +1,9 @@
-"""Row validation over whole columns: every input row gets its resolved fields or a reason it fails,
-before any weights are loaded.
-
-Owns the per-row checks of the dataset-job contract: unsafe id, empty text, unknown speaker or
-language (the reason comes from the model and lists what it supports), bad seed, missing reference
-audio for Base models, a voice file the model cannot use (qtts.core.jobs.rows.voices), and
-(qtts.core.jobs.work.lengths) text too long for the frame budget. A null field takes the
-command-line default. Work is per distinct value, not per row: the model's voice check runs once
-per (speaker, language, instruct) combination and each reference clip or voice file is looked at
-once.
-
-The seed a row draws with when neither its `seed` column nor --seed gives one (id_seeds) is a
-hash of its id, so rows of the same text and voice make different audio (a dataset that does not
-repeat itself), and a row draws the same on every machine, Python and run. The rule: the first 4
-bytes of blake2b(id as UTF-8, digest_size=4), big-endian, shifted right by one: [0, 2**31). Which
-rule an out dir's rows follow is pinned in its job file (core/jobs/state/jobfile.py: an out dir
-of a qtts from before keeps seed 0).
-
-A big job's texts are kept off the heap while the run decides its work (spilled): the text column
-written once to a file in OUT/.qtts/, memory-mapped back and the file unlinked at once. Deciding
-the work (the resume scan, the split and budget rechecks) compares text digests, not texts; only
-the rows a run synthesizes or rechecks read their text. Mapped, a text is paged in when it is
-read and the kernel may drop it again, so a rerun of a finished ten-million-row job no longer
-holds about a gigabyte of texts it never reads. The file has no name once mapped: a killed run
-leaves nothing behind. Small jobs keep their texts on the heap.
-Knows the TextModel interface; no tensors; writes nothing but the spilled texts' nameless file.
-"""
+"""Row validation over whole columns, before any weights load: every row gets its resolved fields
+or the reason it fails (unsafe id, empty text, a voice the model refuses, bad seed, no reference
+audio for a Base model, an unusable voice file). Work is per distinct value: the model's voice
+check runs once per (speaker, language, instruct) and each clip or voice file is read once. Also
+the id seed (docs/job-state.md, "The default seed is pinned") and a big job's spilled texts.
+Knows the TextModel interface; no tensors; writes nothing but the spilled texts' nameless file."""
 
 from __future__ import annotations
 
@@ -44,7 +23,7 @@ from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.ids import id_errors, patched
 from qtts.core.jobs.rows.manifest import BLANK
-from qtts.core.jobs.rows.voices import resolve_voices
+from qtts.core.jobs.rows.voices import distinct_codes, resolve_voices, under
 from qtts.core.jobs.state.records import text_digests
 from qtts.core.jobs.state.ref_digests import RefDigests
 
@@ -76,8 +55,7 @@ def prepare_rows(
     refs: RefDigests,
     x_vector_only: bool = False,
 ) -> Prepared:
-    """Resolve and check every row (ref_dir: where relative ref_audio and voice paths point;
-    x_vector_only: a voice clones from its x-vector alone)."""
+    """Resolve and check every row (ref_dir: where relative ref_audio and voice paths point)."""
     warnings: Counter[str] = Counter()
     text = rows["text"]
     none = pa.scalar(None, pa.string())
@@ -132,12 +110,6 @@ def _with_voices(rows: pa.Table, ref: dict, clone: dict) -> dict[str, pa.Array]:
     return out
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
-    """(index of each value in its distinct values, the distinct values); null is a value."""
-    enc = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
-
-
 def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Array]:
     """model.normalize_row once per distinct (speaker, language, instruct)."""
     columns = [
@@ -145,13 +117,10 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         pc.fill_null(rows["language"], d.language),
         pc.fill_null(rows["instruct"], d.instruct) if d.instruct else rows["instruct"],
     ]
-    codes, values = zip(*(_codes(c) for c in columns), strict=True)
-    key = (codes[0] * len(values[1]) + codes[1]) * len(values[2]) + codes[2]
-    combos, inverse = np.unique(key, return_inverse=True)
+    codes, values = zip(*(distinct_codes(c) for c in columns), strict=True)
+    combos, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
     results = []
-    for k in combos.tolist():
-        sp, rest = divmod(k, len(values[1]) * len(values[2]))
-        lang, ins = divmod(rest, len(values[2]))
+    for sp, lang, ins in combos.tolist():
         try:
             results.append(
                 (*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]), None)
@@ -159,7 +128,7 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         except ValueError as e:
             results.append((None, None, None, None, str(e)))
     names = ("speaker", "language", "instruct", "warning", "error")
-    index = pa.array(inverse.astype(np.int32))
+    index = pa.array(inverse.reshape(-1).astype(np.int32))
     # Few distinct voices for many rows: dictionary columns (an index per row, not a string).
     return {
         n: pa.DictionaryArray.from_arrays(index, pa.array([r[i] for r in results], pa.string()))
@@ -172,8 +141,7 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
 def _seeds(
     column: pa.ChunkedArray, default: int | None, ids: pa.ChunkedArray
 ) -> tuple[pa.Array, pa.Array]:
-    """(seed per row, reason per row): null and NaN take the default (None: the row's id's
-    seed, id_seeds); integers in range only."""
+    """(seed, reason) per row: null and NaN take the default (None: id_seeds); integers in range."""
     column = column.combine_chunks()
     n = len(column)
     if pa.types.is_null(column.type):
@@ -220,7 +188,7 @@ def _seed_error(value: int | float) -> str:
 
 def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[str, pa.Array]:
     """Base models: each distinct ref_audio resolved, checked to exist and digested once."""
-    codes, values = _codes(rows["ref_audio"])
+    codes, values = distinct_codes(rows["ref_audio"])
     resolved = [_resolve_ref(v, ref_dir, refs) for v in values]  # (path, digest, error)
     take = pa.array(codes)
     path, digest, error = (
@@ -233,9 +201,7 @@ def _references(rows: pa.Table, ref_dir: Path | None, refs: RefDigests) -> dict[
 def _resolve_ref(value: str | None, ref_dir: Path | None, refs: RefDigests):
     if value is None:
         return None, None, BASE_NEEDS_REF
-    path = Path(value).expanduser()
-    if not path.is_absolute() and ref_dir is not None:
-        path = ref_dir / path
+    path = under(value, ref_dir)
     if not path.is_file():
         return None, None, f"ref_audio not found: {path}"
     resolved = str(path.resolve())
@@ -256,8 +222,7 @@ def id_seed(row_id: str) -> int:
 
 
 def id_seeds(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """id_seed of each id, int64; 0 for a null id (its row fails validation anyway). The
-    digests of a chunk are read as big-endian words at once: about 1 s per million ids."""
+    """id_seed of each id, int64 (0 for a null id), a chunk's digests read as words at once."""
     seeds = np.zeros(len(ids), dtype=np.int64)
     hashed = functools.partial(hashlib.blake2b, digest_size=4)
     for start in range(0, len(ids), CHUNK):

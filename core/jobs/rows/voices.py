@@ -1,14 +1,7 @@
 """Rows that clone a voice file (the `voice` column, or `--voice`): each distinct file resolved,
-read (its header only), checked against the model and digested once.
-
-A row's voice stands in for its reference clip: its record's ref_digest is the voice file's
-content digest (so a changed file redoes its rows: qtts.core.jobs.work.fingerprint) and its
-ref_text the voice's transcript (null in x-vector mode, or with --x-vector-only); ref_audio stays
-null. A row cannot give both: a voice with its own ref_audio or ref_text fails alone, as does a
-voice that is missing, no voice file, or made for another model. `--voice` itself is checked
-before any row (`check_voice_flag`): a bad one is a usage error.
-Knows voice file headers (qtts.core.model.voice_file) and the TextModel; no tensors.
-"""
+its header checked against the model, and digested once. Its record's ref_digest is the file's,
+its ref_text the voice's transcript; a row giving a voice and its own ref_audio or ref_text fails.
+Knows voice file headers and the TextModel; no tensors."""
 
 from __future__ import annotations
 
@@ -41,11 +34,9 @@ def check_voice_flag(path: str, model: TextModel) -> None:
 def resolve_voices(
     rows: pa.Table, model: TextModel, ref_dir: Path | None, refs: RefDigests, x_vector_only: bool
 ) -> dict[str, pa.Array]:
-    """Per row: the resolved voice path, its digest, its transcript (the row's ref_text) and the
-    reason it fails (null: none, or the row names no voice)."""
-    enc = pc.dictionary_encode(rows["voice"].combine_chunks(), null_encoding="encode")
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    found = [_resolve(v, model, ref_dir, refs) for v in enc.dictionary.to_pylist()]
+    """Per row: the voice's resolved path, digest, transcript and why the row fails (or null)."""
+    codes, values = distinct_codes(rows["voice"])
+    found = [_resolve(v, model, ref_dir, refs) for v in values]
     take = pa.array(codes)
     path, digest, error = (
         pa.array([f[i] for f in found], pa.string()).take(take) for i in (0, 1, 3)
@@ -61,13 +52,23 @@ def resolve_voices(
     return {"path": path, "digest": digest, "text": text, "error": error}
 
 
+def distinct_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """(index of each value in its distinct values, the distinct values); null is a value."""
+    enc = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def under(value: str, ref_dir: Path | None) -> Path:
+    """A row's reference or voice path: a relative one is under `ref_dir` (the manifest's)."""
+    path = Path(value).expanduser()
+    return ref_dir / path if not path.is_absolute() and ref_dir is not None else path
+
+
 def _resolve(value: str | None, model: TextModel, ref_dir: Path | None, refs: RefDigests):
     """(path, digest, transcript, error) of one distinct voice value."""
     if value is None:
         return None, None, None, None
-    path = Path(value).expanduser()
-    if not path.is_absolute() and ref_dir is not None:
-        path = ref_dir / path
+    path = under(value, ref_dir)
     try:
         head: VoiceHeader = read_header(path)
     except VoiceFileError as e:

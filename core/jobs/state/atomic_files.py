@@ -1,11 +1,7 @@
-"""Writing a file so a reader sees either no file or the whole file: a temp file in the same
-folder, fsync, os.replace. Also the temp files a kill leaves (cleanup_temp_files, by the next
-run) and the ones being written at an immediate exit (remove_live_temps, a second Ctrl-C), and a
-folder's renames made durable (fsync_dir). New files get 0666 & ~umask, like any other program's
-output. Every file qtts writes in an out dir goes through here: the job's state files, the
-stores' audio and shards, results, reports.
-Knows files and folders; no formats, rows or names besides the temp mark.
-"""
+"""A file written into an out dir whole or not at all (a temp file in the same folder, fsync,
+os.replace), and the temp files a kill leaves (removed by the next run) or an immediate exit
+abandons. Every file qtts writes in an out dir goes through here.
+Knows files and folders; no formats, rows or names besides the temp mark."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,14 +20,11 @@ _live_lock = threading.Lock()
 
 
 def atomic_write(
-    final: Path,
-    write: Callable[[BinaryIO], None],
-    before_replace: Callable[[], None] | None = None,
+    final: Path, write: Callable[[BinaryIO], None], before_replace: Callable[[], None] | None = None
 ) -> None:
     """Write `final` through a temp file in the same folder: whole file or nothing.
-
-    before_replace runs once the temp file is durable, just before it takes the final name (the
-    job journals the row there, so no finished file ever lacks its journal line)."""
+    before_replace runs once the temp file is durable, just before it takes the final name (the job
+    journals the row there, so no finished file ever lacks its journal line)."""
     tmp = temp_path(final)
     with tracked(tmp):
         try:
@@ -80,9 +73,8 @@ def fsync_dir(path: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -92,9 +84,7 @@ def cleanup_temp_files(
     owns: Callable[[str], bool] = lambda final: True,
     names: Iterable[str] | None = None,
 ) -> int:
-    """Remove temp files a killed run left in out_dir: those whose final file name `owns`
-    accepts (a shard owns its rows' files; other shards may be writing theirs right now).
-    names: the temp files of a listing already made (else the folder is searched)."""
+    """Remove temp files a killed run left whose final name `owns` accepts (names: a listing's)."""
     removed = 0
     if names is None:
         names = [p.name for p in out_dir.glob(f".*{TEMP_MARK}*")]
@@ -115,7 +105,5 @@ def remove_live_temps() -> None:
 
 
 def unlink_quietly(path: Path) -> None:
-    try:
+    with suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

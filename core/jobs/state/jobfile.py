@@ -1,19 +1,7 @@
-"""The out dir's job file (OUT/.qtts/job.json): which input the out dir belongs to and how many
-shards it is split into. Every run checks it before creating anything, and records it under a
-short lock, so two runs can never disagree about either.
-
-A different input on an out dir that holds another job is refused (exit 2) unless the run says
-the input moved (--input-moved) or starts afresh (--overwrite). The shard count N is pinned: an
-explicit --num-shards that disagrees is refused; a Slurm array, srun or torchrun environment that
-disagrees (a partly resubmitted array) runs its task as shard `task` of the recorded N when
-that is a valid index. --overwrite may change N only while no other run holds a lock there.
-It also pins what `--dtype auto` means on a CPU for the out dir (core/jobs/work/precision.py),
-the seed of rows that give none (`default_seed`: their id's, or 0 in an out dir of a qtts from
-before; seed_rule_for),
-and records the out dir's output (--output and --format as the last run wrote them: a run
-that leaves either flag out writes what the out dir holds, core/jobs/execution/out_dir.py).
-Knows the job file and lock names; no rows, no models.
-"""
+"""The out dir's job file (.qtts/job.json): the input, the shard count and what else the out dir
+pins (its CPU `--dtype auto`, the default seed, its output), checked before anything is created
+and recorded under a short lock (docs/job-state.md, "The input and the shard count are pinned"
+and the sections after it). Knows the job file and lock names; no rows, no models."""
 
 from __future__ import annotations
 
@@ -32,13 +20,9 @@ log = logging.getLogger("qtts")
 JOB_LOCK_TIMEOUT_S = 60  # the job lock guards short sections: reading and writing small files
 FORMAT = 2  # 2: per-shard Parquet state and row fingerprints
 CPU_AUTO_DTYPES = ("bfloat16", "float32")
-# A job file from before the pin has no cpu_auto_dtype key: those qtts ran auto in fp32 on a CPU.
-UNPINNED_CPU_AUTO = "float32"
-# The seed of a row without one: "id", its id's (rows/validation.py id_seed); "zero", 0. A job
-# file from before the pin has no default_seed key: those qtts gave such rows seed 0, which they
-# keep.
-SEED_RULES = ("id", "zero")
-UNPINNED_SEED_RULE = "zero"
+SEED_RULES = ("id", "zero")  # a row without a seed: its id's (validation.id_seed), or 0
+# What a job file from before each pin meant (docs/job-state.md): auto in fp32 on a CPU, seed 0.
+UNPINNED_CPU_AUTO, UNPINNED_SEED_RULE = "float32", "zero"
 
 
 @dataclass(frozen=True)
@@ -49,18 +33,11 @@ class JobFile:
     array_min: int | None = None  # N came from a Slurm array starting here ...
     array_step: int | None = None  # ... with this step: task id -> shard index
     format: int = FORMAT
-    # What --dtype auto means on a CPU here, as the first run that resolved it found it; None: no
-    # run has resolved it yet. Old qtts ignore the key (read_job_file keeps known keys only).
-    cpu_auto_dtype: str | None = None
-    # qtts batch: the manifest's column for each field named otherwise (--id-column, --column),
-    # so `qtts results` re-reads the input as the job did; None: the fields' own names.
-    columns: dict[str, str] | None = None
-    # The out dir's --output and --format, as the last run that recorded the job wrote them;
-    # None: no run has (a job file of an older qtts): a run without the flags takes the defaults.
-    layout: str | None = None
+    cpu_auto_dtype: str | None = None  # --dtype auto on a CPU here; None: not resolved yet
+    columns: dict[str, str] | None = None  # qtts batch: field -> its column, where renamed
+    layout: str | None = None  # --output and --format as last recorded; None: never recorded
     audio_format: str | None = None
-    # The seed of rows that give none (SEED_RULES); None: not recorded yet.
-    default_seed: str | None = None
+    default_seed: str | None = None  # of SEED_RULES; None: not recorded yet
 
 
 def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
@@ -85,17 +62,12 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
     known.setdefault("format", 1)
     known.setdefault("cpu_auto_dtype", UNPINNED_CPU_AUTO)
     known.setdefault("default_seed", UNPINNED_SEED_RULE)
-    if known["default_seed"] not in (None, *SEED_RULES):
-        raise UsageError(
-            f"{path}: default_seed must be {' or '.join(SEED_RULES)} (or null), got "
-            f"{known['default_seed']!r}; fix it or use another --out-dir"
-        )
-    if known["cpu_auto_dtype"] not in (None, *CPU_AUTO_DTYPES):
-        raise UsageError(
-            f"{path}: cpu_auto_dtype must be {' or '.join(CPU_AUTO_DTYPES)} (or "
-            f"null), got {known['cpu_auto_dtype']!r}; fix it or use another "
-            "--out-dir"
-        )
+    for key, allowed in (("default_seed", SEED_RULES), ("cpu_auto_dtype", CPU_AUTO_DTYPES)):
+        if known[key] not in (None, *allowed):
+            raise UsageError(
+                f"{path}: {key} must be {' or '.join(allowed)} (or null), got {known[key]!r}; "
+                "fix it or use another --out-dir"
+            )
     if known["format"] > FORMAT:
         raise UsageError(
             f"{path} was written by a newer qtts (job format {known['format']}); "
@@ -108,9 +80,7 @@ def read_job_file(out_dir: Path, *, legacy_ok: bool = False) -> JobFile | None:
 
 
 def seed_rule_for(recorded: JobFile | None, *, overwrite: bool) -> str:
-    """The seed rule of this run's rows that give no seed: the out dir's (an out dir of a qtts
-    from before keeps seed 0, so upgrading redoes none of its rows); "id" for a new out dir, or
-    afresh under --overwrite."""
+    """The seed rule of rows without a seed: the out dir's, or "id" (new out dir, --overwrite)."""
     if recorded is None or overwrite or recorded.default_seed is None:
         return "id"
     return recorded.default_seed
@@ -165,7 +135,9 @@ def resolve_shard(
             f"--num-shards {req.count} disagrees: {where}; use --num-shards {n}, "
             "or --overwrite to start afresh with the new count"
         )
-    index = _recorded_index(req, recorded)
+    index = req.task_id  # a Slurm array's task: its place in the array as recorded
+    if index is not None and req.source == "the Slurm array" and recorded.array_min is not None:
+        index = (index - recorded.array_min) // (recorded.array_step or 1)
     if index is None or not 0 <= index < n:
         raise UsageError(
             f"{req.source} says {req.count} shard(s), task {req.task_id}, but {where} and task "
@@ -178,24 +150,10 @@ def resolve_shard(
     return shard
 
 
-def _recorded_index(req: ShardRequest, recorded: JobFile) -> int | None:
-    if req.task_id is None:
-        return None
-    if req.source == "the Slurm array" and recorded.array_min is not None:
-        return (req.task_id - recorded.array_min) // (recorded.array_step or 1)
-    return req.task_id
-
-
 def job_for(
     kind: str, source: str, shard: Shard, req: ShardRequest, columns: dict[str, str] | None = None
 ) -> JobFile:
     """What this run records: the array's numbering when N came from that array."""
     array = req.source == "the Slurm array" and req.count == shard.count
-    return JobFile(
-        kind,
-        source,
-        shard.count,
-        req.array_min if array else None,
-        req.array_step if array else None,
-        columns=dict(columns) if columns else None,
-    )
+    first, step = (req.array_min, req.array_step) if array else (None, None)
+    return JobFile(kind, source, shard.count, first, step, columns=dict(columns or {}) or None)

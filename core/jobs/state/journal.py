@@ -1,20 +1,7 @@
-"""Journals: the append-only record of rows finished since the last compaction (JSON lines).
-
-Each writer has its own journal in the out dir: a run (one per shard when sharded) and, with the
-Ray backend, each actor. A record is appended and fsynced when its row is done: an ok row when
-its audio is durable in a temp file, just before the rename that publishes it, so after any crash
-every published file has its line (a line whose file is missing is simply redone: resume checks
-the file). A line cut short by a kill is cut off by the next writer of that journal; readers
-ignore an unfinished last line. Journals are read in bulk by Arrow's JSON reader, not line by
-line; qtts.core.jobs.state.shard_state folds them into the shard's Parquet state at the end of a
-run.
-
-The lines of many rows at once (rows to redo, rows failing validation; and the lines of
-OUT/metadata.jsonl, output/views.py's) are made from Arrow columns without a Python object per
-row (table_lines): strings are escaped for JSON by column-wide replaces, and the rare value
-holding a control character goes through json.dumps. Tests check every line against json.loads.
-Knows record lines, JSON and files; no models, no tensors.
-"""
+"""Journals: each writer's append-only JSON lines of the rows finished since the last compaction
+(docs/job-state.md, "Records"), read in bulk by Arrow's JSON reader. The lines of many rows at
+once (table_lines; also metadata.jsonl's) are built from Arrow columns, no Python object a row.
+Knows record lines, JSON and files; no models, no tensors."""
 
 from __future__ import annotations
 
@@ -45,17 +32,13 @@ class Journal:
         self._repaired = False
 
     def append(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        self.append_bytes(
-            ["".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()]
-        )
+        if records:
+            lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+            self.append_bytes([lines.encode()])
 
     def append_table(self, table: pa.Table) -> None:
         """Many records at once (RECORD_SCHEMA columns), as JSON lines built from columns."""
         if table.num_rows:
-            from qtts.core.jobs.state.journal import table_lines
-
             self.append_bytes(table_lines(table))
 
     def append_bytes(self, parts: Iterable[bytes | memoryview]) -> None:
@@ -79,8 +62,7 @@ class Journal:
 
 
 def _cut_unfinished_line(fd: int) -> None:
-    """A killed writer may have left half a line at the end: drop it (this journal has one
-    writer at a time, so nobody else is appending)."""
+    """Drop the half line a killed writer left at the end (one writer a journal at a time)."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
@@ -93,24 +75,18 @@ PIECE_BYTES = 16 << 20  # journal bytes parsed at once: a journal is never in me
 
 
 def read_journal(path: Path, columns: tuple[str, ...] | None = None) -> tuple[pa.Table, int]:
-    """(records, bytes read): every complete line of `path` (an unfinished last line is left
-    out; a journal that does not exist is empty); columns: only these, kept a piece at a time."""
-    size = journal_size(path)
+    """(records, bytes read): every whole line of `path` (none if missing); columns: only these."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = 0
     pieces = [conform(t, columns) for t in journal_pieces(path, size)]
     return (pa.concat_tables(pieces) if pieces else conform(empty(), columns)), size
 
 
-def journal_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
 def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
-    """The records of the first `size` bytes of `path` (journal_size: what a writer appends
-    later is left for the next reader), PIECE_BYTES of complete lines parsed at a time; each
-    piece conformed. The same size reads the same records again."""
+    """The records of `path`'s first `size` bytes (what a writer appends later is the next
+    reader's), PIECE_BYTES of whole lines at a time."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -128,15 +104,12 @@ def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
                 continue
             data, rest = rest + chunk[:cut], chunk[cut:]
             if data.strip():
-                yield conform(_parsed(path, data, lines))
+                try:
+                    table = _parse(data)
+                except pa.ArrowInvalid:  # a damaged line: parse line by line, skipping it
+                    table = _parse_lines(path, data, lines)
+                yield conform(table)
             lines += data.count(b"\n")
-
-
-def _parsed(path: Path, data: bytes, lines: int) -> pa.Table:
-    try:
-        return _parse(data)
-    except pa.ArrowInvalid:  # a damaged line: parse line by line, skipping it
-        return _parse_lines(path, data, lines)
 
 
 def _parse(data: bytes) -> pa.Table:
@@ -163,8 +136,7 @@ def _parse_lines(path: Path, data: bytes, lines: int = 0) -> pa.Table:
 def read_journals(
     paths: list[Path], columns: tuple[str, ...] | None = None
 ) -> tuple[pa.Table, dict[Path, int]]:
-    """All records of `paths` in order (columns: only these), and how many bytes of each were
-    read."""
+    """All records of `paths` in order (columns: only these), and the bytes read of each."""
     tables, sizes = [], {}
     for path in paths:
         table, sizes[path] = read_journal(path, columns)

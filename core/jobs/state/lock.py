@@ -1,22 +1,14 @@
-"""One run per out dir (per shard of it): an exclusive, non-blocking filelock on OUT/.qtts/run.lock
-(run-shard-I-of-N.lock for shard I of N, so shards share the dir; qtts.core.jobs.state.paths).
-
-A second run names the holder's pid: Linux's /proc/locks says who holds the flock; elsewhere the
-pid the holder wrote into the lock file is used. The lock is released by the kernel if the holder
-dies, so a kill -9 never leaves the dir locked.
-
-Whether a run lock is held is also asked without taking it for longer than the question
-(lock_is_held): a dry run must meet the refusals a run would (lock held: exit 75; another split
-still running: exit 2) while writing nothing. The probe opens an existing lock file read-only and
-never creates one (a missing lock file is a lock nobody holds). check_no_old_run is the run's own
-check too (write_job_files), so the dry run and the run say the same line.
-Knows lock names; nothing of rows or models.
-"""
+"""One run per out dir (per shard of it): an exclusive, non-blocking flock on a run lock; a second
+run names the holder's pid, and the kernel frees the lock if its holder dies. lock_is_held asks
+without creating or taking the lock, so a dry run meets the refusals a run would (lock held: exit
+75; another split still running: exit 2) and writes nothing. Knows lock names; no rows."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from qtts.core.errors import LockHeldError as HeldError
@@ -50,19 +42,14 @@ class OutDirLock:
             self._lock.acquire()
         except Timeout:
             raise LockHeldError(self.path, holder_pid(self.path)) from None
-        try:
-            with open(self.path, "r+", encoding="ascii") as f:
-                f.write(f"{os.getpid()}\n")
-                f.truncate()
-        except OSError:
-            pass  # the pid is a courtesy for the next run's message
+        with suppress(OSError), open(self.path, "r+", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")  # a courtesy for the next run's message
+            f.truncate()
 
     def release(self) -> None:
         if self._lock.is_locked:
-            try:
+            with suppress(OSError):
                 os.truncate(self.path, 0)  # no stale pid for the next run's message
-            except OSError:
-                pass
             self._lock.release()
 
     def __enter__(self) -> OutDirLock:
@@ -104,11 +91,6 @@ def _pid_from_proc_locks(path: Path) -> int | None:
     return None
 
 
-try:
-    import fcntl
-except ImportError:  # no flock (Windows): filelock's own probe, on the existing file only
-    fcntl = None  # type: ignore[assignment]
-
 _BUSY = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 
 
@@ -117,8 +99,6 @@ def lock_is_held(path: Path) -> bool:
     when it cannot tell (an unreadable file, no flock on this file system): the run will say."""
     if not path.exists():
         return False
-    if fcntl is None:
-        return _held_by_filelock(path)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -133,18 +113,6 @@ def lock_is_held(path: Path) -> bool:
     return False
 
 
-def _held_by_filelock(path: Path) -> bool:
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(path), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
-    return False
-
-
 def old_split_locks(paths: StatePaths, old_count: int) -> list[Path]:
     """The run locks of an out dir split into `old_count` shards."""
     if old_count == 1:
@@ -153,8 +121,7 @@ def old_split_locks(paths: StatePaths, old_count: int) -> list[Path]:
 
 
 def check_no_old_run(paths: StatePaths, old_count: int) -> None:
-    """--overwrite may change the shard count only while no run of the old split is going (the
-    new split's tasks, starting beside this one, are welcome)."""
+    """--overwrite changes the shard count only while no run of the old split is going."""
     for path in old_split_locks(paths, old_count):
         if lock_is_held(path):
             raise old_run_error(paths, path)

@@ -1,12 +1,5 @@
-"""Where a job keeps its state: every file name in an out dir besides the outputs.
-
-The outputs ({id}.wav, results.parquet, metadata.jsonl) sit at the top of the out dir; the job's
-own files live in OUT/.qtts/, so finding them never lists a folder of millions of audio files.
-Per shard (suffix "-shard-I-of-N", none when unsharded): a lock, a journal and a state file; Ray
-actors add journals of their own. Shared by all: the job file, the settings registry, the
-reference-digest cache and the locks that guard them and the results. docs/job-state.md says
-what each holds. Knows names only.
-"""
+"""Every file name in an out dir besides the outputs (docs/job-state.md, "Files in an out dir").
+Knows names only."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Every shard's latest records, read a column at a time: what `read_all` answers, without
-holding every column of every row at once.
-
-The merge (one record per id, the newest winning: shard_state.read_all's rule) is decided on a
-few columns; each winner keeps its position in the states and journals it came from. Any other
-column is read later, alone, and taken at those positions. The state files stay open from the
-first read to the last, so a state that a finishing shard replaces meanwhile is still read as it
-was, and the journals' records are read once (every column wanted): positions never point into
-something that changed. At ten million rows the views then hold one column of the records at a
-time (the texts, the widest) instead of all of them (docs/scale.md).
-Knows state files, journals and the merge; no views, no outputs.
-"""
+"""Every shard's latest records read a column at a time: the merge is decided on a few columns,
+each winner keeps its position, and any other column is read later, alone, and taken there. The
+state files stay open from the first read to the last, so positions never point into a file a
+finishing shard replaced (docs/job-state.md, "Scale"). Knows state files, journals and the merge."""
 
 from __future__ import annotations
 
@@ -23,15 +15,8 @@ import pyarrow.parquet as pq
 
 from qtts.core.jobs.state.journal import read_journals
 from qtts.core.jobs.state.paths import StatePaths
-from qtts.core.jobs.state.records import (
-    RECORD_SCHEMA,
-    conform,
-    empty,
-    latest,
-    one_chunk,
-    overlay,
-)
-from qtts.core.jobs.state.shard_state import UnreadableState, read_columns, unreadable_state
+from qtts.core.jobs.state.records import RECORD_SCHEMA, conform, empty, latest, one_chunk, overlay
+from qtts.core.jobs.state.shard_state import read_columns, unreadable_state
 
 POSITION = "_position"  # a winner's row in the states (in turn), then the journals' records
 
@@ -51,17 +36,16 @@ class RecordSource:
         *,
         shard_suffix: str | None = None,
     ) -> RecordSource:
-        """merge: the columns read now (keep id, status, run and t: the merge needs them);
-        later: the columns `column` may be asked for (the journals' are kept); shard_suffix:
-        one job shard's state and journals only (None: every shard's)."""
+        """merge: the columns read now (id, status, run and t among them); later: those `column`
+        may be asked for; shard_suffix: one shard's state and journals only (None: every one)."""
         paths = StatePaths(out_dir)
         own = shard_suffix is not None
         states, bases, offset = [], [], 0
         for path in [paths.state(shard_suffix)] if own else paths.states():
-            handle = _open(path)
-            if handle is None:  # removed since it was listed (--overwrite): it holds nothing
+            opened = _open(path, merge)
+            if opened is None:  # removed since it was listed (--overwrite): it holds nothing
                 continue
-            table = _read(handle, path, merge)
+            handle, table = opened
             bases.append(_positioned(table, offset))
             offset += table.num_rows
             states.append((path, handle))
@@ -101,24 +85,16 @@ class RecordSource:
         return self.winners[POSITION].to_numpy()
 
 
-def _open(path: Path) -> pq.ParquetFile | None:
+def _open(path: Path, columns: tuple[str, ...]) -> tuple[pq.ParquetFile, pa.Table] | None:
+    """The state, held open, and its `columns`; None when there is none."""
     try:
-        return pq.ParquetFile(path)
+        handle = pq.ParquetFile(path)
+        return handle, read_columns(handle, columns)
     except FileNotFoundError:
         return None
     except (OSError, pa.ArrowException) as e:
         raise unreadable_state(path, e) from None
 
 
-def _read(handle: pq.ParquetFile, path: Path, columns: tuple[str, ...]) -> pa.Table:
-    try:
-        return read_columns(handle, columns)
-    except (OSError, pa.ArrowException) as e:
-        raise unreadable_state(path, e) from None
-
-
 def _positioned(table: pa.Table, offset: int) -> pa.Table:
     return table.append_column(POSITION, pa.array(np.arange(offset, offset + table.num_rows)))
-
-
-__all__ = ["POSITION", "RecordSource", "UnreadableState"]

@@ -1,14 +1,7 @@
-"""A row's outcome as the job records it: one schema for journal lines, shard state and results.
-
-A record says what became of one row (status ok | failed | pending, the file and its byte size,
-frames and samples, the attempts it took and the seed it kept, and an ok row's model-free
-measures: qtts.core.jobs.output.recorder) and everything that shaped it: the row's own inputs (text,
-voice, seed, reference audio digest and text), the digest of the job settings it ran under
-(qtts.core.jobs.work.fingerprint), and the split and frame-budget policies it ran under. Journals
-hold records as JSON lines; state and results hold them as Parquet. Tables of records are
-merged by `latest`: the newest record of an id wins.
-Knows columns; no files, no models.
-"""
+"""A row's outcome as the job records it: one schema for journal lines, shard state and results
+(docs/job-state.md, "Records"), the merge of record tables (the newest record of an id wins), and
+index_in: where each id sits among the records, hashed a part at a time.
+Knows columns; no files, no models."""
 
 from __future__ import annotations
 
@@ -79,16 +72,8 @@ OK, FAILED, PENDING = "ok", "failed", "pending"
 def failed_record(
     row: dict[str, Any], error: str, attempts: int | None = None, **run: Any
 ) -> dict[str, Any]:
-    """row: ROW_FIELDS (as validation resolved them); attempts: the tries that failed it, if
-    any; run: settings, model, run, split, on_budget."""
-    return {
-        **_fields(row),
-        "status": FAILED,
-        "error": error,
-        "attempts": attempts,
-        **run,
-        "t": time.time(),
-    }
+    """row: ROW_FIELDS as resolved; attempts: the tries that failed it; run: the run's columns."""
+    return dict(_fields(row), status=FAILED, error=error, attempts=attempts, **run, t=time.time())
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
@@ -96,28 +81,13 @@ def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[st
     segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures
     (with segment_chars_per_s), and under --loudness loudness_lufs and loudness_status."""
     duration = audio["num_samples"] / audio["sample_rate"]
-    return {
-        **_fields(row),
-        "status": OK,
-        "error": None,
-        **audio,
-        "duration_s": duration,
-        **run,
-        "t": time.time(),
-    }
+    record = dict(_fields(row), status=OK, error=None, **audio, duration_s=duration)
+    return dict(record, **run, t=time.time())
 
 
 def pending_records(ids: pa.Array | pa.ChunkedArray, *, run: str) -> pa.Table:
     """Rows that are not done after all: they must be redone."""
-    n = len(ids)
-    return pa.table(
-        {
-            "id": ids,
-            "status": pa.array([PENDING], pa.string()).take(np.zeros(n, int)),
-            "run": pa.array([run], pa.string()).take(np.zeros(n, int)),
-            "t": pa.array(np.full(n, time.time())),
-        }
-    )
+    return stamped(pa.table({"id": ids}), status=PENDING, run=run)
 
 
 def stamped(rows: pa.Table, *, status: str, **columns: str) -> pa.Table:
@@ -142,67 +112,39 @@ def to_table(records: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
 
 
-# What deciding the work reads of each record (the resume scan, the summary): a run that has
-# nothing to do never holds the rest in memory.
-SCAN_COLUMNS = (
-    "id",
-    "status",
-    "error",
-    "file",
-    "bytes",
-    "codes_saved",
-    "hit_frame_budget",
-    *INPUT_FIELDS,
-    "settings",
-    "segments",
-    "split",
-    "text_tokens",
-    "attempts",
-    "on_budget",
-    "t",
-)
+# What deciding the work reads of each record: a run with nothing to do holds no more.
+_OUTCOME = ("id", "status", "error", "file", "bytes", "codes_saved", "hit_frame_budget")
+_RUN = ("settings", "segments", "split", "text_tokens", "attempts", "on_budget", "t")
+SCAN_COLUMNS = (*_OUTCOME, *INPUT_FIELDS, *_RUN)
 
 
 def text_digests(texts: pa.ChunkedArray | pa.Array, chunk: int = 1 << 16) -> pa.Array:
     """A 64-bit digest (blake2b) of each text, null for null: what resume compares."""
-    out = []
+    out = [pa.array([], pa.int64())]
     for start in range(0, len(texts), chunk):
-        out.append(
-            pa.array(
-                [
-                    None
-                    if t is None
-                    else int.from_bytes(
-                        hashlib.blake2b(t.encode(), digest_size=8).digest(), "big", signed=True
-                    )
-                    for t in texts.slice(start, chunk).to_pylist()
-                ],
-                pa.int64(),
-            )
-        )
-    return pa.concat_arrays(out) if out else pa.array([], pa.int64())
+        values = texts.slice(start, chunk).to_pylist()
+        out.append(pa.array([None if t is None else _digest(t) for t in values], pa.int64()))
+    return pa.concat_arrays(out)
+
+
+def _digest(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def conform(table: pa.Table, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """`table` with exactly RECORD_SCHEMA's columns (or `columns` of them; missing ones null):
-    states written by an older qtts, or a journal without some field, still merge."""
+    """`table` with RECORD_SCHEMA's columns (or `columns`), missing ones null: old states merge."""
     schema = (
         RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
     )
-    arrays = []
-    for f in schema:
-        if f.name in table.column_names:
-            arrays.append(table[f.name].cast(f.type))
-        else:
-            arrays.append(pa.nulls(table.num_rows, f.type))
+    has, n = table.column_names, table.num_rows
+    arrays = [table[f.name].cast(f.type) if f.name in has else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def one_chunk(held: list[pa.Table]) -> pa.Table:
-    """The table in `held` (taken out of it) with each column in one chunk, combined a column
-    at a time: each chunked column is freed as its copy comes, so a table of many row groups
-    never exists twice. The list hands the only reference over (an argument would keep the
-    whole table alive in the caller's frame until this returns)."""
+    """The table in `held` (taken out of it, so no caller's frame keeps it alive) with each
+    column in one chunk, combined a column at a time: a table of many row groups is never twice."""
     table = held.pop()
     schema, arrays = table.schema, []
     for name in schema.names:
@@ -212,9 +154,8 @@ def one_chunk(held: list[pa.Table]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-# Scan columns that repeat a few values over every row (a job's settings digest, its split and
-# budget keys, its voice): held dictionary-encoded through a run's scan, four bytes a row instead
-# of each row's own string (about 0.4 GB at ten million rows).
+# Scan columns that repeat a few values over every row: held dictionary-encoded through a run's
+# scan, four bytes a row instead of a string each (about 0.4 GB at ten million rows).
 REPEATED = ("settings", "split", "on_budget", "speaker", "language")
 
 
@@ -248,14 +189,12 @@ def latest(table: pa.Table) -> pa.Table:
     return table.filter(pa.array(last))
 
 
-# What merging records reads: `latest` orders by id and t, `settled` pairs a pending record with
-# an outcome of its own run. A reader of a few columns still reads these of the journals.
+# What merging records reads (`latest`: id, t; `settled`: status, run): every reader reads them.
 MERGE_COLUMNS = ("id", "status", "run", "t")
 
 
 def overlay(base: pa.Table, newer: pa.Table) -> pa.Table:
-    """base (one record per id) with newer's latest record of an id replacing base's. newer
-    carries MERGE_COLUMNS besides base's columns; the answer has base's columns only."""
+    """base (one record per id) with newer's latest record of an id in its place; base's columns."""
     newer = latest(settled(newer))
     if newer.num_rows == 0:
         return base
@@ -272,10 +211,30 @@ def settled(table: pa.Table) -> pa.Table:
         return table
     key = pc.binary_join_element_wise(table["id"], pc.fill_null(table["run"], ""), "\x00")
     done = pc.filter(key, pc.invert(pending))
-    outcome_later = pc.and_(
-        pending,
-        pc.is_in(
-            key, value_set=done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
-        ),
-    )
+    outcome_later = pc.and_(pending, pc.is_in(key, value_set=combined(done)))
     return table.filter(pc.invert(outcome_later))
+
+
+def combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """column as one Array (a ChunkedArray's chunks combined)."""
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+# index_in's hash table holds a copy of every value: half a gigabyte for ten million ids, beside
+# all a resume scan already holds. Hashed PART values at a time, at one more pass over the keys.
+PART = 1 << 20
+
+
+def index_in(
+    keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray, part: int = PART
+) -> pa.Array:
+    """Per key, the index of its first equal in `values`, or null (as pc.index_in, in int64)."""
+    keys = combined(keys)
+    if len(values) <= part:
+        return pc.index_in(keys, value_set=combined(values)).cast(pa.int64())
+    found = pa.nulls(len(keys), pa.int64())
+    for start in range(0, len(values), part):
+        at = pc.index_in(keys, value_set=combined(values.slice(start, part)))
+        # an earlier part's answer stands: index_in gives the first equal value
+        found = pc.coalesce(found, pc.add(at.cast(pa.int64()), start))
+    return found

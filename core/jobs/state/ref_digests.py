@@ -1,15 +1,12 @@
-"""Reference audio identified by content: the sha256 of each clip, cached by path, size and mtime
-in OUT/.qtts/refs.json so an unchanged clip is not read again. Row validation
-(qtts.core.jobs.rows.validation) puts the digest in each row's inputs, so a changed clip redoes
-its rows (qtts.core.jobs.work.fingerprint).
-Knows one small JSON file and the clips' bytes; no rows, no settings.
-"""
+"""Reference audio and voice files by content: each file's sha256, cached in .qtts/refs.json by
+path, size and mtime so an unchanged file is not read again. Knows one JSON file and the bytes."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
@@ -44,7 +41,5 @@ class RefDigests:
     def save(self) -> None:
         """Best effort: a lost cache costs a re-read, never a wrong answer."""
         if self.changed and self.path.parent.is_dir():
-            try:
+            with suppress(OSError):
                 atomic_write_bytes(self.path, json.dumps(self.cache).encode())
-            except OSError:
-                pass

@@ -1,19 +1,12 @@
-"""A shard's job state: the latest record of each of its rows, as one Parquet file, plus the
-journals written since.
-
-OUT/.qtts/state.parquet (state-shard-I-of-N.parquet when sharded) holds one record per row the
-shard has an outcome for. A run appends to its journal as rows finish and, when it ends (also on
-interruption or error), compacts: state + its journals -> a new state file (written atomically)
--> the journals it read are removed. A kill between the two leaves records in both, which merge
-to the same answer. Readers take a state and the journals beside it, newest record of an id
-winning, so the state of a run still in progress (or killed) is read correctly too.
-Knows file names and record tables; no rows beyond ids, no models.
-"""
+"""A shard's job state: one Parquet file of the latest record of each of its rows, the journals
+folded into it at the end of every run (docs/job-state.md, "Records"). Knows file names and
+record tables; no rows beyond ids, no models."""
 
 from __future__ import annotations
 
 import logging
 import os
+from contextlib import suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -62,8 +55,7 @@ def read_state_file(
 
 
 def read_columns(handle: pq.ParquetFile, columns: tuple[str, ...] | None) -> pa.Table:
-    """conform(the file's records): read a column at a time, each in one chunk, so there are
-    never two copies of the records (the file's row groups, and one chunk) at once."""
+    """conform(the file's records), a column at a time: the records are never held twice."""
     present = set(handle.schema_arrow.names)
     schema = conform(empty(), columns).schema
     arrays = []
@@ -91,8 +83,7 @@ def _why(error: Exception) -> str:
 def read_own(
     out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None
 ) -> tuple[pa.Table, dict[Path, int]]:
-    """(latest record per id of this shard's rows, pending ones included; bytes read per
-    journal). columns: only these record columns (records.SCAN_COLUMNS)."""
+    """(latest record per id of this shard's rows, pending included; bytes read per journal)."""
     paths = StatePaths(out_dir)
     wanted = None if columns is None else tuple(_with_merge(columns))
     journals, sizes = read_journals(paths.own_journals(shard.suffix), wanted)
@@ -101,10 +92,8 @@ def read_own(
 
 
 def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """Latest record per id across every shard's state and every journal in the out dir
-    (columns: only these; the journals' MERGE_COLUMNS are read too). Left in chunks: the
-    caller takes from it once. An unreadable state raises UnreadableState: what reads every
-    shard shows records, and must not show a shard's rows as never done."""
+    """Latest record per id across every shard's state and journal (columns: only these), left
+    in chunks. An unreadable state raises UnreadableState: no shard's rows show as never done."""
     paths = StatePaths(out_dir)
     states = [read_state_file(p, columns, strict=True) for p in paths.states()]
     base = pa.concat_tables(states) if states else conform(empty(), columns)
@@ -116,19 +105,15 @@ def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
 
 
 def _with_merge(columns: tuple[str, ...]) -> list[str]:
-    """columns, and what merging a journal's records reads (a pending record left by a killed
-    run is settled by its `run`, whether or not the caller asked for it)."""
+    """columns, and the merge columns (a killed run's pending record is settled by its `run`)."""
     return list(dict.fromkeys((*columns, *MERGE_COLUMNS)))
 
 
 def compact(out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None) -> pa.Table | None:
     """Fold this shard's journals into its state file; the shard's records after it (columns:
-    only these), or None when no journal held anything (the state is as it was).
-
-    Streamed, so a run that journalled ten million rows (a layout switch) never holds every
-    column of them: the merge is decided on MERGE_COLUMNS (each record's position in the state,
-    then in the journals), then the state is copied a row group at a time and the journals a
-    piece at a time (the same bytes read again), each less the records that lost."""
+    only these), or None when no journal held anything. Streamed: the merge is decided on
+    MERGE_COLUMNS, then the state is copied a row group and the journals a piece at a time, each
+    less the records that lost."""
     paths = StatePaths(out_dir)
     journals = paths.own_journals(shard.suffix)
     if not any(p.stat().st_size for p in journals if p.exists()):
@@ -161,8 +146,7 @@ STATE_ROWS = 1 << 18  # a state's row group: what a compaction holds of every co
 
 
 def _open_state(path: Path) -> tuple[pq.ParquetFile | None, pa.Table]:
-    """The state to fold into, held open, and its merge columns (none yet, or unreadable: no
-    records, and its rows are redone)."""
+    """The state held open, and its merge columns (none when missing or unreadable: redone)."""
     handle = None
     try:
         handle = pq.ParquetFile(path)
@@ -180,8 +164,7 @@ _POSITION = "_position"  # a record's place: the state's rows, then the journals
 
 
 def _winners(base: pa.Table, journals: list[Path]) -> tuple[np.ndarray, dict[Path, int]]:
-    """(per record, the state's then the journals': it is its id's latest and not pending;
-    the journals' sizes read)."""
+    """(per record, state's then journals': its id's latest and not pending; bytes read)."""
     newer, sizes = read_journals(journals, MERGE_COLUMNS)
     total = base.num_rows + newer.num_rows
     base = base.append_column(_POSITION, pa.array(np.arange(base.num_rows)))
@@ -229,8 +212,6 @@ def remove_every_shard(out_dir: Path) -> None:
 
 
 def _remove_if_size(path: Path, size: int | None) -> None:
-    try:
+    with suppress(FileNotFoundError):
         if size is None or os.stat(path).st_size == size:
             os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -1,12 +1,7 @@
-"""Deterministic shards of a job, for Slurm/cron arrays: which rows a run owns, and its files.
-
-A row belongs to shard sha1(id) % N (never Python's salted hash()), so reordering or appending to
-a manifest never moves a row to another shard, and every process computes the same split. Each
-shard has its own lock, journal and state in the shared out dir (qtts.core.jobs.state.paths), so
-shards run at the same time. N is pinned by the out dir's job file
-(qtts.core.jobs.state.jobfile), which decides what a disagreeing environment means.
-Knows ids, names and environment variables; touches no files.
-"""
+"""Deterministic shards of a job: a row belongs to shard sha1(id) % N (never Python's salted
+hash()), so reordering or appending to a manifest never moves a row, and every process computes
+the same split; N and the index come from the flags or a Slurm, srun or torchrun environment.
+Knows ids, names and environment variables; touches no files."""
 
 from __future__ import annotations
 
@@ -19,8 +14,8 @@ import pyarrow as pa
 
 from qtts.core.errors import UsageError
 
-# Where the environment gives N and the index (ShardRequest.source): its refusals name what it
-# read, never the flags it was not given. (N's variable, the index as it came.)
+# Per environment (ShardRequest.source): N's variable, and the index as it came. A refusal
+# names what it read, never the flags it was not given.
 FROM_ENVIRONMENT = {
     "the Slurm array": (
         "SLURM_ARRAY_TASK_COUNT",
@@ -132,14 +127,9 @@ def shard_request(
         first = _whole(env, "SLURM_ARRAY_TASK_MIN", "0")
         step = _whole(env, "SLURM_ARRAY_TASK_STEP", "1") or 1
         task = _whole(env, "SLURM_ARRAY_TASK_ID")
-        return ShardRequest(
-            _whole(env, "SLURM_ARRAY_TASK_COUNT"),
-            (task - first) // step,
-            "the Slurm array",
-            task_id=task,
-            array_min=first,
-            array_step=step,
-        )
+        count = _whole(env, "SLURM_ARRAY_TASK_COUNT")
+        index = (task - first) // step
+        return ShardRequest(count, index, "the Slurm array", task, array_min=first, array_step=step)
     if "SLURM_PROCID" in env and _whole(env, "SLURM_NTASKS", "1") > 1:
         rank = _whole(env, "SLURM_PROCID")
         return ShardRequest(_whole(env, "SLURM_NTASKS"), rank, "srun", rank)

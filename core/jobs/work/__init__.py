@@ -1,2 +1,1 @@
-"""What a run must do: fingerprints, the resume scan and its rules, frame budgets and the segment
-limit, token lengths and chunks."""
+"""What a run must do: fingerprints, the resume scan and its rules, budgets, chunks."""

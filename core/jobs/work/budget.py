@@ -1,19 +1,12 @@
-"""The frame budget of one row: how many talker steps (max_new_tokens) it may take, and its
-resume rule.
-
-Policy: an explicit --max-new-tokens is used exactly, for every row (the official semantics: a row
-that never emits EOS gets max_new_tokens - 1 frames). Otherwise the budget is
-min(generation_config max_new_tokens, a runaway guard from the text length), so a sample that
-never stops babbles for seconds, not minutes. Also owns the "text too long for the frame budget"
-check and the frame estimate.
-
-The budget policy (--on-budget ok | fail | retry with --max-attempts N) is not in the settings
-digest: a done row made under another policy is redone only when this run's would keep other
-codes for it, which follows from its record's `on_budget`, `attempts` and `hit_frame_budget`, as
-tries are deterministic (recheck_budget; docs/job-state.md, "The fingerprint and the resume
-rule"). A record without a key was made before qtts retried, and counts as ok.
-Knows the budget arithmetic, record columns and the policy's key; no files, models or tensors.
-"""
+"""The frame budget of a row (an explicit --max-new-tokens exactly; else the checkpoint's cap or a
+runaway guard from the text's length, the lower), the "text too long" check, and the resume rule
+of the --on-budget policy (docs/job-state.md, "The fingerprint and the resume rule").
+check_lengths holds whole columns of texts to the budget, tokenizing only where it decides
+something: a byte-level tokenizer gives at most `max_tokens_per_byte` tokens a byte, so a row too
+short in bytes to be too long is never counted; frame estimates use a tokens-per-byte ratio
+measured on a sample of the rows. With --split no row is refused there (each segment is checked
+when its chunk is cut). Knows the budget arithmetic, record columns and the TextModel's counter;
+no files or tensors."""
 
 from __future__ import annotations
 
@@ -23,6 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.contract.interfaces import TextModel
+from qtts.core.jobs.contract.spec import SplitOptions
+from qtts.core.jobs.rows.ids import patched
+from qtts.core.jobs.state.records import combined
 from qtts.core.jobs.work.resume import ResumeScan
 
 FRAME_S = 0.08  # audio per frame: the 12 Hz codec runs at 12.5 frames per second
@@ -35,15 +32,14 @@ GUARD_FRAMES_PER_TOKEN = 8
 MIN_FRAMES_PER_TOKEN = 1.5
 # What the synthesis order sorts by: a typical delivery.
 EST_FRAMES_PER_TOKEN = 4
-# Prompt positions around the text (role markers, codec prefix, speaker): a bound, as instruct and
-# reference tokens come on top; the synthesizer checks the exact prompt too.
+# Prompt positions around the text (role markers, codec prefix, speaker): the synthesizer checks
+# the exact prompt, instruct and reference tokens included.
 PROMPT_OVERHEAD = 16
 
 
 @dataclass(frozen=True)
 class FrameBudget:
-    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens (None when not given);
-    max_positions: the talker's trained positions (prompt + frames must fit in them)."""
+    """cap: the checkpoint's max_new_tokens; explicit: --max-new-tokens; max_positions: talker's."""
 
     cap: int
     explicit: int | None = None
@@ -57,18 +53,12 @@ class FrameBudget:
 
     def max_new_tokens(self, text_tokens: int) -> int:
         """The talker step budget for a text of `text_tokens` tokens."""
-        if self.explicit is not None:
-            return self.explicit
-        guard = GUARD_BASE_FRAMES + GUARD_FRAMES_PER_TOKEN * text_tokens
-        return min(self.cap, guard)
+        return int(self.max_new_tokens_of(np.array([text_tokens]))[0])
 
     def too_long(self, text_tokens: int) -> str | None:
-        """Reason the text cannot be spoken within the checkpoint's budget, or None.
-
-        An explicit --max-new-tokens is the operator's call and is not second-guessed: a row that
-        runs out of steps is flagged hit_frame_budget instead (see --on-budget). Either way the
-        prompt and the frames must fit the model's positions.
-        """
+        """Reason the text cannot be spoken within the checkpoint's budget, or None. An explicit
+        --max-new-tokens is not second-guessed (a row that runs out is flagged instead), but the
+        prompt and the frames must fit the model's positions either way."""
         positions = text_tokens + PROMPT_OVERHEAD + self.max_new_tokens(text_tokens)
         if self.max_positions is not None and positions > self.max_positions:
             return (
@@ -112,13 +102,82 @@ class FrameBudget:
         return np.minimum(est, self.max_new_tokens_of(tokens))
 
 
+SAMPLE_ROWS = 1024  # rows counted exactly to learn this job's tokens per byte
+COUNT_BATCH = 8192  # texts per tokenizer call
+
+
+@dataclass(frozen=True)
+class Lengths:
+    error: pa.Array  # "text too long ..." or null, per row
+    tokens: np.ndarray  # text tokens per row: exact where counted, else estimated
+    est_frames: np.ndarray  # frames each row is expected to take
+
+
+def count_tokens(model: TextModel, texts: list[str]) -> np.ndarray:
+    batches = range(0, len(texts), COUNT_BATCH)
+    counts = [model.count_text_tokens(texts[i : i + COUNT_BATCH]) for i in batches]
+    return np.concatenate([np.zeros(0, np.int64), *counts]).astype(np.int64)
+
+
+def check_lengths(
+    texts: pa.ChunkedArray | pa.Array,
+    model: TextModel,
+    budget: FrameBudget,
+    split: SplitOptions | None = None,
+) -> Lengths:
+    """split: rows are cut, so none is refused here (segments are checked as chunks are cut)."""
+    n = len(texts)
+    refuses = split is None or not split.enabled  # rows too long fail here, unsplit
+    nbytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    counted = np.zeros(n, dtype=bool)
+    sample = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_ROWS)).astype(np.int64))
+    counted[sample] = True
+    per_byte = model.max_tokens_per_byte
+    bound = None if per_byte is None else np.ceil(nbytes * per_byte).astype(np.int64)
+    if refuses and bound is None:
+        counted[:] = True
+    elif refuses:
+        counted |= budget.too_long_mask(bound)
+    tokens = np.zeros(n, dtype=np.int64)
+    tokens[counted] = _count(model, texts, counted)
+    if refuses and bound is not None and np.any(tokens[counted] > bound[counted]):
+        # Not the tokenizer the bound assumes: count every row.
+        rest = ~counted
+        tokens[rest], counted = _count(model, texts, rest), np.ones(n, dtype=bool)
+    if not counted.all():
+        ratio = float(np.median(tokens[sample] / np.maximum(nbytes[sample], 1)))
+        tokens[~counted] = np.maximum(np.ceil(nbytes[~counted] * ratio), 1)
+    too_long = np.flatnonzero(budget.too_long_mask(tokens) & counted & refuses)
+    errors = patched(
+        pa.nulls(n, pa.string()), too_long, [budget.too_long(int(t)) for t in tokens[too_long]]
+    )
+    est = budget.estimate_frames_of(tokens)
+    if not refuses:  # a row cut into segments: each segment has its own budget
+        est = _split_estimate(tokens, est, budget, split.limit)
+    return Lengths(errors, tokens, est)
+
+
+def _split_estimate(
+    tokens: np.ndarray, est: np.ndarray, budget: FrameBudget, limit: int
+) -> np.ndarray:
+    """est with each row over `limit` as ceil(tokens / limit) segments or more, each budgeted."""
+    cut = tokens > limit
+    segments = -(-tokens[cut] // limit)
+    most = segments * budget.max_new_tokens(limit)
+    out = est.copy()
+    out[cut] = np.minimum(EST_FRAMES_PER_TOKEN * tokens[cut], most)
+    return out
+
+
+def _count(model: TextModel, texts: pa.ChunkedArray | pa.Array, mask: np.ndarray) -> np.ndarray:
+    return count_tokens(model, texts.take(pa.array(np.flatnonzero(mask))).to_pylist())
+
+
 LEGACY_KEY = "ok"  # a record made before the policy was recorded (see above)
 
 
 def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: str) -> ResumeScan:
-    """resume with the done rows whose kept codes `key`'s policy would not keep moved to
-    stale, with a reason ("on-budget ok -> retry/3"). valid: this run's valid rows (resume's
-    order); records: the shard's latest records."""
+    """resume with the done rows whose codes `key`'s policy would not keep made stale."""
     at = np.flatnonzero(resume.done)
     if len(at) == 0 or resume.record_at is None:
         return resume
@@ -127,23 +186,19 @@ def recheck_budget(resume: ResumeScan, valid: pa.Table, records: pa.Table, key: 
     same = pc.equal(records["on_budget"], key)
     if pc.all(pc.fill_null(same, LEGACY_KEY == key).take(index)).as_py():
         return resume
-    keys = _one(pc.fill_null(records["on_budget"].take(index), LEGACY_KEY))
+    keys = combined(pc.fill_null(records["on_budget"].take(index), LEGACY_KEY))
     attempts = _numpy(pc.fill_null(records["attempts"].take(index), 1))
     hit = _numpy(pc.fill_null(records["hit_frame_budget"].take(index), False))
     changed = _numpy(pc.not_equal(keys, key)) & ~kept_by(key, attempts, hit)
     if not changed.any():
         return resume
-    reasons = pc.value_counts(pc.filter(keys, pa.array(changed))).to_pylist()
-    resume.done[at[changed]] = False
-    more = valid["id"].take(pa.array(at[changed]))
-    resume.stale = pa.concat_arrays([_one(resume.stale), _one(more)])
-    resume.reasons.update({f"on-budget {r['values']} -> {key}": r["counts"] for r in reasons})
-    return resume
+    counts = pc.value_counts(pc.filter(keys, pa.array(changed))).to_pylist()
+    reasons = {f"on-budget {r['values']} -> {key}": r["counts"] for r in counts}
+    return resume.redo(at[changed], valid["id"], reasons)
 
 
 def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
-    """Whether the policy `key` keeps each row's recorded codes, from the try they came from
-    (attempts, int [n]) and whether they hit the budget (bool [n])."""
+    """Whether policy `key` keeps each row's codes, by the try they came from and budget hit."""
     policy, _, limit = key.partition("/")
     if policy == "retry":
         return ~hit & (attempts <= int(limit))
@@ -153,8 +208,4 @@ def kept_by(key: str, attempts: np.ndarray, hit: np.ndarray) -> np.ndarray:
 
 
 def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return _one(column).to_numpy(zero_copy_only=False)
-
-
-def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return combined(column).to_numpy(zero_copy_only=False)

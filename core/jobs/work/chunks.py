@@ -1,23 +1,9 @@
-"""The rows to synthesize, handed out as requests a chunk at a time.
-
-The job's to-do table is ordered longest first by its frame estimate (an out-of-memory batch
-shows up at the start of a night, not at the end, and rows of similar length share the engine)
-and cut into chunks of CHUNK_ROWS: only one chunk's rows exist as Python objects, so memory
-follows the chunk, not the dataset. Within a chunk each row's token count is exact and its frame
-budget final; the chunk is re-sorted by that exact estimate. A job smaller than a chunk is one
-call to the synthesizer, as it always was (split rows aside: qtts.core.jobs.long_text.segments). A
-row the split settings cut becomes one request per segment, each with the budget of its own text,
-and the frame-budget check applies to each segment.
-
-This is the job's face for its work (qtts plan, the manifest bench): an input file's rows as the
-requests the job would run (input_requests: read and checked for length as the job reads them, a
-manifest as `qtts batch` reads it and anything else as `qtts synth`'s text lines, ordered longest
-first, the first chunk cut into requests under the same split tuning, so `qtts plan`'s length
-groups are the dry run's; every row takes one voice, --speaker or the checkpoint's first, as a
-prompt's length hardly depends on which), and the rules a job's budget and split are settled by
-(FrameBudget, settle_segment_limit) and its chunks synthesized with (synthesize_chunk).
-Knows the budget rules, the rows' readers and the TextModel's counter; no tensors.
-"""
+"""The rows to synthesize, longest first by frame estimate (an out-of-memory batch shows at the
+start of a night, not its end), handed out as requests a chunk of CHUNK_ROWS at a time: only one
+chunk's rows are Python objects. Within a chunk each row's tokens are exact and its budget final.
+The job's face for its work: an input's requests as a job would run them (input_requests, for
+`qtts plan` and the manifest bench), the budget and split rules, a chunk's synthesis.
+Knows the budget rules, the rows' readers and the TextModel's counter; no tensors."""
 
 from __future__ import annotations
 
@@ -36,14 +22,15 @@ from qtts.core.jobs.contract.spec import ManifestColumns, SplitOptions
 from qtts.core.jobs.long_text.segments import (
     SplitRows,
     cut_rows,
+    row_of_segment,
     segment_id,
     segment_seed,
     synthesize_chunk,
 )
 from qtts.core.jobs.rows.manifest import BLANK, read_manifest, read_text_lines
 from qtts.core.jobs.rows.sources import looks_like_manifest
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.lengths import check_lengths, count_tokens
+from qtts.core.jobs.state.records import ROW_FIELDS
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths, count_tokens
 from qtts.core.jobs.work.split_rules import settle_segment_limit
 from qtts.core.model.config import ModelConfig
 from qtts.core.synthesis.requests import Request
@@ -59,24 +46,13 @@ UNCUT = (
     " (--split cuts at sentence, clause and word boundaries only, and found none short enough "
     "here: a word this long stays whole)"
 )
-REQUEST_FIELDS = (
-    "id",
-    "text",
-    "row",
-    "speaker",
-    "language",
-    "instruct",
-    "seed",
-    "ref_audio",
-    "ref_text",
-    "voice",
-)
+# A row's fields a request takes: its record's inputs but the digests.
+REQUEST_FIELDS = tuple(f for f in ROW_FIELDS if not f.endswith("_digest"))
 
 
 @dataclass
 class Todo:
-    """The rows to synthesize and their order, longest first by frame estimate; the table is
-    never copied whole in that order: each chunk takes its own rows."""
+    """The rows to synthesize, longest first by frame estimate; each chunk takes its own rows."""
 
     rows: pa.Table  # records.ROW_FIELDS, in input order
     order: np.ndarray  # indices into rows, longest first
@@ -161,15 +137,14 @@ def chunk_requests(
     entries.sort(key=lambda e: e[:3])
     failed = chunk.split.failed
     for *_, request, frames in entries:
-        if chunk.split.row_of(request.id) not in failed and request.id not in failed:
+        if row_of_segment(request.id) not in failed and request.id not in failed:
             chunk.requests.append(request)
             chunk.est_frames.append(frames)
     return chunk
 
 
 def planned_frames(todo: Todo, first: Chunk | None) -> int:
-    """The frames the rows to synthesize should make: the first chunk's requests as cut, each
-    within its own budget (a split row's segments too), then the estimate of the rows after it."""
+    """Frames the rows should make: the first chunk's as cut, then the estimate of the rest."""
     if first is None:
         return int(todo.est_frames.sum())
     return sum(first.est_frames) + int(todo.est_frames[CHUNK_ROWS:].sum())
@@ -205,6 +180,7 @@ def input_requests(
     speaker: str | None,
     columns: ManifestColumns | None = None,
 ) -> InputRequests:
+    """`source`'s rows as a job would run them, its first chunk cut: what `qtts plan` groups."""
     rows = _read_rows(source, columns or ManifestColumns())
     table = _request_rows(rows, text_model.config, speaker)
     lengths = check_lengths(table["text"], text_model, budget, split)
@@ -242,18 +218,11 @@ def _request_rows(rows: pa.Table, config: ModelConfig, speaker: str | None) -> p
     rows = rows.filter(pc.and_(pc.is_valid(text), pc.invert(pc.match_substring_regex(text, BLANK))))
     n = rows.num_rows
     voice = (speaker or (config.supported_speakers() or [None])[0]) if config.uses_speaker else None
+    given = {
+        "speaker": pa.repeat(pa.scalar(voice, pa.string()), n),  # no Python object per row
+        "language": pa.repeat(pa.scalar("auto", pa.string()), n),
+        "seed": pa.array(np.zeros(n, dtype=np.int64)),
+    }
     nothing = pa.nulls(n, pa.string())
-    return pa.table(
-        {
-            "id": rows["id"],
-            "text": rows["text"],
-            "row": rows["row"],
-            "speaker": pa.repeat(pa.scalar(voice, pa.string()), n),  # no Python object per row
-            "language": pa.repeat(pa.scalar("auto", pa.string()), n),
-            "instruct": nothing,
-            "seed": pa.array(np.zeros(n, dtype=np.int64)),
-            "ref_audio": nothing,
-            "ref_text": nothing,
-            "voice": nothing,
-        }
-    )
+    own = ("id", "text", "row")
+    return pa.table({f: rows[f] if f in own else given.get(f, nothing) for f in REQUEST_FIELDS})

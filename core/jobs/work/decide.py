@@ -1,9 +1,6 @@
-"""What a run has to do, decided from its rows and the shard's state before any weights load: the
-rows already done (skipped), the rows done in another layout or format (repacked, not made
-again), the rows to redo and why, the rows that fail validation, and the rows to synthesize in
-the order they will be synthesized. A dry run prints this; a run does it.
-Knows columns and the resume and length rules; no models beyond the TextModel, no files written.
-"""
+"""What a run has to do, decided from its rows and the shard's state before any weights load: rows
+done, rows to repack, rows to redo and why, rows failing validation, rows to synthesize in order.
+Knows columns and the resume and length rules; writes nothing."""
 
 from __future__ import annotations
 
@@ -16,10 +13,10 @@ from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.rows.validation import Prepared
-from qtts.core.jobs.work.budget import FrameBudget, recheck_budget
+from qtts.core.jobs.state.records import combined
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths, recheck_budget
 from qtts.core.jobs.work.chunks import Todo
 from qtts.core.jobs.work.fingerprint import JobFingerprint
-from qtts.core.jobs.work.lengths import check_lengths
 from qtts.core.jobs.work.resume import ResumeScan, scan
 from qtts.core.jobs.work.split_rules import recheck_split
 
@@ -36,8 +33,7 @@ class Work:
         """The ids of the rows to repack."""
         if self.ids is None or not self.resume.moved.any():
             return pa.array([], pa.string())
-        ids = self.ids.filter(pa.array(self.resume.moved))
-        return ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        return combined(self.ids.filter(pa.array(self.resume.moved)))
 
     @property
     def skipped(self) -> int:
@@ -64,9 +60,7 @@ def decide_work(
     split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:
-    """records: the shard's latest records (empty with --overwrite); settings: this run's;
-    split: how long rows are cut (None: every row whole, and no record's split is checked);
-    on_budget: the frame-budget policy's key (None: no record's policy is checked)."""
+    """records: the shard's latest (empty with --overwrite); split, on_budget: None checks none."""
     valid = prepared.valid()
     resume = scan(
         valid,

@@ -1,15 +1,6 @@
-"""What shapes a row's output, so a rerun redoes exactly the rows whose output would change.
-
-A row's fingerprint is its recorded inputs (records.INPUT_FIELDS: text, voice, seed, reference
-audio content and text) plus the digest of the job settings it ran under: the model's identity
-(its config, tokenizer and weight files, read cheaply: see TextModel.identity), the precision it
-ran in, both sampling sites, the frame budget, the audio format and the finishing steps that
-act on the clip (trim, sample rate, loudness: absent when off, so an out dir made before them keeps
-its digest). The settings behind each digest are kept in OUT/.qtts/settings.json, so a rerun can
-say which setting changed.
-Reference audio is identified by content (qtts.core.jobs.state.ref_digests).
-Knows settings, hashes and one small JSON file; no rows beyond columns, no models.
-"""
+"""What shapes a row's output (docs/job-state.md, "The fingerprint and the resume rule"): the job
+settings' digest, and their registry in .qtts/settings.json, which says which setting changed.
+Knows settings, hashes and one small JSON file; no rows beyond columns, no models."""
 
 from __future__ import annotations
 
@@ -52,9 +43,7 @@ def job_fingerprint(
     audio_format: str,
     finish: FinishOptions = FinishOptions(),
 ) -> JobFingerprint:
-    """options: the merged sampling of both sites. Each site is every field
-    of its SamplingParams, read from the dataclass: a sampling field added there is in the
-    fingerprint without a change here. finish: only the steps that act are in it."""
+    """options: both sites' merged sampling (every SamplingParams field); finish: acting steps."""
     return JobFingerprint(
         {
             "model": model,
@@ -87,19 +76,15 @@ def remember(out_dir: Path, settings: JobFingerprint) -> None:
 
 
 def format_twins(registry: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The digests of recorded settings that differ from `current` in the audio format alone:
-    their rows' audio is this run's, in another encoding (a transcode, not a synthesis)."""
-
-    def rest(values: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in values.items() if k != "format"}
-
+    """Digests of recorded settings differing from `current` in the audio format alone."""
     now = json.loads(json.dumps(current))  # as the registry holds it (lists, not tuples)
+    rest = {**now, "format": None}
     return [
         digest
         for digest, values in registry.items()
         if isinstance(values, dict)
         and values.get("format") != now.get("format")
-        and rest(values) == rest(now)
+        and {**values, "format": None} == rest
     ]
 
 

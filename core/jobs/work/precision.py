@@ -1,11 +1,6 @@
-"""The precision a job runs in, settled before the lock: --device and --dtype as the TextModel
-resolves them, except that `--dtype auto` on a CPU keeps what the out dir's first run resolved it
-to (`cpu_auto_dtype` in .qtts/job.json). The precision is in every row's fingerprint, so without
-the pin a rerun or a shard on a CPU of another kind (with or without native bf16) would redo
-rows that were fine. An explicit --dtype runs as given and leaves the pin alone; --overwrite
-resolves afresh. write_job_files writes the pin under the job lock. Torch-free: the CPU's capability
-comes from the TextModel. See docs/job-state.md and docs/engine-tuning.md, "Precision".
-"""
+"""The precision a job runs in: --device and --dtype as the TextModel resolves them, but `--dtype
+auto` on a CPU as the out dir pinned it (docs/job-state.md, "`--dtype auto` on a CPU is pinned").
+Torch-free: the CPU's capability comes from the TextModel."""
 
 from __future__ import annotations
 
@@ -41,9 +36,8 @@ def settle_precision(
     seen = None if recorded is None else recorded.cpu_auto_dtype
     if dtype == "auto" and kind == "cpu":
         return replace(_cpu_auto(kind, resolved, why, recorded, overwrite), seen=seen)
-    if dtype != "auto":
-        return Precision(kind, resolved, f"--dtype {dtype}", None)
-    return Precision(kind, resolved, f"--dtype auto: {why}", None)
+    said = f"--dtype {dtype}" if dtype != "auto" else f"--dtype auto: {why}"
+    return Precision(kind, resolved, said, None)
 
 
 def _cpu_auto(
@@ -60,11 +54,9 @@ def _cpu_auto(
 
 
 def for_ray_actors(precision: Precision) -> Precision:
-    """`--backend ray --device auto`: the actors' devices are the cluster's (GPU workers or not),
-    unknown to the driver, so each actor resolves --dtype auto itself and nothing is pinned. The
-    fingerprint keeps the spelling qtts has always given this case on a driver without a GPU,
-    cpu:float32, whatever the driver's own CPU would pick: a rerun from another head node redoes
-    nothing. (Pass --device and --dtype to make the recorded precision exact.)"""
+    """`--backend ray --device auto`: each actor resolves --dtype auto on its own device and
+    nothing is pinned; the fingerprint spells it cpu:float32, as qtts always has on a driver
+    without a GPU (docs/job-state.md, "`--dtype auto` on a CPU is pinned")."""
     if precision.device != "cpu" or precision.cpu_auto is None:
         return replace(precision, cpu_auto=None)
     why = "--dtype auto, resolved by each Ray actor on its own device"
@@ -92,10 +84,8 @@ def cpu_auto_for_job_file(
     seen: str | None = None,
 ) -> str | None:
     """The job file's cpu_auto_dtype after this run (under the job lock): the pin it holds, or
-    this run's when it resolved --dtype auto on a CPU and none is recorded (or --overwrite
-    resolved it afresh). A different pin recorded since this run read the job file (`seen`) is
-    another run's, started at the same moment, --overwrite or not: shards started together with
-    --overwrite on mixed CPUs must not each pin their own."""
+    this run's where none is (or --overwrite resolved it afresh). A pin another run recorded since
+    this one read the job file (`seen`) refuses: shards on mixed CPUs must not each pin theirs."""
     held = None if recorded is None else recorded.cpu_auto_dtype
     if cpu_auto is None:  # an explicit --dtype, or a GPU: the pin stays as it is
         return held

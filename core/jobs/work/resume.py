@@ -1,16 +1,6 @@
-"""Which rows are already done: the resume rule, over whole columns.
-
-A row is done when its latest record is ok, its fingerprint (settings digest and every input
-field) equals what this run would use, and its output store holds it in this run's layout (its
-codes too, with --save-codes): the stores' read side decides that from one listing of the out
-dir, opening nothing (qtts.core.jobs.output.stores.presence).
-A row whose audio is this run's but sits in another layout or format (its record ok, its inputs
-and settings the same but for the audio format, its audio present as recorded, its codes too
-where --save-codes asks for them) is done too, and `moved`: the run repacks it without the
-model (stores/repack.py). Rows that were ok but are not done any more (changed fingerprint,
-missing or resized file) are reported field by field, so the user reads why a rerun redoes them.
-Knows record columns; no file names, no models, no tensors.
-"""
+"""Which rows are already done, and which are to repack into this run's layout: the resume rule
+(docs/job-state.md, "The fingerprint and the resume rule") over whole columns, with the reasons
+rows are redone, field by field. Knows record columns; no file names, no models, no tensors."""
 
 from __future__ import annotations
 
@@ -23,8 +13,7 @@ import pyarrow.compute as pc
 
 from qtts.core.jobs.output.stores.presence import Held, Listing, held
 from qtts.core.jobs.output.stores.registry import find
-from qtts.core.jobs.state.lookup import PART, index_in
-from qtts.core.jobs.state.records import INPUT_FIELDS, OK, as_bools
+from qtts.core.jobs.state.records import INPUT_FIELDS, OK, PART, as_bools, combined, index_in
 from qtts.core.jobs.work.fingerprint import format_twins, setting_changes
 
 COMPARE_SLICE = 1 << 20  # rows compared at once: bounds the recorded columns taken into memory
@@ -46,6 +35,13 @@ class ResumeScan:
 
     def describe(self) -> str:
         return ", ".join(f"{why} ({n:,})" for why, n in self.reasons.items())
+
+    def redo(self, at: np.ndarray, ids: pa.Array | pa.ChunkedArray, reasons: dict) -> ResumeScan:
+        """This scan with the done rows `at` (places among `ids`, the valid rows') made stale."""
+        self.done[at] = False
+        self.stale = pa.concat_arrays([combined(self.stale), combined(ids.take(pa.array(at)))])
+        self.reasons.update(reasons)
+        return self
 
 
 def aligned(rows: pa.Table, records: pa.Table) -> pa.Table:
@@ -134,9 +130,7 @@ def _held(
     save_codes: bool,
 ) -> Held:
     """presence.held over the rows, their recorded locations taken a slice at a time where the
-    listing is small enough to hash again per slice (an archive layout: a name per shard), so
-    ten million member locations (half a gigabyte) are never copied at once; else at once (a
-    files layout's listing of ten million names is hashed in parts: docs/scale.md)."""
+    listing is small (an archive layout), so ten million locations are never copied at once."""
     rows = max(len(index), 1)
     step = COMPARE_SLICE if len(listing.files) <= PART else rows
     parts = []

@@ -1,19 +1,8 @@
 """The split settings' rules: the segment limit a job runs with, settled against the model's
-frame budget, and the resume rule of the split settings (recheck_split).
-
-A limit the user gave (--max-segment-tokens) is the user's call: refused when the model cannot
-speak a segment that long. The default (50 tokens) was chosen for the published checkpoints; a
-checkpoint whose generation config allows fewer frames gets the longest limit it can speak, said
-in one log line, so a default run never fails on a value the user did not set.
-
-The split options are not in the settings digest: a done row is redone only when this run would
-cut it differently, decided from each record's `split` key, segment count and token count, and
-a sentence-end regex over the texts (docs/job-state.md, "The fingerprint and the resume rule"),
-so the check is columnar: reruns cost no tokenizing. A record without a key was made before qtts
-split long text and is kept as made.
-Knows the split options, the budget rules and record columns; the TextModel only for the texts
-the regex flags. No files, no tensors.
-"""
+frame budget (a limit the user gave and the model cannot speak is refused; the default is lowered
+to one it can, in one log line), and their resume rule, decided on record columns and a regex, so
+a rerun tokenizes nothing (docs/job-state.md, "The fingerprint and the resume rule").
+Knows the split options, the budget rules and record columns; no files, no tensors."""
 
 from __future__ import annotations
 
@@ -29,9 +18,8 @@ from qtts.core.errors import UsageError
 from qtts.core.jobs.contract.interfaces import TextModel
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import cut_rows
-from qtts.core.jobs.state.records import as_bools
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.lengths import count_tokens
+from qtts.core.jobs.state.records import as_bools, combined
+from qtts.core.jobs.work.budget import FrameBudget, count_tokens
 from qtts.core.jobs.work.resume import ResumeScan
 
 log = logging.getLogger("qtts")
@@ -81,8 +69,7 @@ _ANY_SPACE = r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]"
 _SENTENCE_INSIDE = (
     rf"(?s)(?:[。！？；｡।॥؟۔։።။\x{{037e}}\n]|[.!?…‼⁇⁈⁉][^\pL\pN]*?{_ANY_SPACE}).*[\pL\pN]"
 )
-# Flagged texts are cut this many at a time: bounded memory when a switch to --split sentence
-# flags most of a million-row job.
+# Flagged texts cut at once: bounded memory when --split sentence flags a million rows.
 LOOK_BATCH = 65_536
 
 
@@ -97,7 +84,7 @@ def recheck_split(
     # The usual rerun, decided on booleans: no copy of ten million keys. No key: kept as made.
     if pc.all(pc.fill_null(pc.equal(records["split"], split.key), True).take(index)).as_py():
         return resume
-    keys = _one(pc.fill_null(records["split"].take(index), split.key))
+    keys = combined(pc.fill_null(records["split"].take(index), split.key))
     whole = as_bools(pc.less_equal(records["segments"].take(index), 1))
     tokens = records["text_tokens"].take(index)
     encoded = pc.dictionary_encode(keys)
@@ -118,22 +105,14 @@ def recheck_split(
             reasons[f"split {key} -> {split.key}"] = n
     if alike.all():
         return resume
-    stale_at = at[~alike]
-    resume.done[stale_at] = False
-    more = valid["id"].take(pa.array(stale_at))
-    resume.stale = pa.concat_arrays([_one(resume.stale), _one(more)])
-    resume.reasons.update(reasons)
-    return resume
+    return resume.redo(at[~alike], valid["id"], reasons)
 
 
 def _whole_by_settings(old: SplitOptions, new: SplitOptions) -> bool:
     """A row `old` left whole, `new` leaves whole too, whatever its text."""
-    if not new.enabled:
-        return True
-    same_cut = (old.mode, old.limit) == (new.mode, new.limit)
-    if old.enabled and same_cut:
-        return True
-    return old.mode == new.mode == "auto" and new.limit >= old.limit
+    same_cut = old.enabled and (old.mode, old.limit) == (new.mode, new.limit)
+    longer_auto = old.mode == new.mode == "auto" and new.limit >= old.limit
+    return not new.enabled or same_cut or longer_auto
 
 
 def _stays_whole(
@@ -142,8 +121,7 @@ def _stays_whole(
     split: SplitOptions,
     model: TextModel,
 ) -> np.ndarray:
-    """Whether `split` leaves each text whole, from its recorded token count (a row recorded
-    without one, or over the limit, is taken as cut: redone once, it records the new key)."""
+    """Whether `split` leaves each text whole, by its recorded token count (none: taken as cut)."""
     whole = as_bools(pc.less_equal(tokens, split.limit))
     if split.mode != "sentence" or not whole.any():
         return whole
@@ -156,7 +134,3 @@ def _stays_whole(
         )
         whole[part] = [len(c) == 1 for c in cuts]
     return whole
-
-
-def _one(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

@@ -20,9 +20,8 @@ from qtts.core.jobs.output.stores.layout import Listing
 from qtts.core.jobs.output.stores.registry import find, formats, layout_names
 from qtts.core.jobs.output.stores.shard_files import MEMBER_SEP
 from qtts.core.jobs.state.atomic_files import TEMP_MARK
-from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.paths import ARCHIVE_DIR
-from qtts.core.jobs.state.records import as_bools
+from qtts.core.jobs.state.records import as_bools, index_in
 
 BATCH = 1 << 16  # listed names per Arrow chunk
 

@@ -31,10 +31,9 @@ from qtts.core.jobs.output.writer import write_error
 from qtts.core.jobs.state.jobfile import read_job_file
 from qtts.core.jobs.state.journal import Journal
 from qtts.core.jobs.state.lock import lock_is_held
-from qtts.core.jobs.state.lookup import index_in
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.record_source import RecordSource
-from qtts.core.jobs.state.records import RECORD_SCHEMA
+from qtts.core.jobs.state.records import RECORD_SCHEMA, index_in
 
 if TYPE_CHECKING:
     from qtts.core.jobs.output.stores.open_store import StoreSpec

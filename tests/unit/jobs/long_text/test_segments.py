@@ -116,7 +116,7 @@ def test_calls_bound_the_audio_held_and_keep_a_row_in_one_call(monkeypatch):
     chunk = _chunk(LONG, LONG, LONG, "short row")
     calls = segments.calls(chunk.requests, chunk.est_frames, chunk.split)
     assert len(calls) == 3 and "r3" in {r.id for r in calls[0]}
-    rows = [{chunk.split.row_of(r.id) for r in call} - {None} for call in calls]
+    rows = [{segments.row_of_segment(r.id) for r in call} - {None} for call in calls]
     assert rows == [{"r0"}, {"r1"}, {"r2"}]
     synth = fakes.FakeSynthesizer()
     out = list(synthesize_chunk(synth, chunk, OPTIONS, "ok"))

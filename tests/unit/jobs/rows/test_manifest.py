@@ -14,7 +14,7 @@ from qtts.core.jobs.rows.ids import file_key, file_keys, id_errors, id_problem, 
 from qtts.core.jobs.rows.manifest import (
     BLANK,
     check_unique_ids,
-    read_parquet_manifest,
+    read_manifest,
     read_text_lines,
 )
 
@@ -54,7 +54,7 @@ def test_parquet_nulls_and_empty_optionals(write_manifest):
             {"id": "b", "text": None, "speaker": "", "seed": None},
         ]
     )
-    a, b = read_parquet_manifest(str(path)).to_pylist()
+    a, b = read_manifest(str(path)).to_pylist()
     assert (a["row"], a["id"], a["text"], a["speaker"], a["seed"], a["language"]) == (
         1, "a", "hi", "Ryan", 7, None)  # fmt: skip
     assert (b["row"], b["text"], b["speaker"], b["seed"]) == (2, None, None, None)
@@ -62,7 +62,7 @@ def test_parquet_nulls_and_empty_optionals(write_manifest):
 
 def test_parquet_integer_ids_become_strings(write_manifest):
     path = write_manifest([{"id": 12, "text": "x"}])
-    assert read_parquet_manifest(str(path))["id"].to_pylist() == ["12"]
+    assert read_manifest(str(path))["id"].to_pylist() == ["12"]
 
 
 @pytest.mark.parametrize(
@@ -75,14 +75,14 @@ def test_parquet_integer_ids_become_strings(write_manifest):
 )
 def test_parquet_refused(write_manifest, rows, message):
     with pytest.raises(ManifestError, match=message):
-        read_parquet_manifest(str(write_manifest(rows)))
+        read_manifest(str(write_manifest(rows)))
 
 
 def test_not_a_parquet_file(tmp_path):
     p = tmp_path / "m.parquet"
     p.write_text("id,text\n")
     with pytest.raises(ManifestError, match="cannot read manifest"):
-        read_parquet_manifest(str(p))
+        read_manifest(str(p))
 
 
 @pytest.mark.parametrize(
@@ -136,12 +136,12 @@ def test_empty_ids_are_no_duplicates_each_fails_alone():
 
 def test_missing_manifest_says_so(tmp_path):
     with pytest.raises(ManifestError, match="nope.parquet: no such file"):
-        read_parquet_manifest(str(tmp_path / "nope.parquet"))
+        read_manifest(str(tmp_path / "nope.parquet"))
 
 
 def test_huge_seeds_keep_their_integer_type(write_manifest):
     path = write_manifest([{"id": "a", "text": "x", "seed": 2**62 + 1}])
-    assert read_parquet_manifest(str(path))["seed"].to_pylist() == [2**62 + 1]
+    assert read_manifest(str(path))["seed"].to_pylist() == [2**62 + 1]
 
 
 # The vectorized screens must never miss what the Python rules catch.
@@ -177,7 +177,7 @@ def test_categorical_columns_are_their_values(tmp_path):
     table = pa.table({"id": ["a", "b"], "text": ["x", "y"],
                       "speaker": pa.array(["ryan", "ryan"]).dictionary_encode()})  # fmt: skip
     pq.write_table(table, tmp_path / "m.parquet")
-    assert read_parquet_manifest(str(tmp_path / "m.parquet"))["speaker"].to_pylist() == [
+    assert read_manifest(str(tmp_path / "m.parquet"))["speaker"].to_pylist() == [
         "ryan", "ryan"]  # fmt: skip
 
 

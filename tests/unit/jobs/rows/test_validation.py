@@ -8,12 +8,11 @@ import pyarrow as pa
 import pytest
 
 from qtts.core.jobs.contract.spec import RowDefaults
-from qtts.core.jobs.rows.manifest import ROW_SCHEMA, read_parquet_manifest
+from qtts.core.jobs.rows.manifest import ROW_SCHEMA, read_manifest
 from qtts.core.jobs.rows.validation import prepare_rows
 from qtts.core.jobs.state.ref_digests import RefDigests
-from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths
 from qtts.core.jobs.work.chunks import chunk_requests
-from qtts.core.jobs.work.lengths import check_lengths
 
 
 def _table(rows: list[dict]) -> pa.Table:
@@ -117,7 +116,7 @@ def test_float_seed_column_values(write_manifest):
     schema = pa.schema([("id", pa.string()), ("text", pa.string()), ("seed", pa.float64())])
     rows = [{"id": "a", "text": "x", "seed": 2.0}, {"id": "b", "text": "y", "seed": float("nan")}]
     path = write_manifest(rows, schema=schema)
-    prepared = prepare_rows(read_parquet_manifest(str(path)), fakes.FakeTextModel("fake"),
+    prepared = prepare_rows(read_manifest(str(path)), fakes.FakeTextModel("fake"),
                             RowDefaults("vivian", seed=9), ref_dir=None,
                             refs=RefDigests(_nowhere()))  # fmt: skip
     assert prepared.rows["seed"].to_pylist() == [2, 9]

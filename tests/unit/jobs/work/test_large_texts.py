@@ -10,9 +10,8 @@ import pyarrow as pa
 
 from qtts.core.jobs.rows.manifest import ROW_SCHEMA
 from qtts.core.jobs.state.records import RECORD_SCHEMA
-from qtts.core.jobs.work.budget import FrameBudget
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths
 from qtts.core.jobs.work.chunks import Todo, chunk_requests
-from qtts.core.jobs.work.lengths import check_lengths
 
 ROWS, SIZE = 2_200_000, 1000  # 2.2e9 bytes > 2**31
 

@@ -8,8 +8,7 @@ import fakes
 import pyarrow as pa
 
 from qtts.core.jobs.contract.spec import SplitOptions
-from qtts.core.jobs.work.budget import FrameBudget
-from qtts.core.jobs.work.lengths import check_lengths
+from qtts.core.jobs.work.budget import FrameBudget, check_lengths
 
 LONG = " ".join(["word"] * 273)  # the fake counts a token per word
 

@@ -1,4 +1,4 @@
-"""lookup.index_in, the hash table built a part of the values at a time, against pyarrow's
+"""records.index_in, the hash table built a part of the values at a time, against pyarrow's
 index_in (its twin): the same answer, first equal value included, nulls and chunks too."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from qtts.core.jobs.state.lookup import index_in
+from qtts.core.jobs.state.records import index_in
 
 
 @pytest.mark.parametrize("part", [1, 7, 64, 1000])
