@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from qtts.core.jobs.output.stores.archive_store import ArchiveStore, ShardTarget
 from qtts.core.jobs.output.stores.layout import Layout, Sample, repack_temp
@@ -22,6 +22,14 @@ from qtts.core.jobs.output.stores.shard_files import (
 )
 from qtts.core.jobs.state.atomic_files import atomic_write, unlink_quietly
 from qtts.core.jobs.state.paths import ARCHIVE_DIR
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from qtts.core.jobs.output.stores.layout import Listing, StoreOptions
+    from qtts.core.jobs.output.writer import WriterClock
+    from qtts.core.jobs.state.journal import Journal
 
 
 class MemberSource(Protocol):
@@ -86,18 +94,19 @@ class ArchiveFormat(Layout):
         return ArchiveShard(self, out_dir / ARCHIVE_DIR, self.key.shard_of(name) or "")
 
     # -- Layout ---------------------------------------------------------------------------------
-    def open(self, out_dir, journal, spec, *, writer, workers, clock) -> ArchiveStore:
+    def open(self, out_dir: Path, journal: Journal, spec: StoreOptions, *, writer: str,
+             workers: int, clock: WriterClock | None) -> ArchiveStore:  # fmt: skip
         return ArchiveStore(out_dir, self, journal, spec, prefix=writer, encoders=workers,
                             clock=clock)  # fmt: skip
 
-    def repack_target(self, out_dir, spec, writer) -> ShardTarget:
+    def repack_target(self, out_dir: Path, spec: StoreOptions, writer: str) -> ShardTarget:
         return ShardTarget(out_dir, self, spec, prefix=writer)
 
     def holds(self, container: str) -> bool:
         folder, _, name = container.partition("/")
         return folder == ARCHIVE_DIR and self.key.shard_of(name) is not None
 
-    def claims(self, locations):
+    def claims(self, locations: pa.Array) -> np.ndarray:
         import pyarrow.compute as pc
 
         from qtts.core.jobs.state.records import as_bools
@@ -105,12 +114,12 @@ class ArchiveFormat(Layout):
         key = rf"^{ARCHIVE_DIR}/{self.key.regex()}{MEMBER_SEP}"
         return as_bools(pc.match_substring_regex(locations, key))
 
-    def codes_held(self, ids, codes_saved, listing):
+    def codes_held(self, ids: pa.Array, codes_saved: pa.Array, listing: Listing) -> np.ndarray:
         from qtts.core.jobs.state.records import as_bools
 
         return as_bools(codes_saved)  # packed with the audio when the record says so
 
-    def owns_temp(self, final: str, prefix: str, owns_row) -> bool:
+    def owns_temp(self, final: str, prefix: str, owns_row: Callable[[str], bool]) -> bool:
         folder, _, name = final.partition("/")
         return folder == ARCHIVE_DIR and any(
             (shard := part.shard_of(name)) is not None and shard.startswith(prefix)
@@ -138,12 +147,13 @@ class ArchiveFormat(Layout):
             return
         atomic_write(path, lambda file: self.copy_without(part, path, file, gone))
 
-    def read_back(self, out_dir, container, ids, *, with_codes) -> Iterator[Sample]:
+    def read_back(self, out_dir: Path, container: str, ids: list[str], *,
+                  with_codes: bool) -> Iterator[Sample]:  # fmt: skip
         for row_id, audio, codes in self.samples(self.shard(out_dir, container), set(ids)):
             yield row_id, audio, codes if with_codes else None
 
     def name_temps(self, out_dir: Path, container: str) -> bool:
         return name_parts(self.shard(out_dir, container), repack_temp)
 
-    def audio_source(self, out_dir, container, kept) -> MemberSource:
+    def audio_source(self, out_dir: Path, container: str, kept: Any) -> MemberSource:
         return self.open_members(self.shard(out_dir, container).key_path, kept)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qtts.core.errors import FatalError
-from qtts.core.jobs.output.stores.layout import OLD_FILE
+from qtts.core.jobs.output.stores.layout import OLD_FILE, Layout, Sample
 from qtts.core.jobs.output.stores.presence import containers
 from qtts.core.jobs.output.stores.registry import holder, read_errors
 from qtts.core.jobs.output.stores.repack_commit import INTENT_SCHEMA, commit, retire, take_out
@@ -127,7 +127,9 @@ class _Mover:
         if not self.target.rows:  # every row read from it is committed: its old copies go
             self.take_out()
 
-    def _read(self, source, name: str, ids: list[str], with_codes: bool):
+    def _read(
+        self, source: Layout, name: str, ids: list[str], with_codes: bool
+    ) -> Iterator[Sample]:
         try:
             yield from source.read_back(self.out, name, ids, with_codes=with_codes)
         except (OSError, *read_errors()) as e:  # a damaged shard, in any format

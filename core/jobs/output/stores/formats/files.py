@@ -8,15 +8,23 @@ Knows file names; no records beyond building them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from qtts.core.jobs.contract.choices import AudioFormat
 from qtts.core.jobs.output.stores.layout import Layout, RepackTarget, RowOutput, Sample
 from qtts.core.jobs.output.stores.layout import repack_temp as _repack_temp
 from qtts.core.jobs.output.writer import WriterClock
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes, fsync_dir, unlink_quietly
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from qtts.core.jobs.output.stores.layout import Listing, StoreOptions
+    from qtts.core.jobs.state.journal import Journal
 
 AUDIO_SUFFIXES = tuple(f".{f.value}" for f in AudioFormat)
 CODES_SUFFIX = ".codes.npy"
@@ -55,11 +63,12 @@ class FilesLayout(Layout):
     codes_stay = True
     codes_missing = "codes file missing (--save-codes writes {id}.codes.npy)"
 
-    def open(self, out_dir, journal, spec, *, writer, workers, clock) -> FilesStore:
+    def open(self, out_dir: Path, journal: Journal, spec: StoreOptions, *, writer: str,
+             workers: int, clock: WriterClock | None) -> FilesStore:  # fmt: skip
         return FilesStore(out_dir, journal, spec.audio_format, spec.save_codes, workers,
                           clock=clock)  # fmt: skip
 
-    def repack_target(self, out_dir, spec, writer) -> FilesTarget:
+    def repack_target(self, out_dir: Path, spec: StoreOptions, writer: str) -> FilesTarget:
         return FilesTarget(out_dir, spec)
 
     def unlist(self, out_dir: Path) -> None:
@@ -76,14 +85,14 @@ class FilesLayout(Layout):
     def holds(self, container: str) -> bool:
         return "/" not in container  # a row's file, at the top (ids hold no "/")
 
-    def claims(self, locations):
+    def claims(self, locations: pa.Array) -> np.ndarray:
         import pyarrow.compute as pc
 
         from qtts.core.jobs.state.records import as_bools
 
         return as_bools(pc.invert(pc.match_substring(locations, "/")))
 
-    def as_written(self, ids, locations, audio_format):
+    def as_written(self, ids: pa.Array, locations: pa.Array, audio_format: str) -> np.ndarray:
         """`{id}.{format}`, built a slice at a time: not ten million names at once."""
         import numpy as np
         import pyarrow as pa
@@ -99,7 +108,7 @@ class FilesLayout(Layout):
         ]  # fmt: skip
         return np.concatenate(same)[: len(ids)]
 
-    def codes_held(self, ids, codes_saved, listing):
+    def codes_held(self, ids: pa.Array, codes_saved: pa.Array, listing: Listing) -> np.ndarray:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -108,7 +117,7 @@ class FilesLayout(Layout):
         names = pc.binary_join_element_wise(ids, pa.scalar(CODES_SUFFIX), "")
         return as_bools(pc.is_in(names, value_set=listing.names()))
 
-    def owns_temp(self, final: str, prefix: str, owns_row) -> bool:
+    def owns_temp(self, final: str, prefix: str, owns_row: Callable[[str], bool]) -> bool:
         row_id = row_id_of(final)
         return row_id is not None and owns_row(row_id)
 
@@ -118,7 +127,8 @@ class FilesLayout(Layout):
         for row_id in ids if not keep_codes else ():
             unlink_quietly(out_dir / codes_name(row_id))
 
-    def read_back(self, out_dir, container, ids, *, with_codes) -> Iterator[Sample]:
+    def read_back(self, out_dir: Path, container: str, ids: list[str], *,
+                  with_codes: bool) -> Iterator[Sample]:  # fmt: skip
         row_id = ids[0]  # a file holds one row
         codes = (out_dir / codes_name(row_id)).read_bytes() if with_codes else None
         yield row_id, (out_dir / container).read_bytes(), codes
@@ -133,7 +143,7 @@ class FilesLayout(Layout):
                 pass
         return (out_dir / container).exists()
 
-    def audio_source(self, out_dir, container, kept) -> None:
+    def audio_source(self, out_dir: Path, container: str, kept: Any) -> None:
         return None  # the file itself
 
 
@@ -141,7 +151,7 @@ FORMAT = FilesLayout()
 
 
 class FilesStore:
-    def __init__(self, out_dir: Path, journal, audio_format: str, save_codes: bool,
+    def __init__(self, out_dir: Path, journal: Journal, audio_format: str, save_codes: bool,
                  workers: int = 2, *, clock: WriterClock | None = None) -> None:  # fmt: skip
         self.out_dir, self.journal = out_dir, journal
         self.audio_format, self.save_codes = audio_format, save_codes
