@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import tempfile
 from collections import Counter
@@ -110,6 +111,16 @@ def _with_voices(rows: pa.Table, ref: dict, clone: dict) -> dict[str, pa.Array]:
     return out
 
 
+def _distinct_rows(codes: tuple[np.ndarray, ...], dims: tuple[int, ...]) -> tuple[list, np.ndarray]:
+    """The distinct tuples of codes, in order, and each row's index among them. Where every tuple
+    fits one int64, one key per row: a 1-D unique is ten times faster than np.unique's rows."""
+    if math.prod(dims) < 2**63:
+        keys, inverse = np.unique(np.ravel_multi_index(codes, dims), return_inverse=True)
+        return np.stack(np.unravel_index(keys, dims), axis=1).tolist(), inverse
+    combos, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    return combos.tolist(), inverse.reshape(-1)
+
+
 def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Array]:
     """model.normalize_row once per distinct (speaker, language, instruct)."""
     columns = [
@@ -118,9 +129,9 @@ def _voices(rows: pa.Table, model: TextModel, d: RowDefaults) -> dict[str, pa.Ar
         pc.fill_null(rows["instruct"], d.instruct) if d.instruct else rows["instruct"],
     ]
     codes, values = zip(*(distinct_codes(c) for c in columns), strict=True)
-    combos, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    combos, inverse = _distinct_rows(codes, tuple(len(v) for v in values))
     results = []
-    for sp, lang, ins in combos.tolist():
+    for sp, lang, ins in combos:
         try:
             results.append(
                 (*model.normalize_row(values[0][sp], values[1][lang], values[2][ins]), None)

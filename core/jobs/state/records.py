@@ -73,7 +73,8 @@ def failed_record(
     row: dict[str, Any], error: str, attempts: int | None = None, **run: Any
 ) -> dict[str, Any]:
     """row: ROW_FIELDS as resolved; attempts: the tries that failed it; run: the run's columns."""
-    return dict(_fields(row), status=FAILED, error=error, attempts=attempts, **run, t=time.time())
+    record = {**_fields(row), "status": FAILED, "error": error, "attempts": attempts}
+    return {**record, **run, "t": time.time()}
 
 
 def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[str, Any]:
@@ -81,8 +82,8 @@ def ok_record(row: dict[str, Any], audio: dict[str, Any], **run: Any) -> dict[st
     segments, segment_frames, text_tokens, attempts, kept_seed, segment_seeds and the measures
     (with segment_chars_per_s), and under --loudness loudness_lufs and loudness_status."""
     duration = audio["num_samples"] / audio["sample_rate"]
-    record = dict(_fields(row), status=OK, error=None, **audio, duration_s=duration)
-    return dict(record, **run, t=time.time())
+    record = {**_fields(row), "status": OK, "error": None, **audio, "duration_s": duration}
+    return {**record, **run, "t": time.time()}
 
 
 def pending_records(ids: pa.Array | pa.ChunkedArray, *, run: str) -> pa.Table:

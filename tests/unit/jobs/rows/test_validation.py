@@ -9,7 +9,7 @@ import pytest
 
 from qtts.core.jobs.contract.spec import RowDefaults
 from qtts.core.jobs.rows.manifest import ROW_SCHEMA, read_manifest
-from qtts.core.jobs.rows.validation import prepare_rows
+from qtts.core.jobs.rows.validation import _distinct_rows, prepare_rows
 from qtts.core.jobs.state.ref_digests import RefDigests
 from qtts.core.jobs.work.budget import FrameBudget, check_lengths
 from qtts.core.jobs.work.chunks import chunk_requests
@@ -152,3 +152,17 @@ def test_lengths_tokenize_only_rows_that_could_be_too_long():
     assert lengths.error.null_count == 5000
     exact = np.array(model.count_text_tokens(texts))
     assert np.abs(lengths.tokens - exact).max() <= 1  # estimated from this job's tokens per byte
+
+
+def test_distinct_voices_by_one_key_match_numpys_unique_rows():
+    """The fast path (one int64 key per row) gives the distinct tuples, in order, and each row's
+    index among them, exactly as its twin (np.unique over rows, taken where keys would overflow)."""
+    rng = np.random.default_rng(7)
+    dims = (5, 3, 7)
+    codes = tuple(rng.integers(0, d, 1000) for d in dims)
+    fast = _distinct_rows(codes, dims)
+    slow = _distinct_rows(codes, (2**31, 2**31, 2**31))  # the product overflows: the twin runs
+    assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
+    assert len(fast[0]) < len(codes[0])  # tuples repeat: each row is not its own voice
+    assert [fast[0][i] for i in fast[1]] == [list(t) for t in zip(*codes, strict=True)]
+    assert _distinct_rows((np.zeros(0, np.int64),) * 3, (0, 0, 0))[0] == []

@@ -153,6 +153,8 @@ FORMAT = FilesLayout()
 class FilesStore:
     def __init__(self, out_dir: Path, journal: Journal, audio_format: str, save_codes: bool,
                  workers: int = 2, *, clock: WriterClock | None = None) -> None:  # fmt: skip
+        if f".{audio_format}" not in AUDIO_SUFFIXES:  # refused before any codes are written
+            raise ValueError(f"unknown audio format {audio_format!r}; choose wav or flac")
         self.out_dir, self.journal = out_dir, journal
         self.audio_format, self.save_codes = audio_format, save_codes
         self.clock = clock or WriterClock()
