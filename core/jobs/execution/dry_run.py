@@ -101,7 +101,7 @@ def dry_run(setup: RunSetup) -> DryRunSummary:
     spec, out = setup.spec, setup.spec.output.out_dir
     fresh = spec.output.overwrite
     # the scan's columns as the run holds them (repeated strings encoded: docs/scale.md)
-    records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)[0]
+    records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)
     records = with_repeated_encoded(records)
     work = setup.decide(records, list_out_dir(out), read_registry(out))
     plan, first = _first_chunk_plan(setup, work)

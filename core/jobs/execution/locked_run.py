@@ -175,7 +175,7 @@ class LockedRun:
         # The texts of a big job off the heap: deciding the work reads digests, not texts.
         prepared = self.setup.prepared
         prepared.rows = spilled(prepared.rows, StatePaths(self.out).dir)
-        records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
+        records = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         self.records = with_repeated_encoded(records)
         del records
         self._warn_rows_left_the_input()
@@ -334,7 +334,7 @@ class LockedRun:
         pa.default_memory_pool().release_unused()
         self._rebuild_results()
         if records is None:
-            records, _ = state.read_own(self.out, self.shard, FINISH_COLUMNS)
+            records = state.read_own(self.out, self.shard, FINISH_COLUMNS)
         counted = [c for c in FINISH_COLUMNS if c in records.column_names]
         mine = aligned(own, records.select(counted))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
@@ -431,5 +431,5 @@ def failing_now(work: Work, records: pa.Table) -> pa.Array | pa.ChunkedArray:
 
 def overwritten(out: Path, shard: Shard) -> pa.Table:
     """--overwrite: the shard's ok records (id, file), whose outputs may need taking out first."""
-    records, _ = state.read_own(out, shard, ("id", "status", "file", "run", "t"))
+    records = state.read_own(out, shard, ("id", "status", "file", "run", "t"))
     return records.filter(pc.fill_null(pc.equal(records["status"], OK), False))

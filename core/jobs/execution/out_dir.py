@@ -209,7 +209,7 @@ def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
         if recorded is not None and recorded.num_shards != shard.count:
             _no_old_run(paths, recorded.num_shards)
             remove_every_archive(out)  # first: shards without records would be made again
-            state.remove_every_shard(out)
+            state.reset(out, None)
         check_output_unchanged(out, spec.output, recorded)  # a switch by another task stands
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:

@@ -125,7 +125,7 @@ def test_reading_a_subset_of_columns_conforms_old_states(tmp_path):
     paths.dir.mkdir()
     old = pa.table({"id": ["a"], "status": ["ok"], "file": ["a.wav"]})  # an older, thinner state
     state.write_state(paths.state(""), old)
-    records, _ = state.read_own(tmp_path, UNSHARDED, ("id", "status", "settings"))
+    records = state.read_own(tmp_path, UNSHARDED, ("id", "status", "settings"))
     assert records.column_names == ["id", "status", "settings"]
     assert records.to_pylist() == [{"id": "a", "status": "ok", "settings": None}]
     assert conform(old).num_columns > 20
@@ -143,7 +143,7 @@ def test_a_killed_runs_pending_records_are_read_with_a_few_columns(tmp_path):
         [rec(i, "pending", 5.0, run="R") for i in "abc"] + [rec("a", "ok", 4.0, run="R")]
     )
     for columns in (SCAN_COLUMNS, ("id", "status")):
-        records, _ = state.read_own(tmp_path, UNSHARDED, columns)
+        records = state.read_own(tmp_path, UNSHARDED, columns)
         assert records.column_names == list(columns)
         got = dict(zip(records["id"].to_pylist(), records["status"].to_pylist(), strict=True))
         assert got == {"a": "ok", "b": "pending", "c": "pending"}
