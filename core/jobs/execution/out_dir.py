@@ -190,14 +190,7 @@ def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
         cleanup_temp_files(paths.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
         if spec.output.overwrite:
             _remove_legacy(out)
-        check_input(
-            out,
-            recorded,
-            spec.kind.value,
-            source,
-            input_moved=spec.output.input_moved,
-            overwrite=spec.output.overwrite,
-        )
+        check_input(spec, recorded, source)
         shard = resolve_shard(
             out, req, recorded, overwrite=spec.output.overwrite, announce=False
         )  # prepare_job said it already

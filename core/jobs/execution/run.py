@@ -136,14 +136,7 @@ def prepare_job(
     manifest = find_manifest(spec.source, out) if spec.kind == "batch" else None
     rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
-    check_input(
-        out,
-        recorded,
-        spec.kind.value,
-        source_path(spec),
-        input_moved=spec.output.input_moved,
-        overwrite=spec.output.overwrite,
-    )
+    check_input(spec, recorded, source_path(spec))
     if spec.output.layout is None or spec.output.audio_format is None:  # the out dir's own
         own = with_recorded_output(out, recorded)
         spec = replace(spec, output=settle_output(spec.output, own))
