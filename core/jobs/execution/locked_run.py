@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -87,9 +87,9 @@ class RunSetup:
     prepared: Prepared  # this shard's rows, resolved and validated
     budget: FrameBudget
     settings: JobFingerprint
-    inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
-    precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
-    tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
+    inputs: list[Path]  # input files (results freshness)
+    precision: Precision  # what it computes in and why (its cpu_auto: the pin)
+    tries: int  # the tries worth making under retry (GenerationOptions.attempts)
 
     def decide(self, records: pa.Table, listing: Listing, registry: dict) -> Work:
         """What this run must do (work.decide), from the shard's latest records, the out dir's

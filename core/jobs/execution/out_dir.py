@@ -132,14 +132,12 @@ def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOpti
     kept, inherited = [], []
     if layout is None:
         default = default_layout().name
-        layout = (recorded.layout if recorded is not None else None) or default
+        layout = (recorded and recorded.layout) or default
         _check_recorded(output.out_dir, "layout", layout, layout_names())
         kept += [f"--output {layout}"] if layout != default else []
         inherited.append("layout")
     if audio_format is None:
-        recorded_format = (
-            recorded.audio_format if recorded is not None else None
-        ) or DEFAULT_FORMAT
+        recorded_format = (recorded and recorded.audio_format) or DEFAULT_FORMAT
         formats = [f.value for f in AudioFormat]
         _check_recorded(output.out_dir, "audio_format", recorded_format, formats)
         audio_format = AudioFormat(recorded_format)
@@ -207,10 +205,9 @@ def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
-        cpu_auto = setup.precision.cpu_auto if setup.precision is not None else None
-        seen = setup.precision.seen if setup.precision is not None else None
+        mine = setup.precision
         pin = cpu_auto_for_job_file(
-            out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
+            out, recorded, mine.cpu_auto, overwrite=spec.output.overwrite, seen=mine.seen
         )
         new = replace(
             new,
