@@ -69,7 +69,6 @@ FINISH_COLUMNS = ("id", "status", "hit_frame_budget", "run", "duration_s")
 class Backend(Protocol):
     def prepare(self, stop: StopSignals) -> None:
         """Get ready to synthesize (load the model): before progress starts."""
-        ...
 
     def outcomes(
         self, todo: Todo, journal: Journal, ctx: RecordContext, stop: StopSignals
