@@ -80,8 +80,7 @@ class ManifestColumns:
     def from_flags(
         cls, id_column: str | None, text_column: str | None, pairs: list[str] | None
     ) -> ManifestColumns:
-        """flags named after SamplingParams fields, `subtalker_` first for the code predictor's;
-        None: not given. greedy (--greedy, --sample) sets do_sample at both sites; None keeps it."""
+        """--id-column, --text-column and each --column FIELD=NAME (None: not given)."""
         renamed = {"id": id_column, "text": text_column}
         for pair in pairs or []:
             name, sep, column = (s.strip() for s in pair.partition("="))
