@@ -93,11 +93,9 @@ class RunSetup:
     def decide(self, records: pa.Table, listing: Listing, registry: dict) -> Work:
         """What this run must do (work.decide), from the shard's latest records, the out dir's
         listing and its settings registry."""
-        out = self.spec.output
         return decide_work(self.prepared, records, listing, model=self.text_model,
                            budget=self.budget, settings=self.settings, registry=registry,
-                           layout=out.layout, audio_format=out.audio_format.value,
-                           save_codes=out.save_codes, split=self.spec.split,
+                           output=self.spec.output, split=self.spec.split,
                            on_budget=self.spec.failures.key)  # fmt: skip
 
 
