@@ -167,8 +167,7 @@ def _cut_failures(first: Chunk | None, schema: pa.Schema) -> pa.Table:
 
 
 def _first_chunk_plan(setup: RunSetup, work: Work) -> tuple[str, Chunk | None]:
-    """The plan of the longest rows: the chunk that must fit for the job to fit (and the
-    chunk: which of its rows are split is known exactly)."""
+    """The memory plan of the longest rows (the chunk that must fit), and that chunk."""
     if work.todo.num_rows == 0:
         return "nothing to plan", None
     spec = setup.spec

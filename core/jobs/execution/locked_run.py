@@ -91,8 +91,7 @@ class RunSetup:
     tries: int  # the tries worth making under retry (GenerationOptions.attempts)
 
     def decide(self, records: pa.Table, listing: Listing, registry: dict) -> Work:
-        """What this run must do (work.decide), from the shard's latest records, the out dir's
-        listing and its settings registry."""
+        """What this run must do (work.decide)."""
         return decide_work(self.prepared, records, listing, model=self.text_model,
                            budget=self.budget, settings=self.settings, registry=registry,
                            output=self.spec.output, split=self.spec.split,
@@ -140,8 +139,7 @@ class LockedRun:
         self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
 
     def execute(self) -> JobSummary:
-        """One pass: rows -> work -> requests -> engine -> vocoder -> store, then the end
-        recorded (state folded, views rebuilt, summary), whatever stopped the pass."""
+        """One pass, then its end recorded (state folded, views rebuilt), whatever stopped it."""
         with StopSignals(on_exit_now=remove_live_temps) as stop:
             self._settle_killed_run()  # a killed run's half-done work; --overwrite
             work = self._scan_and_decide()  # rows -> work: done, to redo, to repack, to do
@@ -283,9 +281,8 @@ class LockedRun:
                settings=self.ctx.settings, run=self.run_id, stop=stop)  # fmt: skip
 
     def _synthesize(self, work: Work, stop: StopSignals) -> None:
-        """The rows to do through the backend (the local one: chunks of requests, longest
-        first -> the synthesizer's engine passes and vocoder -> the output store), each outcome
-        counted as it lands; too many failures stop it (the rest stays pending)."""
+        """The rows to do through the backend, each outcome counted as it lands; too many
+        failures stop it."""
         if self._too_many_failures():
             self.aborted = True
             return

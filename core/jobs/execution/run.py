@@ -128,8 +128,7 @@ def source_path(spec: JobSpec) -> str:
 def prepare_job(
     spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]
 ) -> tuple[RunSetup, ShardRequest, GenerationOptions, RefDigests]:
-    """(RunSetup, shard request, sampling options, reference digests): everything decided before
-    the lock; writes nothing."""
+    """Everything decided before the lock; writes nothing."""
     if spec.output.layout is not None:
         find(spec.output.layout)  # an unknown --output: a UsageError naming the choices
     out = spec.output.out_dir
