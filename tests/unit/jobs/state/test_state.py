@@ -11,7 +11,7 @@ import pytest
 
 from qtts.core.jobs.output.stores.formats.files import METADATA_KEYS
 from qtts.core.jobs.state import shard_state as state
-from qtts.core.jobs.state.journal import Journal, json_lines, json_strings, read_journal
+from qtts.core.jobs.state.journal import Journal, json_lines, json_strings, read_journals
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import conform, latest, overlay, to_table
 from qtts.core.jobs.state.shards import UNSHARDED, Shard
@@ -19,6 +19,12 @@ from qtts.core.jobs.state.shards import UNSHARDED, Shard
 
 def rec(row_id, status="ok", t=1.0, **kw):
     return {"id": row_id, "status": status, "t": t, **kw}
+
+
+def read_journal(path, columns=None):
+    """(records, bytes read) of one journal."""
+    table, sizes = read_journals([path], columns)
+    return table, sizes[path]
 
 
 def test_latest_keeps_the_newest_record_of_each_id_and_the_later_of_equal_times():
