@@ -33,20 +33,16 @@ class TextModel(Protocol):
         self, speaker: str | None, language: str | None, instruct: str | None
     ) -> tuple[str | None, str, str | None, str | None]:
         """(speaker, language, instruct, warning or None); VoiceError(reason, field) if unusable."""
-        ...
 
     def count_text_tokens(self, texts: Sequence[str]) -> list[int]:
         """Text tokens of each text (one batched tokenizer call)."""
-        ...
 
     def resolve_precision(self, device: str, dtype: str) -> tuple[str, str, str]:
         """(device type "cpu" or "cuda", dtype name, why --dtype auto resolves so; "" for an
         explicit dtype) for --device and --dtype here; UsageError when the device is absent."""
-        ...
 
     def memory_plan(self, requests: Sequence[Request], placement: Placement) -> str:
         """One line: how these rows would batch on the device, from the checkpoint's dimensions."""
-        ...
 
 
 class Synthesizer(Protocol):

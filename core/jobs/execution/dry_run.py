@@ -101,7 +101,7 @@ def dry_run(setup: RunSetup) -> DryRunSummary:
     spec, out = setup.spec, setup.spec.output.out_dir
     fresh = spec.output.overwrite
     # the scan's columns as the run holds them (repeated strings encoded: docs/scale.md)
-    records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)[0]
+    records = empty() if fresh else state.read_own(out, setup.shard, SCAN_COLUMNS)
     records = with_repeated_encoded(records)
     work = setup.decide(records, list_out_dir(out), read_registry(out))
     plan, first = _first_chunk_plan(setup, work)
@@ -167,8 +167,7 @@ def _cut_failures(first: Chunk | None, schema: pa.Schema) -> pa.Table:
 
 
 def _first_chunk_plan(setup: RunSetup, work: Work) -> tuple[str, Chunk | None]:
-    """The plan of the longest rows: the chunk that must fit for the job to fit (and the
-    chunk: which of its rows are split is known exactly)."""
+    """The memory plan of the longest rows (the chunk that must fit), and that chunk."""
     if work.todo.num_rows == 0:
         return "nothing to plan", None
     spec = setup.spec

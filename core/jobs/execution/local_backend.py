@@ -75,9 +75,17 @@ class LocalBackend:
         recorder = RowRecorder(store, journal, ctx)
         self.writing = report = WritingReport(threads)
         drained = None  # when synthesis ended: what follows is the writers' tail
+        guard = stop.interruptible
         try:
+            # each chunk's utterances (engine, vocoder) go to the writers as they finish, each
+            # outcome yielded once its write settles (a failure at once)
             for chunk in chunks(todo, self.text_model, self.budget, split=self.split):
-                yield from self._chunk(synth, chunk, recorder, writes, stop)
+                for result in run_chunk(synth, chunk, self.options, recorder, guard=guard):
+                    if isinstance(result, Outcome):
+                        yield result
+                    else:
+                        writes.add(result)
+                    yield from writes.settled(block=len(writes) > MAX_WRITES_IN_FLIGHT)
             drained = time.perf_counter()
             report.wait_s = writes.waited_s
             yield from writes.settled(block=True, every=True)
@@ -89,23 +97,6 @@ class LocalBackend:
             else:
                 report.drain_s = time.perf_counter() - drained
             report.dir_fsync_s, report.busy_s = writes.fsync_s, clock.busy()
-
-    def _chunk(
-        self,
-        synth: Synthesizer,
-        chunk: Chunk,
-        recorder: RowRecorder,
-        writes: WriteQueue,
-        stop: StopSignals,
-    ) -> Iterator[Outcome]:
-        """One chunk: the synthesizer's utterances (engine, vocoder) to the writers as they
-        finish, each outcome yielded once its write settles (a failure at once)."""
-        for result in run_chunk(synth, chunk, self.options, recorder, guard=stop.interruptible):
-            if isinstance(result, Outcome):
-                yield result
-            else:
-                writes.add(result)
-            yield from writes.settled(block=len(writes) > MAX_WRITES_IN_FLIGHT)
 
 
 def run_chunk(

@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -69,7 +69,6 @@ FINISH_COLUMNS = ("id", "status", "hit_frame_budget", "run", "duration_s")
 class Backend(Protocol):
     def prepare(self, stop: StopSignals) -> None:
         """Get ready to synthesize (load the model): before progress starts."""
-        ...
 
     def outcomes(
         self, todo: Todo, journal: Journal, ctx: RecordContext, stop: StopSignals
@@ -87,18 +86,15 @@ class RunSetup:
     prepared: Prepared  # this shard's rows, resolved and validated
     budget: FrameBudget
     settings: JobFingerprint
-    inputs: list[Path] = field(default_factory=list)  # input files (results freshness)
-    precision: Precision | None = None  # what it computes in and why (its cpu_auto: the pin)
-    tries: int = 1  # the tries worth making under retry (GenerationOptions.attempts)
+    inputs: list[Path]  # input files (results freshness)
+    precision: Precision  # what it computes in and why (its cpu_auto: the pin)
+    tries: int  # the tries worth making under retry (GenerationOptions.attempts)
 
     def decide(self, records: pa.Table, listing: Listing, registry: dict) -> Work:
-        """What this run must do (work.decide), from the shard's latest records, the out dir's
-        listing and its settings registry."""
-        out = self.spec.output
+        """What this run must do (work.decide)."""
         return decide_work(self.prepared, records, listing, model=self.text_model,
                            budget=self.budget, settings=self.settings, registry=registry,
-                           layout=out.layout, audio_format=out.audio_format.value,
-                           save_codes=out.save_codes, split=self.spec.split,
+                           output=self.spec.output, split=self.spec.split,
                            on_budget=self.spec.failures.key)  # fmt: skip
 
 
@@ -143,8 +139,7 @@ class LockedRun:
         self.synthesis_s: float | None = None  # the outcome stream, first chunk to last write
 
     def execute(self) -> JobSummary:
-        """One pass: rows -> work -> requests -> engine -> vocoder -> store, then the end
-        recorded (state folded, views rebuilt, summary), whatever stopped the pass."""
+        """One pass, then its end recorded (state folded, views rebuilt), whatever stopped it."""
         with StopSignals(on_exit_now=remove_live_temps) as stop:
             self._settle_killed_run()  # a killed run's half-done work; --overwrite
             work = self._scan_and_decide()  # rows -> work: done, to redo, to repack, to do
@@ -175,7 +170,7 @@ class LockedRun:
         # The texts of a big job off the heap: deciding the work reads digests, not texts.
         prepared = self.setup.prepared
         prepared.rows = spilled(prepared.rows, StatePaths(self.out).dir)
-        records, _ = state.read_own(self.out, self.shard, SCAN_COLUMNS)
+        records = state.read_own(self.out, self.shard, SCAN_COLUMNS)
         self.records = with_repeated_encoded(records)
         del records
         self._warn_rows_left_the_input()
@@ -286,9 +281,8 @@ class LockedRun:
                settings=self.ctx.settings, run=self.run_id, stop=stop)  # fmt: skip
 
     def _synthesize(self, work: Work, stop: StopSignals) -> None:
-        """The rows to do through the backend (the local one: chunks of requests, longest
-        first -> the synthesizer's engine passes and vocoder -> the output store), each outcome
-        counted as it lands; too many failures stop it (the rest stays pending)."""
+        """The rows to do through the backend, each outcome counted as it lands; too many
+        failures stop it."""
         if self._too_many_failures():
             self.aborted = True
             return
@@ -334,7 +328,7 @@ class LockedRun:
         pa.default_memory_pool().release_unused()
         self._rebuild_results()
         if records is None:
-            records, _ = state.read_own(self.out, self.shard, FINISH_COLUMNS)
+            records = state.read_own(self.out, self.shard, FINISH_COLUMNS)
         counted = [c for c in FINISH_COLUMNS if c in records.column_names]
         mine = aligned(own, records.select(counted))
         done = pc.sum(pc.equal(mine["status"], OK)).as_py() or 0
@@ -431,5 +425,5 @@ def failing_now(work: Work, records: pa.Table) -> pa.Array | pa.ChunkedArray:
 
 def overwritten(out: Path, shard: Shard) -> pa.Table:
     """--overwrite: the shard's ok records (id, file), whose outputs may need taking out first."""
-    records, _ = state.read_own(out, shard, ("id", "status", "file", "run", "t"))
+    records = state.read_own(out, shard, ("id", "status", "file", "run", "t"))
     return records.filter(pc.fill_null(pc.equal(records["status"], OK), False))

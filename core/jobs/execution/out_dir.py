@@ -132,14 +132,12 @@ def settle_output(output: OutputOptions, recorded: JobFile | None) -> OutputOpti
     kept, inherited = [], []
     if layout is None:
         default = default_layout().name
-        layout = (recorded.layout if recorded is not None else None) or default
+        layout = (recorded and recorded.layout) or default
         _check_recorded(output.out_dir, "layout", layout, layout_names())
         kept += [f"--output {layout}"] if layout != default else []
         inherited.append("layout")
     if audio_format is None:
-        recorded_format = (
-            recorded.audio_format if recorded is not None else None
-        ) or DEFAULT_FORMAT
+        recorded_format = (recorded and recorded.audio_format) or DEFAULT_FORMAT
         formats = [f.value for f in AudioFormat]
         _check_recorded(output.out_dir, "audio_format", recorded_format, formats)
         audio_format = AudioFormat(recorded_format)
@@ -190,14 +188,7 @@ def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
         cleanup_temp_files(paths.dir, owns=lambda final: final in SHARED_FILES)  # a killed write
         if spec.output.overwrite:
             _remove_legacy(out)
-        check_input(
-            out,
-            recorded,
-            spec.kind.value,
-            source,
-            input_moved=spec.output.input_moved,
-            overwrite=spec.output.overwrite,
-        )
+        check_input(spec, recorded, source)
         shard = resolve_shard(
             out, req, recorded, overwrite=spec.output.overwrite, announce=False
         )  # prepare_job said it already
@@ -209,15 +200,14 @@ def write_job_files(setup: RunSetup, req: ShardRequest, source: str) -> None:
         if recorded is not None and recorded.num_shards != shard.count:
             _no_old_run(paths, recorded.num_shards)
             remove_every_archive(out)  # first: shards without records would be made again
-            state.remove_every_shard(out)
+            state.reset(out, None)
         check_output_unchanged(out, spec.output, recorded)  # a switch by another task stands
         new = job_for(spec.kind.value, source, shard, req, spec.columns.renamed)
         if recorded is not None and recorded.num_shards == new.num_shards:
             new = replace(new, array_min=recorded.array_min, array_step=recorded.array_step)
-        cpu_auto = setup.precision.cpu_auto if setup.precision is not None else None
-        seen = setup.precision.seen if setup.precision is not None else None
+        mine = setup.precision
         pin = cpu_auto_for_job_file(
-            out, recorded, cpu_auto, overwrite=spec.output.overwrite, seen=seen
+            out, recorded, mine.cpu_auto, overwrite=spec.output.overwrite, seen=mine.seen
         )
         new = replace(
             new,

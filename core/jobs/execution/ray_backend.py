@@ -254,8 +254,7 @@ def _published_by_actors(out_dir: Path, ids: pa.ChunkedArray, run: str) -> dict[
 
 
 def _connect(ray: ModuleType, address: str | None, timeout: float) -> bool:
-    """Join the given cluster (or RAY_ADDRESS) within `timeout` seconds, or start a local one;
-    True if started here."""
+    """Join the cluster (or RAY_ADDRESS) within `timeout` s, or start one; True if started here."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from types import ModuleType
 
@@ -107,10 +108,8 @@ def reap(helpers: dict[int, int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [pid for pid, start in helpers.items() if _start(pid) == start]
         for pid in alive:
-            try:
+            with suppress(OSError):  # gone meanwhile
                 os.kill(pid, sig)
-            except OSError:  # gone meanwhile
-                pass
         deadline = time.monotonic() + GRACE_S
         while sig == signal.SIGTERM and time.monotonic() < deadline:
             if all(_start(pid) != helpers[pid] for pid in alive):

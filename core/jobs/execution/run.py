@@ -128,22 +128,14 @@ def source_path(spec: JobSpec) -> str:
 def prepare_job(
     spec: JobSpec, open_text_model: OpenTextModel, env: Mapping[str, str]
 ) -> tuple[RunSetup, ShardRequest, GenerationOptions, RefDigests]:
-    """(RunSetup, shard request, sampling options, reference digests): everything decided before
-    the lock; writes nothing."""
+    """Everything decided before the lock; writes nothing."""
     if spec.output.layout is not None:
         find(spec.output.layout)  # an unknown --output: a UsageError naming the choices
     out = spec.output.out_dir
     manifest = find_manifest(spec.source, out) if spec.kind == "batch" else None
     rows = apply_reference_defaults(read_rows(spec, manifest), spec)
     recorded = read_job_file(out, legacy_ok=spec.output.overwrite)
-    check_input(
-        out,
-        recorded,
-        spec.kind.value,
-        source_path(spec),
-        input_moved=spec.output.input_moved,
-        overwrite=spec.output.overwrite,
-    )
+    check_input(spec, recorded, source_path(spec))
     if spec.output.layout is None or spec.output.audio_format is None:  # the out dir's own
         own = with_recorded_output(out, recorded)
         spec = replace(spec, output=settle_output(spec.output, own))

@@ -7,7 +7,6 @@ not pass (but NULL_PASSES). Knows columns and one small file; no models, no audi
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,10 +108,7 @@ def write_keep_rules(out_dir: Path, rules: KeepRules) -> None:
     """Save the rules (atomically); empty rules remove the file."""
     path = StatePaths(out_dir).keep_file
     if rules.empty:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
         return
     data = {"bounds": rules.bounds, "no_budget_hits": rules.no_budget_hits}
     atomic_write_bytes(path, (json.dumps(data, sort_keys=True, indent=1) + "\n").encode())

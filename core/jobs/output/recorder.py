@@ -240,7 +240,7 @@ def peak(audio: np.ndarray) -> float:
 def rms_dbfs(audio: np.ndarray) -> float:
     """The whole clip's RMS in dB re full scale (a full-scale sine: -3.01), at least DBFS_FLOOR."""
     power = float(np.dot(audio, audio)) / audio.size if audio.size else 0.0
-    return _dbfs(power)
+    return 10.0 * float(np.log10(max(power, 10.0 ** (DBFS_FLOOR / 10.0))))
 
 
 def silence_ratio(audio: np.ndarray, sample_rate: int) -> float:
@@ -282,9 +282,3 @@ def chars_per_s(text: str | None, duration_s: float) -> float:
     if not text or duration_s <= 0:
         return 0.0
     return sum(map(len, text.split())) / duration_s  # split(): at any Unicode whitespace
-
-
-def _dbfs(power: float) -> float:
-    """A mean square as dB re full scale, at least DBFS_FLOOR."""
-    floor = 10.0 ** (DBFS_FLOOR / 10.0)
-    return 10.0 * float(np.log10(max(power, floor)))

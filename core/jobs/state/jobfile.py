@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qtts.core.errors import UsageError
+from qtts.core.jobs.contract.spec import JobSpec
 from qtts.core.jobs.state.atomic_files import atomic_write_bytes
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.shards import UNSHARDED, Shard, ShardRequest
@@ -91,18 +92,11 @@ def write_job_file(out_dir: Path, job: JobFile) -> None:
     atomic_write_bytes(StatePaths(out_dir).job_file, data)
 
 
-def check_input(
-    out_dir: Path,
-    recorded: JobFile | None,
-    kind: str,
-    source: str,
-    *,
-    input_moved: bool,
-    overwrite: bool,
-) -> None:
-    if recorded is None or input_moved or overwrite:
+def check_input(spec: JobSpec, recorded: JobFile | None, source: str) -> None:
+    out_dir = spec.output.out_dir
+    if recorded is None or spec.output.input_moved or spec.output.overwrite:
         return
-    if (recorded.kind, recorded.source) != (kind, source):
+    if (recorded.kind, recorded.source) != (spec.kind.value, source):
         what = "text lines" if recorded.kind == "synth" else "manifest"
         raise UsageError(
             f"{out_dir} holds the job of {recorded.source} ({what}; recorded in .qtts/job.json), "

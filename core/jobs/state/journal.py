@@ -74,16 +74,6 @@ def _cut_unfinished_line(fd: int) -> None:
 PIECE_BYTES = 16 << 20  # journal bytes parsed at once: a journal is never in memory whole
 
 
-def read_journal(path: Path, columns: tuple[str, ...] | None = None) -> tuple[pa.Table, int]:
-    """(records, bytes read): every whole line of `path` (none if missing); columns: only these."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        size = 0
-    pieces = [conform(t, columns) for t in journal_pieces(path, size)]
-    return (pa.concat_tables(pieces) if pieces else conform(empty(), columns)), size
-
-
 def journal_pieces(path: Path, size: int) -> Iterator[pa.Table]:
     """The records of `path`'s first `size` bytes (what a writer appends later is the next
     reader's), PIECE_BYTES of whole lines at a time."""
@@ -136,11 +126,15 @@ def _parse_lines(path: Path, data: bytes, lines: int = 0) -> pa.Table:
 def read_journals(
     paths: list[Path], columns: tuple[str, ...] | None = None
 ) -> tuple[pa.Table, dict[Path, int]]:
-    """All records of `paths` in order (columns: only these), and the bytes read of each."""
+    """Every whole line of `paths` (none of a missing one) as records in order (columns: only
+    these), and the bytes read of each."""
     tables, sizes = [], {}
     for path in paths:
-        table, sizes[path] = read_journal(path, columns)
-        tables.append(table)
+        try:
+            sizes[path] = path.stat().st_size
+        except FileNotFoundError:
+            sizes[path] = 0
+        tables += [conform(t, columns) for t in journal_pieces(path, sizes[path])]
     return (pa.concat_tables(tables) if tables else conform(empty(), columns)), sizes
 
 

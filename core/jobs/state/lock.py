@@ -115,8 +115,6 @@ def lock_is_held(path: Path) -> bool:
 
 def old_split_locks(paths: StatePaths, old_count: int) -> list[Path]:
     """The run locks of an out dir split into `old_count` shards."""
-    if old_count == 1:
-        return [paths.lock("")]
     return [paths.lock(Shard(old_count, i).suffix) for i in range(old_count)]
 
 

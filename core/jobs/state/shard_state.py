@@ -80,15 +80,13 @@ def _why(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def read_own(
-    out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None
-) -> tuple[pa.Table, dict[Path, int]]:
-    """(latest record per id of this shard's rows, pending included; bytes read per journal)."""
+def read_own(out_dir: Path, shard: Shard, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """The latest record per id of this shard's rows, pending included."""
     paths = StatePaths(out_dir)
     wanted = None if columns is None else tuple(_with_merge(columns))
-    journals, sizes = read_journals(paths.own_journals(shard.suffix), wanted)
+    journals, _ = read_journals(paths.own_journals(shard.suffix), wanted)
     records = overlay(read_state_file(paths.state(shard.suffix), columns), journals)
-    return records.combine_chunks(), sizes  # one chunk: takes over it are single passes
+    return records.combine_chunks()  # one chunk: takes over it are single passes
 
 
 def read_all(out_dir: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
@@ -197,17 +195,15 @@ def write_state(path: Path, table: pa.Table) -> None:
     )
 
 
-def reset(out_dir: Path, shard: Shard) -> None:
-    """--overwrite: this shard's earlier outcomes no longer count."""
+def reset(out_dir: Path, shard: Shard | None) -> None:
+    """--overwrite: this shard's earlier outcomes no longer count (None: every shard's, the old
+    split's when the shard count changes)."""
     paths = StatePaths(out_dir)
-    for path in [paths.state(shard.suffix), *paths.own_journals(shard.suffix)]:
-        _remove_if_size(path, None)
-
-
-def remove_every_shard(out_dir: Path) -> None:
-    """--overwrite with another shard count: the old split's state is void."""
-    paths = StatePaths(out_dir)
-    for path in [*paths.states(), *paths.journals()]:
+    if shard is None:
+        doomed = [*paths.states(), *paths.journals()]
+    else:
+        doomed = [paths.state(shard.suffix), *paths.own_journals(shard.suffix)]
+    for path in doomed:
         _remove_if_size(path, None)
 
 

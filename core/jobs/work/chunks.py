@@ -151,14 +151,10 @@ def planned_frames(todo: Todo, first: Chunk | None) -> int:
 
 
 def chunks(
-    todo: Todo,
-    model: TextModel,
-    budget: FrameBudget,
-    size: int | None = None,
-    split: SplitOptions | None = None,
+    todo: Todo, model: TextModel, budget: FrameBudget, split: SplitOptions | None = None
 ) -> Iterator[Chunk]:
     """The job's requests, longest first, a chunk at a time."""
-    for rows in todo.slices(size):
+    for rows in todo.slices():
         yield chunk_requests(rows, model, budget, split)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from qtts.core.jobs.contract.interfaces import TextModel
-from qtts.core.jobs.contract.spec import SplitOptions
+from qtts.core.jobs.contract.spec import OutputOptions, SplitOptions
 from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.rows.validation import Prepared
 from qtts.core.jobs.state.records import combined
@@ -54,9 +54,7 @@ def decide_work(
     budget: FrameBudget,
     settings: JobFingerprint,
     registry: dict,
-    layout: str,
-    audio_format: str,
-    save_codes: bool,
+    output: OutputOptions,
     split: SplitOptions | None = None,
     on_budget: str | None = None,
 ) -> Work:
@@ -67,9 +65,7 @@ def decide_work(
         records,
         listing,
         settings=settings.digest,
-        layout=layout,
-        audio_format=audio_format,
-        save_codes=save_codes,
+        output=output,
         registry=registry,
         current=settings.values,
     )

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qtts.core.jobs.contract.spec import OutputOptions
 from qtts.core.jobs.output.stores.presence import Held, Listing, held
 from qtts.core.jobs.output.stores.registry import find
 from qtts.core.jobs.state.records import INPUT_FIELDS, OK, PART, as_bools, combined, index_in
@@ -57,9 +58,7 @@ def scan(
     listing: Listing,
     *,
     settings: str,
-    layout: str,
-    audio_format: str,
-    save_codes: bool,
+    output: OutputOptions,
     registry: dict,
     current: dict,
 ) -> ResumeScan:
@@ -87,15 +86,7 @@ def scan(
     fingerprint_same = same_settings.copy()
     for mask in same.values():
         fingerprint_same &= mask
-    has = _held(
-        valid["id"],
-        records,
-        index,
-        listing,
-        layout=layout,
-        audio_format=audio_format,
-        save_codes=save_codes,
-    )
+    has = _held(valid["id"], records, index, listing, output)
     done = was_ok & fingerprint_same & has.audio & has.codes
     alike = _same_but_format(old_settings, same_settings, same, registry, current)
     moved = was_ok & ~done & has.source & has.source_codes & alike
@@ -114,7 +105,7 @@ def scan(
         if n := int((stale & alike & ~has.source).sum()):
             reasons["file missing or not as recorded"] = n
         if n := int((stale & alike & has.source).sum()):
-            reasons[find(layout).codes_missing] = n
+            reasons[find(output.layout).codes_missing] = n
     stale_ids = pc.filter(valid["id"], pa.array(stale))
     return ResumeScan(done | moved, stale_ids, reasons, index, moved)
 
@@ -124,10 +115,7 @@ def _held(
     records: pa.Table,
     index: pa.Array,
     listing: Listing,
-    *,
-    layout: str,
-    audio_format: str,
-    save_codes: bool,
+    output: OutputOptions,
 ) -> Held:
     """presence.held over the rows, their recorded locations taken a slice at a time where the
     listing is small (an archive layout), so ten million locations are never copied at once."""
@@ -142,9 +130,9 @@ def _held(
                 ids.slice(start, step),
                 *taken,
                 listing,
-                layout=layout,
-                audio_format=audio_format,
-                save_codes=save_codes,
+                layout=output.layout,
+                audio_format=output.audio_format.value,
+                save_codes=output.save_codes,
             )
         )
     return Held(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Held)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -185,11 +186,9 @@ class ShardTarget(RepackTarget):
         return self.sealed()
 
     def close_open(self) -> None:
-        try:
+        with suppress(OSError, ValueError):
             if self._writer is not None:
                 self._writer.close()  # the writer first: it ends into the files
-        except (OSError, ValueError):
-            pass
         if self._files is not None:
             self._files.discard()
         self._files = self._writer = None

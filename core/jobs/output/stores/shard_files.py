@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -137,10 +137,8 @@ class ShardFiles:
     def discard(self) -> None:
         """Drop the shard: its files closed and its temps removed."""
         for tmp, file in self.files.values():
-            try:
+            with suppress(OSError, ValueError):
                 file.close()
-            except (OSError, ValueError):
-                pass
             unlink_quietly(tmp)
         self.files = {}
         self.release()
@@ -150,10 +148,8 @@ def name_parts(shard: ArchiveShard, temp_of: Callable[[Path], Path]) -> bool:
     """Each part's temp, if still there, takes the part's name, the key last (a rerun after a
     kill finishes what was begun); whether the shard's key part is named now."""
     for _, path in shard.paths():
-        try:
+        with suppress(FileNotFoundError):
             _rename(temp_of(path), path)
-        except FileNotFoundError:
-            pass
     return shard.key_path.exists()
 
 

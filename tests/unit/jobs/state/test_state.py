@@ -11,7 +11,7 @@ import pytest
 
 from qtts.core.jobs.output.stores.formats.files import METADATA_KEYS
 from qtts.core.jobs.state import shard_state as state
-from qtts.core.jobs.state.journal import Journal, json_lines, json_strings, read_journal
+from qtts.core.jobs.state.journal import Journal, json_lines, json_strings, read_journals
 from qtts.core.jobs.state.paths import StatePaths
 from qtts.core.jobs.state.records import conform, latest, overlay, to_table
 from qtts.core.jobs.state.shards import UNSHARDED, Shard
@@ -19,6 +19,12 @@ from qtts.core.jobs.state.shards import UNSHARDED, Shard
 
 def rec(row_id, status="ok", t=1.0, **kw):
     return {"id": row_id, "status": status, "t": t, **kw}
+
+
+def read_journal(path, columns=None):
+    """(records, bytes read) of one journal."""
+    table, sizes = read_journals([path], columns)
+    return table, sizes[path]
 
 
 def test_latest_keeps_the_newest_record_of_each_id_and_the_later_of_equal_times():
@@ -125,7 +131,7 @@ def test_reading_a_subset_of_columns_conforms_old_states(tmp_path):
     paths.dir.mkdir()
     old = pa.table({"id": ["a"], "status": ["ok"], "file": ["a.wav"]})  # an older, thinner state
     state.write_state(paths.state(""), old)
-    records, _ = state.read_own(tmp_path, UNSHARDED, ("id", "status", "settings"))
+    records = state.read_own(tmp_path, UNSHARDED, ("id", "status", "settings"))
     assert records.column_names == ["id", "status", "settings"]
     assert records.to_pylist() == [{"id": "a", "status": "ok", "settings": None}]
     assert conform(old).num_columns > 20
@@ -143,7 +149,7 @@ def test_a_killed_runs_pending_records_are_read_with_a_few_columns(tmp_path):
         [rec(i, "pending", 5.0, run="R") for i in "abc"] + [rec("a", "ok", 4.0, run="R")]
     )
     for columns in (SCAN_COLUMNS, ("id", "status")):
-        records, _ = state.read_own(tmp_path, UNSHARDED, columns)
+        records = state.read_own(tmp_path, UNSHARDED, columns)
         assert records.column_names == list(columns)
         got = dict(zip(records["id"].to_pylist(), records["status"].to_pylist(), strict=True))
         assert got == {"a": "ok", "b": "pending", "c": "pending"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from qtts.core.jobs.contract.spec import OutputOptions
 from qtts.core.jobs.output.stores.presence import Listing
 from qtts.core.jobs.state.records import INPUT_FIELDS
 from qtts.core.jobs.work.fingerprint import format_twins
@@ -44,8 +45,9 @@ def _scan(*, layout="webdataset", save_codes=False, listed=LISTED):
     names = pa.array(list(listed), pa.string())
     listing = Listing(pa.table({"name": names, "size": pa.array(list(listed.values()),
                                                                 pa.int64())}))  # fmt: skip
-    got = scan(valid, records, listing, settings="now", layout=layout, audio_format="wav",
-               save_codes=save_codes, registry=REGISTRY, current=CURRENT)  # fmt: skip
+    output = OutputOptions("out", layout=layout, save_codes=save_codes)  # wav
+    got = scan(valid, records, listing, settings="now", output=output, registry=REGISTRY,
+               current=CURRENT)  # fmt: skip
     moved = {i for i, m in zip(ids, got.moved, strict=True) if m}
     done = {i for i, d in zip(ids, got.done, strict=True) if d}
     return moved, done - moved, set(got.stale.to_pylist()), got.reasons

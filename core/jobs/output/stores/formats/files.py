@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,10 +138,8 @@ class FilesLayout(Layout):
         """Its codes first (when the repack wrote them), then its audio."""
         row_id = row_id_of(container)
         for final in ([codes_name(row_id)] if row_id is not None else []) + [container]:
-            try:
+            with suppress(FileNotFoundError):
                 os.replace(_repack_temp(out_dir / final), out_dir / final)
-            except FileNotFoundError:
-                pass
         return (out_dir / container).exists()
 
     def audio_source(self, out_dir: Path, container: str, kept: Any) -> None:
