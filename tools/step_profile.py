@@ -17,30 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a source tree without install
 
 import torch  # noqa: E402
 
+from qtts.core.bench.part_clock import ms_per_call, sync  # noqa: E402
+
 TOP = 15  # kernels in the table
-
-
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def timed(fn, dev: torch.device, repeats: int) -> float:
-    """ms per call: one call to warm, then the mean of `repeats`, synced only at the ends."""
-    fn()
-    sync(dev)
-    t = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    sync(dev)
-    return (time.perf_counter() - t) / repeats * 1e3
 
 
 def filled_engine(size: str, slots: int, dev: torch.device, dtype: torch.dtype):
@@ -143,9 +128,9 @@ def main(argv: list[str] | None = None) -> None:
         engine, step, view = filled_engine(args.size, args.slots, dev, dtype)
         eager = lambda: engine.decode_step(view)  # noqa: E731
         out = {"size": args.size, "slots": args.slots, "view": view, "dtype": args.dtype}
-        out["eager_step_ms"] = round(timed(eager, dev, args.steps), 3)
+        out["eager_step_ms"] = round(ms_per_call(eager, dev, args.steps), 3)
         if step is not None:
-            out["graph_step_ms"] = round(timed(lambda: step(view), dev, args.steps), 3)
+            out["graph_step_ms"] = round(ms_per_call(lambda: step(view), dev, args.steps), 3)
         print(f"{args.size} at {args.slots} slots, KV view {view}: " + ", ".join(
             f"{k} {v}" for k, v in out.items() if k.endswith("_ms")))  # fmt: skip
         top, launches = kernel_table(eager, dev, args.steps)

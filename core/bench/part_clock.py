@@ -23,6 +23,17 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def ms_per_call(fn, device: torch.device, repeats: int) -> float:
+    """One call to warm, then the mean of `repeats` calls, synced only at the ends."""
+    fn()
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t) / repeats * 1e3
+
+
 def sync_stream(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()

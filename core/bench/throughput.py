@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
-from qtts.core.bench.part_clock import PartClock, sync
+from qtts.core.bench.part_clock import PartClock, ms_per_call, sync
 from qtts.core.bench.step_parts import step_parts
 from qtts.core.engine.device.tuning import EngineTuning
 from qtts.core.engine.vocoder.vocoder_windows import padding_waste
@@ -349,13 +349,7 @@ def profile_step(engine, step, prompts, repeats: int = 5) -> dict:
     view = view_length(longest + 1, engine.tuning.view_bucket, s.kv.max_len)  # a captured one
 
     def clock(fn) -> float:
-        fn()
-        sync(dev)
-        t = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        sync(dev)
-        return (time.perf_counter() - t) / repeats * 1e3
+        return ms_per_call(fn, dev, repeats)
 
     out = {"step": clock(lambda: engine.decode_step(view))}  # no graph: packed or module path
     if step is not None:
