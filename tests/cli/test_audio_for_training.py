@@ -18,9 +18,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
-from typer.testing import CliRunner
+from cli_calls import qtts, results, summary
 
-from qtts.cli.app import app
 from qtts.core.jobs.output.writer import encode_audio
 
 pytestmark = pytest.mark.usefixtures("fake_model")
@@ -34,18 +33,6 @@ RESAMPLED_SAMPLES = 2
 # DNSMOS (1 to 5) of one clip resampled to 16 kHz by the job or by the scorer: resamplers differ
 # in their filters' last bits only
 SAME_CLIP_SCORE = 0.01
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def results(out) -> dict[str, dict]:
-    return {r["id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
 
 
 def batch(manifest, out, *extra):

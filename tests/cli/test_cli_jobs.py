@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
+from cli_calls import results, summary
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
@@ -21,14 +22,6 @@ pytestmark = pytest.mark.usefixtures("fake_model")
 
 def qtts(*args, input=None):
     return CliRunner().invoke(app, [str(a) for a in args], input=input)
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def results(out) -> dict[str, dict]:
-    return {r["id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
 
 
 def test_synth_writes_files_results_and_summary(tmp_path):
@@ -393,7 +386,6 @@ def test_a_language_may_be_its_iso_tag(tmp_path, tag):
     src.write_text("Hello world.\n")
     r = qtts("synth", src, "--speaker", "vivian", "--language", tag, "-o", tmp_path / "out")
     assert r.exit_code == 0, r.stderr
-    import pyarrow.parquet as pq
 
     language = pq.read_table(tmp_path / "out" / "results.parquet")["language"].to_pylist()
     assert language == [{"en": "english", "de": "german"}[tag[:2].lower()]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_calls import summary
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
@@ -23,10 +24,6 @@ ROWS = [{"id": f"u{i}", "text": f"text number {i}"} for i in range(4)]
 
 def qtts(*args, env):
     return CliRunner().invoke(app, [str(a) for a in args], env=env)
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def said(result) -> str:

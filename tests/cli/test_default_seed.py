@@ -11,18 +11,13 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from cli_calls import qtts
 
-from qtts.cli.app import app
 from qtts.core.jobs.rows.validation import id_seed
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
 ROWS = [{"id": "a1", "text": "The same line."}, {"id": "b2", "text": "The same line."}]
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def seeds(out) -> dict[str, int]:

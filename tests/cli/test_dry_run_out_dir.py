@@ -9,15 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from qtts.cli.app import app
+from cli_calls import qtts
 
 pytestmark = pytest.mark.usefixtures("fake_model")
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def files(root) -> list[str]:

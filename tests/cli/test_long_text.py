@@ -16,9 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
-from typer.testing import CliRunner
+from cli_calls import qtts, results, summary
 
-from qtts.cli.app import app
 from qtts.core.jobs.contract.spec import SplitOptions
 from qtts.core.jobs.long_text.segments import segment_seed
 from qtts.core.jobs.work.budget import FrameBudget
@@ -33,18 +32,6 @@ LONG = " ".join(f"Sentence {i} of the long paragraph goes on, and on, for a whil
 ROWS = [{"id": "long", "text": LONG, "seed": 5}, {"id": "short", "text": "A short row."},
         {"id": "two", "text": "First sentence here. Then a second one."}]  # fmt: skip
 PAUSE = 6000  # the default 0.25 s at 24 kHz
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def results(out) -> dict[str, dict]:
-    return {r["id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
 
 
 def stamps(out) -> dict[str, tuple[int, int]]:

@@ -13,9 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
-from typer.testing import CliRunner
-
-from qtts.cli.app import app
+from cli_calls import qtts, summary
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 
@@ -30,14 +28,6 @@ ROWS = [
 RENAMED = {"id": "utt_id", "text": "sentence", "speaker": "spk", "seed": "rng"}
 MAPPING = ["--id-column", "utt_id", "--text-column", "sentence",
            "--column", "speaker=spk", "--column", "seed=rng"]  # fmt: skip
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def renamed(rows: list[dict]) -> list[dict]:

@@ -9,18 +9,13 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from cli_calls import qtts
 
-from qtts.cli.app import app
 from qtts.core.jobs.output import views as results  # the views are written there
 from qtts.core.jobs.state import atomic_files, jobfile
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 FULL = os.strerror(errno.ENOSPC)
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def full_disk(final, data, *rest):

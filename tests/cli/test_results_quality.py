@@ -11,9 +11,8 @@ from html.parser import HTMLParser
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from cli_calls import qtts
 
-from qtts.cli.app import app
 from qtts.core.jobs.output.results import rebuild_out_dir
 from qtts.core.quality.dataset import open_dataset
 from qtts.core.quality.scores import write_scores
@@ -22,10 +21,6 @@ pytestmark = pytest.mark.usefixtures("fake_model")
 
 # row id -> DNSMOS overall given by hand (None: not scored)
 DNSMOS = {"000001": 3.6, "000002": 2.4, "000003": 3.1, "000004": None, "000005": 3.9}
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture

@@ -14,17 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_calls import qtts
 from fakes import fake_env, qtts_cmd
-from typer.testing import CliRunner
-
-from qtts.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 NOT_REBUILT = "were not rebuilt; the counts and quality below are read from its state as it is"
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture

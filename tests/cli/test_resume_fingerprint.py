@@ -4,24 +4,12 @@ The same settings redo nothing and write nothing. Fake model, in process."""
 
 from __future__ import annotations
 
-import json
-
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
-from typer.testing import CliRunner
-
-from qtts.cli.app import app
+from cli_calls import qtts, summary
 
 pytestmark = pytest.mark.usefixtures("fake_model")
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def stamps(out) -> dict[str, tuple[int, int]]:

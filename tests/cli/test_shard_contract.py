@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from cli_calls import summary
 from fakes import fake_env, qtts_cmd
 from typer.testing import CliRunner
 
@@ -22,10 +23,6 @@ pytestmark = pytest.mark.usefixtures("fake_model")
 
 def qtts(*args, env=None):
     return CliRunner().invoke(app, [str(a) for a in args], env=env)
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from cli_calls import qtts
 
-from qtts.cli.app import app
 from qtts.core.jobs.output.keep_rules import read_keep_rules
 from qtts.core.jobs.output.results import rebuild_out_dir
 from qtts.core.quality.dataset import open_dataset
@@ -28,10 +27,6 @@ SPEAKER = {
     "000003": (0.90, 0.71),  # drifted from its voice's other rows
     "000004": (0.88, 0.95),
 }
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture

@@ -6,31 +6,15 @@ audio is a sine whatever the voice."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import fakes
-import pyarrow.parquet as pq
 import pytest
+from cli_calls import qtts, results, summary
 from fakes import fake_env, qtts_cmd
-from typer.testing import CliRunner
-
-from qtts.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("fake_model")
 ROWS = [{"id": f"v{i}", "text": f"line number {i}"} for i in range(3)]
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def summary(result) -> dict:
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def results(out) -> dict[str, dict]:
-    return {r["id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
 
 
 def test_the_voice_flag_voices_every_row_and_a_changed_voice_redoes_them(tmp_path, write_manifest):

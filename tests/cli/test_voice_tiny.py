@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 import torch
+from cli_calls import qtts
 from typer.testing import CliRunner
 
 from qtts.cli.app import app
@@ -26,10 +27,6 @@ TRANSCRIPT = "its transcript"
 LINES = ["Hello there.", "A second row, a little longer."]
 # Rows of the no-EOS checkpoint run to their budget: max_new_tokens - 1 frames each.
 JOB = ["--device", "cpu", "--dtype", "float32", "--max-new-tokens", "8", "--save-codes", "-q"]
-
-
-def qtts(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def clip(path: Path, seconds: float = 3.0, pitch: float = 180.0) -> Path:
