@@ -104,7 +104,8 @@ if TRITON_AVAILABLE:
             x = x ^ (x >> 16)
             if i == 0:
                 x = x ^ h
-        u = ((x >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)  # exact: 24-bit integer
+        # noise.UNIT_BITS (23): n + 0.5 is exact in float32, so u is never 0 or 1
+        u = ((x >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
         return -tl.log(-tl.log(u))
 
     @triton.jit
@@ -163,7 +164,8 @@ if TRITON_AVAILABLE:
             w = tl.where(w < _top_p_floor(w, 1.0 - top_p, SEARCH_BITS), float("-inf"), w)
         seed = tl.load(seeds_ptr + row)
         frame = tl.load(frames_ptr + row)
-        w = w + _gumbel_noise(offs, seed, frame, codebook)  # -inf stays -inf
+        # A filtered id stays -inf even should a fast log make the noise infinite (no NaN).
+        w = tl.where(w == float("-inf"), w, w + _gumbel_noise(offs, seed, frame, codebook))
         choice = tl.argmax(tl.where(sampled, w, x), axis=0)  # first maximum, as torch.argmax
         tl.store(out_ptr + row, choice.to(tl.int64))
 

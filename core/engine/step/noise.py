@@ -3,7 +3,7 @@
 Both sampler implementations draw with it (the torch twin here, the Triton kernel in
 kernels/sampling.py, which computes the same integer hash in uint32), so a request's tokens do not
 depend on its batch, slot, device or a resume. lowbias32 keys in int64 arithmetic that never
-overflows; 24 random bits per uniform, never 0 or 1. Knows tensors only.
+overflows; 23 random bits per uniform, never 0 or 1. Knows tensors only.
 """
 
 from __future__ import annotations
@@ -11,6 +11,11 @@ from __future__ import annotations
 import torch
 
 _MASK32 = 0xFFFFFFFF
+# Bits per uniform: (n + 0.5) / 2^23 is exact in float32 for every n < 2^23 (24 significant
+# bits), so u is never 0 or 1 and its Gumbel noise is finite. With 24 bits the top value's + 0.5
+# rounded up to u == 1, noise +inf, and a filtered id's -inf + inf was NaN, which argmax picks:
+# a suppressed control id (not a code) reached the speech decoder about once per 2^25 draws.
+UNIT_BITS = 23
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -46,7 +51,13 @@ def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
 def noise_at(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """uniform_noise's u at vocab ids `index` (int64 [B, n] or [1, n]): float32 [B, n]."""
     bits = mix32(keys[:, None] ^ mix32(index + 0x9E3779B9))
-    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216.0)
+    return unit_from_bits(bits)
+
+
+def unit_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """uint32 values (in int64) -> u in (0, 1), float32, exactly (see UNIT_BITS)."""
+    top = bits >> (32 - UNIT_BITS)
+    return (top.to(torch.float32) + 0.5) * (1.0 / (1 << UNIT_BITS))
 
 
 def gumbel(u: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from qtts.core.engine.step.noise import mix32, row_keys, uniform_noise
+from qtts.core.engine.step.noise import gumbel, mix32, row_keys, uniform_noise, unit_from_bits
 from qtts.core.engine.step.token_choice import (
     RowParams,
     apply_penalties,
@@ -39,6 +39,40 @@ def test_noise_is_in_open_unit_interval_and_depends_on_every_key_part():
     # 64-bit seeds: the high half matters too.
     hi = uniform_noise(row_keys(torch.tensor([5 + (1 << 40)]), torch.tensor([3]), 2), 64)
     assert not torch.equal(base[:, :64], hi)
+
+
+# A (seed, frame 0, codebook 0) whose noise at vocab id 8 has every top bit set (found by a
+# search over seeds): where 24-bit noise rounded u to 1, made +inf noise and, on an id filtered
+# to -inf, NaN, which argmax picked. In a CPU job it drew suppressed control ids.
+TOP_NOISE_SEED, TOP_NOISE_ID = 853901, 8
+
+
+def test_noise_at_its_extremes_is_inside_the_unit_interval_and_finite():
+    bits = torch.tensor([0, 1, 255, 0x7FFFFFFF, 0xFFFFFF00, 0xFFFFFFFF], dtype=torch.int64)
+    u = unit_from_bits(bits)
+    assert bool(((u > 0) & (u < 1)).all()) and bool(torch.isfinite(gumbel(u)).all())
+    key = row_keys(torch.tensor([TOP_NOISE_SEED]), torch.tensor([0]), 0)
+    assert int(mix32(key ^ mix32(torch.tensor(TOP_NOISE_ID + 0x9E3779B9)))) >> 8 == 0xFFFFFF
+
+
+@pytest.mark.parametrize("filtered_by", ["suppress", "top_k", "top_p", "eos_block"])
+def test_an_id_filtered_out_is_never_drawn_where_its_noise_is_highest(filtered_by):
+    """The id with the highest noise wins among equals, and never once filtered out."""
+    seeds, frames = torch.tensor([TOP_NOISE_SEED]), torch.zeros(1, dtype=torch.long)
+    even = torch.zeros(1, 16)
+    assert int(select_tokens(even, _params(1), seeds, frames, 0)) == TOP_NOISE_ID
+    logits, params = even.clone(), _params(1)
+    suppress = block = None
+    if filtered_by == "suppress":
+        suppress = torch.zeros(16, dtype=torch.bool)
+        suppress[TOP_NOISE_ID] = True
+    elif filtered_by == "eos_block":
+        block = torch.tensor([True])
+    else:
+        logits[0, TOP_NOISE_ID] = -3.0  # below the top-k / top-p cut
+        params = _params(1, top_k=4) if filtered_by == "top_k" else _params(1, top_p=0.5)
+    scores = apply_penalties(logits, torch.ones(1), None, block, TOP_NOISE_ID, suppress)
+    assert int(select_tokens(scores, params, seeds, frames, 0)) != TOP_NOISE_ID
 
 
 def test_repetition_penalty_divides_positive_multiplies_negative():

@@ -168,6 +168,19 @@ def _top_p_cut_case() -> dict:
     return _case(logits, top_p=[0.5] * 32 + [0.75] * 32)
 
 
+def _top_noise_case(filtered: bool) -> dict:
+    """Rows at the (seed, frame, codebook, id) whose noise is highest (tests/unit/engine/
+    test_sampling.py): even logits draw that id; filtered out by top-k or suppression, never."""
+    seed, top_id = 853901, 8
+    logits = torch.zeros(3, 16)
+    suppress = None
+    if filtered:
+        logits[0, top_id] = -3.0  # below row 0's top-k cut
+        suppress = torch.zeros(16, dtype=torch.bool)
+        suppress[top_id] = True
+    return _case(logits, seeds=[seed] * 3, frames=[0] * 3, suppress=suppress, top_k=[4, 0, 0])
+
+
 def _cases() -> dict:
     ties = torch.tensor([[5.0, 4.0, 4.0, 1.0, 4.0, 0.0, -1.0, 2.0]]).expand(24, -1).contiguous()
     mixed = _mixed(1000, 0)
@@ -216,6 +229,8 @@ def _cases() -> dict:
         "bad_dtype": _case(_randn(2, 10, 0)) | {"temperature": torch.ones(2, dtype=torch.float64)},
         "chi2": _chi2_case(),
         "top_p_cut": _top_p_cut_case(),
+        "noise_top": _top_noise_case(filtered=False),
+        "noise_top_filtered": _top_noise_case(filtered=True),
     }
     for v in (2048, 3072, 37):
         cases[f"vocab_{v}"] = _mixed(v, v)
@@ -311,6 +326,12 @@ def test_a_rows_tokens_depend_only_on_its_own_seed_and_frame(kernel):
     perm = torch.tensor([5, 2, 7, 0, 3, 3, 1, 6, 4])
     assert outs["mixed_shuffled"].tolist() == outs["mixed"][perm].tolist()
     assert outs["radix_1"].tolist() == outs["radix_4"].tolist()  # search width changes nothing
+
+
+@needs_triton
+def test_an_id_at_its_highest_noise_wins_unless_filtered_out(kernel):
+    assert _check(kernel, "noise_top").tolist() == [8, 8, 8]
+    assert 8 not in _check(kernel, "noise_top_filtered").tolist()
 
 
 @needs_triton
