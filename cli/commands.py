@@ -60,10 +60,10 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
         open_text_model, load_synthesizer = factories()
         summary = run_job(spec, open_text_model, load_synthesizer, progress)
     typer.echo(json.dumps(summary.as_dict()))
-    level = logging.WARNING if summary.exit_code else logging.INFO
-    logging.getLogger("qtts").log(level, "%s", summary.describe())
     if not spec.output.dry_run and summary.exit_code not in STOPPED_BY_SIGNAL:
         refresh_dataset_card(spec.output.out_dir)  # after the summary: a signal now loses nothing
+    level = logging.WARNING if summary.exit_code else logging.INFO
+    logging.getLogger("qtts").log(level, "%s", summary.describe())  # the last line: the outcome
     raise typer.Exit(summary.exit_code)
 
 
@@ -165,10 +165,15 @@ STOPPED_BY_SIGNAL = (130, 143)  # Ctrl-C, SIGTERM: exit as asked, the card waits
 
 
 def refresh_dataset_card(out_dir: Path) -> None:
-    """The dataset card follows the views a run rebuilt, where `qtts results` wrote one (a
-    warning, never the run's exit code, when it cannot be written)."""
+    """The dataset card written where none is, or again for the views a run rebuilt (a warning,
+    never the run's exit code, when it cannot be written)."""
     from qtts.core.quality.dataset_card import refresh_card
 
     card = refresh_card(out_dir)
-    if card is not None:
-        logging.getLogger("qtts").info("dataset card refreshed: %s", card.path)
+    if card is None:
+        return
+    log = logging.getLogger("qtts")
+    if card.own_readme:  # the user's README.md stays: load_dataset(OUT) reads theirs
+        log.info("dataset card: %s (copy its YAML header into your README.md)", card.path)
+    else:
+        log.info("dataset card: %s (load_dataset(OUT) reads it)", card.path)

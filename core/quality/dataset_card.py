@@ -1,5 +1,5 @@
 """OUT/README.md: the out dir as a Hugging Face dataset, a card that `datasets.load_dataset(OUT)`
-and the Hub read as they are, written by `qtts results`.
+and the Hub read as they are, written by every finished run and by `qtts results`.
 
 The YAML header follows the Hub's dataset-card conventions: `configs` pointing at the layout's files
 (the files layout's metadata.jsonl AudioFolder with its audio files; the Parquet shards
@@ -13,9 +13,10 @@ category. The body says which model and settings made the rows, the counts (ok, 
 kept), the keep rules and the quality summary.
 
 The card carries a marker line: a README.md without it is the user's and is never overwritten; the
-card then goes to OUT/.qtts/README.md and the caller says so. Once written, a card follows the
-views: `refresh_card`, after every `qtts synth`, `qtts batch` and `qtts score` that rebuilt them, so
-a layout switch or new rows never leave a card pointing at files that are gone. Its Python block
+card then goes to OUT/.qtts/README.md and the caller says so. Every finished `qtts synth`,
+`qtts batch` and `qtts score` writes the card where none is, and rewrites it where they rebuilt the
+views (`refresh_card`), so an out dir loads from its first run on, and a layout switch or new rows
+never leave a card pointing at files that are gone. Its Python block
 reads the rows back as pasted inside the out dir (the folder it runs in, never the path it was
 written at, so a copied or moved out dir still loads): load_dataset(OUT) where the config loads
 them, then the archive format's own client (both declared by the format's module, ArchiveFormat.hub
@@ -90,15 +91,18 @@ def write_card(out_dir: Path, *, wait_s: float = COMMAND_WAIT_S) -> Card | None:
 
 
 def refresh_card(out_dir: Path) -> Card | None:
-    """The card written again for the views as they are now, where `qtts results` wrote one
-    (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own); None where
-    there is none, none is due, or it could not be written (a warning: the card, never the
-    finished run's exit code)."""
+    """The card for the views as they are now, after a run or a score pass: written the first
+    time (an out dir without one does not load: Hugging Face's loader reads results.parquet as
+    the dataset, beside the shards or instead of the audio), and again whenever the views
+    changed (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own). None
+    where no results exist yet, nothing changed, or it could not be written (a warning: the
+    card, never the finished run's exit code)."""
     try:
-        if not _cards(out_dir) or not (out_dir / "results.parquet").exists():
+        if not (out_dir / "results.parquet").exists():
             return None
         with results_locked(out_dir, REFRESH_WAIT_S) as held:
-            if not held or _newer_than_views(_cards(out_dir), out_dir):  # nothing changed since
+            cards = _cards(out_dir)
+            if not held or (cards and _newer_than_views(cards, out_dir)):  # nothing changed
                 return None
             return _write(out_dir)
     except Exception as e:  # noqa: BLE001 -- see above

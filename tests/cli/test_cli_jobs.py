@@ -326,7 +326,7 @@ def test_stale_temp_files_are_removed(tmp_path):
     src.write_text("hi\n")
     assert qtts("synth", src, "--speaker", "ryan", "-o", out).exit_code == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == [".qtts", "000001.wav", "metadata.jsonl", "results.parquet"]
+    assert names == [".qtts", "000001.wav", "README.md", "metadata.jsonl", "results.parquet"]
     state = sorted(p.name for p in (out / ".qtts").iterdir())
     assert state == ["job.json", "job.lock", "results.lock", "run.lock", "settings.json",
                      "state.parquet"]  # fmt: skip

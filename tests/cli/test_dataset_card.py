@@ -1,4 +1,5 @@
-"""An out dir that is a dataset: `qtts results` writes OUT/README.md, a dataset card whose YAML
+"""An out dir that is a dataset: every finished run and `qtts results` write OUT/README.md, a
+dataset card whose YAML
 parses and whose counts are the results', and with it the real client (datasets < 4) loads
 `load_dataset(OUT)` (the folder itself, no data_dir) to the kept rows, audio decoded, in the files
 and the Parquet layouts. A README.md of the user's own is never overwritten."""
@@ -78,6 +79,23 @@ def load_run(code: str, out, tmp_path) -> subprocess.CompletedProcess:
     env = fake_env(HF_DATASETS_CACHE=str(tmp_path / "hf"), HF_DATASETS_OFFLINE="1")
     return subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True,
                           text=True, env=env, timeout=300)  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["files", "parquet", "webdataset"])
+def test_a_finished_run_leaves_a_card_and_the_folder_loads(layout, tmp_path):
+    """Straight after `qtts batch`, no `qtts results`: without a card, datasets took
+    results.parquet for the dataset (the files layout: the rows without audio; the Parquet
+    layout: a cast error beside the shards)."""
+    manifest = tmp_path / "m.parquet"
+    pq.write_table(pa.table({"id": ["a1", "b2"], "text": ["One.", "Two words."]}), manifest)
+    out = tmp_path / "out"
+    made = run("batch", manifest, "--model", "fake-0.6b", "--speaker", "vivian", "-o", out,
+               "--output", layout, "--shard-rows", 1)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert f"dataset card: {out / 'README.md'} (load_dataset(OUT) reads it)" in made.stderr
+    assert counts(card(out)[1])["ok"] == 2
+    loaded = load(out, tmp_path / "hf")
+    assert loaded["ids"] == ["a1", "b2"] and loaded["samples"] > 0
 
 
 def test_the_card_says_what_results_say_and_load_dataset_reads_the_folder(out, tmp_path):
@@ -253,9 +271,9 @@ def test_a_shar_out_dir_gets_a_card_without_a_hub_loader(tmp_path):
 
 
 def test_the_card_follows_every_run_that_changes_the_views(tmp_path):
-    """Once `qtts results` has written a card, a job that switches the layout or adds rows
-    rewrites it: it never points at files that are gone (load_dataset(OUT) keeps working), and
-    its counts are the new results'. A user's own README.md stays untouched by a run too."""
+    """A job that switches the layout or adds rows rewrites the card: it never points at files
+    that are gone (load_dataset(OUT) keeps working), and its counts are the new results'. A
+    user's own README.md stays untouched by a run too."""
     manifest = tmp_path / "m.parquet"
     texts = {"a1": "One.", "b2": "Two words here."}
     pq.write_table(pa.table({"id": list(texts), "text": list(texts.values())}), manifest)
