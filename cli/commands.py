@@ -61,7 +61,7 @@ def run_command(kind: JobKind, source: str, options: JobOptions) -> None:
         summary = run_job(spec, open_text_model, load_synthesizer, progress)
     typer.echo(json.dumps(summary.as_dict()))
     if not spec.output.dry_run and summary.exit_code not in STOPPED_BY_SIGNAL:
-        refresh_dataset_card(spec.output.out_dir)  # after the summary: a signal now loses nothing
+        refresh_dataset_card(spec.output.out_dir)
     level = logging.WARNING if summary.exit_code else logging.INFO
     logging.getLogger("qtts").log(level, "%s", summary.describe())  # the last line: the outcome
     raise typer.Exit(summary.exit_code)
@@ -166,14 +166,10 @@ STOPPED_BY_SIGNAL = (130, 143)  # Ctrl-C, SIGTERM: exit as asked, the card waits
 
 def refresh_dataset_card(out_dir: Path) -> None:
     """The dataset card written where none is, or again for the views a run rebuilt (a warning,
-    never the run's exit code, when it cannot be written)."""
+    never the run's exit code, when it cannot be written). A signal meanwhile waits for it (a
+    few seconds; a second one exits at once), so the run's summary line still ends its output."""
+    from qtts.core.jobs.execution.interrupt import StopSignals
     from qtts.core.quality.dataset_card import refresh_card
 
-    card = refresh_card(out_dir)
-    if card is None:
-        return
-    log = logging.getLogger("qtts")
-    if card.own_readme:  # the user's README.md stays: load_dataset(OUT) reads theirs
-        log.info("dataset card: %s (copy its YAML header into your README.md)", card.path)
-    else:
-        log.info("dataset card: %s (load_dataset(OUT) reads it)", card.path)
+    with StopSignals():
+        refresh_card(out_dir)

@@ -45,9 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("qtts")
 CARD_NAME = "README.md"
-MARKER = (
-    "<!-- qtts dataset card: `qtts results` rewrites this file; remove this line to keep it -->"
-)
+# A README.md holding the marker's start is qtts's card (older cards named `qtts results` alone)
+MARKER_START = "<!-- qtts dataset card:"
+MARKER = f"{MARKER_START} every qtts run here rewrites this file; remove this line to keep it -->"
 MAX_FILTER_IDS = 100_000  # ids a Parquet card's filter may list; beyond, every row loads
 # Keep rules that keep no row: a filter no id passes (no string sorts before the empty one), typed
 # string as `id` is; `[id, in, []]` was typed null, and Arrow refused to compare the two.
@@ -96,7 +96,7 @@ def refresh_card(out_dir: Path) -> Card | None:
     the dataset, beside the shards or instead of the audio), and again whenever the views
     changed (OUT/README.md with the marker, or OUT/.qtts/README.md beside the user's own). None
     where no results exist yet, nothing changed, or it could not be written (a warning: the
-    card, never the finished run's exit code)."""
+    card, never the finished run's exit code). Logs where it went."""
     try:
         if not (out_dir / "results.parquet").exists():
             return None
@@ -104,10 +104,15 @@ def refresh_card(out_dir: Path) -> Card | None:
             cards = _cards(out_dir)
             if not held or (cards and _newer_than_views(cards, out_dir)):  # nothing changed
                 return None
-            return _write(out_dir)
+            card = _write(out_dir)
     except Exception as e:  # noqa: BLE001 -- see above
         log.warning("dataset card not refreshed in %s: %s", out_dir, e)
         return None
+    if card.own_readme:  # the user's README.md stays, and load_dataset(OUT) reads theirs
+        log.info("dataset card: %s (copy its YAML header into your README.md)", card.path)
+    else:
+        log.info("dataset card: %s (load_dataset(OUT) reads it)", card.path)
+    return card
 
 
 def _write(out_dir: Path) -> Card:
@@ -138,7 +143,7 @@ def _write(out_dir: Path) -> Card:
         out_dir, counts, quality=quality, rules=rules, rows=rows, load=load
     )
     target = out_dir / CARD_NAME
-    own = target.exists() and MARKER not in target.read_text("utf-8", errors="replace")
+    own = target.exists() and MARKER_START not in target.read_text("utf-8", errors="replace")
     if own:
         target = StatePaths(out_dir).dir / CARD_NAME
     atomic_write_bytes(target, text.encode("utf-8"))
@@ -159,7 +164,7 @@ def _newer_than_views(cards: list[Path], out_dir: Path) -> bool:
 
 def _is_card(path: Path) -> bool:
     try:
-        return MARKER in path.read_text("utf-8", errors="replace")
+        return MARKER_START in path.read_text("utf-8", errors="replace")
     except OSError:  # none there (or unreadable: not one to rewrite)
         return False
 

@@ -273,4 +273,4 @@ def _refresh_views(out_dir: Path) -> None:
         return
     from qtts.core.quality.dataset_card import refresh_card
 
-    refresh_card(out_dir)  # a card `qtts results` wrote shows the new scores
+    refresh_card(out_dir)  # the card shows the new scores (written where there was none)

@@ -332,6 +332,39 @@ def test_stale_temp_files_are_removed(tmp_path):
                      "state.parquet"]  # fmt: skip
 
 
+def test_a_signal_while_the_card_is_written_waits_for_it(tmp_path, monkeypatch):
+    """Ctrl-C as a finished run writes its dataset card: the card is still written, the run's
+    summary line still ends stderr, and the exit code is the job's (without the wait, the
+    signal cut the card and the summary line, and the process exited 130 after a JSON that
+    said 0)."""
+    import os
+    import signal
+
+    from qtts.core.quality import dataset_card
+
+    real = dataset_card.refresh_card
+
+    def interrupted(out_dir):
+        # only where a handler waits for the card: the default one would stop pytest itself
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(out_dir)
+
+    monkeypatch.setattr(dataset_card, "refresh_card", interrupted)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    src, out = tmp_path / "lines.txt", tmp_path / "out"
+    src.write_text("hi\n")
+    try:
+        r = qtts("synth", src, "--speaker", "ryan", "-o", out)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert r.exit_code == 0, r.output
+    assert "SIGINT received" in r.stderr and (out / "README.md").is_file()
+    assert r.stderr.splitlines()[-1].endswith("done: 1 ok, 0 failed, 0 skipped, 0 pending; "
+                                              f"results in {out / 'results.parquet'}")  # fmt: skip
+
+
 def test_run_job_streams_longest_first_and_tolerates_any_completion_order(tmp_path, write_manifest):
     """One synthesize call with the whole job, longest first: the engine keeps --batch-size slots
     busy and refills each as it frees (continuous batching)."""

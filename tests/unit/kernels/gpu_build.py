@@ -30,6 +30,7 @@ class Build:
     spill_bytes: int  # stores + loads
     threads: int  # per program: num_warps * 32
     log: str  # ptxas -v
+    ptx: str = ""  # the PTX ptxas assembled
 
     def __str__(self) -> str:
         return f"{self.registers} registers, {self.spill_bytes} spill bytes, {self.threads} threads"
@@ -57,4 +58,5 @@ def build(launch: Launch, arch: int, cache_dir: str) -> Build:
     if "cubin" not in compiled.asm or not regs or not spills:
         raise AssertionError(f"no cubin or no ptxas resource usage for sm_{arch}:\n{text}")
     return Build(registers=max(map(int, regs)), spill_bytes=sum(int(n) for s in spills for n in s),
-                 threads=compiled.metadata.num_warps * 32, log=text)  # fmt: skip
+                 threads=compiled.metadata.num_warps * 32, log=text,
+                 ptx=compiled.asm.get("ptx", ""))  # fmt: skip

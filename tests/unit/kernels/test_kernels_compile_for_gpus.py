@@ -71,3 +71,12 @@ def test_a_spill_is_seen(cache_dir):
     oversized = {**launch.kwargs, "BLOCK": 8192, "num_warps": 1}
     got = build(Launch(launch.kernel, launch.args, oversized), 80, cache_dir)
     assert got.spill_bytes > 0, got
+
+
+def test_the_samplers_noise_takes_an_accurate_log(cache_dir):
+    """The Gumbel noise -log(-log(u)) needs log(u) accurate next to 1 (u up to 1 - 2^-24, whose
+    log is -6e-8): a fast log (lg2.approx, about 2^-22 off) would give 0 there, +inf noise."""
+    launch = next(x for label in CASES for x in capture(label)
+                  if x.kernel.fn.__name__ == "_sample_kernel")  # fmt: skip
+    ptx = build(launch, 90, cache_dir).ptx
+    assert "lg2.approx" not in ptx and ptx.count(".entry") == 1

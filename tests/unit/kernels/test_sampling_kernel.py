@@ -168,17 +168,23 @@ def _top_p_cut_case() -> dict:
     return _case(logits, top_p=[0.5] * 32 + [0.75] * 32)
 
 
-def _top_noise_case(filtered: bool) -> dict:
+def _top_noise_case(kind: str) -> dict:
     """Rows at the (seed, frame, codebook, id) whose noise is highest (tests/unit/engine/
-    test_sampling.py): even logits draw that id; filtered out by top-k or suppression, never."""
+    test_sampling.py): even logits draw that id ("free"); filtered out, never: by top-k, top-p
+    and the EOS block, a row each ("filtered"), or by suppression in every row ("suppressed")."""
     seed, top_id = 853901, 8
-    logits = torch.zeros(3, 16)
-    suppress = None
-    if filtered:
-        logits[0, top_id] = -3.0  # below row 0's top-k cut
+    logits = torch.arange(16.0).expand(3, -1) * 0.01  # near-even, no ties at any cut
+    suppress = block = None
+    top_k, top_p = [0, 0, 0], [1.0, 1.0, 1.0]
+    if kind == "filtered":
+        logits[:2, top_id] = -3.0  # below row 0's top-k cut and row 1's top-p cut
+        block = torch.tensor([False, False, True])  # row 2: the id is EOS, blocked
+        top_k, top_p = [4, 0, 0], [1.0, 0.5, 1.0]
+    if kind == "suppressed":
         suppress = torch.zeros(16, dtype=torch.bool)
         suppress[top_id] = True
-    return _case(logits, seeds=[seed] * 3, frames=[0] * 3, suppress=suppress, top_k=[4, 0, 0])
+    return _case(logits.contiguous(), seeds=[seed] * 3, frames=[0] * 3, suppress=suppress,
+                 block_eos=block, eos_id=top_id, top_k=top_k, top_p=top_p)  # fmt: skip
 
 
 def _cases() -> dict:
@@ -229,8 +235,9 @@ def _cases() -> dict:
         "bad_dtype": _case(_randn(2, 10, 0)) | {"temperature": torch.ones(2, dtype=torch.float64)},
         "chi2": _chi2_case(),
         "top_p_cut": _top_p_cut_case(),
-        "noise_top": _top_noise_case(filtered=False),
-        "noise_top_filtered": _top_noise_case(filtered=True),
+        "noise_top": _top_noise_case("free"),
+        "noise_top_filtered": _top_noise_case("filtered"),
+        "noise_top_suppressed": _top_noise_case("suppressed"),
     }
     for v in (2048, 3072, 37):
         cases[f"vocab_{v}"] = _mixed(v, v)
@@ -332,6 +339,7 @@ def test_a_rows_tokens_depend_only_on_its_own_seed_and_frame(kernel):
 def test_an_id_at_its_highest_noise_wins_unless_filtered_out(kernel):
     assert _check(kernel, "noise_top").tolist() == [8, 8, 8]
     assert 8 not in _check(kernel, "noise_top_filtered").tolist()
+    assert 8 not in _check(kernel, "noise_top_suppressed").tolist()
 
 
 @needs_triton
