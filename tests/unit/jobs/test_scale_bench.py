@@ -57,14 +57,17 @@ def test_a_built_finished_job_is_a_finished_job(tmp_path, shards):
         if p.is_file() and p.suffix != ".lock"
     }
     flags = [] if shards == 1 else ["--num-shards", shards, "--shard-index", 0]
-    code, rerun = _run(manifest, built, *flags)
-    assert code == 0 and rerun["ok"] == 0 and rerun["skipped"] == rerun["total"] > 0
-    after = {
-        p.name: p.stat().st_mtime_ns
-        for p in built.rglob("*")
-        if p.is_file() and p.suffix != ".lock"
-    }
-    assert after == before  # nothing rewritten, not even results.parquet
+
+    def rerun_writes() -> dict[str, int]:
+        code, rerun = _run(manifest, built, *flags)
+        assert code == 0 and rerun["ok"] == 0 and rerun["skipped"] == rerun["total"] > 0
+        return {p.name: p.stat().st_mtime_ns for p in built.rglob("*")
+                if p.is_file() and p.suffix != ".lock"}  # fmt: skip
+
+    after = rerun_writes()
+    assert set(after) - set(before) == {"README.md"}  # the dataset card, where there was none
+    assert {name: after[name] for name in before} == before  # nothing rewritten, nor results
+    assert rerun_writes() == after  # and once the card is there, not even the card
     if shards == 1:
         assert _records(built) == _records(tmp_path / "real")
 
