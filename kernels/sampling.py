@@ -164,7 +164,8 @@ if TRITON_AVAILABLE:
             w = tl.where(w < _top_p_floor(w, 1.0 - top_p, SEARCH_BITS), float("-inf"), w)
         seed = tl.load(seeds_ptr + row)
         frame = tl.load(frames_ptr + row)
-        # A filtered id stays -inf even should a fast log make the noise infinite (no NaN).
+        # The noise is finite with torch's log (the twin adds it as is); here a filtered id
+        # stays -inf even under a Triton whose tl.log is a fast one (no NaN for argmax).
         w = tl.where(w == float("-inf"), w, w + _gumbel_noise(offs, seed, frame, codebook))
         choice = tl.argmax(tl.where(sampled, w, x), axis=0)  # first maximum, as torch.argmax
         tl.store(out_ptr + row, choice.to(tl.int64))

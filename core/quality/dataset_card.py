@@ -13,10 +13,10 @@ category. The body says which model and settings made the rows, the counts (ok, 
 kept), the keep rules and the quality summary.
 
 The card carries a marker line: a README.md without it is the user's and is never overwritten; the
-card then goes to OUT/.qtts/README.md and the caller says so. Every finished `qtts synth`,
-`qtts batch` and `qtts score` writes the card where none is, and rewrites it where they rebuilt the
-views (`refresh_card`), so an out dir loads from its first run on, and a layout switch or new rows
-never leave a card pointing at files that are gone. Its Python block
+card then goes to OUT/.qtts/README.md and the log says so. Every finished `qtts synth` and
+`qtts batch`, and a `qtts score` that added scores, writes the card where none is and rewrites it
+where the views changed (`refresh_card`), so an out dir loads from its first run on, and a
+layout switch or new rows never leave a card pointing at files that are gone. Its Python block
 reads the rows back as pasted inside the out dir (the folder it runs in, never the path it was
 written at, so a copied or moved out dir still loads): load_dataset(OUT) where the config loads
 them, then the archive format's own client (both declared by the format's module, ArchiveFormat.hub

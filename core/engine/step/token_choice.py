@@ -197,8 +197,8 @@ def select_tokens(
             max_top_k=params.max_top_k,
             top_p_off=params.top_p_off,
         )
-        noisy = warped + gumbel(uniform_noise(keys, scores.shape[-1]))
-        drawn = torch.where(warped.isneginf(), warped, noisy).argmax(dim=-1)  # as the kernel
+        u = uniform_noise(keys, scores.shape[-1])
+        drawn = (warped + gumbel(u)).argmax(dim=-1)  # noise finite: -inf stays -inf
     return torch.where(params.greedy, greedy_ids, drawn)
 
 
